@@ -1,0 +1,107 @@
+#!/usr/bin/python3
+"""Reads the nccl-tests-style tables of ddp-bench, ddp-mpi-bench and gloo_allreduce_bench.py and
+builds the markdown comparison that benchmarks/compare_tcp prints.
+
+Rows are `size count type redop time_us algbw busbw #wrong`; lines starting with '#' are comments.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+PEERS = (("mpi", "MPI tcp busbw"), ("gloo", "Gloo busbw"))
+LATENCY_BYTES = 4096
+
+
+def parse_table(path):
+    """{size: (time_us, busbw)} from one benchmark output; rows with #wrong != 0 are refused."""
+    rows = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            fields = line.split()
+            if not fields or fields[0].startswith("#") or len(fields) != 8:
+                continue
+            try:
+                size, time_us, busbw = int(fields[0]), float(fields[4]), float(fields[6])
+            except ValueError:
+                continue
+            if fields[7] not in ("0", "N/A"):
+                raise SystemExit(f"{path}: {fields[7]} wrong elements at {size} bytes")
+            rows[size] = (time_us, busbw)
+    return rows
+
+
+def merge_runs(paths):
+    """Median, per size, of time and busbw over repeated runs of one benchmark."""
+    runs = [parse_table(p) for p in paths if os.path.exists(p)]
+    sizes = sorted(set().union(*runs)) if runs else []
+    merged = {}
+    for size in sizes:
+        values = [r[size] for r in runs if size in r]
+        merged[size] = (statistics.median(v[0] for v in values),
+                        statistics.median(v[1] for v in values))
+    return merged
+
+
+def human_bytes(n):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a is not None and b else "-"
+
+
+def fmt(value, spec):
+    return format(value, spec) if value is not None else "-"
+
+
+def compare(raw_dir, ranks, runs):
+    lines = ["| ranks | size | ddp busbw GB/s | ddp time us | MPI tcp busbw | Gloo busbw "
+             "| ddp/MPI | ddp/Gloo |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    latency = []
+    for n in ranks:
+        tables = {lib: merge_runs([os.path.join(raw_dir, f"{lib}-{n}-{r}.txt")
+                                   for r in range(1, runs + 1)])
+                  for lib in ("ddp",) + tuple(p[0] for p in PEERS)}
+        sizes = sorted(set().union(*tables.values()))
+        for size in sizes:
+            ddp_time, ddp_bw = tables["ddp"].get(size, (None, None))
+            peer_bw = [tables[lib].get(size, (None, None))[1] for lib, _ in PEERS]
+            lines.append(f"| {n} | {human_bytes(size)} | {fmt(ddp_bw, '.3f')} "
+                         f"| {fmt(ddp_time, '.1f')} | {fmt(peer_bw[0], '.3f')} "
+                         f"| {fmt(peer_bw[1], '.3f')} | {ratio(ddp_bw, peer_bw[0])} "
+                         f"| {ratio(ddp_bw, peer_bw[1])} |")
+        ddp_t = tables["ddp"].get(LATENCY_BYTES, (None, None))[0]
+        mpi_t = tables["mpi"].get(LATENCY_BYTES, (None, None))[0]
+        latency.append(f"- {n} ranks: ddp/MPI time at {human_bytes(LATENCY_BYTES)} = "
+                       f"{ratio(ddp_t, mpi_t)} (ddp {fmt(ddp_t, '.1f')} us, "
+                       f"MPI {fmt(mpi_t, '.1f')} us; lower is better for ddp)")
+    return "\n".join(lines) + "\n\nLatency (ddp/MPI time ratio at 4 KiB):\n\n" + \
+        "\n".join(latency) + "\n"
+
+
+def main(argv):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compare", help="the compare_tcp table from RAW/{ddp,mpi,gloo}-N-RUN.txt")
+    c.add_argument("--raw", required=True, help="folder of raw outputs")
+    c.add_argument("--ranks", type=int, nargs="+", required=True)
+    c.add_argument("--runs", type=int, default=1)
+    s = sub.add_parser("show", help="size, time and busbw of one output, for a quick look")
+    s.add_argument("file")
+    args = p.parse_args(argv)
+    if args.command == "compare":
+        sys.stdout.write(compare(args.raw, args.ranks, args.runs))
+    else:
+        for size, (time_us, busbw) in sorted(parse_table(args.file).items()):
+            print(f"{human_bytes(size):>10}  {time_us:12.2f} us  {busbw:8.3f} GB/s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,7 @@
+// libddp public C++ API: include this one header.
+#pragma once
+
+#include "ddp/context.h"  // IWYU pragma: export
+#include "ddp/options.h"  // IWYU pragma: export
+#include "ddp/types.h"    // IWYU pragma: export
+#include "ddp/version.h"  // IWYU pragma: export

@@ -1,0 +1,71 @@
+// The TCP rendezvous store: a server (hosted by rank 0 or by a launcher) and its client.
+// Connections are authenticated with the job token before any request is read.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bootstrap/store.h"
+#include "common/socket.h"
+
+namespace ddp::bootstrap {
+
+inline constexpr size_t kMaxStoreKeyBytes = 4096;
+inline constexpr size_t kMaxStoreValueBytes = 64 << 20;
+
+class TcpStoreServer {
+ public:
+  // Listens on ip:port (port 0 picks one; see port()).
+  static absl::StatusOr<std::unique_ptr<TcpStoreServer>> Start(absl::string_view ip, int port,
+                                                               std::string token);
+  ~TcpStoreServer();
+  int port() const { return port_; }
+  void Stop();
+
+ private:
+  TcpStoreServer(net::Fd listener, int port, std::string token);
+  void AcceptLoop();
+  void Serve(int fd);
+  absl::Status HandleRequest(int fd);
+
+  net::Fd listener_;
+  int port_;
+  std::string token_;
+  net::Fd wake_read_, wake_write_;
+  std::atomic<bool> stopping_{false};
+  std::thread accept_thread_;
+
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string, std::less<>> data_;
+  std::vector<std::thread> workers_;
+  std::vector<int> client_fds_;
+};
+
+class TcpStoreClient : public Store {
+ public:
+  // Connects and authenticates, retrying until `deadline` while the server is not up yet.
+  static absl::StatusOr<std::unique_ptr<TcpStoreClient>> Connect(absl::string_view host, int port,
+                                                                 absl::string_view token, int rank,
+                                                                 absl::Time deadline);
+  absl::Status Set(absl::string_view key, absl::string_view value) override;
+  absl::StatusOr<std::string> Get(absl::string_view key, absl::Duration timeout) override;
+  absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
+
+ private:
+  TcpStoreClient(net::Fd fd, std::string address) : fd_(std::move(fd)), address_(address) {}
+  absl::StatusOr<std::string> Call(uint8_t op, absl::string_view key, absl::string_view value,
+                                   uint64_t arg, absl::Duration timeout);
+
+  std::mutex mu_;
+  net::Fd fd_;
+  std::string address_;
+};
+
+}  // namespace ddp::bootstrap

@@ -1,0 +1,139 @@
+// Allreduce: the pipelined ring for large messages, recursive doubling for small ones.
+#include <cstring>
+
+#include "collectives/collectives.h"
+#include "collectives/ring.h"
+#include "common/status.h"
+#include "reduce/reduce.h"
+
+namespace ddp::collectives {
+namespace {
+
+// Recursive doubling: log2(N) exchanges of the whole vector. Ranks beyond the largest power of
+// two first fold their data into a partner and get the result back at the end. Operands are
+// always combined lower-rank-group first, so every rank computes bit-identical results.
+absl::Status RecursiveDoubling(Communicator& comm, const CallId& call, char* out, size_t count,
+                               DataType type, ReduceOp op) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  const size_t bytes = count * DataTypeSize(type);
+  int p2 = 1;
+  while (p2 * 2 <= n) p2 *= 2;
+  const int extra = n - p2;
+  char* tmp = comm.Scratch(1, bytes);
+  Transfers transfers(comm, call);
+
+  int vrank;  // rank among the p2 participants, or -1 for a rank that folded
+  if (r < 2 * extra) {
+    if (r % 2 == 0) {
+      DDP_RETURN_IF_ERROR(transfers.Wait(transfers.Send(r + 1, 0, 0, out, bytes)));
+      vrank = -1;
+    } else {
+      DDP_RETURN_IF_ERROR(transfers.Wait(transfers.Recv(r - 1, 0, 0, tmp, bytes)));
+      reduce::Combine(type, op, out, tmp, out, count);
+      vrank = r / 2;
+    }
+  } else {
+    vrank = r - extra;
+  }
+  if (vrank >= 0) {
+    auto real = [&](int v) { return v < extra ? 2 * v + 1 : v + extra; };
+    uint32_t step = 1;
+    for (int mask = 1; mask < p2; mask <<= 1, ++step) {
+      const int partner = real(vrank ^ mask);
+      transport::Request* recv = transfers.Recv(partner, step, 0, tmp, bytes);
+      transport::Request* send = transfers.Send(partner, step, 0, out, bytes);
+      DDP_RETURN_IF_ERROR(transfers.Wait(recv));
+      DDP_RETURN_IF_ERROR(transfers.Wait(send));
+      if ((vrank & mask) == 0) {
+        reduce::Combine(type, op, out, out, tmp, count);
+      } else {
+        reduce::Combine(type, op, out, tmp, out, count);
+      }
+    }
+  }
+  if (r < 2 * extra) {
+    if (r % 2 == 1) {
+      DDP_RETURN_IF_ERROR(transfers.Wait(transfers.Send(r - 1, 31, 0, out, bytes)));
+    } else {
+      DDP_RETURN_IF_ERROR(transfers.Wait(transfers.Recv(r + 1, 31, 0, out, bytes)));
+    }
+  }
+  if (op == ReduceOp::kAverage) reduce::DivideBy(type, out, count, n);
+  return transfers.WaitAll();
+}
+
+absl::Status Ring(Communicator& comm, const CallId& call, const char* in, char* out, size_t count,
+                  DataType type, ReduceOp op) {
+  const int n = comm.size();
+  const int r = comm.rank();
+  const size_t es = DataTypeSize(type);
+  const Blocks blocks = Blocks::Even(count, n);
+  const uint32_t gather_base = static_cast<uint32_t>(n - 1);
+  Transfers transfers(comm, call);
+  char* my_block = out + blocks.offset[static_cast<size_t>(r)] * es;
+
+  RingReduceScatterArgs rs;
+  rs.in = in;
+  rs.blocks = blocks;
+  rs.type = type;
+  rs.op = op;
+  rs.accumulator = [&](int /*step*/, int block) {
+    return out + blocks.offset[static_cast<size_t>(block)] * es;
+  };
+  // As each segment of this rank's block is final, finish the average and start the
+  // all-gather with it: the two phases overlap.
+  rs.on_final = [&](uint32_t j, size_t first, size_t elems) {
+    if (op == ReduceOp::kAverage) reduce::DivideBy(type, my_block + first * es, elems, n);
+    transfers.Send((r + 1) % n, gather_base, j, my_block + first * es, elems * es);
+  };
+  std::vector<std::vector<transport::Request*>> sends;
+  DDP_RETURN_IF_ERROR(RingReduceScatter(comm, transfers, rs, &sends));
+
+  RingAllgatherArgs ag;
+  ag.out = out;
+  ag.blocks = blocks;
+  ag.element_size = es;
+  ag.step_base = gather_base;
+  ag.first_sends_posted = true;
+  // A block is received into the region that the reduce-scatter sent from at the same step.
+  ag.before_receive = [&](int step, uint32_t j) -> absl::Status {
+    const auto& list = sends[static_cast<size_t>(step)];
+    if (j < list.size() && list[j] != nullptr) return transfers.Wait(list[j]);
+    return absl::OkStatus();
+  };
+  return RingAllgather(comm, transfers, ag);
+}
+
+}  // namespace
+
+Algorithm ChooseAllreduce(const Communicator& comm, size_t bytes) {
+  const Algorithm forced = comm.tuning().algorithm;
+  if (forced == Algorithm::kRing || forced == Algorithm::kRecursiveDoubling) return forced;
+  return bytes <= comm.tuning().small_allreduce_bytes ? Algorithm::kRecursiveDoubling
+                                                      : Algorithm::kRing;
+}
+
+absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t count,
+                       DataType type, ReduceOp op) {
+  const size_t bytes = count * DataTypeSize(type);
+  // The ring needs a block per rank; recursive doubling handles any count, including zero (an
+  // exchange of empty messages that still checks that the ranks agree).
+  const Algorithm algorithm = count < static_cast<size_t>(comm.size())
+                                  ? Algorithm::kRecursiveDoubling
+                                  : ChooseAllreduce(comm, bytes);
+  const CallId call = comm.Begin(Kind::kAllreduce, type, op, algorithm, -1, count);
+  auto* out = static_cast<char*>(recv);
+  const auto* in = static_cast<const char*>(send);
+  if (comm.size() == 1) {
+    if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+    return absl::OkStatus();
+  }
+  if (algorithm == Algorithm::kRecursiveDoubling) {
+    if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+    return RecursiveDoubling(comm, call, out, count, type, op);
+  }
+  return Ring(comm, call, in, out, count, type, op);
+}
+
+}  // namespace ddp::collectives

@@ -1,0 +1,153 @@
+// Communicator: sequencing, descriptors, scratch, transfer tracking.
+#include "collectives/communicator.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace ddp::collectives {
+
+absl::string_view KindName(Kind kind) {
+  switch (kind) {
+    case Kind::kAllreduce:
+      return "allreduce";
+    case Kind::kAllgather:
+      return "allgather";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kReduceScatter:
+      return "reducescatter";
+    case Kind::kAlltoall:
+      return "alltoall";
+    case Kind::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+Communicator::Communicator(int rank, int size, transport::Transport* transport, Tuning tuning)
+    : rank_(rank), size_(size), transport_(transport), tuning_(tuning) {
+  if (transport_ != nullptr) transport_->SetDescriptorFormatter(&Communicator::Describe);
+}
+
+CallId Communicator::Begin(Kind kind, DataType type, ReduceOp op, Algorithm algorithm, int root,
+                           uint64_t count) {
+  CallId call;
+  call.seq = next_seq_++;
+  auto& b = call.descriptor.bytes;
+  b[0] = static_cast<uint8_t>(kind);
+  b[1] = static_cast<uint8_t>(type);
+  b[2] = static_cast<uint8_t>(op);
+  b[3] = static_cast<uint8_t>(algorithm);
+  const int32_t root32 = root;
+  std::memcpy(&b[4], &root32, 4);
+  std::memcpy(&b[8], &count, 8);
+  return call;
+}
+
+std::string Communicator::Describe(const transport::Descriptor& descriptor) {
+  const auto& b = descriptor.bytes;
+  const auto kind = static_cast<Kind>(b[0]);
+  const auto type = static_cast<DataType>(b[1]);
+  const auto op = static_cast<ReduceOp>(b[2]);
+  const auto algorithm = static_cast<Algorithm>(b[3]);
+  int32_t root;
+  uint64_t count;
+  std::memcpy(&root, &b[4], 4);
+  std::memcpy(&count, &b[8], 8);
+  std::string text = absl::StrCat(KindName(kind), "(count ", count);
+  if (IsValid(type)) absl::StrAppend(&text, ", ", DataTypeName(type));
+  if ((kind == Kind::kAllreduce || kind == Kind::kReduceScatter) && IsValid(op)) {
+    absl::StrAppend(&text, ", ", ReduceOpName(op));
+  }
+  if (root >= 0) absl::StrAppend(&text, ", root ", root);
+  if (kind == Kind::kAllreduce) absl::StrAppend(&text, ", ", AlgorithmName(algorithm));
+  return absl::StrCat(text, ")");
+}
+
+char* Communicator::Scratch(size_t slot, size_t bytes) {
+  if (scratch_.size() <= slot) scratch_.resize(slot + 1);
+  if (scratch_[slot].size() < bytes) {
+    scratch_[slot] = std::vector<char>();  // free before growing: these can be large
+    scratch_[slot].resize(bytes);
+  }
+  return scratch_[slot].data();
+}
+
+Transfers::~Transfers() {
+  // Normally everything was waited for; after an early return, make sure nothing still points
+  // into the caller's buffers.
+  for (size_t i = first_open_; i < requests_.size(); ++i) {
+    if (!requests_[i]->Test()) {
+      comm_.transport().Abort(absl::AbortedError("a collective returned with transfers pending"));
+      break;
+    }
+  }
+  for (size_t i = first_open_; i < requests_.size(); ++i) requests_[i]->Wait().IgnoreError();
+}
+
+transport::Request* Transfers::Send(int peer, uint32_t step, uint32_t segment, const void* data,
+                                    size_t bytes) {
+  requests_.push_back(comm_.transport().Isend(peer, Communicator::Tag(call_.seq, step, segment),
+                                              call_.descriptor, data, bytes));
+  return requests_.back().get();
+}
+
+transport::Request* Transfers::Recv(int peer, uint32_t step, uint32_t segment, void* data,
+                                    size_t bytes) {
+  requests_.push_back(comm_.transport().Irecv(peer, Communicator::Tag(call_.seq, step, segment),
+                                              call_.descriptor, data, bytes));
+  return requests_.back().get();
+}
+
+absl::Status Transfers::Wait(transport::Request* request) {
+  absl::Status status = request->Wait();
+  if (!status.ok()) return Failed(status);
+  return absl::OkStatus();
+}
+
+absl::Status Transfers::WaitAll() {
+  for (; first_open_ < requests_.size(); ++first_open_) {
+    absl::Status status = requests_[first_open_]->Wait();
+    if (!status.ok()) return Failed(status);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Transfers::Failed(const absl::Status& status) {
+  comm_.transport().Abort(status);
+  for (size_t i = first_open_; i < requests_.size(); ++i) requests_[i]->Wait().IgnoreError();
+  first_open_ = requests_.size();
+  // Report the transport's first error: it names the rank that caused the failure.
+  absl::Status first = comm_.transport().health();
+  return first.ok() ? status : first;
+}
+
+Blocks Blocks::Even(size_t total, int parts) {
+  Blocks b;
+  b.total = total;
+  const auto n = static_cast<size_t>(parts);
+  const size_t base = total / n;
+  const size_t extra = total % n;
+  size_t offset = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t count = base + (i < extra ? 1 : 0);
+    b.offset.push_back(offset);
+    b.count.push_back(count);
+    offset += count;
+  }
+  return b;
+}
+
+Blocks Blocks::FromCounts(const std::vector<size_t>& counts) {
+  Blocks b;
+  for (size_t c : counts) {
+    b.offset.push_back(b.total);
+    b.count.push_back(c);
+    b.total += c;
+  }
+  return b;
+}
+
+}  // namespace ddp::collectives

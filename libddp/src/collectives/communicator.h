@@ -1,0 +1,111 @@
+// Communicator: what every collective algorithm runs on. Wraps a Transport with collective
+// sequence numbers, tags, message descriptors, scratch memory and the choice of algorithm.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ddp/options.h"
+#include "ddp/types.h"
+#include "transport/transport.h"
+
+namespace ddp::collectives {
+
+enum class Kind : uint8_t {
+  kAllreduce = 1,
+  kAllgather = 2,
+  kBroadcast = 3,
+  kReduceScatter = 4,
+  kAlltoall = 5,
+  kBarrier = 6,
+};
+absl::string_view KindName(Kind kind);
+
+struct Tuning {
+  Algorithm algorithm = Algorithm::kAuto;
+  size_t segment_bytes = 256 * 1024;
+  size_t small_allreduce_bytes = 32 * 1024;
+  size_t small_broadcast_bytes = 64 * 1024;
+};
+
+// Identity of one collective call: every message it sends carries `descriptor`, and its tags
+// share the group `seq`, so ranks that disagree about the call fail instead of mixing data.
+struct CallId {
+  uint32_t seq = 0;
+  transport::Descriptor descriptor;
+};
+
+class Communicator {
+ public:
+  // `transport` may be null for a single-rank job (nothing is ever sent).
+  Communicator(int rank, int size, transport::Transport* transport, Tuning tuning);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  transport::Transport& transport() { return *transport_; }
+  const Tuning& tuning() const { return tuning_; }
+
+  // Starts a collective. `algorithm` is the one chosen (ranks must choose alike), `root` -1 when
+  // not applicable, `count` the element count that every rank must agree on.
+  CallId Begin(Kind kind, DataType type, ReduceOp op, Algorithm algorithm, int root,
+               uint64_t count);
+
+  // tag = seq (24 bits) | step (16 bits) | segment (24 bits); the group is the sequence number.
+  static uint64_t Tag(uint32_t seq, uint32_t step, uint32_t segment) {
+    return (uint64_t{seq & 0xFFFFFF} << transport::kTagGroupShift) |
+           (uint64_t{step & 0xFFFF} << 24) | uint64_t{segment & 0xFFFFFF};
+  }
+
+  // "allreduce(count 1000, f32, sum, ring)".
+  static std::string Describe(const transport::Descriptor& descriptor);
+
+  // Scratch memory owned by the communicator, reused across calls; at least `bytes` long.
+  char* Scratch(size_t slot, size_t bytes);
+
+ private:
+  int rank_;
+  int size_;
+  transport::Transport* transport_;
+  Tuning tuning_;
+  uint32_t next_seq_ = 0;
+  std::vector<std::vector<char>> scratch_;
+};
+
+// Tracks the transfers of one collective. Waiting on a failed transfer aborts the transport
+// and waits for every other outstanding transfer to be released, so no receive can write into
+// a caller's buffer after the collective has returned.
+class Transfers {
+ public:
+  Transfers(Communicator& comm, const CallId& call) : comm_(comm), call_(call) {}
+  ~Transfers();
+  Transfers(const Transfers&) = delete;
+  Transfers& operator=(const Transfers&) = delete;
+
+  transport::Request* Send(int peer, uint32_t step, uint32_t segment, const void* data,
+                           size_t bytes);
+  transport::Request* Recv(int peer, uint32_t step, uint32_t segment, void* data, size_t bytes);
+  absl::Status Wait(transport::Request* request);
+  absl::Status WaitAll();
+
+ private:
+  absl::Status Failed(const absl::Status& status);
+
+  Communicator& comm_;
+  CallId call_;
+  std::vector<transport::RequestPtr> requests_;
+  size_t first_open_ = 0;  // requests before this index are known complete
+};
+
+// Element ranges of the blocks a buffer is split into, one per rank.
+struct Blocks {
+  std::vector<size_t> offset;  // in elements
+  std::vector<size_t> count;
+  size_t total = 0;
+  static Blocks Even(size_t total, int parts);  // sizes differ by at most one element
+  static Blocks FromCounts(const std::vector<size_t>& counts);
+};
+
+}  // namespace ddp::collectives

@@ -1,0 +1,255 @@
+// Handshake encoding, MACs and the blocking handshake used by the store.
+#include "common/auth.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/crypto.h"
+#include "common/status.h"
+
+namespace ddp::auth {
+namespace {
+
+class Writer {
+ public:
+  template <typename T>
+  void Put(T value) {
+    char raw[sizeof(T)];
+    std::memcpy(raw, &value, sizeof(T));
+    out_.append(raw, sizeof(T));
+  }
+  void Put(const std::array<uint8_t, 32>& bytes) {
+    out_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
+  }
+  std::string Take() { return std::move(out_); }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(absl::string_view in) : in_(in) {}
+  template <typename T>
+  T Get() {
+    T value;
+    std::memcpy(&value, in_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return value;
+  }
+  void Get(std::array<uint8_t, 32>* bytes) {
+    std::memcpy(bytes->data(), in_.data() + pos_, bytes->size());
+    pos_ += bytes->size();
+  }
+
+ private:
+  absl::string_view in_;
+  size_t pos_ = 0;
+};
+
+absl::Status CheckPreamble(Reader& r, Role expected_role, absl::string_view what) {
+  const auto magic = r.Get<uint32_t>();
+  if (magic != kMagic) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(what, ": not a libddp peer (bad magic 0x", absl::Hex(magic), ")"));
+  }
+  const auto version = r.Get<uint16_t>();
+  if (version != kVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": protocol version ", version, " but this libddp speaks ", kVersion));
+  }
+  const auto role = r.Get<uint16_t>();
+  if (role != static_cast<uint16_t>(expected_role)) {
+    return absl::PermissionDeniedError(absl::StrCat(what, ": wrong role ", role));
+  }
+  return absl::OkStatus();
+}
+
+Mac ComputeMac(absl::string_view token, absl::string_view label, Role role, const Nonce& first,
+               const Nonce& second, int32_t server_rank, int32_t client_rank, uint16_t stream) {
+  Writer w;
+  w.Put(static_cast<uint16_t>(role));
+  w.Put(first);
+  w.Put(second);
+  w.Put(server_rank);
+  w.Put(client_rank);
+  w.Put(stream);
+  const std::string message = absl::StrCat(label, w.Take());
+  return crypto::HmacSha256(
+      token, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(message.data()), message.size()));
+}
+
+}  // namespace
+
+std::string EncodeHello(const Hello& hello) {
+  Writer w;
+  w.Put(kMagic);
+  w.Put(kVersion);
+  w.Put(static_cast<uint16_t>(hello.role));
+  w.Put(hello.server_rank);
+  w.Put(hello.nonce);
+  return w.Take();
+}
+
+absl::StatusOr<Hello> DecodeHello(absl::string_view bytes, Role expected_role) {
+  if (bytes.size() != kHelloSize) return absl::InternalError("hello has the wrong size");
+  Reader r(bytes);
+  DDP_RETURN_IF_ERROR(CheckPreamble(r, expected_role, "handshake hello"));
+  Hello hello;
+  hello.role = expected_role;
+  hello.server_rank = r.Get<int32_t>();
+  r.Get(&hello.nonce);
+  return hello;
+}
+
+std::string EncodeAuth(const Auth& auth) {
+  Writer w;
+  w.Put(kMagic);
+  w.Put(kVersion);
+  w.Put(static_cast<uint16_t>(auth.role));
+  w.Put(auth.client_rank);
+  w.Put(auth.stream);
+  w.Put(uint16_t{0});
+  w.Put(auth.nonce);
+  w.Put(auth.mac);
+  return w.Take();
+}
+
+absl::StatusOr<Auth> DecodeAuth(absl::string_view bytes, Role expected_role) {
+  if (bytes.size() != kAuthSize) return absl::InternalError("auth has the wrong size");
+  Reader r(bytes);
+  DDP_RETURN_IF_ERROR(CheckPreamble(r, expected_role, "handshake auth"));
+  Auth auth;
+  auth.role = expected_role;
+  auth.client_rank = r.Get<int32_t>();
+  auth.stream = r.Get<uint16_t>();
+  r.Get<uint16_t>();
+  r.Get(&auth.nonce);
+  r.Get(&auth.mac);
+  return auth;
+}
+
+std::string EncodeAccept(const Mac& mac) {
+  Writer w;
+  w.Put(kMagic);
+  w.Put(mac);
+  return w.Take();
+}
+
+absl::StatusOr<Mac> DecodeAccept(absl::string_view bytes) {
+  if (bytes.size() != kAcceptSize) return absl::InternalError("accept has the wrong size");
+  Reader r(bytes);
+  if (r.Get<uint32_t>() != kMagic) {
+    return absl::PermissionDeniedError("handshake accept: not a libddp peer (bad magic)");
+  }
+  Mac mac;
+  r.Get(&mac);
+  return mac;
+}
+
+Mac ClientMac(absl::string_view token, const Hello& hello, int32_t client_rank, uint16_t stream,
+              const Nonce& client_nonce) {
+  return ComputeMac(token, "ddp-client", hello.role, hello.nonce, client_nonce, hello.server_rank,
+                    client_rank, stream);
+}
+
+Mac ServerMac(absl::string_view token, const Hello& hello, const Auth& auth) {
+  return ComputeMac(token, "ddp-server", hello.role, auth.nonce, hello.nonce, hello.server_rank,
+                    auth.client_rank, auth.stream);
+}
+
+bool MacEqual(const Mac& a, const Mac& b) { return crypto::ConstantTimeEqual(a, b); }
+
+absl::StatusOr<Nonce> NewNonce() {
+  Nonce nonce;
+  DDP_RETURN_IF_ERROR(crypto::RandomBytes(absl::MakeSpan(nonce)));
+  return nonce;
+}
+
+absl::Status ReadFull(int fd, void* data, size_t n, absl::Time deadline) {
+  auto* p = static_cast<char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::recv(fd, p + done, n - done, 0);
+    if (got > 0) {
+      done += static_cast<size_t>(got);
+      continue;
+    }
+    if (got == 0) return absl::UnavailableError("connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoError("recv");
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("timed out reading");
+    pollfd pfd{fd, POLLIN, 0};
+    ::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WriteFull(int fd, const void* data, size_t n, absl::Time deadline) {
+  const auto* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t put = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
+    if (put > 0) {
+      done += static_cast<size_t>(put);
+      continue;
+    }
+    if (put < 0 && errno == EINTR) continue;
+    if (put < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return ErrnoError("send");
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("timed out writing");
+    pollfd pfd{fd, POLLOUT, 0};
+    ::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerHandshake(int fd, absl::string_view token, Role role, int32_t server_rank,
+                             absl::Time deadline, Auth* client) {
+  Hello hello{role, server_rank, {}};
+  DDP_ASSIGN_OR_RETURN(hello.nonce, NewNonce());
+  const std::string hello_bytes = EncodeHello(hello);
+  DDP_RETURN_IF_ERROR(WriteFull(fd, hello_bytes.data(), hello_bytes.size(), deadline));
+  std::string auth_bytes(kAuthSize, '\0');
+  DDP_RETURN_IF_ERROR(ReadFull(fd, auth_bytes.data(), auth_bytes.size(), deadline));
+  DDP_ASSIGN_OR_RETURN(*client, DecodeAuth(auth_bytes, role));
+  const Mac expected = ClientMac(token, hello, client->client_rank, client->stream, client->nonce);
+  if (!MacEqual(expected, client->mac)) {
+    return absl::PermissionDeniedError("handshake: wrong job token");
+  }
+  const std::string accept = EncodeAccept(ServerMac(token, hello, *client));
+  return WriteFull(fd, accept.data(), accept.size(), deadline);
+}
+
+absl::Status ClientHandshake(int fd, absl::string_view token, Role role, int32_t client_rank,
+                             uint16_t stream, absl::Time deadline, Hello* server) {
+  std::string hello_bytes(kHelloSize, '\0');
+  DDP_RETURN_IF_ERROR(ReadFull(fd, hello_bytes.data(), hello_bytes.size(), deadline));
+  DDP_ASSIGN_OR_RETURN(*server, DecodeHello(hello_bytes, role));
+  Auth auth{role, client_rank, stream, {}, {}};
+  DDP_ASSIGN_OR_RETURN(auth.nonce, NewNonce());
+  auth.mac = ClientMac(token, *server, client_rank, stream, auth.nonce);
+  const std::string auth_bytes = EncodeAuth(auth);
+  DDP_RETURN_IF_ERROR(WriteFull(fd, auth_bytes.data(), auth_bytes.size(), deadline));
+  std::string accept_bytes(kAcceptSize, '\0');
+  absl::Status read = ReadFull(fd, accept_bytes.data(), accept_bytes.size(), deadline);
+  if (!read.ok()) {
+    // A server that rejects us just closes: the likeliest cause is a token mismatch.
+    return absl::PermissionDeniedError(absl::StrCat("handshake: the server closed the connection (",
+                                                    read.message(),
+                                                    "); is DDP_JOB_TOKEN the same on every rank?"));
+  }
+  DDP_ASSIGN_OR_RETURN(Mac mac, DecodeAccept(accept_bytes));
+  if (!MacEqual(mac, ServerMac(token, *server, auth))) {
+    return absl::PermissionDeniedError("handshake: the server does not know the job token");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddp::auth

@@ -1,0 +1,31 @@
+// Typed reads of environment variables; a malformed value is an error naming the variable.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace ddp::env {
+
+std::optional<std::string> Get(const char* name);
+
+// Integer in [min, max]; nullopt when unset or empty.
+absl::StatusOr<std::optional<int64_t>> GetInt(const char* name, int64_t min, int64_t max);
+// 1/0, true/false, yes/no, on/off.
+absl::StatusOr<std::optional<bool>> GetBool(const char* name);
+// Seconds as a decimal number (> 0).
+absl::StatusOr<std::optional<absl::Duration>> GetSeconds(const char* name);
+// Byte count with optional K/M/G suffix (powers of 1024).
+absl::StatusOr<std::optional<int64_t>> GetBytes(const char* name, int64_t min, int64_t max);
+
+// One of `choices` (case-insensitive); returns the index.
+absl::StatusOr<std::optional<int>> GetChoice(const char* name,
+                                             const std::vector<absl::string_view>& choices);
+
+}  // namespace ddp::env

@@ -1,0 +1,366 @@
+// Context: bootstrap (store, topology), transport and collectives for one rank, plus the
+// argument checks that turn bad input into clear errors before anything is touched.
+#include "ddp/context.h"
+
+#include <unistd.h>
+
+#include <cstdint>
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bootstrap/tcp_store.h"
+#include "bootstrap/topology.h"
+#include "collectives/collectives.h"
+#include "common/log.h"
+#include "common/socket.h"
+#include "common/status.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace ddp {
+
+class ContextImpl {
+ public:
+  Options options;
+  bootstrap::Topology topology;
+  std::unique_ptr<bootstrap::TcpStoreServer> store_server;
+  std::unique_ptr<transport::tcp::TcpTransport> transport;
+  std::unique_ptr<collectives::Communicator> comm;
+  std::mutex mu;  // one collective at a time: ranks must issue them in the same order
+  bool shut_down = false;
+
+  absl::Status Init();
+  // Common checks; `what` names the call in errors.
+  absl::Status Check(absl::string_view what) const;
+  absl::Status CheckBuffer(absl::string_view what, absl::string_view name, const void* p,
+                           size_t count, DataType type) const;
+};
+
+namespace {
+
+std::string HostName(const Options& options) {
+  if (!options.hostname.empty()) return options.hostname;
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
+  const auto x = reinterpret_cast<uintptr_t>(a);
+  const auto y = reinterpret_cast<uintptr_t>(b);
+  return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
+}
+
+absl::StatusOr<size_t> Bytes(size_t count, DataType type, absl::string_view what) {
+  const size_t es = DataTypeSize(type);
+  if (count > SIZE_MAX / es / 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": count ", count, " of ", DataTypeName(type), " overflows"));
+  }
+  return count * es;
+}
+
+}  // namespace
+
+absl::Status ContextImpl::Init() {
+  DDP_RETURN_IF_ERROR(options.Validate());
+  log::SetLevel(options.log_level);
+  log::SetRank(options.rank);
+  const std::string host = HostName(options);
+  const int n = options.size;
+  std::vector<std::string> hosts(static_cast<size_t>(n), host);
+  std::vector<std::string> addresses(static_cast<size_t>(n));
+  if (n > 1) {
+    const absl::Time deadline = absl::Now() + options.start_timeout;
+    if (options.rank == 0 && !options.rendezvous_external) {
+      DDP_ASSIGN_OR_RETURN(std::string ip, net::Resolve(options.rendezvous_addr));
+      auto server =
+          bootstrap::TcpStoreServer::Start(ip, options.rendezvous_port, options.job_token);
+      if (!server.ok()) {
+        return Annotate(server.status(),
+                        absl::StrCat("rank 0 cannot host the rendezvous store at ",
+                                     net::JoinHostPort(ip, options.rendezvous_port),
+                                     " (DDP_RENDEZVOUS_ADDR/PORT; is the port in use?)"));
+      }
+      store_server = std::move(*server);
+    }
+    DDP_ASSIGN_OR_RETURN(auto store, bootstrap::TcpStoreClient::Connect(
+                                         options.rendezvous_addr, options.rendezvous_port,
+                                         options.job_token, options.rank, deadline));
+    // A fresh key space per initialisation, so a re-init never reads stale addresses.
+    DDP_ASSIGN_OR_RETURN(int64_t generation,
+                         store->Add(absl::StrCat("ddp/init/", options.rank), 1));
+    const std::string prefix = absl::StrCat("ddp/", generation, "/");
+
+    DDP_ASSIGN_OR_RETURN(std::string listen_ip,
+                         net::ChooseLocalAddress(options.iface, options.rendezvous_addr));
+    transport::tcp::TcpConfig config;
+    config.rank = options.rank;
+    config.size = n;
+    config.token = options.job_token;
+    config.listen_ip = listen_ip;
+    config.hostname = host;
+    config.streams = options.tcp_streams;
+    config.socket_buffer_bytes = options.socket_buffer_bytes;
+    config.timeout = options.timeout;
+    DDP_ASSIGN_OR_RETURN(transport, transport::tcp::TcpTransport::Create(config));
+    DDP_RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "host/", options.rank), host));
+    DDP_RETURN_IF_ERROR(
+        store->Set(absl::StrCat(prefix, "addr/", options.rank), transport->listen_address()));
+    for (int r = 0; r < n; ++r) {
+      const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+      auto h = store->Get(absl::StrCat(prefix, "host/", r), left);
+      auto a = h.ok() ? store->Get(absl::StrCat(prefix, "addr/", r), left) : h;
+      if (!h.ok() || !a.ok()) {
+        const absl::Status& s = h.ok() ? a.status() : h.status();
+        return Annotate(s, absl::StrCat("rank ", r, " did not join within the start timeout (",
+                                        absl::FormatDuration(options.start_timeout),
+                                        ", DDP_START_TIMEOUT_SECONDS); is it running with the "
+                                        "same DDP_SIZE and rendezvous address?"));
+      }
+      hosts[static_cast<size_t>(r)] = *h;
+      addresses[static_cast<size_t>(r)] = *a;
+    }
+    DDP_RETURN_IF_ERROR(transport->ConnectAll(addresses, hosts, deadline));
+    // Every rank has read the store by now (it dialled us or we dialled it after reading).
+  }
+  topology = bootstrap::ComputeTopology(hosts, options.rank);
+  if (options.local_rank >= 0 && options.local_size > 0) {
+    topology.local_rank = options.local_rank;
+    topology.local_size = options.local_size;
+  }
+  if (options.cross_rank >= 0 && options.cross_size > 0) {
+    topology.cross_rank = options.cross_rank;
+    topology.cross_size = options.cross_size;
+  }
+  collectives::Tuning tuning;
+  tuning.algorithm = options.algorithm;
+  tuning.segment_bytes = static_cast<size_t>(options.segment_bytes);
+  tuning.small_allreduce_bytes = static_cast<size_t>(options.small_allreduce_bytes);
+  comm = std::make_unique<collectives::Communicator>(options.rank, n, transport.get(), tuning);
+  DDP_LOG(kInfo, "joined job: rank %d of %d on %s (local %d/%d, cross %d/%d)", options.rank, n,
+          host, topology.local_rank, topology.local_size, topology.cross_rank, topology.cross_size);
+  return absl::OkStatus();
+}
+
+absl::Status ContextImpl::Check(absl::string_view what) const {
+  if (shut_down) {
+    return absl::FailedPreconditionError(absl::StrCat(what, ": the context has been shut down"));
+  }
+  if (transport) {
+    absl::Status health = transport->health();
+    if (!health.ok()) {
+      return Annotate(health, absl::StrCat(what, ": this rank failed earlier"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ContextImpl::CheckBuffer(absl::string_view what, absl::string_view name, const void* p,
+                                      size_t count, DataType type) const {
+  if (!IsValid(type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": invalid data type ", static_cast<int>(type)));
+  }
+  DDP_ASSIGN_OR_RETURN(size_t bytes, Bytes(count, type, what));
+  if (bytes > 0 && p == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", name, " is null but count is ", count));
+  }
+  const size_t align = DataTypeSize(type);
+  if (reinterpret_cast<uintptr_t>(p) % align != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", name, " is not aligned to ", align,
+                                                   " bytes as ", DataTypeName(type), " requires"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- Context --------------------------------------------------------------------------------
+
+Context::Context(std::unique_ptr<ContextImpl> impl) : impl_(std::move(impl)) {}
+
+Context::~Context() { Shutdown().IgnoreError(); }
+
+absl::StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
+  auto impl = std::make_unique<ContextImpl>();
+  impl->options = options;
+  absl::Status status = impl->Init();
+  if (!status.ok()) {
+    if (impl->transport) impl->transport->Shutdown().IgnoreError();
+    return Annotate(status,
+                    absl::StrCat("ddp init (rank ", options.rank, " of ", options.size, ")"));
+  }
+  return std::unique_ptr<Context>(new Context(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<Context>> Context::CreateFromEnvironment() {
+  DDP_ASSIGN_OR_RETURN(Options options, Options::FromEnvironment());
+  return Create(options);
+}
+
+int Context::rank() const { return impl_->options.rank; }
+int Context::size() const { return impl_->options.size; }
+int Context::local_rank() const { return impl_->topology.local_rank; }
+int Context::local_size() const { return impl_->topology.local_size; }
+int Context::cross_rank() const { return impl_->topology.cross_rank; }
+int Context::cross_size() const { return impl_->topology.cross_size; }
+const Options& Context::options() const { return impl_->options; }
+
+absl::Status Context::health() const {
+  return impl_->transport ? impl_->transport->health() : absl::OkStatus();
+}
+
+#define DDP_CALL_PREAMBLE(what)                \
+  std::lock_guard<std::mutex> lock(impl_->mu); \
+  DDP_RETURN_IF_ERROR(impl_->Check(what))
+
+absl::Status Context::Allreduce(const void* send, void* recv, size_t count, DataType type,
+                                ReduceOp op) {
+  const std::string what = absl::StrCat("allreduce(count ", count, ")");
+  DDP_CALL_PREAMBLE(what);
+  if (!IsValid(op)) return absl::InvalidArgumentError(absl::StrCat(what, ": invalid op"));
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "send buffer", send, count, type));
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "receive buffer", recv, count, type));
+  const size_t bytes = count * DataTypeSize(type);
+  if (send != recv && Overlap(send, bytes, recv, bytes)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": send and receive buffers overlap without being the same"));
+  }
+  return Annotate(collectives::Allreduce(*impl_->comm, send, recv, count, type, op),
+                  absl::StrCat("allreduce(count ", count, ", ", DataTypeName(type), ", ",
+                               ReduceOpName(op), ")"));
+}
+
+absl::Status Context::Allgather(const void* send, void* recv, size_t count, DataType type) {
+  std::vector<size_t> counts(static_cast<size_t>(size()), count);
+  return Allgatherv(send, recv, counts, type);
+}
+
+absl::Status Context::Allgatherv(const void* send, void* recv, absl::Span<const size_t> counts,
+                                 DataType type) {
+  const std::string what = "allgather";
+  DDP_CALL_PREAMBLE(what);
+  if (counts.size() != static_cast<size_t>(size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", counts.size(), " counts given for ", size(), " ranks"));
+  }
+  size_t total = 0;
+  for (size_t c : counts) {
+    if (c > SIZE_MAX / 16 - total) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": counts overflow"));
+    }
+    total += c;
+  }
+  const size_t mine = counts[static_cast<size_t>(rank())];
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "send buffer", send, mine, type));
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "receive buffer", recv, total, type));
+  const size_t es = DataTypeSize(type);
+  size_t offset = 0;
+  for (int r = 0; r < rank(); ++r) offset += counts[static_cast<size_t>(r)];
+  const char* slot = static_cast<const char*>(recv) + offset * es;
+  if (send != slot && Overlap(send, mine * es, recv, total * es)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": send buffer overlaps the receive buffer (in place means send == recv + ",
+        "rank's offset)"));
+  }
+  return Annotate(collectives::Allgatherv(*impl_->comm, send, recv,
+                                          std::vector<size_t>(counts.begin(), counts.end()), type),
+                  absl::StrCat("allgather(count ", total, ", ", DataTypeName(type), ")"));
+}
+
+absl::Status Context::Broadcast(const void* send, void* recv, size_t count, DataType type,
+                                int root) {
+  const std::string what = absl::StrCat("broadcast(count ", count, ", root ", root, ")");
+  DDP_CALL_PREAMBLE(what);
+  if (root < 0 || root >= size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": root rank ", root, " is out of range [0, ", size(), ")"));
+  }
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "receive buffer", recv, count, type));
+  if (rank() == root && send != nullptr) {
+    DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "send buffer", send, count, type));
+    const size_t bytes = count * DataTypeSize(type);
+    if (send != recv && Overlap(send, bytes, recv, bytes)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": buffers overlap"));
+    }
+  }
+  return Annotate(
+      collectives::Broadcast(*impl_->comm, send, recv, count, type, root),
+      absl::StrCat("broadcast(count ", count, ", ", DataTypeName(type), ", root ", root, ")"));
+}
+
+absl::Status Context::ReduceScatter(const void* send, void* recv, size_t recv_count, DataType type,
+                                    ReduceOp op) {
+  std::vector<size_t> counts(static_cast<size_t>(size()), recv_count);
+  return ReduceScatterv(send, recv, counts, type, op);
+}
+
+absl::Status Context::ReduceScatterv(const void* send, void* recv, absl::Span<const size_t> counts,
+                                     DataType type, ReduceOp op) {
+  const std::string what = "reducescatter";
+  DDP_CALL_PREAMBLE(what);
+  if (!IsValid(op)) return absl::InvalidArgumentError(absl::StrCat(what, ": invalid op"));
+  if (counts.size() != static_cast<size_t>(size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", counts.size(), " counts given for ", size(), " ranks"));
+  }
+  size_t total = 0;
+  for (size_t c : counts) {
+    if (c > SIZE_MAX / 16 - total) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": counts overflow"));
+    }
+    total += c;
+  }
+  const size_t mine = counts[static_cast<size_t>(rank())];
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "send buffer", send, total, type));
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "receive buffer", recv, mine, type));
+  const size_t es = DataTypeSize(type);
+  if (send != recv && Overlap(send, total * es, recv, mine * es)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": buffers overlap"));
+  }
+  return Annotate(
+      collectives::ReduceScatterv(*impl_->comm, send, recv,
+                                  std::vector<size_t>(counts.begin(), counts.end()), type, op),
+      absl::StrCat("reducescatter(count ", total, ", ", DataTypeName(type), ", ", ReduceOpName(op),
+                   ")"));
+}
+
+absl::Status Context::Alltoall(const void* send, void* recv, size_t count, DataType type) {
+  const std::string what = absl::StrCat("alltoall(count ", count, " per rank)");
+  DDP_CALL_PREAMBLE(what);
+  if (count > SIZE_MAX / 16 / static_cast<size_t>(size())) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": count overflows"));
+  }
+  const size_t total = count * static_cast<size_t>(size());
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "send buffer", send, total, type));
+  DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "receive buffer", recv, total, type));
+  const size_t bytes = total * DataTypeSize(type);
+  if (send != recv && Overlap(send, bytes, recv, bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": buffers overlap"));
+  }
+  return Annotate(collectives::Alltoall(*impl_->comm, send, recv, count, type),
+                  absl::StrCat("alltoall(count ", count, ", ", DataTypeName(type), ")"));
+}
+
+absl::Status Context::Barrier() {
+  DDP_CALL_PREAMBLE("barrier");
+  return Annotate(collectives::Barrier(*impl_->comm), "barrier");
+}
+
+void Context::Abort(const absl::Status& reason) {
+  if (impl_->transport) {
+    impl_->transport->Abort(reason.ok() ? absl::AbortedError("aborted by the application")
+                                        : reason);
+  }
+}
+
+absl::Status Context::Shutdown() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->shut_down) return absl::OkStatus();
+  impl_->shut_down = true;
+  if (impl_->transport) impl_->transport->Shutdown().IgnoreError();
+  if (impl_->store_server) impl_->store_server->Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace ddp

@@ -1,0 +1,149 @@
+// Options::FromEnvironment and validation.
+#include "ddp/options.h"
+
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "common/env.h"
+#include "common/status.h"
+
+namespace ddp {
+namespace {
+
+// Reads an int variable, falling back to launcher-specific names (Open MPI, PMI/MPICH, Slurm).
+absl::Status ReadRankVar(const std::vector<const char*>& names, int64_t min, int* out) {
+  for (const char* name : names) {
+    DDP_ASSIGN_OR_RETURN(auto value, env::GetInt(name, min, INT_MAX));
+    if (value) {
+      *out = static_cast<int>(*value);
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::string_view TransportKindName(TransportKind kind) {
+  switch (kind) {
+    case TransportKind::kAuto:
+      return "auto";
+    case TransportKind::kTcp:
+      return "tcp";
+    case TransportKind::kShm:
+      return "shm";
+    case TransportKind::kMpi:
+      return "mpi";
+    case TransportKind::kOfi:
+      return "ofi";
+  }
+  return "?";
+}
+
+absl::string_view AlgorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kRecursiveDoubling:
+      return "rd";
+    case Algorithm::kHierarchical:
+      return "hier";
+  }
+  return "?";
+}
+
+absl::StatusOr<Options> Options::FromEnvironment() {
+  Options o;
+  DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0, &o.rank));
+  DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1, &o.size));
+  DDP_RETURN_IF_ERROR(ReadRankVar(
+      {"DDP_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, 0, &o.local_rank));
+  DDP_RETURN_IF_ERROR(ReadRankVar(
+      {"DDP_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1, &o.local_size));
+  DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_CROSS_RANK"}, 0, &o.cross_rank));
+  DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_CROSS_SIZE"}, 1, &o.cross_size));
+  if (auto v = env::Get("DDP_HOSTNAME")) o.hostname = *v;
+  if (auto v = env::Get("DDP_RENDEZVOUS_ADDR")) o.rendezvous_addr = *v;
+  DDP_ASSIGN_OR_RETURN(auto port, env::GetInt("DDP_RENDEZVOUS_PORT", 1, 65535));
+  if (port) o.rendezvous_port = static_cast<int>(*port);
+  DDP_ASSIGN_OR_RETURN(auto external, env::GetBool("DDP_RENDEZVOUS_EXTERNAL"));
+  if (external) o.rendezvous_external = *external;
+  if (auto v = env::Get("DDP_JOB_TOKEN")) o.job_token = *v;
+  DDP_ASSIGN_OR_RETURN(auto transport,
+                       env::GetChoice("DDP_TRANSPORT", {"auto", "tcp", "shm", "mpi", "ofi"}));
+  if (transport) o.transport = static_cast<TransportKind>(*transport);
+  if (auto v = env::Get("DDP_IFACE")) o.iface = *v;
+  DDP_ASSIGN_OR_RETURN(auto algo, env::GetChoice("DDP_ALGO", {"auto", "ring", "rd", "hier"}));
+  if (algo) o.algorithm = static_cast<Algorithm>(*algo);
+  DDP_ASSIGN_OR_RETURN(auto timeout, env::GetSeconds("DDP_TIMEOUT_SECONDS"));
+  if (timeout) o.timeout = *timeout;
+  DDP_ASSIGN_OR_RETURN(auto start_timeout, env::GetSeconds("DDP_START_TIMEOUT_SECONDS"));
+  if (start_timeout) o.start_timeout = *start_timeout;
+  DDP_ASSIGN_OR_RETURN(auto level, env::GetChoice("DDP_LOG_LEVEL", {"trace", "debug", "info",
+                                                                    "warning", "error", "off"}));
+  if (level) o.log_level = static_cast<LogLevel>(*level);
+  DDP_ASSIGN_OR_RETURN(auto streams, env::GetInt("DDP_TCP_STREAMS", 1, 16));
+  if (streams) o.tcp_streams = static_cast<int>(*streams);
+  DDP_ASSIGN_OR_RETURN(auto sockbuf, env::GetBytes("DDP_SOCKET_BUFFER_BYTES", 0, 1LL << 30));
+  if (sockbuf) o.socket_buffer_bytes = static_cast<int>(*sockbuf);
+  DDP_ASSIGN_OR_RETURN(auto segment, env::GetBytes("DDP_SEGMENT_BYTES", 4096, 1LL << 30));
+  if (segment) o.segment_bytes = *segment;
+  DDP_ASSIGN_OR_RETURN(auto small, env::GetBytes("DDP_SMALL_ALLREDUCE_BYTES", 0, 1LL << 30));
+  if (small) o.small_allreduce_bytes = *small;
+  DDP_RETURN_IF_ERROR(o.Validate());
+  return o;
+}
+
+absl::Status Options::Validate() const {
+  if (size < 1) return absl::InvalidArgumentError(absl::StrCat("DDP_SIZE=", size, " must be >= 1"));
+  if (rank < 0 || rank >= size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DDP_RANK=", rank, " is out of range for DDP_SIZE=", size));
+  }
+  if (local_size != -1 && (local_rank < 0 || local_rank >= local_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DDP_LOCAL_RANK=", local_rank, " is out of range for DDP_LOCAL_SIZE=", local_size));
+  }
+  if (cross_size != -1 && (cross_rank < 0 || cross_rank >= cross_size)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DDP_CROSS_RANK=", cross_rank, " is out of range for DDP_CROSS_SIZE=", cross_size));
+  }
+  if (size > 1 && job_token.empty()) {
+    return absl::InvalidArgumentError(
+        "DDP_JOB_TOKEN is not set: every rank of a job with DDP_SIZE > 1 needs the same secret "
+        "token (ddprun makes one; by hand: export DDP_JOB_TOKEN=$(head -c 16 /dev/urandom | "
+        "od -An -tx1 | tr -d ' \\n'))");
+  }
+  if (size > 1 && job_token.size() < 8) {
+    return absl::InvalidArgumentError("DDP_JOB_TOKEN is too short: use at least 8 characters");
+  }
+  if (transport == TransportKind::kShm || transport == TransportKind::kMpi ||
+      transport == TransportKind::kOfi) {
+    return absl::UnimplementedError(
+        absl::StrCat("DDP_TRANSPORT=", TransportKindName(transport),
+                     " is not available in this build (available: auto, tcp)"));
+  }
+  if (algorithm == Algorithm::kHierarchical) {
+    return absl::UnimplementedError(
+        "DDP_ALGO=hier is not available in this build (available: auto, ring, rd)");
+  }
+  if (rendezvous_port < 1 || rendezvous_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DDP_RENDEZVOUS_PORT=", rendezvous_port, " is out of range [1, 65535]"));
+  }
+  if (tcp_streams < 1 || tcp_streams > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DDP_TCP_STREAMS=", tcp_streams, " is out of range [1, 16]"));
+  }
+  if (segment_bytes < 4096) {
+    return absl::InvalidArgumentError("DDP_SEGMENT_BYTES must be at least 4096");
+  }
+  if (timeout <= absl::ZeroDuration() || start_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("DDP_TIMEOUT_SECONDS must be positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddp

@@ -1,0 +1,86 @@
+// The element-wise operations behind every ReduceOp, shared by the portable and F16C kernels.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+namespace ddp::reduce::internal {
+
+// Elements per kernel block: a multiple of every vector width, small enough for stack scratch
+// (2 KiB per array at 8 bytes an element), and a compile-time trip count so that GCC's -O2
+// "very-cheap" vectorizer accepts the loop (it rejects loops needing a scalar epilogue).
+inline constexpr size_t kBlock = 256;
+
+template <typename T>
+using SameSizeBits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+
+// NaN-propagating floating min/max. Ties (a == b) combine the bit patterns, OR for min and AND
+// for max, which only matters for -0 vs +0 and makes the result independent of operand order.
+// An unordered pair returns the first NaN operand made quiet. No arithmetic is done on the
+// NaN path: under -ftrapping-math GCC will not vectorize a loop with conditional float math.
+template <typename T, bool kIsMin>
+[[gnu::always_inline]] inline T FloatMinMax(T a, T b) {
+  using Bits = SameSizeBits<T>;
+  constexpr Bits kQuiet = Bits{1} << (std::numeric_limits<T>::digits - 2);
+  const Bits a_bits = std::bit_cast<Bits>(a);
+  const Bits b_bits = std::bit_cast<Bits>(b);
+  const T pick = kIsMin ? (a < b ? a : b) : (a > b ? a : b);
+  const T tie = std::bit_cast<T>(kIsMin ? (a_bits | b_bits) : (a_bits & b_bits));
+  const T ordered = a == b ? tie : pick;
+  const T nan = std::bit_cast<T>((a != a ? a_bits : b_bits) | kQuiet);
+  return std::isunordered(a, b) ? nan : ordered;
+}
+
+// Integer sum and product go through the unsigned type of the same width, where overflow wraps
+// instead of being undefined. The narrowing back to a signed type is modular since C++20.
+struct Sum {
+  template <typename T>
+  [[gnu::always_inline]] static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+    } else {
+      return a + b;
+    }
+  }
+};
+
+struct Product {
+  template <typename T>
+  [[gnu::always_inline]] static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
+    } else {
+      return a * b;
+    }
+  }
+};
+
+struct Min {
+  template <typename T>
+  [[gnu::always_inline]] static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return b < a ? b : a;
+    } else {
+      return FloatMinMax<T, /*kIsMin=*/true>(a, b);
+    }
+  }
+};
+
+struct Max {
+  template <typename T>
+  [[gnu::always_inline]] static T Apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      return a < b ? b : a;
+    } else {
+      return FloatMinMax<T, /*kIsMin=*/false>(a, b);
+    }
+  }
+};
+
+}  // namespace ddp::reduce::internal

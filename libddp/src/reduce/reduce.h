@@ -1,0 +1,28 @@
+// Element-wise reduction kernels for every DataType x ReduceOp, used by the collectives.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ddp/types.h"
+
+namespace ddp::reduce {
+
+// dst[i] = a[i] (op) b[i] for i < count. dst may be the same pointer as a or b (not a partial
+// overlap). kAverage combines like kSum; the collective finishes it with DivideBy. f16 and bf16
+// are computed in f32 and rounded to nearest-even once per element. Integer sum and product wrap
+// around (two's complement), never undefined behaviour. Min and max propagate NaN.
+// The result for given inputs is the same on every machine (no reassociation across elements).
+void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
+
+// buf[i] = buf[i] / divisor for i < count (finishes an average). Integers truncate toward zero;
+// f16/bf16 divide in f32.
+void DivideBy(DataType type, void* buf, size_t count, int64_t divisor);
+
+// IEEE binary16 and bfloat16 conversions (round to nearest even, NaN stays NaN).
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+float BFloat16ToFloat(uint16_t b);
+uint16_t FloatToBFloat16(float f);
+
+}  // namespace ddp::reduce

@@ -1,0 +1,26 @@
+// Request completion and waiting.
+#include "transport/transport.h"
+
+namespace ddp::transport {
+
+absl::Status Request::Wait() {
+  // Most waits on a busy job end within microseconds: spin briefly before sleeping in the kernel.
+  for (int i = 0; i < 2000; ++i) {
+    if (Test()) return status_;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  while (state_.load(std::memory_order_acquire) == kPending) {
+    state_.wait(kPending, std::memory_order_acquire);
+  }
+  return status_;
+}
+
+void Request::Complete(absl::Status status) {
+  status_ = std::move(status);
+  state_.store(kDone, std::memory_order_release);
+  state_.notify_all();
+}
+
+}  // namespace ddp::transport

@@ -1,0 +1,72 @@
+// The frame header that precedes every message on an established TCP stream.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "transport/transport.h"
+
+namespace ddp::transport::tcp {
+
+inline constexpr uint32_t kFrameMagic = 0x46504444;  // "DDPF"
+inline constexpr uint8_t kFrameVersion = 1;
+// No single message may exceed this; it bounds what a corrupt header can make us expect.
+inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
+// An ABORT frame's reason text is truncated to this.
+inline constexpr uint64_t kMaxAbortBytes = 4096;
+
+// kHeartbeat proves the sender's process is alive; its `reserved` field carries kWaitingFlag
+// when the sender is itself blocked waiting on some peer (so it is not the one to blame).
+enum class FrameType : uint8_t { kData = 1, kBye = 2, kAbort = 3, kHeartbeat = 4 };
+inline constexpr uint16_t kWaitingFlag = 1;
+
+struct FrameHeader {
+  uint32_t magic = kFrameMagic;
+  uint8_t version = kFrameVersion;
+  FrameType type = FrameType::kData;
+  uint16_t reserved = 0;
+  uint64_t tag = 0;
+  uint64_t length = 0;
+  Descriptor descriptor;
+};
+inline constexpr size_t kFrameHeaderSize = 4 + 1 + 1 + 2 + 8 + 8 + 16;
+
+inline void EncodeFrameHeader(const FrameHeader& h, char* out) {
+  std::memcpy(out, &h.magic, 4);
+  out[4] = static_cast<char>(h.version);
+  out[5] = static_cast<char>(h.type);
+  std::memcpy(out + 6, &h.reserved, 2);
+  std::memcpy(out + 8, &h.tag, 8);
+  std::memcpy(out + 16, &h.length, 8);
+  std::memcpy(out + 24, h.descriptor.bytes.data(), 16);
+}
+
+// Validates every field before the caller acts on any of them.
+inline absl::StatusOr<FrameHeader> DecodeFrameHeader(const char* in) {
+  FrameHeader h;
+  std::memcpy(&h.magic, in, 4);
+  h.version = static_cast<uint8_t>(in[4]);
+  const auto type = static_cast<uint8_t>(in[5]);
+  std::memcpy(&h.reserved, in + 6, 2);
+  std::memcpy(&h.tag, in + 8, 8);
+  std::memcpy(&h.length, in + 16, 8);
+  std::memcpy(h.descriptor.bytes.data(), in + 24, 16);
+  if (h.magic != kFrameMagic) {
+    return absl::DataLossError(absl::StrCat("corrupt frame (magic 0x", absl::Hex(h.magic), ")"));
+  }
+  if (h.version != kFrameVersion) {
+    return absl::FailedPreconditionError(absl::StrCat("frame version ", h.version));
+  }
+  if (type < 1 || type > 4) return absl::DataLossError(absl::StrCat("unknown frame type ", type));
+  h.type = static_cast<FrameType>(type);
+  if (h.length > kMaxFrameBytes || (h.type == FrameType::kAbort && h.length > kMaxAbortBytes) ||
+      ((h.type == FrameType::kBye || h.type == FrameType::kHeartbeat) && h.length != 0)) {
+    return absl::DataLossError(absl::StrCat("frame claims an impossible length ", h.length));
+  }
+  return h;
+}
+
+}  // namespace ddp::transport::tcp

@@ -1,0 +1,294 @@
+// TcpTransport connection management: dialing, accepting, the non-blocking handshake.
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "transport/tcp/tcp_state.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace ddp::transport::tcp {
+namespace {
+
+constexpr size_t kStageBytes = 64 << 10;
+// Connections still proving themselves; more than this at once are refused outright.
+constexpr size_t kMaxHandshaking = 256;
+
+}  // namespace
+
+absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
+                                      const std::vector<std::string>& hosts, absl::Time deadline) {
+  if (addresses.size() != static_cast<size_t>(config_.size) ||
+      hosts.size() != static_cast<size_t>(config_.size)) {
+    return absl::InvalidArgumentError("ConnectAll: one address and host per rank");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  addresses_ = addresses;
+  hosts_ = hosts;
+  connect_requested_ = true;
+  requested_connect_deadline_ = deadline;
+  lock.unlock();
+  Wake();
+  lock.lock();
+  // The progress thread enforces the deadline with a precise error; this wait only backs it up.
+  connected_cv_.wait_until(lock, absl::ToChronoTime(deadline + absl::Seconds(5)),
+                           [&] { return connected_ || !failure_.ok(); });
+  if (!failure_.ok()) return failure_;
+  if (!connected_) return absl::DeadlineExceededError("timed out connecting to the other ranks");
+  return absl::OkStatus();
+}
+
+bool TcpTransport::AllConnected() const {
+  for (int r = 0; r < config_.size; ++r) {
+    if (r == config_.rank) continue;
+    for (Stream* s : peers_[static_cast<size_t>(r)]->streams) {
+      if (s == nullptr) return false;
+    }
+  }
+  return true;
+}
+
+void TcpTransport::StartDial(int peer, int stream_index) {
+  const Peer& p = *peers_[static_cast<size_t>(peer)];
+  std::string ip;
+  int port = 0;
+  absl::Status parsed = net::SplitHostPort(p.address, &ip, &port);
+  absl::StatusOr<net::Fd> fd =
+      parsed.ok() ? net::StartConnect(ip, port) : absl::StatusOr<net::Fd>(parsed);
+  if (!fd.ok()) {
+    Fail(PeerError(peer, absl::StatusCode::kUnavailable,
+                   absl::StrCat("cannot connect: ", fd.status().message())));
+    return;
+  }
+  auto s = std::make_unique<Stream>();
+  s->fd = std::move(*fd);
+  s->dialer = true;
+  s->peer = peer;
+  s->index = stream_index;
+  s->remote = p.address;
+  s->state = StreamState::kConnecting;
+  s->deadline = connect_deadline_;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.data.ptr = s.get();
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd.get(), &ev) != 0) {
+    Fail(ErrnoError("epoll_ctl"));
+    return;
+  }
+  streams_.push_back(std::move(s));
+}
+
+void TcpTransport::AcceptNew() {
+  while (true) {
+    const int raw = ::accept4(listener_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (raw < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      return;  // EAGAIN, or out of descriptors: try again on the next event
+    }
+    net::Fd fd(raw);
+    const size_t handshaking = static_cast<size_t>(std::count_if(
+        streams_.begin(), streams_.end(),
+        [](const std::unique_ptr<Stream>& s) { return s->state == StreamState::kAwaitAuth; }));
+    const std::string remote = net::PeerAddress(fd.get());
+    if (handshaking >= kMaxHandshaking) {
+      rejected_.fetch_add(1);
+      DDP_LOG(kWarning, "rejected connection from %s: too many unauthenticated connections",
+              remote);
+      continue;
+    }
+    auto hello = auth::NewNonce();
+    if (!hello.ok()) {
+      Fail(hello.status());
+      return;
+    }
+    auto s = std::make_unique<Stream>();
+    s->fd = std::move(fd);
+    s->remote = remote;
+    s->state = StreamState::kAwaitAuth;
+    s->deadline = absl::Now() + config_.handshake_timeout;
+    s->hello = auth::Hello{auth::Role::kTransport, config_.rank, *hello};
+    s->hs_out = auth::EncodeHello(s->hello);
+    s->hs_need = auth::kAuthSize;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.ptr = s.get();
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd.get(), &ev) != 0) continue;
+    Stream* raw_stream = s.get();
+    streams_.push_back(std::move(s));
+    OnHandshakeEvent(raw_stream, EPOLLIN | EPOLLOUT);
+  }
+}
+
+void TcpTransport::OnHandshakeEvent(Stream* s, uint32_t events) {
+  if (s->state == StreamState::kConnecting) {
+    if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) return;
+    int err = 0;
+    socklen_t len = sizeof(err);
+    ::getsockopt(s->fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+    if (err != 0) {
+      // The peer may not be listening yet; dial again shortly, until the start deadline.
+      ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
+      s->fd.Reset();
+      s->state = StreamState::kClosed;
+      const int peer = s->peer;
+      s->peer = -1;
+      if (absl::Now() + absl::Milliseconds(100) > connect_deadline_) {
+        Fail(PeerError(peer, absl::StatusCode::kUnavailable,
+                       absl::StrCat("cannot connect: ", std::strerror(err))));
+        return;
+      }
+      redials_.push_back({peer, s->index, absl::Now() + absl::Milliseconds(100)});
+      return;
+    }
+    absl::Status tuned = net::TuneStream(s->fd.get(), config_.socket_buffer_bytes);
+    if (!tuned.ok()) {
+      Fail(tuned);
+      return;
+    }
+    s->state = StreamState::kAwaitHello;
+    s->hs_need = auth::kHelloSize;
+  }
+  absl::Status status = AdvanceHandshake(s);
+  if (status.ok()) return;
+  if (s->dialer) {
+    Fail(PeerError(s->peer, absl::StatusCode::kPermissionDenied,
+                   absl::StrCat("handshake failed: ", status.message(),
+                                " (is DDP_JOB_TOKEN the same on every rank?)")));
+  } else {
+    DropStream(s, status);
+  }
+}
+
+absl::Status TcpTransport::AdvanceHandshake(Stream* s) {
+  while (true) {
+    // Flush what we owe first.
+    while (s->hs_out_done < s->hs_out.size()) {
+      const ssize_t w = ::send(s->fd.get(), s->hs_out.data() + s->hs_out_done,
+                               s->hs_out.size() - s->hs_out_done, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w > 0) {
+        s->hs_out_done += static_cast<size_t>(w);
+        continue;
+      }
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return absl::OkStatus();
+      return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
+    }
+    if (s->state == StreamState::kOpen) {
+      AttachOpenStream(s);
+      return absl::OkStatus();
+    }
+    // Then read exactly the next message: never more, so no data frame is swallowed.
+    while (s->hs_in.size() < s->hs_need) {
+      char buf[256];
+      const size_t want = std::min(sizeof(buf), s->hs_need - s->hs_in.size());
+      const ssize_t r = ::recv(s->fd.get(), buf, want, MSG_DONTWAIT);
+      if (r > 0) {
+        s->hs_in.append(buf, static_cast<size_t>(r));
+        continue;
+      }
+      if (r == 0) return absl::UnavailableError("connection closed during the handshake");
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
+      return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
+    }
+    const std::string message = std::move(s->hs_in);
+    s->hs_in.clear();
+    switch (s->state) {
+      case StreamState::kAwaitHello: {  // dialer
+        DDP_ASSIGN_OR_RETURN(s->hello, auth::DecodeHello(message, auth::Role::kTransport));
+        if (s->hello.server_rank != s->peer) {
+          return absl::FailedPreconditionError(absl::StrCat("expected rank ", s->peer, " at ",
+                                                            s->remote, " but found rank ",
+                                                            s->hello.server_rank));
+        }
+        DDP_ASSIGN_OR_RETURN(auto nonce, auth::NewNonce());
+        s->auth = auth::Auth{
+            auth::Role::kTransport, config_.rank, static_cast<uint16_t>(s->index), nonce, {}};
+        s->auth.mac = auth::ClientMac(config_.token, s->hello, config_.rank,
+                                      static_cast<uint16_t>(s->index), nonce);
+        s->hs_out = auth::EncodeAuth(s->auth);
+        s->hs_out_done = 0;
+        s->hs_need = auth::kAcceptSize;
+        s->state = StreamState::kAwaitAccept;
+        break;
+      }
+      case StreamState::kAwaitAccept: {  // dialer
+        DDP_ASSIGN_OR_RETURN(auth::Mac mac, auth::DecodeAccept(message));
+        if (!auth::MacEqual(mac, auth::ServerMac(config_.token, s->hello, s->auth))) {
+          return absl::PermissionDeniedError("the peer does not know the job token");
+        }
+        s->state = StreamState::kOpen;
+        break;
+      }
+      case StreamState::kAwaitAuth: {  // acceptor
+        DDP_ASSIGN_OR_RETURN(s->auth, auth::DecodeAuth(message, auth::Role::kTransport));
+        const auth::Mac expected = auth::ClientMac(config_.token, s->hello, s->auth.client_rank,
+                                                   s->auth.stream, s->auth.nonce);
+        if (!auth::MacEqual(expected, s->auth.mac)) {
+          return absl::PermissionDeniedError("wrong job token");
+        }
+        const int peer = s->auth.client_rank;
+        if (peer <= config_.rank || peer >= config_.size || s->auth.stream >= config_.streams) {
+          return absl::PermissionDeniedError(
+              absl::StrCat("claims to be rank ", peer, " stream ", s->auth.stream,
+                           ", which cannot dial rank ", config_.rank));
+        }
+        if (peers_[static_cast<size_t>(peer)]->streams[s->auth.stream] != nullptr) {
+          return absl::AlreadyExistsError(
+              absl::StrCat("rank ", peer, " stream ", s->auth.stream, " is already connected"));
+        }
+        s->peer = peer;
+        s->index = s->auth.stream;
+        s->hs_out = auth::EncodeAccept(auth::ServerMac(config_.token, s->hello, s->auth));
+        s->hs_out_done = 0;
+        s->state = StreamState::kOpen;  // once the accept is flushed
+        break;
+      }
+      default:
+        return absl::InternalError("bad handshake state");
+    }
+  }
+}
+
+void TcpTransport::AttachOpenStream(Stream* s) {
+  if (s->dialer || s->remote.empty()) s->remote = net::PeerAddress(s->fd.get());
+  if (!s->dialer) {
+    absl::Status tuned = net::TuneStream(s->fd.get(), config_.socket_buffer_bytes);
+    if (!tuned.ok()) {
+      Fail(tuned);
+      return;
+    }
+  }
+  s->stage.resize(kStageBytes);
+  s->hs_in.clear();
+  s->hs_out.clear();
+  s->deadline = absl::InfiniteFuture();
+  Peer& p = *peers_[static_cast<size_t>(s->peer)];
+  p.streams[static_cast<size_t>(s->index)] = s;
+  p.last_heard = absl::Now();
+  DDP_LOG(kDebug, "connected to rank %d stream %d (%s)", s->peer, s->index, s->remote);
+  if (AllConnected()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    connected_ = true;
+    connected_cv_.notify_all();
+  }
+  // Data may already be waiting behind the handshake; edge-triggered epoll will not say so.
+  absl::Status status = ReadSome(s);
+  if (!status.ok()) Fail(status);
+}
+
+void TcpTransport::DropStream(Stream* s, const absl::Status& why) {
+  rejected_.fetch_add(1);
+  DDP_LOG(kWarning, "rejected connection from %s: %s", s->remote, why.message());
+  if (s->fd.valid()) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
+  s->fd.Reset();
+  s->state = StreamState::kClosed;
+  s->peer = -1;
+}
+
+}  // namespace ddp::transport::tcp

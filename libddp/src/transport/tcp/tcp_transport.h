@@ -1,0 +1,186 @@
+// TcpTransport: authenticated, non-blocking TCP between every pair of ranks.
+//
+// One progress thread owns every socket and runs an edge-triggered epoll loop; callers hand it
+// work through a mutex-protected inbox and an eventfd, and it completes their Requests. Each peer
+// has `streams` connections (messages are spread round-robin; the receiver matches by tag, so
+// order across streams does not matter). Payloads are written straight from the caller's buffer
+// (writev of header + data) and read straight into the posted receive buffer when it is already
+// posted; otherwise small messages are buffered and large ones wait in the kernel (the stream
+// pauses) until the matching receive arrives.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "common/auth.h"
+#include "common/socket.h"
+#include "transport/tcp/frame.h"
+#include "transport/transport.h"
+
+namespace ddp::transport::tcp {
+
+struct TcpConfig {
+  int rank = 0;
+  int size = 1;
+  std::string token;
+  std::string listen_ip = "127.0.0.1";
+  std::string hostname;
+  int streams = 1;
+  int socket_buffer_bytes = 0;
+  absl::Duration timeout = absl::Seconds(300);
+  // A connection that has not authenticated within this is dropped.
+  absl::Duration handshake_timeout = absl::Seconds(10);
+};
+
+class TcpTransport final : public Transport {
+ public:
+  // Listens and starts the progress thread; strangers are rejected from this point on.
+  static absl::StatusOr<std::unique_ptr<TcpTransport>> Create(TcpConfig config);
+  ~TcpTransport() override;
+
+  // "ip:port" to publish to the other ranks.
+  std::string listen_address() const;
+
+  // Connects to every peer: this rank dials lower ranks and accepts higher ones. addresses[r]
+  // and hosts[r] describe rank r. Fails naming the ranks that did not connect by `deadline`.
+  absl::Status ConnectAll(const std::vector<std::string>& addresses,
+                          const std::vector<std::string>& hosts, absl::Time deadline);
+
+  int rank() const override { return config_.rank; }
+  int size() const override { return config_.size; }
+  std::string PeerName(int peer) const override;
+  RequestPtr Isend(int peer, uint64_t tag, const Descriptor& descriptor, const void* data,
+                   size_t bytes) override;
+  RequestPtr Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
+                   size_t bytes) override;
+  void Abort(const absl::Status& reason) override;
+  absl::Status Shutdown() override;
+  absl::Status health() const override;
+  void SetDescriptorFormatter(DescriptorFormatter formatter) override;
+
+  // Connections rejected so far (wrong token, garbage, timeouts); for tests and logs.
+  int rejected_connections() const { return rejected_.load(); }
+
+ private:
+  struct SendOp {
+    RequestPtr request;
+    char header[kFrameHeaderSize];
+    const char* data = nullptr;
+    size_t bytes = 0;
+    size_t written = 0;                  // of header + data
+    std::shared_ptr<std::string> owned;  // payload of our own control frames
+  };
+  struct RecvOp {
+    RequestPtr request;
+    uint64_t tag = 0;
+    Descriptor descriptor;
+    char* data = nullptr;
+    size_t bytes = 0;
+  };
+  // A message that arrived before its receive was posted.
+  struct Unexpected {
+    FrameHeader header;
+    std::string payload;
+    size_t received = 0;
+    std::unique_ptr<RecvOp> claimed;  // a receive posted while the payload was still arriving
+  };
+  enum class StreamState { kConnecting, kAwaitHello, kAwaitAuth, kAwaitAccept, kOpen, kClosed };
+  struct Stream;
+  struct Peer;
+  struct PostedSend {
+    int peer;
+    SendOp op;
+  };
+  struct PostedRecv {
+    int peer;
+    RecvOp op;
+  };
+  struct AbortCommand {
+    absl::Status reason;
+  };
+  using Command = std::variant<PostedSend, PostedRecv, AbortCommand>;
+
+  explicit TcpTransport(TcpConfig config);
+  void Run();
+  void DrainInbox();
+  void CheckDeadlines(absl::Time now);
+  void Wake();
+
+  // Connection management (tcp_connect.cc).
+  void AcceptNew();
+  void StartDial(int peer, int stream_index);
+  void OnHandshakeEvent(Stream* s, uint32_t events);
+  absl::Status AdvanceHandshake(Stream* s);
+  void AttachOpenStream(Stream* s);
+  void DropStream(Stream* s, const absl::Status& why);
+  bool AllConnected() const;
+
+  // Data path (tcp_transport.cc).
+  void OnStreamEvent(Stream* s, uint32_t events);
+  void PostSend(int peer, SendOp op);
+  void PostRecv(int peer, RecvOp op);
+  absl::Status WriteSome(Stream* s);
+  absl::Status ReadSome(Stream* s);
+  absl::Status OnHeader(Stream* s, const FrameHeader& h);
+  absl::Status MatchMessage(Stream* s);
+  absl::Status CheckGroupAgreement(int peer, uint64_t tag, const Descriptor& descriptor);
+  absl::Status FinishMessage(Stream* s);
+  absl::Status PeerError(int peer, absl::StatusCode code, absl::string_view what) const;
+  std::string Describe(const Descriptor& descriptor) const;
+  void Fail(const absl::Status& status);
+  void FailAllPending();
+  void SendAbortFrames(const absl::Status& reason);
+  void SendByeFrames();
+  bool SendsPending() const;
+  bool IsFilling(const Peer& p, const Unexpected* u) const;
+  void MarkBusy(Peer& p, absl::Time now);
+  bool WaitingOn(const Peer& p) const;
+  void SendHeartbeats(absl::Time now);
+
+  const TcpConfig config_;
+  net::Fd listener_;
+  int listen_port_ = 0;
+  net::Fd epoll_;
+  net::Fd wake_fd_;
+  std::thread thread_;
+
+  // Shared with callers.
+  mutable std::mutex mu_;
+  std::condition_variable connected_cv_;
+  std::vector<Command> inbox_;
+  absl::Status failure_;  // first error; guarded by mu_
+  std::atomic<bool> failed_{false};
+  bool stopping_ = false;  // Shutdown requested; guarded by mu_
+  bool stopped_ = false;   // progress thread has exited; guarded by mu_
+  bool connect_requested_ = false;
+  bool connected_ = false;
+  absl::Time requested_connect_deadline_ = absl::InfiniteFuture();
+  std::vector<std::string> addresses_;
+  std::vector<std::string> hosts_;
+  DescriptorFormatter formatter_;
+  std::atomic<int> rejected_{0};
+
+  // Owned by the progress thread.
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::vector<std::unique_ptr<Peer>> peers_;
+  size_t unexpected_bytes_ = 0;
+  bool dialing_started_ = false;
+  absl::Time connect_deadline_ = absl::InfiniteFuture();
+  struct Redial {
+    int peer;
+    int index;
+    absl::Time at;
+  };
+  std::vector<Redial> redials_;
+};
+
+}  // namespace ddp::transport::tcp

@@ -1,0 +1,372 @@
+// Errors, never hangs: dead and stopped ranks, strangers and garbage on the wire, ranks that
+// disagree, aborts. Each job runs as real processes; a job that outlives its hang limit fails.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "bootstrap/tcp_store.h"
+#include "common/auth.h"
+#include "common/socket.h"
+#include "ddp/context.h"
+#include "support/multiprocess.h"
+#include "transport/tcp/frame.h"
+
+namespace ddp::testing {
+namespace {
+
+// Allreduces until one fails; returns that error (or OK if `iterations` all succeed).
+absl::Status AllreduceUntilError(Context& ctx, size_t count, int iterations) {
+  std::vector<float> buf(count, 1.0f);
+  for (int i = 0; i < iterations; ++i) {
+    absl::Status s =
+        ctx.Allreduce(buf.data(), buf.data(), count, DataType::kFloat32, ReduceOp::kAverage);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+std::string TempPath(absl::string_view name) {
+  return absl::StrCat(::testing::TempDir(), "/ddp-", name, "-", ::getpid());
+}
+
+TEST(Faults, RankKilledMidAllreduceNamesItOnEverySurvivor) {
+  for (int n : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat("N=", n));
+    JobSpec spec;
+    spec.size = n;
+    spec.env = {{"DDP_TIMEOUT_SECONDS", "60"}};
+    spec.hang_limit = absl::Seconds(120);
+    JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+      if (ctx.rank() == 1) {
+        // Die from another thread while the main thread is inside allreduces.
+        std::thread([] {
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+          ::raise(SIGKILL);
+        }).detach();
+      }
+      absl::Status s = AllreduceUntilError(ctx, 1 << 20, 1000000);
+      if (s.ok()) return absl::InternalError("allreduce kept succeeding after rank 1 died");
+      return s;
+    });
+    ASSERT_FALSE(job.hung) << job.Summary();
+    EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
+    for (int r = 0; r < n; ++r) {
+      if (r == 1) continue;
+      const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+      ASSERT_TRUE(rr.status_reported) << job.Summary();
+      EXPECT_TRUE(absl::StrContains(rr.status, "rank 1")) << job.Summary();
+      EXPECT_TRUE(absl::StrContains(rr.status, "allreduce")) << job.Summary();
+      EXPECT_EQ(rr.exit_code, 1) << job.Summary();
+    }
+  }
+}
+
+TEST(Faults, StoppedRankTimesOutNamingIt) {
+  const std::string pid_file = TempPath("stopped-pid");
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "2"}};
+  spec.hang_limit = absl::Seconds(90);
+  JobResult job = RunWithContext(spec, [&](Context& ctx) -> absl::Status {
+    if (ctx.rank() == 1) {
+      std::ofstream(pid_file) << ::getpid();
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::raise(SIGSTOP);
+      }).detach();
+    }
+    absl::Status s = AllreduceUntilError(ctx, 1 << 16, 1000000);
+    if (ctx.rank() == 0) {
+      // Clean up the stopped process once the error has been seen.
+      int pid = 0;
+      std::ifstream(pid_file) >> pid;
+      if (pid > 0) ::kill(pid, SIGKILL);
+    }
+    return s.ok() ? absl::InternalError("no error from a stopped peer") : s;
+  });
+  std::remove(pid_file.c_str());
+  std::printf("%s", job.Summary().c_str());
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 2}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    ASSERT_TRUE(rr.status_reported) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "rank 1")) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "DDP_TIMEOUT_SECONDS") ||
+                absl::StrContains(rr.status, "aborted"))
+        << job.Summary();
+  }
+}
+
+// Connects to `address` and lets `attack` do its worst; never blocks longer than a second.
+void Attack(const std::string& address, const std::function<void(int fd)>& attack) {
+  std::string ip;
+  int port = 0;
+  ASSERT_TRUE(net::SplitHostPort(address, &ip, &port).ok());
+  auto fd = net::ConnectWithRetry(ip, port, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  attack(fd->get());
+}
+
+TEST(Faults, StrangersAndGarbageAreRejectedAndTheJobCompletes) {
+  JobSpec spec;
+  spec.size = 2;
+  spec.env = {{"DDP_LOG_LEVEL", "warning"}};
+  spec.hang_limit = absl::Seconds(120);
+  JobResult job = RunWithContext(spec, [&](Context& ctx) -> absl::Status {
+    if (ctx.rank() == 0) {
+      // Find rank 1's transport address the way a peer would, then misbehave at it.
+      const char* token = std::getenv("DDP_JOB_TOKEN");
+      const int store_port = std::atoi(std::getenv("DDP_RENDEZVOUS_PORT"));
+      auto store = bootstrap::TcpStoreClient::Connect("127.0.0.1", store_port, token, 99,
+                                                      absl::Now() + absl::Seconds(5));
+      if (!store.ok()) return store.status();
+      auto address = (*store)->Get("ddp/1/addr/1", absl::Seconds(5));
+      if (!address.ok()) return address.status();
+      std::mt19937_64 rng(42);
+      // 1. The right protocol with the wrong token.
+      Attack(*address, [](int fd) {
+        auth::Hello hello;
+        absl::Status s = auth::ClientHandshake(fd, "not-the-job-token", auth::Role::kTransport, 0,
+                                               0, absl::Now() + absl::Seconds(5), &hello);
+        if (s.ok()) std::printf("WRONG TOKEN ACCEPTED\n");
+      });
+      // 2. Random bytes.
+      Attack(*address, [&](int fd) {
+        std::vector<char> junk(4096);
+        for (char& c : junk) c = static_cast<char>(rng());
+        ::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL);
+      });
+      // 3. A frame header claiming an enormous payload, with no handshake.
+      Attack(*address, [](int fd) {
+        transport::tcp::FrameHeader h;
+        h.length = ~uint64_t{0} >> 1;
+        char raw[transport::tcp::kFrameHeaderSize];
+        transport::tcp::EncodeFrameHeader(h, raw);
+        ::send(fd, raw, sizeof(raw), MSG_NOSIGNAL);
+      });
+      // 4. A handshake message that claims to be rank 0 with a huge stream index, then silence.
+      Attack(*address, [](int fd) {
+        char buf[auth::kHelloSize];
+        ::recv(fd, buf, sizeof(buf), 0);
+        std::string bogus(auth::kAuthSize, '\xff');
+        ::send(fd, bogus.data(), bogus.size(), MSG_NOSIGNAL);
+      });
+      // 5. Garbage at the rendezvous store.
+      Attack(absl::StrCat("127.0.0.1:", store_port), [](int fd) {
+        const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+        ::send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
+      });
+    }
+    // The job goes on, with correct results.
+    std::vector<double> v(100000);
+    for (int i = 0; i < 20; ++i) {
+      for (size_t j = 0; j < v.size(); ++j) v[j] = static_cast<double>(ctx.rank() + j);
+      absl::Status s =
+          ctx.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat64, ReduceOp::kSum);
+      if (!s.ok()) return s;
+      for (size_t j = 0; j < v.size(); ++j) {
+        if (v[j] != static_cast<double>(2 * j + 1)) return absl::InternalError("wrong result");
+      }
+    }
+    return ctx.Barrier();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+  EXPECT_FALSE(absl::StrContains(job.ranks[0].output, "WRONG TOKEN ACCEPTED"));
+  // Rank 1 logged each rejection.
+  EXPECT_TRUE(absl::StrContains(job.ranks[1].output, "wrong job token")) << job.Summary();
+  EXPECT_TRUE(absl::StrContains(job.ranks[1].output, "not a libddp peer")) << job.Summary();
+}
+
+TEST(Faults, RankWithWrongTokenCannotJoin) {
+  JobSpec spec;
+  spec.size = 2;
+  spec.env = {{"DDP_START_TIMEOUT_SECONDS", "4"}};
+  spec.rank_env = {{1, {{"DDP_JOB_TOKEN", "some-other-secret"}}}};
+  spec.hang_limit = absl::Seconds(60);
+  JobResult job = RunWithContext(spec, [](Context& ctx) { return ctx.Barrier(); });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  EXPECT_TRUE(absl::StrContains(job.ranks[1].status, "DDP_JOB_TOKEN")) << job.Summary();
+  EXPECT_TRUE(absl::StrContains(job.ranks[0].status, "rank 1")) << job.Summary();
+}
+
+// Ranks that disagree get an error naming the difference, and no byte outside the buffers moves.
+struct Disagreement {
+  const char* name;
+  std::function<absl::Status(Context&, std::vector<char>&)> call;
+};
+
+class Mismatch : public ::testing::TestWithParam<Disagreement> {};
+
+TEST_P(Mismatch, FailsEveryRankWithoutCorruption) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "20"}};
+  spec.hang_limit = absl::Seconds(90);
+  JobResult job = RunWithContext(spec, [&](Context& ctx) -> absl::Status {
+    // Guard bytes on both sides of the working area detect any stray write.
+    constexpr size_t kGuard = 4096;
+    std::vector<char> arena(kGuard + (1 << 20) + kGuard, '\x5a');
+    std::vector<char> work(arena.begin() + kGuard, arena.end() - kGuard);
+    absl::Status s = GetParam().call(ctx, work);
+    for (size_t i = 0; i < kGuard; ++i) {
+      if (arena[i] != '\x5a' || arena[arena.size() - 1 - i] != '\x5a') {
+        return absl::InternalError("guard bytes were overwritten");
+      }
+    }
+    // A rank that only sends in this call (a broadcast root, say) may finish it before the
+    // others notice; it must learn of the failure by its next call at the latest.
+    absl::Status again = ctx.Barrier();
+    if (again.ok()) return absl::InternalError("the disagreement went unnoticed");
+    return s.ok() ? again : s;
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) {
+    ASSERT_TRUE(r.status_reported) << job.Summary();
+    EXPECT_FALSE(absl::StrContains(r.status, "guard bytes")) << job.Summary();
+    EXPECT_FALSE(absl::StrContains(r.status, "went unnoticed")) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(r.status, "disagree") ||
+                absl::StrContains(r.status, "aborted the job") ||
+                absl::StrContains(r.status, "expects"))
+        << job.Summary();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Faults, Mismatch,
+                         ::testing::Values(Disagreement{"Count",
+                                                        [](Context& ctx, std::vector<char>& w) {
+                                                          const size_t count =
+                                                              ctx.rank() == 1 ? 50000 : 50001;
+                                                          return ctx.Allreduce(
+                                                              w.data(), w.data(), count,
+                                                              DataType::kFloat32, ReduceOp::kSum);
+                                                        }},
+                                           Disagreement{
+                                               "DataTypeSameBytes",
+                                               [](Context& ctx, std::vector<char>& w) {
+                                                 return ctx.rank() == 2
+                                                            ? ctx.Allreduce(w.data(), w.data(),
+                                                                            20000,
+                                                                            DataType::kFloat64,
+                                                                            ReduceOp::kSum)
+                                                            : ctx.Allreduce(w.data(), w.data(),
+                                                                            40000,
+                                                                            DataType::kFloat32,
+                                                                            ReduceOp::kSum);
+                                               }},
+                                           Disagreement{"Op",
+                                                        [](Context& ctx, std::vector<char>& w) {
+                                                          return ctx.Allreduce(
+                                                              w.data(), w.data(), 1000,
+                                                              DataType::kInt32,
+                                                              ctx.rank() == 0 ? ReduceOp::kMax
+                                                                              : ReduceOp::kSum);
+                                                        }},
+                                           Disagreement{"CollectiveOrder",
+                                                        [](Context& ctx, std::vector<char>& w) {
+                                                          if (ctx.rank() == 1) {
+                                                            return ctx.Broadcast(
+                                                                w.data(), w.data(), 1000,
+                                                                DataType::kFloat32, 0);
+                                                          }
+                                                          return ctx.Allreduce(
+                                                              w.data(), w.data(), 1000,
+                                                              DataType::kFloat32, ReduceOp::kSum);
+                                                        }},
+                                           Disagreement{"BroadcastRoot",
+                                                        [](Context& ctx, std::vector<char>& w) {
+                                                          return ctx.Broadcast(
+                                                              w.data(), w.data(), 100000,
+                                                              DataType::kUInt8,
+                                                              ctx.rank() == 2 ? 1 : 0);
+                                                        }},
+                                           Disagreement{"AllgatherCount",
+                                                        [](Context& ctx, std::vector<char>& w) {
+                                                          const size_t count =
+                                                              ctx.rank() == 0 ? 1000 : 999;
+                                                          return ctx.Allgather(
+                                                              w.data(), w.data() + 3 * 4096, count,
+                                                              DataType::kFloat32);
+                                                        }}),
+                         [](const ::testing::TestParamInfo<Disagreement>& p) {
+                           return std::string(p.param.name);
+                         });
+
+TEST(Faults, AbortReachesThePeersWithItsReason) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.hang_limit = absl::Seconds(60);
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    if (ctx.rank() == 2) {
+      ctx.Abort(absl::CancelledError("loss became NaN"));
+      return absl::CancelledError("aborted");
+    }
+    return AllreduceUntilError(ctx, 1000, 100000);
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 1}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    EXPECT_TRUE(absl::StrContains(rr.status, "loss became NaN")) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "rank 2")) << job.Summary();
+  }
+}
+
+TEST(Faults, MissingRankIsNamedAtStartup) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_START_TIMEOUT_SECONDS", "3"}};
+  spec.hang_limit = absl::Seconds(60);
+  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+    if (rank == 2) return absl::OkStatus();  // never joins
+    auto ctx = Context::CreateFromEnvironment();
+    return ctx.ok() ? absl::InternalError("init succeeded without rank 2") : ctx.status();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(absl::StrContains(job.ranks[static_cast<size_t>(r)].status, "rank 2"))
+        << job.Summary();
+  }
+}
+
+}  // namespace
+}  // namespace ddp::testing
+
+namespace ddp::testing {
+namespace {
+
+TEST(Faults, RankBusyElsewhereIsNamedAfterTheTimeout) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "1.5"}};
+  spec.hang_limit = absl::Seconds(60);
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    if (ctx.rank() == 2) {
+      // Alive (its progress thread answers) but not calling the collective: a stuck data loader.
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      absl::Status s = ctx.Barrier();
+      return s.ok() ? absl::InternalError("barrier succeeded after the others gave up") : s;
+    }
+    absl::Status s = ctx.Barrier();
+    return s.ok() ? absl::InternalError("barrier succeeded without rank 2") : s;
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 1}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    EXPECT_TRUE(absl::StrContains(rr.status, "rank 2")) << job.Summary();
+  }
+  std::printf("%s", job.Summary().c_str());
+}
+
+}  // namespace
+}  // namespace ddp::testing

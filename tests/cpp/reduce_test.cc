@@ -1,0 +1,528 @@
+// Tests for the reduction kernels against scalar references written independently of them (exact
+// arithmetic in double or absl::int128, rounding by nearbyint), and for the f16/bf16 conversions.
+#include "reduce/reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/numeric/int128.h"
+#include "absl/strings/string_view.h"
+#include "ddp/types.h"
+#include "reduce/reduce_internal.h"
+
+namespace ddp::reduce {
+namespace {
+
+using Rng = std::mt19937_64;
+
+constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                                ReduceOp::kProduct};
+constexpr size_t kCounts[] = {0, 1, 7, 1000, 1000003};
+
+// A fresh seed per test so repeated runs cover new data; DDP_TEST_SEED replays a failure.
+uint64_t NewSeed() {
+  if (const char* env = std::getenv("DDP_TEST_SEED")) return std::strtoull(env, nullptr, 10);
+  std::random_device device;
+  return (uint64_t{device()} << 32) | device();
+}
+
+class SeededTest : public ::testing::Test {
+ protected:
+  const uint64_t seed_ = NewSeed();
+  const ::testing::ScopedTrace trace_{
+      __FILE__, __LINE__, "seed " + std::to_string(seed_) + " (rerun with DDP_TEST_SEED=seed)"};
+  Rng rng_{seed_};
+};
+
+// ---- Independent reference for the 16-bit float formats ----
+
+struct MiniFloat {
+  int mantissa_bits;
+  int bias;
+};
+constexpr MiniFloat kHalf{10, 15};
+constexpr MiniFloat kBF16{7, 127};
+
+double RefDecode(MiniFloat f, uint16_t bits) {
+  const int exp_field = (bits >> f.mantissa_bits) & (2 * f.bias + 1);
+  const int mantissa = bits & ((1 << f.mantissa_bits) - 1);
+  const double sign = (bits & 0x8000) ? -1.0 : 1.0;
+  if (exp_field == 2 * f.bias + 1) {
+    return mantissa ? std::numeric_limits<double>::quiet_NaN()
+                    : sign * std::numeric_limits<double>::infinity();
+  }
+  if (exp_field == 0) return sign * std::ldexp(mantissa, 1 - f.bias - f.mantissa_bits);
+  return sign * std::ldexp(mantissa + (1 << f.mantissa_bits), exp_field - f.bias - f.mantissa_bits);
+}
+
+// Rounds x to the nearest value of the format, ties to even, overflowing to infinity.
+double RefRound(MiniFloat f, double x) {
+  if (std::isnan(x) || std::isinf(x) || x == 0) return x;
+  const int exp = std::max(std::ilogb(x), 1 - f.bias);
+  const double quantum = std::ldexp(1.0, exp - f.mantissa_bits);
+  const double rounded = std::nearbyint(std::fabs(x) / quantum) * quantum;
+  const double overflow = std::ldexp(1.0, f.bias + 1);
+  return std::copysign(rounded >= overflow ? HUGE_VAL : rounded, x);
+}
+
+// Encodes a value that the format represents exactly.
+uint16_t RefEncode(MiniFloat f, double v) {
+  const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
+  const int max_exp_field = 2 * f.bias + 1;
+  if (std::isnan(v)) return static_cast<uint16_t>(sign | (max_exp_field << f.mantissa_bits) | 1);
+  if (std::isinf(v)) return static_cast<uint16_t>(sign | (max_exp_field << f.mantissa_bits));
+  if (v == 0) return sign;
+  const double a = std::fabs(v);
+  const int exp = std::ilogb(a);
+  if (exp < 1 - f.bias) {
+    return static_cast<uint16_t>(sign |
+                                 static_cast<int>(std::ldexp(a, f.bias - 1 + f.mantissa_bits)));
+  }
+  const int mantissa =
+      static_cast<int>(std::ldexp(a, f.mantissa_bits - exp)) - (1 << f.mantissa_bits);
+  return static_cast<uint16_t>(sign | ((exp + f.bias) << f.mantissa_bits) | mantissa);
+}
+
+// ---- Per-type reference and random data ----
+
+double RefOp(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      return a + b;
+    case ReduceOp::kProduct:
+      return a * b;
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+      if (std::isnan(a) || std::isnan(b)) return std::numeric_limits<double>::quiet_NaN();
+      // -0 counts as below +0 so the answer does not depend on operand order.
+      if (a == b) return (std::signbit(a) == (op == ReduceOp::kMin)) ? a : b;
+      return (a < b) == (op == ReduceOp::kMin) ? a : b;
+  }
+  return 0;
+}
+
+template <typename T>
+T RefIntOp(ReduceOp op, T a, T b) {
+  const absl::int128 x = a, y = b;
+  absl::int128 r = 0;
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAverage:
+      r = x + y;
+      break;
+    case ReduceOp::kProduct:
+      r = x * y;
+      break;
+    case ReduceOp::kMin:
+      r = std::min(x, y);
+      break;
+    case ReduceOp::kMax:
+      r = std::max(x, y);
+      break;
+  }
+  return static_cast<T>(absl::Int128Low64(r));  // Modular, i.e. two's complement wrap-around.
+}
+
+template <typename T>
+T RandomFloating(Rng& rng) {
+  using Limits = std::numeric_limits<T>;
+  constexpr T kSpecials[] = {T{0},
+                             -T{0},
+                             Limits::infinity(),
+                             -Limits::infinity(),
+                             Limits::quiet_NaN(),
+                             Limits::signaling_NaN(),
+                             Limits::denorm_min(),
+                             -Limits::denorm_min(),
+                             Limits::max(),
+                             Limits::lowest(),
+                             Limits::min(),
+                             T{1},
+                             T{-1}};
+  if (rng() % 16 == 0) return kSpecials[rng() % std::size(kSpecials)];
+  const T mantissa = std::uniform_real_distribution<T>(1, 2)(rng);
+  const int exp = static_cast<int>(rng() % 41) - 20;
+  return std::ldexp(rng() % 2 ? mantissa : -mantissa, exp);
+}
+
+template <DataType kType>
+struct Traits;
+
+template <>
+struct Traits<DataType::kFloat32> {
+  using S = float;
+  static S Random(Rng& rng) { return RandomFloating<float>(rng); }
+  static S Expected(ReduceOp op, S a, S b) { return static_cast<float>(RefOp(op, a, b)); }
+  static S Divided(S x, int64_t d) { return static_cast<float>(x / static_cast<double>(d)); }
+};
+
+template <>
+struct Traits<DataType::kFloat64> {
+  using S = double;
+  static S Random(Rng& rng) { return RandomFloating<double>(rng); }
+  static S Expected(ReduceOp op, S a, S b) { return RefOp(op, a, b); }
+  static S Divided(S x, int64_t d) { return x / static_cast<double>(d); }
+};
+
+// The kernels compute f16/bf16 in f32, so the reference rounds to f32 first and then to 16 bits.
+template <const MiniFloat& kFormat>
+struct MiniFloatTraits {
+  using S = uint16_t;
+  static S Random(Rng& rng) { return static_cast<S>(rng()); }
+  static S Expected(ReduceOp op, S a, S b) {
+    const double exact = RefOp(op, RefDecode(kFormat, a), RefDecode(kFormat, b));
+    return RefEncode(kFormat, RefRound(kFormat, static_cast<float>(exact)));
+  }
+  static S Divided(S x, int64_t d) {
+    const double quotient = RefDecode(kFormat, x) / static_cast<double>(d);
+    return RefEncode(kFormat, RefRound(kFormat, static_cast<float>(quotient)));
+  }
+};
+template <>
+struct Traits<DataType::kFloat16> : MiniFloatTraits<kHalf> {};
+template <>
+struct Traits<DataType::kBFloat16> : MiniFloatTraits<kBF16> {};
+
+template <typename T>
+struct IntTraits {
+  using S = T;
+  static S Random(Rng& rng) { return static_cast<S>(rng()); }
+  static S Expected(ReduceOp op, S a, S b) { return RefIntOp(op, a, b); }
+  static S Divided(S x, int64_t d) {
+    return static_cast<S>(absl::Int128Low64(absl::int128(x) / absl::int128(d)));
+  }
+};
+template <>
+struct Traits<DataType::kInt8> : IntTraits<int8_t> {};
+template <>
+struct Traits<DataType::kUInt8> : IntTraits<uint8_t> {};
+template <>
+struct Traits<DataType::kInt32> : IntTraits<int32_t> {};
+template <>
+struct Traits<DataType::kInt64> : IntTraits<int64_t> {};
+
+// Equal bits, or both NaN with the actual one quiet (payloads may legitimately differ).
+template <DataType kType, typename S>
+bool SameValue(S actual, S expected) {
+  if constexpr (kType == DataType::kFloat32 || kType == DataType::kFloat64) {
+    using Bits = std::conditional_t<sizeof(S) == 4, uint32_t, uint64_t>;
+    if (std::isnan(expected)) {
+      const Bits quiet = Bits{1} << (std::numeric_limits<S>::digits - 2);
+      return std::isnan(actual) && (std::bit_cast<Bits>(actual) & quiet) != 0;
+    }
+    return std::bit_cast<Bits>(actual) == std::bit_cast<Bits>(expected);
+  } else if constexpr (kType == DataType::kFloat16 || kType == DataType::kBFloat16) {
+    const MiniFloat f = kType == DataType::kFloat16 ? kHalf : kBF16;
+    const uint16_t quiet = static_cast<uint16_t>(1 << (f.mantissa_bits - 1));
+    if (std::isnan(RefDecode(f, expected))) {
+      return std::isnan(RefDecode(f, actual)) && (actual & quiet) != 0;
+    }
+    return actual == expected;
+  } else {
+    return actual == expected;
+  }
+}
+
+template <DataType kType, typename S>
+void ExpectAllSame(const S* actual, const S* expected, size_t count, const std::string& what) {
+  size_t mismatches = 0;
+  for (size_t i = 0; i < count; ++i) {
+    if (SameValue<kType>(actual[i], expected[i])) continue;
+    if (++mismatches <= 5) {
+      ADD_FAILURE() << what << ": element " << i << " is " << +actual[i] << ", expected "
+                    << +expected[i];
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << what;
+}
+
+// The kernels under test: the public, CPU-dispatched entry points, or the portable ones beneath
+// them (which the dispatch bypasses for f16 on CPUs with F16C).
+struct Kernels {
+  const char* name;
+  void (*combine)(DataType, ReduceOp, void*, const void*, const void*, size_t);
+  void (*divide)(DataType, void*, size_t, int64_t);
+};
+constexpr Kernels kDispatched{"dispatched", Combine, DivideBy};
+constexpr Kernels kPortable{"portable", internal::CombinePortable, internal::DivideByPortable};
+
+template <DataType kType>
+void CheckCombine(const Kernels& kernels, Rng& rng, ReduceOp op, size_t count) {
+  using S = typename Traits<kType>::S;
+  const auto combine = kernels.combine;
+  const std::string what = std::string(kernels.name) + " " + std::string(DataTypeName(kType)) +
+                           " " + std::string(ReduceOpName(op)) + " count " + std::to_string(count);
+  // Element offsets 1, 3 and 2 make the three arrays differently misaligned; the guard elements
+  // around dst catch writes past either end.
+  std::vector<S> a(count + 4), b(count + 4), expected(count);
+  for (S& v : a) v = Traits<kType>::Random(rng);
+  for (S& v : b) v = Traits<kType>::Random(rng);
+  const S* pa = a.data() + 1;
+  const S* pb = b.data() + 3;
+  for (size_t i = 0; i < count; ++i) expected[i] = Traits<kType>::Expected(op, pa[i], pb[i]);
+
+  const S guard = static_cast<S>(0x5a);
+  std::vector<S> dst(count + 4, guard);
+  combine(kType, op, dst.data() + 2, pa, pb, count);
+  ExpectAllSame<kType>(dst.data() + 2, expected.data(), count, what);
+  for (size_t i : {size_t{0}, size_t{1}, count + 2, count + 3}) {
+    EXPECT_EQ(dst[i], guard) << what << ": wrote outside dst at " << i;
+  }
+
+  // In place, either way round: same answer (NaN payloads aside).
+  std::vector<S> io(a);
+  combine(kType, op, io.data() + 1, io.data() + 1, pb, count);
+  ExpectAllSame<kType>(io.data() + 1, expected.data(), count, what + " dst==a");
+  io = b;
+  combine(kType, op, io.data() + 3, pa, io.data() + 3, count);
+  ExpectAllSame<kType>(io.data() + 3, expected.data(), count, what + " dst==b");
+
+  // Both inputs the same array, with and without dst being it too.
+  for (size_t i = 0; i < count; ++i) expected[i] = Traits<kType>::Expected(op, pa[i], pa[i]);
+  combine(kType, op, dst.data() + 2, pa, pa, count);
+  ExpectAllSame<kType>(dst.data() + 2, expected.data(), count, what + " a==b");
+  io = a;
+  combine(kType, op, io.data() + 1, io.data() + 1, io.data() + 1, count);
+  ExpectAllSame<kType>(io.data() + 1, expected.data(), count, what + " dst==a==b");
+}
+
+template <DataType kType>
+void CheckDivide(const Kernels& kernels, Rng& rng, int64_t divisor, size_t count) {
+  using S = typename Traits<kType>::S;
+  std::vector<S> buf(count + 1), expected(count);
+  for (S& v : buf) v = Traits<kType>::Random(rng);
+  for (size_t i = 0; i < count; ++i) expected[i] = Traits<kType>::Divided(buf[i + 1], divisor);
+  kernels.divide(kType, buf.data() + 1, count, divisor);
+  ExpectAllSame<kType>(buf.data() + 1, expected.data(), count,
+                       std::string(kernels.name) + " " + std::string(DataTypeName(kType)) + " / " +
+                           std::to_string(divisor) + " count " + std::to_string(count));
+}
+
+template <DataType kType>
+void CheckType(Rng& rng, const Kernels& kernels = kDispatched) {
+  for (ReduceOp op : kAllOps) {
+    for (size_t count : kCounts) CheckCombine<kType>(kernels, rng, op, count);
+  }
+  for (int64_t divisor : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{-1}, int64_t{-7},
+                          int64_t{1000}, int64_t{1} << 40, std::numeric_limits<int64_t>::min()}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{100003}}) {
+      CheckDivide<kType>(kernels, rng, divisor, count);
+    }
+  }
+}
+
+using ReduceTest = SeededTest;
+
+TEST_F(ReduceTest, Float32MatchesReference) { CheckType<DataType::kFloat32>(rng_); }
+TEST_F(ReduceTest, Float64MatchesReference) { CheckType<DataType::kFloat64>(rng_); }
+TEST_F(ReduceTest, Float16MatchesReference) { CheckType<DataType::kFloat16>(rng_); }
+TEST_F(ReduceTest, Float16PortableMatchesReference) {
+  if (!internal::HaveF16c()) GTEST_SKIP() << "no F16C, so the test above ran the portable path";
+  CheckType<DataType::kFloat16>(rng_, kPortable);
+}
+TEST_F(ReduceTest, BFloat16MatchesReference) { CheckType<DataType::kBFloat16>(rng_); }
+TEST_F(ReduceTest, Int8MatchesReference) { CheckType<DataType::kInt8>(rng_); }
+TEST_F(ReduceTest, UInt8MatchesReference) { CheckType<DataType::kUInt8>(rng_); }
+TEST_F(ReduceTest, Int32MatchesReference) { CheckType<DataType::kInt32>(rng_); }
+TEST_F(ReduceTest, Int64MatchesReference) { CheckType<DataType::kInt64>(rng_); }
+
+TEST(ReduceEdgeTest, ZeroCountTouchesNothing) {
+  for (ReduceOp op : kAllOps) Combine(DataType::kFloat32, op, nullptr, nullptr, nullptr, 0);
+  DivideBy(DataType::kInt64, nullptr, 0, 3);
+}
+
+template <typename T>
+T CombineOne(DataType type, ReduceOp op, T a, T b) {
+  T out{};
+  Combine(type, op, &out, &a, &b, 1);
+  return out;
+}
+
+TEST(ReduceEdgeTest, MinMaxPropagateNanEitherSide) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+    for (auto [a, b] : {std::pair{nan, 1.0f}, {1.0f, nan}, {nan, nan}, {-inf, nan}, {nan, inf}}) {
+      EXPECT_TRUE(std::isnan(CombineOne(DataType::kFloat32, op, a, b))) << a << " " << b;
+      EXPECT_TRUE(std::isnan(CombineOne(DataType::kFloat64, op, double{a}, double{b})));
+      EXPECT_TRUE(std::isnan(
+          HalfToFloat(CombineOne(DataType::kFloat16, op, FloatToHalf(a), FloatToHalf(b)))));
+      EXPECT_TRUE(std::isnan(BFloat16ToFloat(
+          CombineOne(DataType::kBFloat16, op, FloatToBFloat16(a), FloatToBFloat16(b)))));
+    }
+  }
+}
+
+TEST(ReduceEdgeTest, SignedZeroDoesNotDependOnOrder) {
+  for (auto [a, b] : {std::pair{0.0f, -0.0f}, {-0.0f, 0.0f}}) {
+    EXPECT_TRUE(std::signbit(CombineOne(DataType::kFloat32, ReduceOp::kMin, a, b)));
+    EXPECT_FALSE(std::signbit(CombineOne(DataType::kFloat32, ReduceOp::kMax, a, b)));
+    EXPECT_EQ(CombineOne(DataType::kFloat16, ReduceOp::kMin, FloatToHalf(a), FloatToHalf(b)),
+              0x8000);
+    EXPECT_EQ(
+        CombineOne(DataType::kBFloat16, ReduceOp::kMax, FloatToBFloat16(a), FloatToBFloat16(b)),
+        0x0000);
+  }
+}
+
+TEST(ReduceEdgeTest, IntegersWrapAround) {
+  using I32 = std::numeric_limits<int32_t>;
+  using I64 = std::numeric_limits<int64_t>;
+  EXPECT_EQ(CombineOne<int8_t>(DataType::kInt8, ReduceOp::kSum, 127, 1), -128);
+  EXPECT_EQ(CombineOne<int8_t>(DataType::kInt8, ReduceOp::kProduct, -128, -1), -128);
+  EXPECT_EQ(CombineOne<uint8_t>(DataType::kUInt8, ReduceOp::kSum, 255, 1), 0);
+  EXPECT_EQ(CombineOne<uint8_t>(DataType::kUInt8, ReduceOp::kProduct, 16, 16), 0);
+  EXPECT_EQ(CombineOne<int32_t>(DataType::kInt32, ReduceOp::kSum, I32::max(), 1), I32::min());
+  EXPECT_EQ(CombineOne<int32_t>(DataType::kInt32, ReduceOp::kProduct, 65536, 65536), 0);
+  EXPECT_EQ(CombineOne<int64_t>(DataType::kInt64, ReduceOp::kSum, I64::max(), 1), I64::min());
+  EXPECT_EQ(CombineOne<int64_t>(DataType::kInt64, ReduceOp::kProduct, I64::min(), -1), I64::min());
+}
+
+TEST(ReduceEdgeTest, IntegerDivisionTruncatesTowardZero) {
+  std::vector<int8_t> i8 = {-7, 7, -1, -128};
+  DivideBy(DataType::kInt8, i8.data(), i8.size(), 2);
+  EXPECT_EQ(i8, (std::vector<int8_t>{-3, 3, 0, -64}));
+  std::vector<int32_t> i32 = {-7, 7, -1, std::numeric_limits<int32_t>::min()};
+  DivideBy(DataType::kInt32, i32.data(), i32.size(), -2);
+  EXPECT_EQ(i32, (std::vector<int32_t>{3, -3, 0, 1 << 30}));
+  std::vector<int64_t> i64 = {-7, 7, -1, std::numeric_limits<int64_t>::min()};
+  DivideBy(DataType::kInt64, i64.data(), i64.size(), 2);
+  EXPECT_EQ(i64, (std::vector<int64_t>{-3, 3, 0, std::numeric_limits<int64_t>::min() / 2}));
+  DivideBy(DataType::kInt64, i64.data(), i64.size(), -1);  // MIN / -1 wraps instead of trapping.
+  EXPECT_EQ(i64, (std::vector<int64_t>{3, -3, 0, -(std::numeric_limits<int64_t>::min() / 2)}));
+  std::vector<uint8_t> u8 = {255, 7};
+  DivideBy(DataType::kUInt8, u8.data(), u8.size(), 2);
+  EXPECT_EQ(u8, (std::vector<uint8_t>{127, 3}));
+}
+
+// ---- Conversions ----
+
+struct FormatCase {
+  MiniFloat format;
+  float (*to_float)(uint16_t);
+  uint16_t (*from_float)(float);
+  uint16_t max_finite;  // Bits of the largest finite positive value.
+};
+const FormatCase kFormats[] = {{kHalf, HalfToFloat, FloatToHalf, 0x7bff},
+                               {kBF16, BFloat16ToFloat, FloatToBFloat16, 0x7f7f}};
+
+TEST(ConversionTest, AllBitPatternsDecodeAndRoundTrip) {
+  for (const FormatCase& c : kFormats) {
+    const uint16_t quiet = static_cast<uint16_t>(1 << (c.format.mantissa_bits - 1));
+    for (uint32_t i = 0; i <= 0xffff; ++i) {
+      const auto bits = static_cast<uint16_t>(i);
+      const float f = c.to_float(bits);
+      const double ref = RefDecode(c.format, bits);
+      if (std::isnan(ref)) {
+        ASSERT_TRUE(std::isnan(f)) << bits;
+        ASSERT_NE(std::bit_cast<uint32_t>(f) & 0x00400000u, 0u) << bits << " not quiet";
+        // Payload and sign survive; only the quiet bit is forced on.
+        ASSERT_EQ(c.from_float(f), bits | quiet) << bits;
+      } else {
+        ASSERT_EQ(f, ref) << bits;
+        ASSERT_EQ(std::signbit(f), std::signbit(ref)) << bits;
+        ASSERT_EQ(c.from_float(f), bits) << bits;
+      }
+    }
+  }
+}
+
+// Every midpoint between adjacent values (the ties), and the floats just either side of it,
+// including the one between the largest finite value and the overflow threshold.
+TEST(ConversionTest, TiesRoundToEvenAndNeighboursRoundToNearest) {
+  for (const FormatCase& c : kFormats) {
+    for (uint32_t lo = 0; lo <= c.max_finite; ++lo) {
+      const double lo_value = RefDecode(c.format, static_cast<uint16_t>(lo));
+      const double hi_value = lo == c.max_finite
+                                  ? std::ldexp(1.0, c.format.bias + 1)
+                                  : RefDecode(c.format, static_cast<uint16_t>(lo + 1));
+      const auto mid = static_cast<float>((lo_value + hi_value) / 2);
+      ASSERT_EQ(static_cast<double>(mid), (lo_value + hi_value) / 2) << "midpoint not exact";
+      for (uint32_t sign : {0u, 0x8000u}) {
+        const float s = sign ? -1.0f : 1.0f;
+        const auto want_lo = static_cast<uint16_t>(lo | sign);
+        const auto want_hi = static_cast<uint16_t>((lo + 1) | sign);
+        ASSERT_EQ(c.from_float(s * mid), lo % 2 == 0 ? want_lo : want_hi) << lo;
+        ASSERT_EQ(c.from_float(s * std::nextafter(mid, 0.0f)), want_lo) << lo;
+        ASSERT_EQ(c.from_float(s * std::nextafter(mid, HUGE_VALF)), want_hi) << lo;
+      }
+    }
+  }
+}
+
+TEST_F(SeededTest, RandomFloatsRoundLikeReference) {
+  for (const FormatCase& c : kFormats) {
+    for (int i = 0; i < 2'000'000; ++i) {
+      // Half the draws spread over all floats; half concentrate on the half-precision range.
+      auto bits = static_cast<uint32_t>(rng_());
+      if (i % 2) bits = (bits & 0x807fffffu) | ((100u + static_cast<uint32_t>(rng_() % 46)) << 23);
+      const float f = std::bit_cast<float>(bits);
+      const uint16_t got = c.from_float(f);
+      if (std::isnan(f)) {
+        ASSERT_TRUE(std::isnan(RefDecode(c.format, got))) << bits;
+        continue;
+      }
+      ASSERT_EQ(got, RefEncode(c.format, RefRound(c.format, f))) << "float bits " << bits;
+    }
+  }
+}
+
+// ---- DataType / ReduceOp helpers ----
+
+TEST(TypesTest, NamesRoundTripAndSizes) {
+  const size_t sizes[] = {4, 8, 2, 2, 1, 1, 4, 8};
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    const auto type = static_cast<DataType>(i);
+    EXPECT_TRUE(IsValid(type));
+    EXPECT_EQ(DataTypeSize(type), sizes[i]);
+    EXPECT_EQ(*ParseDataType(DataTypeName(type)), type);
+  }
+  for (int i = 0; i < kNumReduceOps; ++i) {
+    const auto op = static_cast<ReduceOp>(i);
+    EXPECT_TRUE(IsValid(op));
+    EXPECT_EQ(*ParseReduceOp(ReduceOpName(op)), op);
+  }
+  EXPECT_FALSE(IsValid(static_cast<DataType>(kNumDataTypes)));
+  EXPECT_FALSE(IsValid(static_cast<ReduceOp>(kNumReduceOps)));
+}
+
+TEST(TypesTest, ParsesLongNamesCaseInsensitively) {
+  EXPECT_EQ(*ParseDataType("Float32"), DataType::kFloat32);
+  EXPECT_EQ(*ParseDataType("DOUBLE"), DataType::kFloat64);
+  EXPECT_EQ(*ParseDataType("half"), DataType::kFloat16);
+  EXPECT_EQ(*ParseDataType("BFloat16"), DataType::kBFloat16);
+  EXPECT_EQ(*ParseDataType("uint8"), DataType::kUInt8);
+  EXPECT_EQ(*ParseDataType("int"), DataType::kInt32);
+  EXPECT_EQ(*ParseDataType("long"), DataType::kInt64);
+  EXPECT_EQ(*ParseReduceOp("Mean"), ReduceOp::kAverage);
+  EXPECT_EQ(*ParseReduceOp("avg"), ReduceOp::kAverage);
+  EXPECT_EQ(*ParseReduceOp("PROD"), ReduceOp::kProduct);
+}
+
+TEST(TypesTest, BadNamesAreInvalidArgumentListingChoices) {
+  for (const char* name : {"", "f8", "float128", "f32 ", "complex64"}) {
+    const absl::StatusOr<DataType> type = ParseDataType(name);
+    ASSERT_FALSE(type.ok()) << name;
+    EXPECT_EQ(type.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(type.status().message().find("bfloat16"), absl::string_view::npos);
+  }
+  const absl::StatusOr<ReduceOp> op = ParseReduceOp("median");
+  ASSERT_FALSE(op.ok());
+  EXPECT_EQ(op.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(op.status().message().find("product"), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace ddp::reduce
