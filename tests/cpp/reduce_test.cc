@@ -462,7 +462,9 @@ TEST(ConversionTest, TiesRoundToEvenAndNeighboursRoundToNearest) {
   }
 }
 
-TEST_F(SeededTest, RandomFloatsRoundLikeReference) {
+using ConversionRandomTest = SeededTest;
+
+TEST_F(ConversionRandomTest, FloatsRoundLikeReference) {
   for (const FormatCase& c : kFormats) {
     for (int i = 0; i < 2'000'000; ++i) {
       // Half the draws spread over all floats; half concentrate on the half-precision range.

@@ -88,6 +88,33 @@ absl::Status Ring(Communicator& comm, const CallId& call, const char* in, char* 
     transfers.Send((r + 1) % n, gather_base, j, my_block + first * es, elems * es);
   };
   std::vector<std::vector<transport::Request*>> sends;
+  // All-gather receives land where the reduce-scatter sent from at the same step; post each as
+  // soon as that send is done, so that early all-gather data never needs buffering.
+  std::vector<std::vector<transport::Request*>> gather_posted(static_cast<size_t>(n - 1));
+  const size_t seg = SegmentElements(comm, type);
+  int post_step = 0;
+  uint32_t post_segment = 0;
+  rs.after_segment = [&] {
+    while (post_step < n - 1) {
+      const auto step = static_cast<size_t>(post_step);
+      const int b = (r - post_step - 1 + n) % n;
+      const uint32_t segments = SegmentsOf(blocks.count[static_cast<size_t>(b)], seg);
+      if (post_segment >= segments) {
+        ++post_step;
+        post_segment = 0;
+        continue;
+      }
+      if (step >= sends.size() || post_segment >= sends[step].size() ||
+          sends[step][post_segment] == nullptr || !sends[step][post_segment]->Test()) {
+        return;
+      }
+      const size_t first = blocks.offset[static_cast<size_t>(b)] + post_segment * seg;
+      const size_t elems = std::min(seg, blocks.count[static_cast<size_t>(b)] - post_segment * seg);
+      gather_posted[step].push_back(transfers.Recv((r + n - 1) % n, gather_base + step,
+                                                   post_segment, out + first * es, elems * es));
+      ++post_segment;
+    }
+  };
   DDP_RETURN_IF_ERROR(RingReduceScatter(comm, transfers, rs, &sends));
 
   RingAllgatherArgs ag;
@@ -96,6 +123,7 @@ absl::Status Ring(Communicator& comm, const CallId& call, const char* in, char* 
   ag.element_size = es;
   ag.step_base = gather_base;
   ag.first_sends_posted = true;
+  ag.posted = std::move(gather_posted);
   // A block is received into the region that the reduce-scatter sent from at the same step.
   ag.before_receive = [&](int step, uint32_t j) -> absl::Status {
     const auto& list = sends[static_cast<size_t>(step)];

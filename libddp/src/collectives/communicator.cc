@@ -102,14 +102,14 @@ transport::Request* Transfers::Recv(int peer, uint32_t step, uint32_t segment, v
 }
 
 absl::Status Transfers::Wait(transport::Request* request) {
-  absl::Status status = request->Wait();
+  absl::Status status = comm_.transport().Wait(request);
   if (!status.ok()) return Failed(status);
   return absl::OkStatus();
 }
 
 absl::Status Transfers::WaitAll() {
   for (; first_open_ < requests_.size(); ++first_open_) {
-    absl::Status status = requests_[first_open_]->Wait();
+    absl::Status status = comm_.transport().Wait(requests_[first_open_].get());
     if (!status.ok()) return Failed(status);
   }
   return absl::OkStatus();

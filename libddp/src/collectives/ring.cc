@@ -9,9 +9,11 @@
 namespace ddp::collectives {
 namespace {
 
-// Receive buffers in flight during reduce-scatter: enough that the next segments are already
-// arriving while one is being reduced.
-constexpr size_t kReceiveSlots = 4;
+// Receive buffers in flight during reduce-scatter: a whole block's worth when it fits, so that
+// a segment is always received straight into a posted buffer (an early one would be buffered
+// and copied once more), bounded so that scratch memory stays modest.
+constexpr size_t kMinReceiveSlots = 4;
+constexpr size_t kMaxReceiveBytes = 64 << 20;
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
@@ -59,6 +61,11 @@ absl::Status RingReduceScatter(Communicator& comm, Transfers& transfers,
     const uint32_t segments = SegmentsOf(blocks.count[static_cast<size_t>(recv_block(k))], seg);
     for (uint32_t j = 0; j < segments; ++j) incoming.push_back({k, j});
   }
+  size_t largest_block = 0;
+  for (size_t c : blocks.count) largest_block = std::max(largest_block, c);
+  const size_t kReceiveSlots =
+      std::clamp<size_t>(SegmentsOf(largest_block, seg), kMinReceiveSlots,
+                         std::max<size_t>(kMinReceiveSlots, kMaxReceiveBytes / (seg * es)));
   char* slots = comm.Scratch(0, kReceiveSlots * seg * es);
   std::vector<transport::Request*> receives(incoming.size(), nullptr);
   auto post = [&](size_t q) {
@@ -84,6 +91,7 @@ absl::Status RingReduceScatter(Communicator& comm, Transfers& transfers,
     const char* mine = args.in + (blocks.offset[static_cast<size_t>(b)] + j * seg) * es;
     reduce::Combine(args.type, args.op, dst, mine, slots + (q % kReceiveSlots) * seg * es, elems);
     if (q + kReceiveSlots < incoming.size()) post(q + kReceiveSlots);
+    if (args.after_segment) args.after_segment();
     if (k == n - 2) {
       if (args.on_final) args.on_final(j, j * seg, elems);
     } else {
@@ -118,11 +126,13 @@ absl::Status RingAllgather(Communicator& comm, Transfers& transfers,
       transfers.Send(right, args.step_base, j, region(r, j), bytes_of(r, j));
     }
   }
-  std::vector<std::vector<transport::Request*>> receives(static_cast<size_t>(n - 1));
+  std::vector<std::vector<transport::Request*>> receives = args.posted;
+  receives.resize(static_cast<size_t>(n - 1));
   for (int k = 0; k < n - 1; ++k) {
     const int b = Mod(r - k - 1, n);
     const uint32_t segments = SegmentsOf(blocks.count[static_cast<size_t>(b)], seg);
-    for (uint32_t j = 0; j < segments; ++j) {
+    for (uint32_t j = static_cast<uint32_t>(receives[static_cast<size_t>(k)].size()); j < segments;
+         ++j) {
       if (args.before_receive) DDP_RETURN_IF_ERROR(args.before_receive(k, j));
       receives[static_cast<size_t>(k)].push_back(transfers.Recv(
           left, args.step_base + static_cast<uint32_t>(k), j, region(b, j), bytes_of(b, j)));

@@ -21,6 +21,8 @@ struct RingReduceScatterArgs {
   std::function<char*(int step, int block)> accumulator;
   // Called as each segment of this rank's block becomes final (element range within the block).
   std::function<void(uint32_t segment, size_t first, size_t count)> on_final;
+  // Called after each reduced segment (lets allreduce post all-gather receives early).
+  std::function<void()> after_segment;
 };
 
 // Runs the reduce-scatter phase. `sends[k][j]` receives the request of the step-k send of
@@ -37,6 +39,8 @@ struct RingAllgatherArgs {
   bool first_sends_posted = false;  // the step-0 sends of this rank's block are already out
   // Called before the receive for (step, segment) is posted; may wait for that region to be free.
   std::function<absl::Status(int step, uint32_t segment)> before_receive;
+  // Receives the caller already posted, by step then segment (a prefix of the full order).
+  std::vector<std::vector<transport::Request*>> posted;
 };
 
 absl::Status RingAllgather(Communicator& comm, Transfers& transfers, const RingAllgatherArgs& args);

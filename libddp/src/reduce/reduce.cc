@@ -32,6 +32,11 @@ namespace ddp::reduce {
 namespace internal {
 namespace {
 
+// Elements per kernel block: a multiple of every vector width, small enough for stack scratch
+// (2 KiB per array at 8 bytes an element), and a compile-time trip count so that GCC's -O2
+// "very-cheap" vectorizer accepts the loop (it rejects loops needing a scalar epilogue).
+constexpr size_t kBlock = 256;
+
 // How a stored element is widened for arithmetic and narrowed back. Native types compute as
 // themselves; f16 and bf16 compute in f32.
 template <typename T>
@@ -52,7 +57,7 @@ struct Half {
 struct BFloat16 {
   using Storage = uint16_t;
   using Compute = float;
-  static float Load(uint16_t v) { return BFloat16BitsToFloat(v); }
+  static float Load(uint16_t v) { return BFloat16BitsToFloatUnquieted(v); }
   static uint16_t Store(float v) { return FloatToBFloat16Bits(v); }
 };
 

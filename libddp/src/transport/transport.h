@@ -70,6 +70,10 @@ class Transport {
   virtual RequestPtr Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
                            size_t bytes) = 0;
 
+  // Waits for `request` (posted on this transport), helping it progress from the calling
+  // thread where the transport can.
+  virtual absl::Status Wait(Request* request) { return request->Wait(); }
+
   // Fails every pending and future request with `reason` and tells the peers. Thread-safe.
   virtual void Abort(const absl::Status& reason) = 0;
   // Graceful close: flushes queued sends, says goodbye, closes. Idempotent.

@@ -27,14 +27,28 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
       hosts.size() != static_cast<size_t>(config_.size)) {
     return absl::InvalidArgumentError("ConnectAll: one address and host per rank");
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  addresses_ = addresses;
-  hosts_ = hosts;
-  connect_requested_ = true;
-  requested_connect_deadline_ = deadline;
-  lock.unlock();
+  {
+    std::lock_guard<std::mutex> engine(engine_mu_);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      addresses_ = addresses;
+      hosts_ = hosts;
+    }
+    connect_deadline_ = deadline;
+    for (int r = 0; r < config_.size; ++r) {
+      peers_[static_cast<size_t>(r)]->host = hosts[static_cast<size_t>(r)];
+      peers_[static_cast<size_t>(r)]->address = addresses[static_cast<size_t>(r)];
+    }
+    for (int r = 0; r < config_.rank; ++r) {
+      for (int i = 0; i < config_.streams; ++i) StartDial(r, i);
+    }
+    if (AllConnected()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      connected_ = true;
+    }
+  }
   Wake();
-  lock.lock();
+  std::unique_lock<std::mutex> lock(mu_);
   // The progress thread enforces the deadline with a precise error; this wait only backs it up.
   connected_cv_.wait_until(lock, absl::ToChronoTime(deadline + absl::Seconds(5)),
                            [&] { return connected_ || !failure_.ok(); });

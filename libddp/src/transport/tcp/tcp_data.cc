@@ -275,9 +275,9 @@ absl::Status TcpTransport::MatchMessage(Stream* s) {
   if (h.length <= kEagerLimitBytes && unexpected_bytes_ + h.length <= kUnexpectedCapBytes) {
     auto u = std::make_unique<Unexpected>();
     u->header = h;
-    u->payload.resize(h.length);
+    u->payload.reset(new char[std::max<uint64_t>(h.length, 1)]);
     s->current_unexpected = u.get();
-    s->target = u->payload.data();
+    s->target = u->payload.get();
     s->remaining = h.length;
     s->in_payload = true;
     unexpected_bytes_ += h.length;
@@ -341,7 +341,7 @@ absl::Status TcpTransport::FinishMessage(Stream* s) {
   if (u == nullptr) return absl::OkStatus();  // payload of a failed receive, drained
   u->received = u->header.length;
   if (u->claimed) {
-    if (u->header.length > 0) std::memcpy(u->claimed->data, u->payload.data(), u->header.length);
+    if (u->header.length > 0) std::memcpy(u->claimed->data, u->payload.get(), u->header.length);
     RequestPtr request = std::move(u->claimed->request);
     auto& list = p.unexpected[u->header.tag];
     unexpected_bytes_ -= u->header.length;
@@ -383,7 +383,7 @@ void TcpTransport::PostRecv(int peer, RecvOp op) {
         return;
       }
       if (u->received == u->header.length && !IsFilling(p, u)) {
-        if (op.bytes > 0) std::memcpy(op.data, u->payload.data(), op.bytes);
+        if (op.bytes > 0) std::memcpy(op.data, u->payload.get(), op.bytes);
         unexpected_bytes_ -= u->header.length;
         RequestPtr request = std::move(op.request);
         it->second.erase(uit);

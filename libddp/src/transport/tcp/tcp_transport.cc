@@ -20,6 +20,10 @@ namespace ddp::transport::tcp {
 namespace {
 
 constexpr absl::Duration kTick = absl::Milliseconds(100);
+constexpr int kMaxEvents = 64;
+// How long a waiting caller polls the sockets itself before sleeping until the background
+// thread completes its request.
+constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(200);
 constexpr absl::Duration kFlushOnShutdown = absl::Seconds(10);
 
 }  // namespace
@@ -98,27 +102,22 @@ RequestPtr TcpTransport::Isend(int peer, uint64_t tag, const Descriptor& descrip
     request->Complete(absl::InvalidArgumentError(absl::StrCat("send to invalid peer ", peer)));
     return request;
   }
-  PostedSend post{peer, SendOp{}};
-  post.op.request = request;
+  SendOp op;
+  op.request = request;
   FrameHeader h;
   h.tag = tag;
   h.length = bytes;
   h.descriptor = descriptor;
-  EncodeFrameHeader(h, post.op.header);
-  post.op.data = static_cast<const char*>(data);
-  post.op.bytes = bytes;
-  std::unique_lock<std::mutex> lock(mu_);
-  if (stopped_ || !failure_.ok()) {
-    absl::Status why =
-        failure_.ok() ? absl::FailedPreconditionError("transport is shut down") : failure_;
-    lock.unlock();
-    request->Complete(why);
-    return request;
+  EncodeFrameHeader(h, op.header);
+  op.data = static_cast<const char*>(data);
+  op.bytes = bytes;
+  std::lock_guard<std::mutex> engine(engine_mu_);
+  if (failed_.load()) {
+    request->Complete(health());
+  } else {
+    // The caller's thread writes straight away when the stream is idle: no hand-off.
+    PostSend(peer, std::move(op));
   }
-  const bool was_empty = inbox_.empty();
-  inbox_.emplace_back(std::move(post));
-  lock.unlock();
-  if (was_empty) Wake();
   return request;
 }
 
@@ -129,57 +128,98 @@ RequestPtr TcpTransport::Irecv(int peer, uint64_t tag, const Descriptor& descrip
     request->Complete(absl::InvalidArgumentError(absl::StrCat("receive from invalid peer ", peer)));
     return request;
   }
-  PostedRecv post{peer, RecvOp{request, tag, descriptor, static_cast<char*>(data), bytes}};
-  std::unique_lock<std::mutex> lock(mu_);
-  if (stopped_ || !failure_.ok()) {
-    absl::Status why =
-        failure_.ok() ? absl::FailedPreconditionError("transport is shut down") : failure_;
-    lock.unlock();
-    request->Complete(why);
-    return request;
+  std::lock_guard<std::mutex> engine(engine_mu_);
+  if (failed_.load()) {
+    request->Complete(health());
+  } else {
+    PostRecv(peer, RecvOp{request, tag, descriptor, static_cast<char*>(data), bytes});
   }
-  const bool was_empty = inbox_.empty();
-  inbox_.emplace_back(std::move(post));
-  lock.unlock();
-  if (was_empty) Wake();
   return request;
 }
 
+absl::Status TcpTransport::Wait(Request* request) {
+  if (request->Test()) return request->status();
+  // Drive progress from this thread for a short while: the reply to a small message usually
+  // arrives within microseconds, and handling it here saves two thread wake-ups. Meanwhile the
+  // background thread stays parked so that the two do not fight over the sockets.
+  pollers_.fetch_add(1);
+  const absl::Time spin_until = absl::Now() + kSpinBeforeSleep;
+  epoll_event events[kMaxEvents];
+  int idle_rounds = 0;
+  while (!request->Test()) {
+    if (engine_mu_.try_lock()) {
+      const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, 0);
+      if (n > 0) HandleEvents(events, n);
+      engine_mu_.unlock();
+      idle_rounds = n > 0 ? 0 : idle_rounds + 1;
+    }
+    if (request->Test()) break;
+    if ((idle_rounds & 63) == 63 && absl::Now() > spin_until) break;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  if (pollers_.fetch_sub(1) == 1) {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    park_cv_.notify_one();
+  }
+  return request->Wait();
+}
+
 void TcpTransport::Abort(const absl::Status& reason) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (stopped_) return;
-  inbox_.emplace_back(AbortCommand{reason.ok() ? absl::AbortedError("aborted") : reason});
-  lock.unlock();
-  Wake();
+  std::lock_guard<std::mutex> engine(engine_mu_);
+  Fail(reason.ok() ? absl::AbortedError("aborted") : reason);
 }
 
 absl::Status TcpTransport::Shutdown() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (!stopping_) {
-      stopping_ = true;
-    }
+    stopping_ = true;
   }
   Wake();
+  {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    park_cv_.notify_all();
+  }
   if (thread_.joinable()) thread_.join();
   return absl::OkStatus();
 }
 
 // ---- progress loop ------------------------------------------------------------------------
 
+void TcpTransport::HandleEvents(const epoll_event* events, int n) {
+  for (int i = 0; i < n; ++i) {
+    void* ptr = events[i].data.ptr;
+    if (ptr == &listener_) {
+      AcceptNew();
+    } else if (ptr == &wake_fd_) {
+      uint64_t value;
+      ssize_t unused = ::read(wake_fd_.get(), &value, sizeof(value));
+      (void)unused;
+    } else {
+      auto* s = static_cast<Stream*>(ptr);
+      if (s->state == StreamState::kOpen) {
+        OnStreamEvent(s, events[i].events);
+      } else if (s->state != StreamState::kClosed) {
+        OnHandshakeEvent(s, events[i].events);
+      }
+    }
+  }
+}
+
 void TcpTransport::Run() {
-  epoll_event events[64];
+  epoll_event events[kMaxEvents];
   absl::Time next_tick = absl::Now() + kTick;
   absl::Time flush_deadline = absl::InfiniteFuture();
   bool said_bye = false;
   while (true) {
-    DrainInbox();
     bool stopping;
     {
       std::lock_guard<std::mutex> lock(mu_);
       stopping = stopping_;
     }
     if (stopping) {
+      std::lock_guard<std::mutex> engine(engine_mu_);
       if (!said_bye) {
         said_bye = true;
         if (!failed_.load()) SendByeFrames();
@@ -187,25 +227,16 @@ void TcpTransport::Run() {
       }
       if (!SendsPending() || absl::Now() > flush_deadline) break;
     }
-    const int n =
-        ::epoll_wait(epoll_.get(), events, 64, static_cast<int>(absl::ToInt64Milliseconds(kTick)));
-    for (int i = 0; i < n; ++i) {
-      void* ptr = events[i].data.ptr;
-      if (ptr == &listener_) {
-        AcceptNew();
-      } else if (ptr == &wake_fd_) {
-        uint64_t value;
-        ssize_t unused = ::read(wake_fd_.get(), &value, sizeof(value));
-        (void)unused;
-      } else {
-        auto* s = static_cast<Stream*>(ptr);
-        if (s->state == StreamState::kOpen) {
-          OnStreamEvent(s, events[i].events);
-        } else if (s->state != StreamState::kClosed) {
-          OnHandshakeEvent(s, events[i].events);
-        }
-      }
+    if (pollers_.load() > 0 && !stopping) {
+      // A waiting caller is driving progress; stay out of its way (but keep ticking).
+      std::unique_lock<std::mutex> lock(park_mu_);
+      park_cv_.wait_for(lock, absl::ToChronoMilliseconds(kTick),
+                        [&] { return pollers_.load() == 0; });
     }
+    const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents,
+                               stopping ? 10 : static_cast<int>(absl::ToInt64Milliseconds(kTick)));
+    std::lock_guard<std::mutex> engine(engine_mu_);
+    if (n > 0) HandleEvents(events, n);
     const absl::Time now = absl::Now();
     if (now >= next_tick) {
       CheckDeadlines(now);
@@ -213,6 +244,7 @@ void TcpTransport::Run() {
     }
   }
   // Anything still pending will never complete now.
+  std::lock_guard<std::mutex> engine(engine_mu_);
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
@@ -221,56 +253,10 @@ void TcpTransport::Run() {
       failed_.store(true);
     }
   }
-  DrainInbox();
   FailAllPending();
   for (auto& s : streams_) {
     if (s->fd.valid()) ::shutdown(s->fd.get(), SHUT_RDWR);
     s->fd.Reset();
-  }
-}
-
-void TcpTransport::DrainInbox() {
-  std::vector<Command> work;
-  bool start_connect = false;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    work.swap(inbox_);
-    if (connect_requested_ && !dialing_started_) {
-      start_connect = true;
-      dialing_started_ = true;
-      connect_deadline_ = requested_connect_deadline_;
-      for (int r = 0; r < config_.size; ++r) {
-        peers_[static_cast<size_t>(r)]->host = hosts_[static_cast<size_t>(r)];
-        peers_[static_cast<size_t>(r)]->address = addresses_[static_cast<size_t>(r)];
-      }
-    }
-  }
-  if (start_connect) {
-    for (int r = 0; r < config_.rank; ++r) {
-      for (int i = 0; i < config_.streams; ++i) StartDial(r, i);
-    }
-    if (AllConnected()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      connected_ = true;
-      connected_cv_.notify_all();
-    }
-  }
-  for (Command& command : work) {
-    if (auto* send = std::get_if<PostedSend>(&command)) {
-      if (failed_.load()) {
-        send->op.request->Complete(health());
-      } else {
-        PostSend(send->peer, std::move(send->op));
-      }
-    } else if (auto* recv = std::get_if<PostedRecv>(&command)) {
-      if (failed_.load()) {
-        recv->op.request->Complete(health());
-      } else {
-        PostRecv(recv->peer, std::move(recv->op));
-      }
-    } else if (auto* abort = std::get_if<AbortCommand>(&command)) {
-      Fail(abort->reason);
-    }
   }
 }
 

@@ -9,6 +9,8 @@
 // pauses) until the matching receive arrives.
 #pragma once
 
+#include <sys/epoll.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -16,7 +18,6 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -62,6 +63,7 @@ class TcpTransport final : public Transport {
                    size_t bytes) override;
   RequestPtr Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
                    size_t bytes) override;
+  absl::Status Wait(Request* request) override;
   void Abort(const absl::Status& reason) override;
   absl::Status Shutdown() override;
   absl::Status health() const override;
@@ -89,29 +91,17 @@ class TcpTransport final : public Transport {
   // A message that arrived before its receive was posted.
   struct Unexpected {
     FrameHeader header;
-    std::string payload;
+    std::unique_ptr<char[]> payload;  // header.length bytes, uninitialised until received
     size_t received = 0;
     std::unique_ptr<RecvOp> claimed;  // a receive posted while the payload was still arriving
   };
   enum class StreamState { kConnecting, kAwaitHello, kAwaitAuth, kAwaitAccept, kOpen, kClosed };
   struct Stream;
   struct Peer;
-  struct PostedSend {
-    int peer;
-    SendOp op;
-  };
-  struct PostedRecv {
-    int peer;
-    RecvOp op;
-  };
-  struct AbortCommand {
-    absl::Status reason;
-  };
-  using Command = std::variant<PostedSend, PostedRecv, AbortCommand>;
 
   explicit TcpTransport(TcpConfig config);
   void Run();
-  void DrainInbox();
+  void HandleEvents(const struct epoll_event* events, int n);
   void CheckDeadlines(absl::Time now);
   void Wake();
 
@@ -153,27 +143,32 @@ class TcpTransport final : public Transport {
   net::Fd wake_fd_;
   std::thread thread_;
 
-  // Shared with callers.
+  // Guards all socket and matching state below "Owned by the engine". Held by whichever thread
+  // makes progress: a caller posting or waiting, or the background thread. Lock order:
+  // engine_mu_ before mu_.
+  std::mutex engine_mu_;
+  // Callers currently polling in Wait(); the background thread parks while there are any.
+  std::atomic<int> pollers_{0};
+  std::mutex park_mu_;
+  std::condition_variable park_cv_;
+
+  // Small shared state.
   mutable std::mutex mu_;
   std::condition_variable connected_cv_;
-  std::vector<Command> inbox_;
   absl::Status failure_;  // first error; guarded by mu_
   std::atomic<bool> failed_{false};
   bool stopping_ = false;  // Shutdown requested; guarded by mu_
   bool stopped_ = false;   // progress thread has exited; guarded by mu_
-  bool connect_requested_ = false;
   bool connected_ = false;
-  absl::Time requested_connect_deadline_ = absl::InfiniteFuture();
   std::vector<std::string> addresses_;
   std::vector<std::string> hosts_;
   DescriptorFormatter formatter_;
   std::atomic<int> rejected_{0};
 
-  // Owned by the progress thread.
+  // Owned by the engine (engine_mu_).
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::unique_ptr<Peer>> peers_;
   size_t unexpected_bytes_ = 0;
-  bool dialing_started_ = false;
   absl::Time connect_deadline_ = absl::InfiniteFuture();
   struct Redial {
     int peer;

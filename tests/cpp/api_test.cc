@@ -1,0 +1,159 @@
+// The public C++ API: bad input gives clear errors and corrupts nothing, topology from host
+// names, shutdown semantics, and one collective above 2^31 bytes (slow label).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ddp/ddp.h"
+#include "support/multiprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+absl::Status Expect(bool condition, absl::string_view what) {
+  return condition ? absl::OkStatus() : absl::InternalError(what);
+}
+
+// `status` must be InvalidArgument and mention `needle`.
+absl::Status ExpectInvalid(const absl::Status& status, absl::string_view needle) {
+  if (status.code() != absl::StatusCode::kInvalidArgument ||
+      !absl::StrContains(status.message(), needle)) {
+    return absl::InternalError(absl::StrCat("expected INVALID_ARGUMENT mentioning '", needle,
+                                            "', got ", status.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+#define CHECK_OK(expr)        \
+  do {                        \
+    absl::Status s_ = (expr); \
+    if (!s_.ok()) return s_;  \
+  } while (0)
+
+TEST(Api, BadInputIsRejectedAndTheContextStaysUsable) {
+  JobSpec spec;
+  spec.size = 2;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    std::vector<float> buf(64, 1.0f);
+    std::vector<float> other(64, 0.0f);
+    float* p = buf.data();
+    CHECK_OK(
+        ExpectInvalid(ctx.Allreduce(nullptr, p, 4, DataType::kFloat32, ReduceOp::kSum), "null"));
+    auto* misaligned = reinterpret_cast<float*>(reinterpret_cast<char*>(p) + 1);
+    CHECK_OK(ExpectInvalid(
+        ctx.Allreduce(misaligned, misaligned, 4, DataType::kFloat32, ReduceOp::kSum), "aligned"));
+    CHECK_OK(
+        ExpectInvalid(ctx.Allreduce(p, p + 1, 8, DataType::kFloat32, ReduceOp::kSum), "overlap"));
+    CHECK_OK(ExpectInvalid(ctx.Allreduce(p, p, SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum),
+                           "overflow"));
+    CHECK_OK(ExpectInvalid(ctx.Allreduce(p, p, 4, static_cast<DataType>(42), ReduceOp::kSum),
+                           "data type"));
+    CHECK_OK(
+        ExpectInvalid(ctx.Allreduce(p, p, 4, DataType::kFloat32, static_cast<ReduceOp>(9)), "op"));
+    CHECK_OK(ExpectInvalid(ctx.Broadcast(p, p, 4, DataType::kFloat32, 2), "root rank 2"));
+    CHECK_OK(ExpectInvalid(ctx.Broadcast(p, p, 4, DataType::kFloat32, -1), "root rank -1"));
+    const size_t three[] = {1, 1, 1};
+    CHECK_OK(ExpectInvalid(ctx.Allgatherv(p, other.data(), three, DataType::kFloat32), "counts"));
+    CHECK_OK(ExpectInvalid(
+        ctx.ReduceScatterv(p, other.data(), three, DataType::kFloat32, ReduceOp::kSum), "counts"));
+    CHECK_OK(ExpectInvalid(ctx.Alltoall(p, p + 1, 4, DataType::kFloat32), "overlap"));
+    // None of it touched the data or broke the context.
+    for (float v : buf) CHECK_OK(Expect(v == 1.0f, "a rejected call modified the buffer"));
+    CHECK_OK(ctx.Allreduce(p, other.data(), 64, DataType::kFloat32, ReduceOp::kSum));
+    for (float v : other) CHECK_OK(Expect(v == 2.0f, "allreduce after rejected calls is wrong"));
+    return ctx.health();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Api, TopologyFromFakeHostNames) {
+  JobSpec spec;
+  spec.size = 5;
+  spec.hosts = {"node-a", "node-b", "node-a", "node-b", "node-c"};
+  spec.rank0_hosts_store = true;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    const int want_local_rank[] = {0, 0, 1, 1, 0};
+    const int want_local_size[] = {2, 2, 2, 2, 1};
+    const int want_cross_rank[] = {0, 1, 0, 1, 2};
+    const int r = ctx.rank();
+    CHECK_OK(Expect(ctx.local_rank() == want_local_rank[r], "local_rank"));
+    CHECK_OK(Expect(ctx.local_size() == want_local_size[r], "local_size"));
+    CHECK_OK(Expect(ctx.cross_rank() == want_cross_rank[r], "cross_rank"));
+    CHECK_OK(Expect(ctx.cross_size() == 3, "cross_size"));
+    return ctx.Barrier();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Api, SingleRankNeedsNoTokenNorNetwork) {
+  ::unsetenv("DDP_JOB_TOKEN");
+  Options options;  // rank 0 of 1
+  auto ctx = Context::Create(options);
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  std::vector<int64_t> v = {1, 2, 3};
+  std::vector<int64_t> out(3, 0);
+  ASSERT_TRUE((*ctx)->Allreduce(v.data(), out.data(), 3, DataType::kInt64, ReduceOp::kSum).ok());
+  EXPECT_EQ(out, v);
+  ASSERT_TRUE((*ctx)->Barrier().ok());
+  ASSERT_TRUE((*ctx)->Shutdown().ok());
+  absl::Status after = (*ctx)->Barrier();
+  EXPECT_EQ(after.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(absl::StrContains(after.message(), "shut down"));
+  EXPECT_TRUE((*ctx)->Shutdown().ok());  // idempotent
+}
+
+TEST(Api, ShutdownAndReinitialiseInTheSameJob) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunJob(spec, [](int /*rank*/) -> absl::Status {
+    for (int round = 0; round < 2; ++round) {
+      auto ctx = Context::CreateFromEnvironment();
+      if (!ctx.ok()) return ctx.status();
+      int64_t x = 1;
+      CHECK_OK((*ctx)->Allreduce(&x, &x, 1, DataType::kInt64, ReduceOp::kSum));
+      CHECK_OK(Expect(x == 3, "allreduce after re-init"));
+      CHECK_OK((*ctx)->Shutdown());
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// More than 2^31 bytes in one call: counts and offsets must be 64-bit all the way down.
+TEST(ApiSlow, AllreduceAndBroadcastAbove2GiB) {
+  JobSpec spec;
+  spec.size = 2;
+  spec.hang_limit = absl::Seconds(1200);
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    const size_t count = (size_t{1} << 31) + 4099;  // bytes of u8
+    std::vector<uint8_t> buf(count);
+    const auto r = static_cast<uint8_t>(ctx.rank());
+    for (size_t i = 0; i < count; ++i) buf[i] = static_cast<uint8_t>((i % 251) + r);
+    CHECK_OK(ctx.Allreduce(buf.data(), buf.data(), count, DataType::kUInt8, ReduceOp::kSum));
+    for (size_t i = 0; i < count; ++i) {
+      if (buf[i] != static_cast<uint8_t>(2 * (i % 251) + 1)) {
+        return absl::InternalError(absl::StrCat("allreduce element ", i, " wrong"));
+      }
+    }
+    if (ctx.rank() != 0) std::fill(buf.begin(), buf.end(), 0);
+    CHECK_OK(ctx.Broadcast(buf.data(), buf.data(), count, DataType::kUInt8, 0));
+    for (size_t i = 0; i < count; i += 4093) {
+      if (buf[i] != static_cast<uint8_t>(2 * (i % 251) + 1)) {
+        return absl::InternalError(absl::StrCat("broadcast element ", i, " wrong"));
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+}  // namespace
+}  // namespace ddp::testing

@@ -1,0 +1,272 @@
+// Bootstrap layer: options from the environment, topology, the authenticated rendezvous store,
+// and the handshake and frame encodings every connection relies on.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "bootstrap/tcp_store.h"
+#include "bootstrap/topology.h"
+#include "common/auth.h"
+#include "common/socket.h"
+#include "ddp/options.h"
+#include "transport/tcp/frame.h"
+
+namespace ddp {
+namespace {
+
+// Sets variables for one test and restores the previous values afterwards.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::initializer_list<std::pair<const char*, const char*>> vars) {
+    for (const auto& [name, value] : vars) {
+      const char* old = std::getenv(name);
+      saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+      ::setenv(name, value, 1);
+    }
+  }
+  ~ScopedEnv() {
+    for (const auto& [name, value] : saved_) {
+      if (value) {
+        ::setenv(name.c_str(), value->c_str(), 1);
+      } else {
+        ::unsetenv(name.c_str());
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, std::optional<std::string>>> saved_;
+};
+
+TEST(Options, ReadsEveryVariable) {
+  ScopedEnv env({{"DDP_RANK", "2"},
+                 {"DDP_SIZE", "4"},
+                 {"DDP_JOB_TOKEN", "0123456789abcdef"},
+                 {"DDP_RENDEZVOUS_ADDR", "10.1.2.3"},
+                 {"DDP_RENDEZVOUS_PORT", "4242"},
+                 {"DDP_TIMEOUT_SECONDS", "2.5"},
+                 {"DDP_ALGO", "rd"},
+                 {"DDP_TRANSPORT", "tcp"},
+                 {"DDP_SEGMENT_BYTES", "1M"},
+                 {"DDP_TCP_STREAMS", "2"},
+                 {"DDP_LOG_LEVEL", "debug"}});
+  auto o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rank, 2);
+  EXPECT_EQ(o->size, 4);
+  EXPECT_EQ(o->rendezvous_addr, "10.1.2.3");
+  EXPECT_EQ(o->rendezvous_port, 4242);
+  EXPECT_EQ(o->timeout, absl::Milliseconds(2500));
+  EXPECT_EQ(o->algorithm, Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(o->transport, TransportKind::kTcp);
+  EXPECT_EQ(o->segment_bytes, 1 << 20);
+  EXPECT_EQ(o->tcp_streams, 2);
+  EXPECT_EQ(o->log_level, LogLevel::kDebug);
+}
+
+TEST(Options, OpenMpiVariablesWhenDdpOnesAreAbsent) {
+  ::unsetenv("DDP_RANK");
+  ::unsetenv("DDP_SIZE");
+  ScopedEnv env({{"OMPI_COMM_WORLD_RANK", "1"},
+                 {"OMPI_COMM_WORLD_SIZE", "3"},
+                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                 {"OMPI_COMM_WORLD_LOCAL_SIZE", "3"},
+                 {"DDP_JOB_TOKEN", "0123456789abcdef"}});
+  auto o = Options::FromEnvironment();
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rank, 1);
+  EXPECT_EQ(o->size, 3);
+  EXPECT_EQ(o->local_rank, 1);
+  EXPECT_EQ(o->local_size, 3);
+}
+
+TEST(Options, BadValuesNameTheVariable) {
+  const std::vector<std::pair<const char*, const char*>> bad = {
+      {"DDP_TIMEOUT_SECONDS", "soon"},
+      {"DDP_TIMEOUT_SECONDS", "-1"},
+      {"DDP_RANK", "x"},
+      {"DDP_RENDEZVOUS_PORT", "70000"},
+      {"DDP_ALGO", "fastest"},
+      {"DDP_TRANSPORT", "carrier-pigeon"},
+      {"DDP_SEGMENT_BYTES", "12Q"},
+      {"DDP_LOG_LEVEL", "loud"},
+      {"DDP_TCP_STREAMS", "0"},
+      {"DDP_RENDEZVOUS_EXTERNAL", "maybe"}};
+  for (const auto& [name, value] : bad) {
+    ScopedEnv env({{name, value}});
+    auto o = Options::FromEnvironment();
+    ASSERT_FALSE(o.ok()) << name << "=" << value;
+    EXPECT_TRUE(absl::StrContains(o.status().message(), name)) << o.status();
+  }
+}
+
+TEST(Options, ValidateCatchesInconsistency) {
+  Options o;
+  o.size = 4;
+  o.rank = 4;
+  o.job_token = "0123456789abcdef";
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "DDP_RANK"));
+  o.rank = 1;
+  o.job_token.clear();
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "DDP_JOB_TOKEN"));
+  o.job_token = "0123456789abcdef";
+  EXPECT_TRUE(o.Validate().ok());
+  o.transport = TransportKind::kOfi;
+  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kUnimplemented);
+}
+
+TEST(Topology, LocalAndCrossRanksFromHostNames) {
+  const std::vector<std::string> hosts = {"a", "a", "b", "c", "b", "a"};
+  const int want_local_rank[] = {0, 1, 0, 0, 1, 2};
+  const int want_local_size[] = {3, 3, 2, 1, 2, 3};
+  const int want_cross_rank[] = {0, 0, 1, 2, 1, 0};
+  for (int r = 0; r < 6; ++r) {
+    bootstrap::Topology t = bootstrap::ComputeTopology(hosts, r);
+    EXPECT_EQ(t.local_rank, want_local_rank[r]) << r;
+    EXPECT_EQ(t.local_size, want_local_size[r]) << r;
+    EXPECT_EQ(t.cross_rank, want_cross_rank[r]) << r;
+    EXPECT_EQ(t.cross_size, 3) << r;
+  }
+}
+
+TEST(Store, SetGetAddAndTimeouts) {
+  auto server = bootstrap::TcpStoreServer::Start("127.0.0.1", 0, "token-123456");
+  ASSERT_TRUE(server.ok()) << server.status();
+  auto a = bootstrap::TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "token-123456", 0,
+                                              absl::Now() + absl::Seconds(5));
+  auto b = bootstrap::TcpStoreClient::Connect("127.0.0.1", (*server)->port(), "token-123456", 1,
+                                              absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(a.ok() && b.ok());
+  // A get that waits for a later set from another client.
+  std::thread setter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    ASSERT_TRUE((*b)->Set("k", std::string("v\0w", 3)).ok());
+  });
+  auto got = (*a)->Get("k", absl::Seconds(5));
+  setter.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, std::string("v\0w", 3));
+  EXPECT_EQ(*(*a)->Add("counter", 5), 5);
+  EXPECT_EQ(*(*b)->Add("counter", -2), 3);
+  auto missing = (*a)->Get("never", absl::Milliseconds(200));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "never"));
+  EXPECT_TRUE((*a)->Wait({"k", "counter"}, absl::Seconds(1)).ok());
+  // A large value round-trips; an oversized one is refused before anything is sent.
+  const std::string big(8 << 20, 'x');
+  ASSERT_TRUE((*a)->Set("big", big).ok());
+  EXPECT_EQ(*(*b)->Get("big", absl::Seconds(5)), big);
+  EXPECT_FALSE((*a)->Set("huge", std::string(bootstrap::kMaxStoreValueBytes + 1, 'x')).ok());
+}
+
+TEST(Store, RejectsWrongTokenAndGarbageAndKeepsServing) {
+  auto server = bootstrap::TcpStoreServer::Start("127.0.0.1", 0, "right-token");
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  auto wrong = bootstrap::TcpStoreClient::Connect("127.0.0.1", port, "wrong-token", 0,
+                                                  absl::Now() + absl::Seconds(5));
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kPermissionDenied) << wrong.status();
+  // A raw connection that sends junk, and one that sends an authenticated-looking request
+  // header claiming a 1 TiB value without authenticating.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    auto fd = net::ConnectWithRetry("127.0.0.1", port, absl::Now() + absl::Seconds(5));
+    ASSERT_TRUE(fd.ok());
+    std::string junk = attempt == 0 ? std::string(1000, '\x7f') : std::string(24, '\0');
+    if (attempt == 1) junk[8] = '\x01', junk[15] = '\x01';
+    ::send(fd->get(), junk.data(), junk.size(), MSG_NOSIGNAL);
+  }
+  auto good = bootstrap::TcpStoreClient::Connect("127.0.0.1", port, "right-token", 0,
+                                                 absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)->Set("still", "alive").ok());
+  EXPECT_EQ(*(*good)->Get("still", absl::Seconds(1)), "alive");
+}
+
+TEST(Store, ClientNamesAnUnreachableServer) {
+  int port = 0;
+  {
+    auto probe = net::Listen("127.0.0.1", 0, &port);
+    ASSERT_TRUE(probe.ok());
+  }  // closed: nobody listens there now
+  auto client = bootstrap::TcpStoreClient::Connect("127.0.0.1", port, "t", 0,
+                                                   absl::Now() + absl::Milliseconds(300));
+  ASSERT_FALSE(client.ok());
+  EXPECT_TRUE(absl::StrContains(client.status().message(), "DDP_RENDEZVOUS"));
+}
+
+TEST(Auth, EncodingsRoundTripAndRejectTampering) {
+  auth::Hello hello{auth::Role::kTransport, 3, *auth::NewNonce()};
+  auto decoded = auth::DecodeHello(auth::EncodeHello(hello), auth::Role::kTransport);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->server_rank, 3);
+  EXPECT_EQ(decoded->nonce, hello.nonce);
+  EXPECT_FALSE(auth::DecodeHello(auth::EncodeHello(hello), auth::Role::kStore).ok());
+  std::string corrupt = auth::EncodeHello(hello);
+  corrupt[0] ^= 1;
+  EXPECT_EQ(auth::DecodeHello(corrupt, auth::Role::kTransport).status().code(),
+            absl::StatusCode::kPermissionDenied);
+
+  const auth::Nonce client_nonce = *auth::NewNonce();
+  const auth::Mac mac = auth::ClientMac("secret", hello, 5, 1, client_nonce);
+  EXPECT_TRUE(auth::MacEqual(mac, auth::ClientMac("secret", hello, 5, 1, client_nonce)));
+  // Any change of token, rank, stream or nonce changes the proof.
+  EXPECT_FALSE(auth::MacEqual(mac, auth::ClientMac("secreT", hello, 5, 1, client_nonce)));
+  EXPECT_FALSE(auth::MacEqual(mac, auth::ClientMac("secret", hello, 4, 1, client_nonce)));
+  EXPECT_FALSE(auth::MacEqual(mac, auth::ClientMac("secret", hello, 5, 0, client_nonce)));
+  auth::Hello other = hello;
+  other.nonce[0] ^= 1;
+  EXPECT_FALSE(auth::MacEqual(mac, auth::ClientMac("secret", other, 5, 1, client_nonce)));
+  auth::Auth a{auth::Role::kTransport, 5, 1, client_nonce, mac};
+  auto round = auth::DecodeAuth(auth::EncodeAuth(a), auth::Role::kTransport);
+  ASSERT_TRUE(round.ok());
+  EXPECT_EQ(round->client_rank, 5);
+  EXPECT_EQ(round->stream, 1);
+  EXPECT_TRUE(auth::MacEqual(round->mac, mac));
+  // The server's proof differs from the client's: a reflected MAC does not authenticate.
+  EXPECT_FALSE(auth::MacEqual(auth::ServerMac("secret", hello, a), mac));
+}
+
+TEST(Frame, HeaderRoundTripAndBoundsChecks) {
+  using transport::tcp::FrameHeader;
+  using transport::tcp::FrameType;
+  FrameHeader h;
+  h.tag = 0x123456789ABCDEFULL;
+  h.length = 4096;
+  h.descriptor.bytes[3] = 7;
+  char raw[transport::tcp::kFrameHeaderSize];
+  transport::tcp::EncodeFrameHeader(h, raw);
+  auto back = transport::tcp::DecodeFrameHeader(raw);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->tag, h.tag);
+  EXPECT_EQ(back->length, 4096u);
+  EXPECT_TRUE(back->descriptor == h.descriptor);
+
+  auto decode_with = [&](FrameHeader x) {
+    transport::tcp::EncodeFrameHeader(x, raw);
+    return transport::tcp::DecodeFrameHeader(raw).status();
+  };
+  FrameHeader huge = h;
+  huge.length = transport::tcp::kMaxFrameBytes + 1;
+  EXPECT_EQ(decode_with(huge).code(), absl::StatusCode::kDataLoss);
+  FrameHeader long_abort = h;
+  long_abort.type = FrameType::kAbort;
+  long_abort.length = transport::tcp::kMaxAbortBytes + 1;
+  EXPECT_FALSE(decode_with(long_abort).ok());
+  FrameHeader bye_with_payload = h;
+  bye_with_payload.type = FrameType::kBye;
+  EXPECT_FALSE(decode_with(bye_with_payload).ok());
+  FrameHeader bad_magic = h;
+  bad_magic.magic = 0xDEADBEEF;
+  EXPECT_FALSE(decode_with(bad_magic).ok());
+  transport::tcp::EncodeFrameHeader(h, raw);
+  raw[5] = 9;  // unknown type
+  EXPECT_FALSE(transport::tcp::DecodeFrameHeader(raw).ok());
+}
+
+}  // namespace
+}  // namespace ddp
