@@ -49,8 +49,8 @@ struct Options {
   int socket_buffer_bytes = 0;
   // Pipelining granularity of the ring algorithms, and the message size (bytes) at or below
   // which allreduce uses recursive doubling instead of the ring.
-  int64_t segment_bytes = 256 * 1024;
-  int64_t small_allreduce_bytes = 32 * 1024;
+  int64_t segment_bytes = 1 << 20;
+  int64_t small_allreduce_bytes = 64 * 1024;
 
   // Reads DDP_* variables on top of the defaults above (and Open MPI's OMPI_COMM_WORLD_* when
   // DDP_RANK/DDP_SIZE are absent). A malformed value is an error naming the variable.

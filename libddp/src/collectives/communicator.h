@@ -26,8 +26,8 @@ absl::string_view KindName(Kind kind);
 
 struct Tuning {
   Algorithm algorithm = Algorithm::kAuto;
-  size_t segment_bytes = 256 * 1024;
-  size_t small_allreduce_bytes = 32 * 1024;
+  size_t segment_bytes = 1 << 20;
+  size_t small_allreduce_bytes = 64 * 1024;
   size_t small_broadcast_bytes = 64 * 1024;
 };
 

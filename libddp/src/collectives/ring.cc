@@ -41,16 +41,6 @@ absl::Status RingReduceScatter(Communicator& comm, Transfers& transfers,
   };
   sends->assign(static_cast<size_t>(n - 1), {});
 
-  // Step 0: this rank's own data for its left-hand block goes out at once.
-  {
-    const int b = send_block(0);
-    const uint32_t segments = SegmentsOf(blocks.count[static_cast<size_t>(b)], seg);
-    for (uint32_t j = 0; j < segments; ++j) {
-      const char* src = args.in + (blocks.offset[static_cast<size_t>(b)] + j * seg) * es;
-      (*sends)[0].push_back(transfers.Send(right, args.step_base, j, src, seg_count(b, j) * es));
-    }
-  }
-
   // Every incoming segment, in the order the left neighbour sends them.
   struct Incoming {
     int step;
@@ -76,6 +66,18 @@ absl::Status RingReduceScatter(Communicator& comm, Transfers& transfers,
                        slots + (q % kReceiveSlots) * seg * es, seg_count(b, m.segment) * es);
   };
   for (size_t q = 0; q < std::min(kReceiveSlots, incoming.size()); ++q) post(q);
+
+  if (args.after_segment) args.after_segment();
+  // Step 0: this rank's own data for its left-hand block goes out at once (after the receives
+  // are posted, so that the neighbour's first segments land in place).
+  {
+    const int b = send_block(0);
+    const uint32_t segments = SegmentsOf(blocks.count[static_cast<size_t>(b)], seg);
+    for (uint32_t j = 0; j < segments; ++j) {
+      const char* src = args.in + (blocks.offset[static_cast<size_t>(b)] + j * seg) * es;
+      (*sends)[0].push_back(transfers.Send(right, args.step_base, j, src, seg_count(b, j) * es));
+    }
+  }
 
   for (size_t q = 0; q < incoming.size(); ++q) {
     DDP_RETURN_IF_ERROR(transfers.Wait(receives[q]));

@@ -1,4 +1,5 @@
 // TcpTransport connection management: dialing, accepting, the non-blocking handshake.
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 
@@ -35,6 +36,11 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
       hosts_ = hosts;
     }
     connect_deadline_ = deadline;
+    const auto local =
+        std::count(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(config_.rank)]);
+    cpu_set_t cpus;
+    const long cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    oversubscribed_ = local > cores;
     for (int r = 0; r < config_.size; ++r) {
       peers_[static_cast<size_t>(r)]->host = hosts[static_cast<size_t>(r)];
       peers_[static_cast<size_t>(r)]->address = addresses[static_cast<size_t>(r)];
@@ -88,12 +94,13 @@ void TcpTransport::StartDial(int peer, int stream_index) {
   s->state = StreamState::kConnecting;
   s->deadline = connect_deadline_;
   epoll_event ev{};
-  ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+  ev.events = EPOLLOUT | EPOLLRDHUP;
   ev.data.ptr = s.get();
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd.get(), &ev) != 0) {
     Fail(ErrnoError("epoll_ctl"));
     return;
   }
+  s->watched = ev.events;
   streams_.push_back(std::move(s));
 }
 
@@ -129,9 +136,10 @@ void TcpTransport::AcceptNew() {
     s->hs_out = auth::EncodeHello(s->hello);
     s->hs_need = auth::kAuthSize;
     epoll_event ev{};
-    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.events = EPOLLIN | EPOLLRDHUP;
     ev.data.ptr = s.get();
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd.get(), &ev) != 0) continue;
+    s->watched = ev.events;
     Stream* raw_stream = s.get();
     streams_.push_back(std::move(s));
     OnHandshakeEvent(raw_stream, EPOLLIN | EPOLLOUT);
@@ -168,7 +176,10 @@ void TcpTransport::OnHandshakeEvent(Stream* s, uint32_t events) {
     s->hs_need = auth::kHelloSize;
   }
   absl::Status status = AdvanceHandshake(s);
-  if (status.ok()) return;
+  if (status.ok()) {
+    UpdateInterest(s);
+    return;
+  }
   if (s->dialer) {
     Fail(PeerError(s->peer, absl::StatusCode::kPermissionDenied,
                    absl::StrCat("handshake failed: ", status.message(),
@@ -303,6 +314,32 @@ void TcpTransport::DropStream(Stream* s, const absl::Status& why) {
   s->fd.Reset();
   s->state = StreamState::kClosed;
   s->peer = -1;
+}
+
+}  // namespace ddp::transport::tcp
+
+namespace ddp::transport::tcp {
+
+void TcpTransport::UpdateInterest(Stream* s) {
+  if (!s->fd.valid() || s->state == StreamState::kClosed) return;
+  uint32_t want = EPOLLRDHUP;
+  switch (s->state) {
+    case StreamState::kConnecting:
+      want |= EPOLLOUT;
+      break;
+    case StreamState::kOpen:
+      if (!s->paused) want |= EPOLLIN;
+      if (!s->sendq.empty()) want |= EPOLLOUT;
+      break;
+    default:  // handshaking
+      want |= EPOLLIN;
+      if (s->hs_out_done < s->hs_out.size()) want |= EPOLLOUT;
+  }
+  if (want == s->watched) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.ptr = s;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, s->fd.get(), &ev) == 0) s->watched = want;
 }
 
 }  // namespace ddp::transport::tcp

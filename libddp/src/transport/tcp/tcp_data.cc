@@ -18,8 +18,9 @@ namespace {
 
 // Payload left to read at or above which we read straight into the destination buffer.
 constexpr size_t kDirectReadBytes = 16 << 10;
-// Early messages up to this size are buffered; larger ones wait in the kernel for their receive.
-constexpr size_t kEagerLimitBytes = 4 << 20;
+// Early messages up to this size are buffered; larger ones wait in the kernel until their
+// receive is posted and are then read straight into it (buffering them would cost a copy).
+constexpr size_t kEagerLimitBytes = 256 << 10;
 constexpr size_t kUnexpectedCapBytes = 512 << 20;
 constexpr int kMaxIov = 64;
 
@@ -32,6 +33,7 @@ void TcpTransport::OnStreamEvent(Stream* s, uint32_t events) {
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) status = ReadSome(s);
   if (status.ok() && (events & EPOLLOUT) && !s->sendq.empty()) status = WriteSome(s);
   if (!status.ok()) Fail(status);
+  UpdateInterest(s);
 }
 
 void TcpTransport::PostSend(int peer, SendOp op) {
@@ -57,6 +59,7 @@ void TcpTransport::PostSend(int peer, SendOp op) {
     absl::Status status = WriteSome(s);
     if (!status.ok()) Fail(status);
   }
+  UpdateInterest(s);
 }
 
 absl::Status TcpTransport::WriteSome(Stream* s) {
@@ -411,6 +414,7 @@ void TcpTransport::PostRecv(int peer, RecvOp op) {
     s->in_payload = true;
     absl::Status status = ReadSome(s);
     if (!status.ok()) Fail(status);
+    UpdateInterest(s);
     return;
   }
   if (p.bye) {

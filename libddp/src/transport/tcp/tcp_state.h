@@ -19,6 +19,7 @@ struct TcpTransport::Stream {
   int index = 0;        // which of the peer's streams
   std::string remote;   // "ip:port" of the other end
   absl::Time deadline = absl::InfiniteFuture();  // for the handshake / the dial
+  uint32_t watched = 0;  // the epoll events currently registered (level-triggered)
 
   // Handshake buffers.
   std::string hs_in;

@@ -1,6 +1,7 @@
 // TcpTransport: the progress loop, message matching and the data path.
 #include "transport/tcp/tcp_transport.h"
 
+#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -24,6 +25,12 @@ constexpr int kMaxEvents = 64;
 // How long a waiting caller polls the sockets itself before sleeping until the background
 // thread completes its request.
 constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(200);
+// With more ranks than cores, polling yields the core each round, so it can afford to go on
+// longer: sleeping would hand the next event to a thread that must first be scheduled.
+constexpr absl::Duration kSpinOversubscribed = absl::Milliseconds(1);
+// After a caller stops polling (without going to sleep) the background thread stays parked this
+// long, so that a loop of short collectives never has it wake up for their events.
+constexpr absl::Duration kLinger = absl::Milliseconds(1);
 constexpr absl::Duration kFlushOnShutdown = absl::Seconds(10);
 
 }  // namespace
@@ -143,7 +150,11 @@ absl::Status TcpTransport::Wait(Request* request) {
   // arrives within microseconds, and handling it here saves two thread wake-ups. Meanwhile the
   // background thread stays parked so that the two do not fight over the sockets.
   pollers_.fetch_add(1);
-  const absl::Time spin_until = absl::Now() + kSpinBeforeSleep;
+  caller_sleeping_.store(false);
+  const absl::Time spin_until =
+      absl::Now() + (oversubscribed_ ? kSpinOversubscribed : kSpinBeforeSleep);
+  // With more ranks than cores the peer we wait for may need this core: yield at once.
+  const int yield_after = oversubscribed_ ? 0 : 256;
   epoll_event events[kMaxEvents];
   int idle_rounds = 0;
   while (!request->Test()) {
@@ -155,11 +166,20 @@ absl::Status TcpTransport::Wait(Request* request) {
     }
     if (request->Test()) break;
     if ((idle_rounds & 63) == 63 && absl::Now() > spin_until) break;
+    if (idle_rounds > yield_after) {
+      // The peer we wait for may share this core (more ranks than cores): let it run.
+      sched_yield();
+    } else {
 #if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
+      __builtin_ia32_pause();
 #endif
+    }
   }
-  if (pollers_.fetch_sub(1) == 1) {
+  const bool done = request->Test();
+  last_poll_end_ns_.store(absl::GetCurrentTimeNanos());
+  if (!done) caller_sleeping_.store(true);
+  if (pollers_.fetch_sub(1) == 1 && !done) {
+    // Going to sleep: the background thread must take over at once.
     std::lock_guard<std::mutex> lock(park_mu_);
     park_cv_.notify_one();
   }
@@ -186,6 +206,12 @@ absl::Status TcpTransport::Shutdown() {
 }
 
 // ---- progress loop ------------------------------------------------------------------------
+
+bool TcpTransport::CallerActive() const {
+  if (pollers_.load() > 0) return true;
+  if (caller_sleeping_.load()) return false;
+  return absl::GetCurrentTimeNanos() - last_poll_end_ns_.load() < absl::ToInt64Nanoseconds(kLinger);
+}
 
 void TcpTransport::HandleEvents(const epoll_event* events, int n) {
   for (int i = 0; i < n; ++i) {
@@ -227,16 +253,29 @@ void TcpTransport::Run() {
       }
       if (!SendsPending() || absl::Now() > flush_deadline) break;
     }
-    if (pollers_.load() > 0 && !stopping) {
-      // A waiting caller is driving progress; stay out of its way (but keep ticking).
-      std::unique_lock<std::mutex> lock(park_mu_);
-      park_cv_.wait_for(lock, absl::ToChronoMilliseconds(kTick),
-                        [&] { return pollers_.load() == 0; });
+    // While callers drive progress (polling now, or within the last kLinger and not asleep),
+    // stay parked: waking up for their events would only steal their core. Keep ticking.
+    while (!stopping && CallerActive()) {
+      {
+        std::unique_lock<std::mutex> lock(park_mu_);
+        park_cv_.wait_for(lock, absl::ToChronoMicroseconds(kLinger));
+      }
+      const absl::Time now = absl::Now();
+      if (now >= next_tick) {
+        std::lock_guard<std::mutex> engine(engine_mu_);
+        CheckDeadlines(now);
+        next_tick = now + kTick;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping = stopping_;
     }
     const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents,
                                stopping ? 10 : static_cast<int>(absl::ToInt64Milliseconds(kTick)));
+    // Level-triggered: if a caller started polling meanwhile, these events are still pending
+    // for it; leave them rather than make it wait for this thread.
+    const bool leave_to_caller = pollers_.load() > 0 && !stopping;
     std::lock_guard<std::mutex> engine(engine_mu_);
-    if (n > 0) HandleEvents(events, n);
+    if (n > 0 && !leave_to_caller) HandleEvents(events, n);
     const absl::Time now = absl::Now();
     if (now >= next_tick) {
       CheckDeadlines(now);
@@ -309,6 +348,7 @@ void TcpTransport::SendHeartbeats(absl::Time now) {
       Fail(status);
       return;
     }
+    UpdateInterest(s);
   }
 }
 
@@ -481,6 +521,7 @@ void TcpTransport::SendAbortFrames(const absl::Status& reason) {
     op.owned = std::move(owned);
     s->sendq.push_back(std::move(op));
     WriteSome(s.get()).IgnoreError();
+    UpdateInterest(s.get());
   }
 }
 
@@ -494,6 +535,7 @@ void TcpTransport::SendByeFrames() {
     s->sendq.push_back(std::move(op));
     absl::Status st = WriteSome(s.get());
     if (!st.ok()) s->sendq.clear();
+    UpdateInterest(s.get());
   }
 }
 

@@ -112,6 +112,8 @@ class TcpTransport final : public Transport {
   absl::Status AdvanceHandshake(Stream* s);
   void AttachOpenStream(Stream* s);
   void DropStream(Stream* s, const absl::Status& why);
+  // Registers exactly the events the stream's state needs (level-triggered epoll).
+  void UpdateInterest(Stream* s);
   bool AllConnected() const;
 
   // Data path (tcp_transport.cc).
@@ -149,6 +151,10 @@ class TcpTransport final : public Transport {
   std::mutex engine_mu_;
   // Callers currently polling in Wait(); the background thread parks while there are any.
   std::atomic<int> pollers_{0};
+  std::atomic<int64_t> last_poll_end_ns_{0};
+  std::atomic<bool> caller_sleeping_{true};
+  bool oversubscribed_ = false;  // more ranks on this host than cores: spin less
+  bool CallerActive() const;
   std::mutex park_mu_;
   std::condition_variable park_cv_;
 
