@@ -259,6 +259,8 @@ struct Variant {
   bool rank0_hosts_store = false;
 };
 
+void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
+
 class Variants : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(Variants, AllCollectivesAllTypesAllOps) {

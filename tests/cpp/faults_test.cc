@@ -207,6 +207,8 @@ struct Disagreement {
   std::function<absl::Status(Context&, std::vector<char>&)> call;
 };
 
+void PrintTo(const Disagreement& d, std::ostream* os) { *os << d.name; }
+
 class Mismatch : public ::testing::TestWithParam<Disagreement> {};
 
 TEST_P(Mismatch, FailsEveryRankWithoutCorruption) {

@@ -57,7 +57,8 @@ double FloatInput(const DataGen& g, DataType type, ReduceOp op, int rank, size_t
 int64_t IntInput(const DataGen& g, DataType type, ReduceOp op, int rank, size_t i) {
   const uint64_t b = Bits(g, rank, i);
   auto range = [&](int64_t lo, int64_t hi) {
-    return lo + static_cast<int64_t>(b % static_cast<uint64_t>(hi - lo + 1));
+    const uint64_t span = static_cast<uint64_t>(hi) - static_cast<uint64_t>(lo) + 1;
+    return static_cast<int64_t>(static_cast<uint64_t>(lo) + b % span);
   };
   const bool sum = op == ReduceOp::kSum || op == ReduceOp::kAverage;
   switch (type) {

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs libddp into a temporary prefix, builds examples/cpp against it with find_package(ddp)
+# and with pkg-config, and runs the example as a real 2-rank job.
+set -euo pipefail
+build_dir=$1
+source_dir=$2
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
+cmake -S "$source_dir/examples/cpp" -B "$work/ex" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/ex" >/dev/null
+libdir=$(dirname "$(find "$work/prefix" -name 'libddp.so' | head -n 1)")
+PKG_CONFIG_PATH="$libdir/pkgconfig" g++ "$source_dir/examples/cpp/allreduce_example.cc" \
+  $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs ddp) \
+  -Wl,-rpath,"$libdir" -o "$work/example_pc"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export DDP_SIZE=2 DDP_RENDEZVOUS_ADDR=127.0.0.1 DDP_RENDEZVOUS_PORT=$port DDP_TIMEOUT_SECONDS=60
+export DDP_JOB_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+DDP_RANK=0 "$work/ex/allreduce_example" >"$work/rank0.log" 2>&1 &
+pid0=$!
+DDP_RANK=1 "$work/example_pc" >"$work/rank1.log" 2>&1 &
+pid1=$!
+status=0
+wait $pid0 || status=1
+wait $pid1 || status=1
+cat "$work/rank0.log" "$work/rank1.log"
+grep -q "rank 0: ok" "$work/rank0.log" && grep -q "rank 1: ok" "$work/rank1.log" || status=1
+[ $status -eq 0 ] && echo "install test: find_package and pkg-config builds ran a 2-rank job"
+exit $status
