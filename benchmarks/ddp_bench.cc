@@ -1,18 +1,8 @@
 // ddp-bench: nccl-tests-style benchmark of libddp collectives; with -np N it launches the ranks.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/prctl.h>
-#include <sys/random.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <bit>
 #include <cerrno>
 #include <chrono>
-#include <cmath>
-#include <csignal>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,15 +10,13 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
-#include <type_traits>
+#include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
+#include "bench_values.h"
 #include "ddp/ddp.h"
-
-extern char** environ;
+#include "launcher.h"
 
 namespace {
 
@@ -189,303 +177,46 @@ bool ParseArgs(int argc, char** argv, Config* config, std::vector<std::string>* 
   return true;
 }
 
-// ----------------------------------------------------------------------------- launcher
-
-std::optional<int> PickFreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return std::nullopt;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
-  socklen_t len = sizeof(addr);
-  std::optional<int> port;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
-std::optional<std::string> MakeJobToken() {
-  unsigned char bytes[16];
-  size_t got = 0;
-  while (got < sizeof(bytes)) {
-    const ssize_t n = getrandom(bytes + got, sizeof(bytes) - got, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return std::nullopt;
-    got += static_cast<size_t>(n);
-  }
-  std::string token;
-  for (unsigned char b : bytes) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    token += kHex[b >> 4];
-    token += kHex[b & 15];
-  }
-  return token;
-}
-
-// The launcher's environment without any job identity, plus this rank's.
-std::vector<std::string> RankEnvironment(const Config& c, int rank, int port,
-                                         const std::string& token) {
-  static constexpr absl::string_view kDropped[] = {
-      "DDP_RANK=",       "DDP_SIZE=",        "DDP_LOCAL_RANK=",          "DDP_LOCAL_SIZE=",
-      "DDP_CROSS_RANK=", "DDP_CROSS_SIZE=",  "DDP_RENDEZVOUS_ADDR=",     "DDP_RENDEZVOUS_PORT=",
-      "DDP_JOB_TOKEN=",  "OMPI_COMM_WORLD_", "DDP_RENDEZVOUS_EXTERNAL=", "PMI_RANK=",
-      "PMI_SIZE=",       "MPI_LOCALRANKID=", "MPI_LOCALNRANKS="};
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    const absl::string_view var(*e);
-    const bool drop = std::any_of(std::begin(kDropped), std::end(kDropped),
-                                  [&](absl::string_view p) { return absl::StartsWith(var, p); });
-    const bool replaced = (c.transport && absl::StartsWith(var, "DDP_TRANSPORT=")) ||
-                          (c.algo && absl::StartsWith(var, "DDP_ALGO="));
-    if (!drop && !replaced) env.emplace_back(var);
-  }
-  env.push_back("DDP_RANK=" + std::to_string(rank));
-  env.push_back("DDP_SIZE=" + std::to_string(c.np));
-  env.push_back("DDP_RENDEZVOUS_ADDR=127.0.0.1");
-  env.push_back("DDP_RENDEZVOUS_PORT=" + std::to_string(port));
-  env.push_back("DDP_JOB_TOKEN=" + token);
-  if (c.transport) env.push_back("DDP_TRANSPORT=" + *c.transport);
-  if (c.algo) env.push_back("DDP_ALGO=" + *c.algo);
-  return env;
-}
-
-std::vector<char*> CStrings(std::vector<std::string>& strings) {
-  std::vector<char*> out;
-  for (std::string& s : strings) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-pid_t SpawnRank(std::vector<std::string> args, std::vector<std::string> env) {
-  std::vector<char*> argv = CStrings(args);
-  std::vector<char*> envp = CStrings(env);
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
-  if (pid == 0) {
-    // A rank must not outlive its launcher (killed by a timeout, say).
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    execve("/proc/self/exe", argv.data(), envp.data());
-    std::fprintf(stderr, "ddp-bench: exec /proc/self/exe: %s\n", std::strerror(errno));
-    _exit(127);
-  }
-  return pid;
-}
-
-std::string DescribeExit(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
-  }
-  return "stopped with status " + std::to_string(status);
-}
-
-// Waits for every rank; after the first failure, stops the rest (SIGTERM, SIGKILL after 5 s).
-int WaitForRanks(std::vector<pid_t> pids) {
-  using Clock = std::chrono::steady_clock;
-  int running = static_cast<int>(pids.size());
-  bool failed = false;
-  Clock::time_point kill_at;
-  auto signal_running = [&](int sig) {
-    for (pid_t p : pids) {
-      if (p > 0) kill(p, sig);
-    }
-  };
-  while (running > 0) {
-    int status = 0;
-    const pid_t pid = waitpid(-1, &status, failed ? WNOHANG : 0);
-    if (pid < 0 && errno == EINTR) continue;
-    if (pid < 0) break;
-    if (pid == 0) {
-      if (Clock::now() >= kill_at) signal_running(SIGKILL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    const auto it = std::find(pids.begin(), pids.end(), pid);
-    if (it == pids.end()) continue;
-    const int rank = static_cast<int>(it - pids.begin());
-    *it = -1;
-    --running;
-    const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-    if (ok) continue;
-    if (!failed) {
-      std::fprintf(stderr, "ddp-bench: rank %d %s; stopping the other ranks\n", rank,
-                   DescribeExit(status).c_str());
-      failed = true;
-      kill_at = Clock::now() + std::chrono::seconds(5);
-      signal_running(SIGTERM);
-    } else {
-      std::fprintf(stderr, "ddp-bench: rank %d then %s\n", rank, DescribeExit(status).c_str());
-    }
-  }
-  return failed ? 1 : 0;
-}
-
-int Launch(const Config& config, const std::vector<std::string>& child_args) {
-  const std::optional<int> port = PickFreeLoopbackPort();
-  const std::optional<std::string> token = MakeJobToken();
-  if (!port || !token) {
-    std::fprintf(stderr, "ddp-bench: cannot pick a port or make a job token: %s\n",
-                 std::strerror(errno));
-    return 1;
-  }
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (int rank = 0; rank < config.np; ++rank) {
-    const pid_t pid = SpawnRank(child_args, RankEnvironment(config, rank, *port, *token));
-    if (pid < 0) {
-      std::fprintf(stderr, "ddp-bench: fork for rank %d: %s\n", rank, std::strerror(errno));
-      for (pid_t p : pids) kill(p, SIGKILL);
-      for (pid_t p : pids) waitpid(p, nullptr, 0);
-      return 1;
-    }
-    pids.push_back(pid);
-  }
-  return WaitForRanks(pids);
-}
-
 // ----------------------------------------------------------------------------- element values
 
-struct Half {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
-};
-
-// Round to nearest even; values here are small integers, so subnormals simply flush to zero.
-uint16_t HalfFromFloat(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  const uint32_t sign = (x >> 16) & 0x8000u;
-  const uint32_t abs = x & 0x7fffffffu;
-  if (abs < 0x38800000u) return static_cast<uint16_t>(sign);
-  if (abs >= 0x47800000u) return static_cast<uint16_t>(sign | 0x7c00u);
-  uint32_t h = (abs - 0x38000000u) >> 13;
-  const uint32_t rest = abs & 0x1fffu;
-  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
-  return static_cast<uint16_t>(sign | h);
-}
-
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu;
-  const uint32_t mant = h & 0x3ffu;
-  if (exp == 0x1f) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));
-  if (exp == 0) return (sign ? -1.0f : 1.0f) * std::ldexp(static_cast<float>(mant), -24);
-  return std::bit_cast<float>(sign | ((exp + 112) << 23) | (mant << 13));
-}
-
-uint16_t BFloat16FromFloat(float f) {
-  const uint32_t x = std::bit_cast<uint32_t>(f);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-template <typename T>
-void Store(T& out, int64_t v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    out.bits = HalfFromFloat(static_cast<float>(v));
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    out.bits = BFloat16FromFloat(static_cast<float>(v));
-  } else {
-    out = static_cast<T>(v);
-  }
-}
-
-template <typename T>
-double Load(const T& in) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return HalfToFloat(in.bits);
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return std::bit_cast<float>(static_cast<uint32_t>(in.bits) << 16);
-  } else {
-    return static_cast<double>(in);
-  }
-}
-
-template <typename T>
-struct Tag {
-  using type = T;
-};
-
-template <typename F>
-void WithType(DataType type, F&& f) {
+// The shared value code's names for libddp's element types and reductions.
+bench::ValueType ValueTypeOf(DataType type) {
   switch (type) {
     case DataType::kFloat32:
-      return f(Tag<float>{});
+      return bench::ValueType::kFloat32;
     case DataType::kFloat64:
-      return f(Tag<double>{});
+      return bench::ValueType::kFloat64;
     case DataType::kFloat16:
-      return f(Tag<Half>{});
+      return bench::ValueType::kFloat16;
     case DataType::kBFloat16:
-      return f(Tag<BFloat16>{});
+      return bench::ValueType::kBFloat16;
     case DataType::kInt8:
-      return f(Tag<int8_t>{});
+      return bench::ValueType::kInt8;
     case DataType::kUInt8:
-      return f(Tag<uint8_t>{});
+      return bench::ValueType::kUInt8;
     case DataType::kInt32:
-      return f(Tag<int32_t>{});
+      return bench::ValueType::kInt32;
     case DataType::kInt64:
-      return f(Tag<int64_t>{});
+      return bench::ValueType::kInt64;
   }
   std::abort();
 }
 
-// Relative error allowed: none, except the division of an average in floating point.
-double Tolerance(DataType type, ReduceOp op) {
-  if (op != ReduceOp::kAverage) return 0;
-  switch (type) {
-    case DataType::kFloat32:
-      return std::ldexp(1.0, -23);
-    case DataType::kFloat64:
-      return std::ldexp(1.0, -52);
-    case DataType::kFloat16:
-      return std::ldexp(1.0, -10);
-    case DataType::kBFloat16:
-      return std::ldexp(1.0, -7);
-    default:
-      return 0;
-  }
-}
-
-// Inputs to reductions: small non-negative integers whose reduction over the ranks is exact in
-// every type (f16 and bf16 included) and differs from any single rank's input.
-int64_t ReduceInput(ReduceOp op, int rank, int n, int64_t i) {
+bench::Reduction ReductionOf(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: {
-      // 1..4, plus and minus an offset that cancels over each pair of ranks: average is exact.
-      const int64_t base = 1 + i % 4;
-      if (rank == n - 1 && n % 2 == 1) return base;
-      const int64_t offset = (i + rank / 2) % 2;
-      return rank % 2 == 0 ? base + offset : base - offset;
-    }
+      return bench::Reduction::kSum;
+    case ReduceOp::kAverage:
+      return bench::Reduction::kAverage;
     case ReduceOp::kMin:
+      return bench::Reduction::kMin;
     case ReduceOp::kMax:
-      return (i * 3 + rank * 5) % 17;
+      return bench::Reduction::kMax;
     case ReduceOp::kProduct:
-      return i % (2 * n) == rank ? 2 : 1;  // at most one 2 per element
+      return bench::Reduction::kProduct;
   }
-  return 0;
+  std::abort();
 }
-
-int64_t ReduceExpected(ReduceOp op, int n, int64_t i) {
-  int64_t acc = ReduceInput(op, 0, n, i);
-  for (int r = 1; r < n; ++r) {
-    const int64_t v = ReduceInput(op, r, n, i);
-    if (op == ReduceOp::kSum || op == ReduceOp::kAverage) acc += v;
-    if (op == ReduceOp::kMin) acc = std::min(acc, v);
-    if (op == ReduceOp::kMax) acc = std::max(acc, v);
-    if (op == ReduceOp::kProduct) acc *= v;
-  }
-  return op == ReduceOp::kAverage ? acc / n : acc;
-}
-
-int64_t RankData(int rank, int64_t i) { return (rank * 7 + i) % 23 + 1; }
-int64_t AlltoallData(int src, int dst, int64_t i) { return (src * 5 + dst * 3 + i) % 29 + 1; }
 
 // One collective call at one size, from this rank's point of view.
 struct Plan {
@@ -506,27 +237,27 @@ struct Plan {
   size_t TotalBytes() const { return count * esize * (IsBlocked(op) ? n : 1); }
 
   int64_t Input(int64_t i) const {
-    if (IsReduction(op)) return ReduceInput(redop, rank, n, i);
+    if (IsReduction(op)) return bench::ReduceInput(ReductionOf(redop), rank, n, i);
     if (op == Op::kAlltoall) {
       const auto c = static_cast<int64_t>(count);
-      return AlltoallData(rank, static_cast<int>(i / c), i % c);
+      return bench::AlltoallData(rank, static_cast<int>(i / c), i % c);
     }
-    return RankData(rank, i);
+    return bench::RankData(rank, i);
   }
   int64_t Expected(int64_t i) const {
     const int64_t block = i / static_cast<int64_t>(count);
     const int64_t offset = i % static_cast<int64_t>(count);
     switch (op) {
       case Op::kAllreduce:
-        return ReduceExpected(redop, n, i);
+        return bench::ReduceExpected(ReductionOf(redop), n, i);
       case Op::kReduceScatter:
-        return ReduceExpected(redop, n, rank * static_cast<int64_t>(count) + i);
+        return bench::ReduceExpected(ReductionOf(redop), n, rank * static_cast<int64_t>(count) + i);
       case Op::kAllgather:
-        return RankData(static_cast<int>(block), offset);
+        return bench::RankData(static_cast<int>(block), offset);
       case Op::kBroadcast:
-        return RankData(0, i);
+        return bench::RankData(0, i);
       case Op::kAlltoall:
-        return AlltoallData(static_cast<int>(block), rank, offset);
+        return bench::AlltoallData(static_cast<int>(block), rank, offset);
     }
     return 0;
   }
@@ -548,28 +279,15 @@ std::pair<std::byte*, std::byte*> Pointers(const Plan& p, bool inplace, const Bu
 // Poisons the output, then writes the inputs (after, so in-place inputs survive).
 void Prepare(const Plan& p, std::byte* send, std::byte* recv) {
   std::memset(recv, 0xff, p.RecvCount() * p.esize);
-  WithType(p.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* out = reinterpret_cast<T*>(send);
-    const auto n = static_cast<int64_t>(p.SendCount());
-    for (int64_t i = 0; i < n; ++i) Store(out[i], p.Input(i));
-  });
+  bench::StoreValues(ValueTypeOf(p.dtype), send, static_cast<int64_t>(p.SendCount()),
+                     [&](int64_t i) { return p.Input(i); });
 }
 
 int64_t CountWrong(const Plan& p, const std::byte* recv) {
-  int64_t wrong = 0;
-  const double tolerance = Tolerance(p.dtype, p.redop);
-  WithType(p.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    const T* in = reinterpret_cast<const T*>(recv);
-    const auto n = static_cast<int64_t>(p.RecvCount());
-    for (int64_t i = 0; i < n; ++i) {
-      const double want = static_cast<double>(p.Expected(i));
-      // Written so that NaN (the poison, in floating types) never matches.
-      if (!(std::fabs(Load(in[i]) - want) <= tolerance * want)) ++wrong;
-    }
-  });
-  return wrong;
+  const bench::ValueType type = ValueTypeOf(p.dtype);
+  return bench::CountWrongValues(type, bench::Tolerance(type, ReductionOf(p.redop)), recv,
+                                 static_cast<int64_t>(p.RecvCount()),
+                                 [&](int64_t i) { return p.Expected(i); });
 }
 
 // ----------------------------------------------------------------------------- measuring
@@ -746,6 +464,8 @@ int main(int argc, char** argv) {
   Config config;
   std::vector<std::string> child_args;
   if (!ParseArgs(argc, argv, &config, &child_args)) return 2;
-  if (config.np > 0) return Launch(config, child_args);
+  if (config.np > 0) {
+    return bench::LaunchRanks({config.np, config.transport, config.algo}, child_args);
+  }
   return RunRank(config);
 }

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "bench_values.h"
+
 namespace {
 
 struct Config {
@@ -79,12 +81,13 @@ std::string ParseArgs(int argc, char** argv, Config* c) {
   return "";
 }
 
-// The inputs ddp-bench uses for sum: 1..4 plus an offset cancelling over each pair of ranks.
-float Input(int rank, int n, int64_t i) {
-  const int64_t base = 1 + i % 4;
-  if (rank == n - 1 && n % 2 == 1) return static_cast<float>(base);
-  const int64_t offset = (i + rank / 2) % 2;
-  return static_cast<float>(rank % 2 == 0 ? base + offset : base - offset);
+constexpr bench::ValueType kF32 = bench::ValueType::kFloat32;
+constexpr bench::Reduction kSum = bench::Reduction::kSum;
+
+// The inputs ddp-bench uses for an f32 sum.
+void FillInputs(int rank, int n, float* send, int count) {
+  bench::StoreValues(kF32, send, count,
+                     [&](int64_t i) { return bench::ReduceInput(kSum, rank, n, i); });
 }
 
 double Median(std::vector<double> v) {
@@ -115,13 +118,12 @@ double TimeCalls(const Config& c, const float* send, float* recv, int count) {
 
 // Elements wrong on all ranks together, from one fresh call on poisoned output.
 long long CheckCall(int rank, int n, float* send, float* recv, int count) {
-  for (int i = 0; i < count; ++i) send[i] = Input(rank, n, i);
+  FillInputs(rank, n, send, count);
   std::memset(recv, 0xff, sizeof(float) * static_cast<size_t>(count));
   MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  long long wrong = 0;
-  for (int i = 0; i < count; ++i) {
-    if (!(recv[i] == static_cast<float>(n * (1 + i % 4)))) ++wrong;
-  }
+  const long long wrong =
+      bench::CountWrongValues(kF32, bench::Tolerance(kF32, kSum), recv, count,
+                              [&](int64_t i) { return bench::ReduceExpected(kSum, n, i); });
   long long total = 0;
   MPI_Allreduce(&wrong, &total, 1, MPI_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   return total;
@@ -161,7 +163,7 @@ long long RunSizes(const Config& c, int rank, int n) {
     if (count == 0 || count == last_count) continue;
     last_count = count;
     const int icount = static_cast<int>(count);
-    for (int i = 0; i < icount; ++i) send[i] = Input(rank, n, i);
+    FillInputs(rank, n, send.data(), icount);
     std::memset(recv.data(), 0xff, sizeof(float) * count);
     const double us = TimeCalls(c, send.data(), recv.data(), icount);
     const long long wrong = CheckCall(rank, n, send.data(), recv.data(), icount);

@@ -22,7 +22,11 @@
 
 // Runtime dispatch: the kernels are compiled twice and the dynamic loader picks the AVX2 copy on
 // machines that have it (GNU ifunc, so ELF with glibc only).
-#if defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && defined(__GNUC__)
+// Not under ThreadSanitizer: its runtime is not initialised yet when the dynamic loader runs
+// ifunc resolvers, and an instrumented resolver crashes the process at start-up.
+#if defined(__SANITIZE_THREAD__)
+#define DDP_REDUCE_CLONES
+#elif defined(__x86_64__) && defined(__linux__) && defined(__GLIBC__) && defined(__GNUC__)
 #define DDP_REDUCE_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define DDP_REDUCE_CLONES
