@@ -51,6 +51,23 @@ bool Overlap(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
   return a_bytes > 0 && b_bytes > 0 && x < y + b_bytes && y < x + a_bytes;
 }
 
+// The sum of per-rank counts, after checking there is one per rank and that it cannot overflow.
+absl::StatusOr<size_t> TotalCount(absl::string_view what, absl::Span<const size_t> counts,
+                                  int size) {
+  if (counts.size() != static_cast<size_t>(size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": ", counts.size(), " counts given for ", size, " ranks"));
+  }
+  size_t total = 0;
+  for (size_t c : counts) {
+    if (c > SIZE_MAX / 16 - total) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": counts overflow"));
+    }
+    total += c;
+  }
+  return total;
+}
+
 absl::StatusOr<size_t> Bytes(size_t count, DataType type, absl::string_view what) {
   const size_t es = DataTypeSize(type);
   if (count > SIZE_MAX / es / 2) {
@@ -240,17 +257,7 @@ absl::Status Context::Allgatherv(const void* send, void* recv, absl::Span<const 
                                  DataType type) {
   const std::string what = "allgather";
   DDP_CALL_PREAMBLE(what);
-  if (counts.size() != static_cast<size_t>(size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", counts.size(), " counts given for ", size(), " ranks"));
-  }
-  size_t total = 0;
-  for (size_t c : counts) {
-    if (c > SIZE_MAX / 16 - total) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": counts overflow"));
-    }
-    total += c;
-  }
+  DDP_ASSIGN_OR_RETURN(const size_t total, TotalCount(what, counts, size()));
   const size_t mine = counts[static_cast<size_t>(rank())];
   DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "send buffer", send, mine, type));
   DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "receive buffer", recv, total, type));
@@ -300,17 +307,7 @@ absl::Status Context::ReduceScatterv(const void* send, void* recv, absl::Span<co
   const std::string what = "reducescatter";
   DDP_CALL_PREAMBLE(what);
   if (!IsValid(op)) return absl::InvalidArgumentError(absl::StrCat(what, ": invalid op"));
-  if (counts.size() != static_cast<size_t>(size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": ", counts.size(), " counts given for ", size(), " ranks"));
-  }
-  size_t total = 0;
-  for (size_t c : counts) {
-    if (c > SIZE_MAX / 16 - total) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": counts overflow"));
-    }
-    total += c;
-  }
+  DDP_ASSIGN_OR_RETURN(const size_t total, TotalCount(what, counts, size()));
   const size_t mine = counts[static_cast<size_t>(rank())];
   DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "send buffer", send, total, type));
   DDP_RETURN_IF_ERROR(impl_->CheckBuffer(what, "receive buffer", recv, mine, type));

@@ -117,7 +117,6 @@ void TcpTransport::AcceptNew() {
         [](const std::unique_ptr<Stream>& s) { return s->state == StreamState::kAwaitAuth; }));
     const std::string remote = net::PeerAddress(fd.get());
     if (handshaking >= kMaxHandshaking) {
-      rejected_.fetch_add(1);
       DDP_LOG(kWarning, "rejected connection from %s: too many unauthenticated connections",
               remote);
       continue;
@@ -308,7 +307,6 @@ void TcpTransport::AttachOpenStream(Stream* s) {
 }
 
 void TcpTransport::DropStream(Stream* s, const absl::Status& why) {
-  rejected_.fetch_add(1);
   DDP_LOG(kWarning, "rejected connection from %s: %s", s->remote, why.message());
   if (s->fd.valid()) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
   s->fd.Reset();

@@ -69,9 +69,6 @@ class TcpTransport final : public Transport {
   absl::Status health() const override;
   void SetDescriptorFormatter(DescriptorFormatter formatter) override;
 
-  // Connections rejected so far (wrong token, garbage, timeouts); for tests and logs.
-  int rejected_connections() const { return rejected_.load(); }
-
  private:
   struct SendOp {
     RequestPtr request;
@@ -169,7 +166,6 @@ class TcpTransport final : public Transport {
   std::vector<std::string> addresses_;
   std::vector<std::string> hosts_;
   DescriptorFormatter formatter_;
-  std::atomic<int> rejected_{0};
 
   // Owned by the engine (engine_mu_).
   std::vector<std::unique_ptr<Stream>> streams_;

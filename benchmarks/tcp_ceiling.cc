@@ -1,0 +1,139 @@
+// ddp-tcp-ceiling: how fast plain loopback TCP moves data both ways at once between two
+// processes on this machine — the ceiling any TCP allreduce between two local ranks works under.
+//
+// Two processes connected by one TCP socket each send `--bytes` to the other while receiving
+// as much, with one thread per direction and `write`/`read` calls of `--chunk` bytes. Prints,
+// per chunk size, the median over `--runs` of bytes per second in each direction.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+size_t ParseBytes(const char* text) {
+  char* end = nullptr;
+  double value = std::strtod(text, &end);
+  switch (end != nullptr ? *end : '\0') {
+    case 'K':
+    case 'k':
+      value *= 1 << 10;
+      break;
+    case 'M':
+    case 'm':
+      value *= 1 << 20;
+      break;
+    case 'G':
+    case 'g':
+      value *= 1 << 30;
+      break;
+    default:
+      break;
+  }
+  return static_cast<size_t>(value);
+}
+
+// Sends and receives `total` bytes on `fd` concurrently.
+void Exchange(int fd, size_t total, size_t chunk) {
+  std::vector<char> out(chunk, 'x');
+  std::vector<char> in(chunk);
+  std::thread receiver([&] {
+    size_t got = 0;
+    while (got < total) {
+      const ssize_t n = ::recv(fd, in.data(), std::min(chunk, total - got), 0);
+      if (n <= 0) std::exit(3);
+      got += static_cast<size_t>(n);
+    }
+  });
+  size_t sent = 0;
+  while (sent < total) {
+    const ssize_t n = ::send(fd, out.data(), std::min(chunk, total - sent), MSG_NOSIGNAL);
+    if (n <= 0) std::exit(3);
+    sent += static_cast<size_t>(n);
+  }
+  receiver.join();
+}
+
+// One measurement: GB/s per direction.
+double RunOnce(size_t total, size_t chunk) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(listener, 1) != 0 ||
+      ::getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("ddp-tcp-ceiling: listen");
+    std::exit(2);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) ::_exit(2);
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    Exchange(fd, total, chunk);
+    ::_exit(0);
+  }
+  const int fd = ::accept(listener, nullptr, nullptr);
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  Exchange(fd, total, chunk);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::close(fd);
+  ::close(listener);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "ddp-tcp-ceiling: peer process failed\n");
+    std::exit(1);
+  }
+  return static_cast<double>(total) / seconds / 1e9;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  size_t total = size_t{1} << 30;
+  int runs = 5;
+  std::vector<size_t> chunks = {size_t{256} << 10, size_t{1} << 20, size_t{4} << 20,
+                                size_t{16} << 20};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--bytes" && i + 1 < argc) {
+      total = ParseBytes(argv[++i]);
+    } else if (arg == "--runs" && i + 1 < argc) {
+      runs = std::max(1, std::atoi(argv[++i]));
+    } else if (arg == "--chunk" && i + 1 < argc) {
+      chunks = {ParseBytes(argv[++i])};
+    } else {
+      std::fprintf(stderr,
+                   "usage: ddp-tcp-ceiling [--bytes N] [--runs K] [--chunk BYTES]\n"
+                   "  loopback TCP, two processes, both directions at once; GB/s per direction\n");
+      return arg == "-h" || arg == "--help" ? 0 : 2;
+    }
+  }
+  std::printf("# ddp-tcp-ceiling: %zu bytes each way, median of %d runs\n", total, runs);
+  std::printf("# %12s %12s\n", "chunk (B)", "GB/s/dir");
+  for (size_t chunk : chunks) {
+    std::vector<double> rates;
+    for (int r = 0; r < runs; ++r) rates.push_back(RunOnce(total, chunk));
+    std::sort(rates.begin(), rates.end());
+    std::printf("  %12zu %12.3f\n", chunk, rates[rates.size() / 2]);
+  }
+  return 0;
+}
