@@ -301,7 +301,7 @@ void TcpTransport::AttachOpenStream(Stream* s) {
     connected_ = true;
     connected_cv_.notify_all();
   }
-  // Data may already be waiting behind the handshake; edge-triggered epoll will not say so.
+  // Data may already be waiting behind the handshake: read it now rather than on the next event.
   absl::Status status = ReadSome(s);
   if (!status.ok()) Fail(status);
 }

@@ -1,7 +1,9 @@
 // TcpTransport: authenticated, non-blocking TCP between every pair of ranks.
 //
-// One progress thread owns every socket and runs an edge-triggered epoll loop; callers hand it
-// work through a mutex-protected inbox and an eventfd, and it completes their Requests. Each peer
+// All socket and matching state sits behind one engine mutex, and whichever thread holds it
+// makes progress: a caller posting a send writes it at once; a caller in Wait() polls the
+// level-triggered epoll set itself for a short while before sleeping; a background thread does
+// the work only when no caller is polling (and checks heartbeats and deadlines). Each peer
 // has `streams` connections (messages are spread round-robin; the receiver matches by tag, so
 // order across streams does not matter). Payloads are written straight from the caller's buffer
 // (writev of header + data) and read straight into the posted receive buffer when it is already
