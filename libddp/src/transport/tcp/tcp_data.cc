@@ -342,7 +342,7 @@ absl::Status TcpTransport::FinishMessage(Stream* s) {
   Unexpected* u = s->current_unexpected;
   s->current_unexpected = nullptr;
   if (u == nullptr) return absl::OkStatus();  // payload of a failed receive, drained
-  u->received = u->header.length;
+  u->complete = true;
   if (u->claimed) {
     if (u->header.length > 0) std::memcpy(u->claimed->data, u->payload.get(), u->header.length);
     RequestPtr request = std::move(u->claimed->request);
@@ -385,7 +385,7 @@ void TcpTransport::PostRecv(int peer, RecvOp op) {
         Fail(check);
         return;
       }
-      if (u->received == u->header.length && !IsFilling(p, u)) {
+      if (u->complete) {
         if (op.bytes > 0) std::memcpy(op.data, u->payload.get(), op.bytes);
         unexpected_bytes_ -= u->header.length;
         RequestPtr request = std::move(op.request);
@@ -429,13 +429,6 @@ void TcpTransport::PostRecv(int peer, RecvOp op) {
     return;
   }
   p.posted[op.tag].push_back(std::move(op));
-}
-
-bool TcpTransport::IsFilling(const Peer& p, const Unexpected* u) const {
-  for (const Stream* s : p.streams) {
-    if (s != nullptr && s->current_unexpected == u) return true;
-  }
-  return false;
 }
 
 }  // namespace ddp::transport::tcp

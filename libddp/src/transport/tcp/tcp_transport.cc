@@ -110,7 +110,7 @@ void TcpTransport::Wake() {
 RequestPtr TcpTransport::Isend(int peer, uint64_t tag, const Descriptor& descriptor,
                                const void* data, size_t bytes) {
   auto request = std::make_shared<Request>();
-  if (peer < 0 || peer >= config_.size || peer == config_.rank) {
+  if (!ValidPeer(peer)) {
     request->Complete(absl::InvalidArgumentError(absl::StrCat("send to invalid peer ", peer)));
     return request;
   }
@@ -136,7 +136,7 @@ RequestPtr TcpTransport::Isend(int peer, uint64_t tag, const Descriptor& descrip
 RequestPtr TcpTransport::Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
                                size_t bytes) {
   auto request = std::make_shared<Request>();
-  if (peer < 0 || peer >= config_.size || peer == config_.rank) {
+  if (!ValidPeer(peer)) {
     request->Complete(absl::InvalidArgumentError(absl::StrCat("receive from invalid peer ", peer)));
     return request;
   }

@@ -91,7 +91,7 @@ class TcpTransport final : public Transport {
   struct Unexpected {
     FrameHeader header;
     std::unique_ptr<char[]> payload;  // header.length bytes, uninitialised until received
-    size_t received = 0;
+    bool complete = false;            // the whole payload has arrived
     std::unique_ptr<RecvOp> claimed;  // a receive posted while the payload was still arriving
   };
   enum class StreamState { kConnecting, kAwaitHello, kAwaitAuth, kAwaitAccept, kOpen, kClosed };
@@ -132,7 +132,9 @@ class TcpTransport final : public Transport {
   void SendAbortFrames(const absl::Status& reason);
   void SendByeFrames();
   bool SendsPending() const;
-  bool IsFilling(const Peer& p, const Unexpected* u) const;
+  bool ValidPeer(int peer) const {
+    return peer >= 0 && peer < config_.size && peer != config_.rank;
+  }
   void MarkBusy(Peer& p, absl::Time now);
   bool WaitingOn(const Peer& p) const;
   void SendHeartbeats(absl::Time now);
