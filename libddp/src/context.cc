@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/socket.h"
 #include "common/status.h"
+#include "engine/engine_impl.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace ddp {
@@ -26,6 +27,7 @@ class ContextImpl {
   std::unique_ptr<bootstrap::TcpStoreServer> store_server;
   std::unique_ptr<transport::tcp::TcpTransport> transport;
   std::unique_ptr<collectives::Communicator> comm;
+  std::unique_ptr<engine::EngineImpl> engine;
   std::mutex mu;  // one collective at a time: ranks must issue them in the same order
   bool shut_down = false;
 
@@ -155,6 +157,8 @@ absl::Status ContextImpl::Init() {
   tuning.segment_bytes = static_cast<size_t>(options.segment_bytes);
   tuning.small_allreduce_bytes = static_cast<size_t>(options.small_allreduce_bytes);
   comm = std::make_unique<collectives::Communicator>(options.rank, n, transport.get(), tuning);
+  engine = std::make_unique<engine::EngineImpl>(options, transport.get(), tuning);
+  DDP_RETURN_IF_ERROR(engine->Start());
   DDP_LOG(kInfo, "joined job: rank %d of %d on %s (local %d/%d, cross %d/%d)", options.rank, n,
           host, topology.local_rank, topology.local_size, topology.cross_rank, topology.cross_size);
   return absl::OkStatus();
@@ -339,6 +343,8 @@ absl::Status Context::Alltoall(const void* send, void* recv, size_t count, DataT
                   absl::StrCat("alltoall(count ", count, ", ", DataTypeName(type), ")"));
 }
 
+Engine& Context::engine() { return *impl_->engine; }
+
 absl::Status Context::Barrier() {
   DDP_CALL_PREAMBLE("barrier");
   return Annotate(collectives::Barrier(*impl_->comm), "barrier");
@@ -355,6 +361,9 @@ absl::Status Context::Shutdown() {
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->shut_down) return absl::OkStatus();
   impl_->shut_down = true;
+  if (impl_->engine) {
+    impl_->engine->Shutdown(absl::FailedPreconditionError("the context has been shut down"));
+  }
   if (impl_->transport) impl_->transport->Shutdown().IgnoreError();
   if (impl_->store_server) impl_->store_server->Stop();
   return absl::OkStatus();

@@ -22,6 +22,26 @@ absl::Status ReadRankVar(const std::vector<const char*>& names, int64_t min, int
   return absl::OkStatus();
 }
 
+absl::Status ReadEngineVariables(Options* o) {
+  DDP_ASSIGN_OR_RETURN(auto fusion, env::GetBytes("DDP_FUSION_THRESHOLD", 0, 1LL << 34));
+  if (fusion) o->fusion_threshold = *fusion;
+  DDP_ASSIGN_OR_RETURN(auto cycle, env::GetDouble("DDP_CYCLE_TIME_MS", 0, 10000));
+  if (cycle) o->cycle_time_ms = *cycle;
+  DDP_ASSIGN_OR_RETURN(auto cache, env::GetInt("DDP_CACHE_CAPACITY", 0, 1 << 20));
+  if (cache) o->cache_capacity = *cache;
+  if (auto v = env::Get("DDP_TIMELINE")) o->timeline = *v;
+  DDP_ASSIGN_OR_RETURN(auto marks, env::GetBool("DDP_TIMELINE_MARK_CYCLES"));
+  if (marks) o->timeline_mark_cycles = *marks;
+  DDP_ASSIGN_OR_RETURN(auto stall, env::GetDouble("DDP_STALL_CHECK_SECONDS", 0, 1e7));
+  if (stall) o->stall_check = absl::Seconds(*stall);
+  DDP_ASSIGN_OR_RETURN(auto stall_end, env::GetDouble("DDP_STALL_SHUTDOWN_SECONDS", 0, 1e7));
+  if (stall_end) o->stall_shutdown = absl::Seconds(*stall_end);
+  DDP_ASSIGN_OR_RETURN(auto autotune, env::GetBool("DDP_AUTOTUNE"));
+  if (autotune) o->autotune = *autotune;
+  if (auto v = env::Get("DDP_AUTOTUNE_LOG")) o->autotune_log = *v;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view TransportKindName(TransportKind kind) {
@@ -92,6 +112,7 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   if (segment) o.segment_bytes = *segment;
   DDP_ASSIGN_OR_RETURN(auto small, env::GetBytes("DDP_SMALL_ALLREDUCE_BYTES", 0, 1LL << 30));
   if (small) o.small_allreduce_bytes = *small;
+  DDP_RETURN_IF_ERROR(ReadEngineVariables(&o));
   DDP_RETURN_IF_ERROR(o.Validate());
   return o;
 }
@@ -139,6 +160,12 @@ absl::Status Options::Validate() const {
   }
   if (segment_bytes < 4096) {
     return absl::InvalidArgumentError("DDP_SEGMENT_BYTES must be at least 4096");
+  }
+  if (fusion_threshold < 0 || cache_capacity < 0 || cycle_time_ms < 0 ||
+      stall_check < absl::ZeroDuration() || stall_shutdown < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        "DDP_FUSION_THRESHOLD, DDP_CACHE_CAPACITY, DDP_CYCLE_TIME_MS and DDP_STALL_*_SECONDS must "
+        "not be negative");
   }
   if (timeout <= absl::ZeroDuration() || start_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("DDP_TIMEOUT_SECONDS must be positive");

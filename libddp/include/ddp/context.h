@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "ddp/engine.h"
 #include "ddp/options.h"
 #include "ddp/types.h"
 
@@ -72,6 +73,10 @@ class Context {
 
   // Returns once every rank has entered the barrier.
   absl::Status Barrier();
+
+  // The fusion engine: asynchronous named collectives. Its collectives are independent of the
+  // blocking ones above (they may be in flight at the same time).
+  Engine& engine();
 
   // Fails every pending and future operation on this rank and tells the peers why. Safe to call
   // from any thread, any number of times.

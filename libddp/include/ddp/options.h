@@ -52,6 +52,28 @@ struct Options {
   int64_t segment_bytes = 1 << 20;
   int64_t small_allreduce_bytes = 64 * 1024;
 
+  // Fusion engine. Tensors ready in the same cycle are packed into one buffer of up to
+  // fusion_threshold bytes (DDP_FUSION_THRESHOLD, 0 = no fusion) and reduced together; the engine
+  // gathers submissions for cycle_time_ms (DDP_CYCLE_TIME_MS) between negotiations.
+  int64_t fusion_threshold = 64 << 20;
+  double cycle_time_ms = 1.0;
+  // Agreed tensors remembered so that later steps negotiate through one bit vector
+  // (DDP_CACHE_CAPACITY, 0 = no cache).
+  int64_t cache_capacity = 1024;
+  // Chrome-trace JSON of every tensor's phases (DDP_TIMELINE); with timeline_mark_cycles
+  // (DDP_TIMELINE_MARK_CYCLES=1) also one marker per engine cycle.
+  std::string timeline;
+  bool timeline_mark_cycles = false;
+  // Warn when some ranks submitted a tensor and others have not for stall_check
+  // (DDP_STALL_CHECK_SECONDS, 0 = never); fail such tensors on every rank after stall_shutdown
+  // (DDP_STALL_SHUTDOWN_SECONDS, 0 = never).
+  absl::Duration stall_check = absl::Seconds(60);
+  absl::Duration stall_shutdown = absl::ZeroDuration();
+  // Tune fusion_threshold and cycle_time_ms online (DDP_AUTOTUNE=1); decisions are logged to
+  // autotune_log (DDP_AUTOTUNE_LOG, CSV) when set.
+  bool autotune = false;
+  std::string autotune_log;
+
   // Reads DDP_* variables on top of the defaults above (and Open MPI's OMPI_COMM_WORLD_* when
   // DDP_RANK/DDP_SIZE are absent). A malformed value is an error naming the variable.
   static absl::StatusOr<Options> FromEnvironment();

@@ -26,15 +26,18 @@ absl::string_view KindName(Kind kind) {
   return "?";
 }
 
-Communicator::Communicator(int rank, int size, transport::Transport* transport, Tuning tuning)
-    : rank_(rank), size_(size), transport_(transport), tuning_(tuning) {
+Communicator::Communicator(int rank, int size, transport::Transport* transport, Tuning tuning,
+                           int id)
+    : rank_(rank), size_(size), transport_(transport), tuning_(tuning),
+      id_(static_cast<uint32_t>(id) & 0xFF) {
   if (transport_ != nullptr) transport_->SetDescriptorFormatter(&Communicator::Describe);
 }
 
 CallId Communicator::Begin(Kind kind, DataType type, ReduceOp op, Algorithm algorithm, int root,
                            uint64_t count) {
   CallId call;
-  call.seq = next_seq_++;
+  // Only calls in flight at once must differ: 2^16 is far more than ranks can drift apart.
+  call.seq = (id_ << 16) | (next_seq_++ & 0xFFFF);
   auto& b = call.descriptor.bytes;
   b[0] = static_cast<uint8_t>(kind);
   b[1] = static_cast<uint8_t>(type);

@@ -40,8 +40,10 @@ struct CallId {
 
 class Communicator {
  public:
-  // `transport` may be null for a single-rank job (nothing is ever sent).
-  Communicator(int rank, int size, transport::Transport* transport, Tuning tuning);
+  // `transport` may be null for a single-rank job (nothing is ever sent). Communicators sharing
+  // a transport need distinct `id`s (0..255): the id is part of every tag, so their collectives
+  // can be in flight at the same time without mixing.
+  Communicator(int rank, int size, transport::Transport* transport, Tuning tuning, int id = 0);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -53,7 +55,8 @@ class Communicator {
   CallId Begin(Kind kind, DataType type, ReduceOp op, Algorithm algorithm, int root,
                uint64_t count);
 
-  // tag = seq (24 bits) | step (16 bits) | segment (24 bits); the group is the sequence number.
+  // tag = seq (24 bits: communicator id, then a 16-bit call counter) | step (16 bits) |
+  // segment (24 bits); the group is the sequence number.
   static uint64_t Tag(uint32_t seq, uint32_t step, uint32_t segment) {
     return (uint64_t{seq & 0xFFFFFF} << transport::kTagGroupShift) |
            (uint64_t{step & 0xFFFF} << 24) | uint64_t{segment & 0xFFFFFF};
@@ -70,6 +73,7 @@ class Communicator {
   int size_;
   transport::Transport* transport_;
   Tuning tuning_;
+  uint32_t id_;
   uint32_t next_seq_ = 0;
   std::vector<std::vector<char>> scratch_;
 };

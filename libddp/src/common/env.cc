@@ -40,6 +40,18 @@ absl::StatusOr<std::optional<bool>> GetBool(const char* name) {
       absl::StrCat(name, "='", *raw, "' is not a boolean (use 1/0, true/false, yes/no, on/off)"));
 }
 
+absl::StatusOr<std::optional<double>> GetDouble(const char* name, double min, double max) {
+  auto raw = Get(name);
+  if (!raw) return std::optional<double>();
+  double value = 0;
+  if (!absl::SimpleAtod(absl::StripAsciiWhitespace(*raw), &value) || !(value >= min) ||
+      !(value <= max)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, "='", *raw, "' is not a number in [", min, ", ", max, "]"));
+  }
+  return std::optional<double>(value);
+}
+
 absl::StatusOr<std::optional<absl::Duration>> GetSeconds(const char* name) {
   auto raw = Get(name);
   if (!raw) return std::optional<absl::Duration>();

@@ -19,6 +19,8 @@ std::optional<std::string> Get(const char* name);
 absl::StatusOr<std::optional<int64_t>> GetInt(const char* name, int64_t min, int64_t max);
 // 1/0, true/false, yes/no, on/off.
 absl::StatusOr<std::optional<bool>> GetBool(const char* name);
+// A decimal number in [min, max].
+absl::StatusOr<std::optional<double>> GetDouble(const char* name, double min, double max);
 // Seconds as a decimal number (> 0).
 absl::StatusOr<std::optional<absl::Duration>> GetSeconds(const char* name);
 // Byte count with optional K/M/G suffix (powers of 1024).

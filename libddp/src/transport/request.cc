@@ -21,6 +21,16 @@ void Request::Complete(absl::Status status) {
   status_ = std::move(status);
   state_.store(kDone, std::memory_order_release);
   state_.notify_all();
+  if (callback_state_.exchange(kCompleted, std::memory_order_acq_rel) == kCallbackSet) {
+    callback_();
+  }
+}
+
+void Request::OnComplete(std::function<void()> callback) {
+  callback_ = std::move(callback);
+  if (callback_state_.exchange(kCallbackSet, std::memory_order_acq_rel) == kCompleted) {
+    callback_();
+  }
 }
 
 }  // namespace ddp::transport

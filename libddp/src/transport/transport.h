@@ -29,6 +29,15 @@ namespace ddp::transport {
 
 inline constexpr int kTagGroupShift = 40;
 
+// Tags whose top byte is all ones are notifications (e.g. "wake up"): a receive posted on one
+// does not count as waiting on the peer (it never times out and does not make this rank report
+// itself as waiting), and when the peer leaves gracefully the receive completes with Unavailable
+// instead of failing the transport.
+inline constexpr uint64_t kNotificationTagBits = uint64_t{0xFF} << 56;
+inline bool IsNotificationTag(uint64_t tag) {
+  return (tag & kNotificationTagBits) == kNotificationTagBits;
+}
+
 struct Descriptor {
   std::array<uint8_t, 16> bytes{};
   friend bool operator==(const Descriptor& a, const Descriptor& b) { return a.bytes == b.bytes; }
@@ -43,14 +52,24 @@ class Request {
   // Valid once Test() is true.
   const absl::Status& status() const { return status_; }
 
-  // For transports: records the outcome and wakes the waiter.
+  // For transports: records the outcome, wakes the waiter and runs the callback, if any.
   void Complete(absl::Status status);
+
+  // Runs `callback` once the request completes: at once (in this thread) if it already has,
+  // otherwise in the thread that completes it, which may hold transport locks, so the callback
+  // must be short and must not call into the transport. At most one callback per request.
+  void OnComplete(std::function<void()> callback);
 
  private:
   static constexpr uint32_t kPending = 0;
   static constexpr uint32_t kDone = 1;
   std::atomic<uint32_t> state_{kPending};
   absl::Status status_;
+  // Hand-over between OnComplete and Complete: whichever of the two comes second runs it.
+  static constexpr uint32_t kCallbackSet = 1;
+  static constexpr uint32_t kCompleted = 2;
+  std::atomic<uint32_t> callback_state_{0};
+  std::function<void()> callback_;
 };
 using RequestPtr = std::shared_ptr<Request>;
 

@@ -226,6 +226,17 @@ absl::Status TcpTransport::OnHeader(Stream* s, const FrameHeader& h) {
   switch (h.type) {
     case FrameType::kBye:
       p.bye = true;
+      for (auto it = p.posted.begin(); it != p.posted.end();) {
+        if (!IsNotificationTag(it->first)) {
+          ++it;
+          continue;
+        }
+        for (RecvOp& op : it->second) {
+          op.request->Complete(
+              PeerError(s->peer, absl::StatusCode::kUnavailable, "has shut down"));
+        }
+        p.posted.erase(it++);
+      }
       if (!p.posted.empty()) {
         return PeerError(s->peer, absl::StatusCode::kUnavailable,
                          "shut down while this rank still expects data from it");

@@ -312,7 +312,9 @@ bool TcpTransport::SendsPending() const {
 }
 
 bool TcpTransport::WaitingOn(const Peer& p) const {
-  if (!p.posted.empty()) return true;
+  for (const auto& [tag, ops] : p.posted) {
+    if (!ops.empty() && !IsNotificationTag(tag)) return true;
+  }
   for (const Stream* s : p.streams) {
     if (s == nullptr) continue;
     for (const SendOp& op : s->sendq) {

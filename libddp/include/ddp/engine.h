@@ -1,0 +1,126 @@
+// Engine: asynchronous, named collectives with negotiation, a response cache and tensor fusion.
+//
+// A training step submits its gradients by name as they become ready, possibly in a different
+// order on every rank. The engine's background thread agrees with the other ranks on which names
+// every rank has submitted, checks that they agree on what each one is (dtype, shape, op, scale
+// factors, root, device), packs ready allreduces into one fusion buffer and reduces them with one
+// collective. Every call returns a Handle at once; buffers must stay valid until it completes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ddp/types.h"
+
+namespace ddp {
+namespace engine {
+struct HandleState;
+}
+
+// The outcome of one asynchronous operation. Copyable; copies share the state.
+class Handle {
+ public:
+  Handle() = default;
+  explicit Handle(std::shared_ptr<engine::HandleState> state) : state_(std::move(state)) {}
+
+  bool valid() const { return state_ != nullptr; }
+  // True once the operation has finished, successfully or not. Never blocks.
+  bool Poll() const;
+  // Blocks until the operation finishes; its status (the error names the tensor, the operation
+  // and the rank(s) responsible).
+  absl::Status Wait() const;
+  // Like Wait, but gives up after `timeout` with DeadlineExceeded (the operation goes on).
+  absl::Status WaitFor(absl::Duration timeout) const;
+  // Runs `callback` with the final status once finished: at once in this thread if it already
+  // is, otherwise in the engine's thread (keep it short; it must not wait on another handle).
+  void OnComplete(std::function<void(const absl::Status&)> callback) const;
+
+  const std::string& name() const;
+  // Allgather, alltoall and reduce-scatter allocate their output: valid once finished OK.
+  const std::vector<int64_t>& output_shape() const;
+  const void* output() const;
+  void* mutable_output();
+  size_t output_bytes() const;
+  // Join: the rank that joined last.
+  int join_last_rank() const;
+
+ private:
+  std::shared_ptr<engine::HandleState> state_;
+};
+
+// One member of a grouped allreduce: all members share dtype and op and always go together.
+struct GroupMember {
+  std::string name;
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<int64_t> shape;
+};
+
+struct EngineStats {
+  uint64_t cycles = 0;             // negotiation rounds (all process sets)
+  uint64_t cache_hits = 0;         // tensors agreed through the cache bit vector
+  uint64_t cache_misses = 0;       // tensors agreed by exchanging their full description
+  uint64_t tensors = 0;            // tensors finished (OK or failed)
+  uint64_t collectives = 0;        // collectives run for them (a fused batch counts once)
+  uint64_t fused_tensors = 0;      // tensors that went through the fusion buffer
+  uint64_t bytes = 0;              // bytes of tensors finished OK
+  uint64_t sleeps = 0;             // times the engine went idle and slept until woken
+  int64_t fusion_threshold = 0;    // in effect now (agreed by all ranks)
+  double cycle_time_ms = 0;        // in effect now
+  uint64_t parameter_changes = 0;  // autotune switches applied
+  uint64_t parameter_digest = 0;   // hash of the sequence of (cycle, params) applied: equal
+                                   // on every rank when they switched together
+  bool autotune_converged = false;
+};
+
+class Engine {
+ public:
+  static constexpr int kWorld = 0;  // the process set of all ranks
+  virtual ~Engine() = default;
+
+  // output = op over ranks of input, each scaled by `prescale` before and `postscale` after the
+  // reduction (floating types only). In place when input == output. Average divides by the ranks
+  // that contributed (see Join).
+  virtual Handle AllreduceAsync(std::string name, const void* input, void* output, DataType type,
+                                std::vector<int64_t> shape, ReduceOp op, double prescale = 1.0,
+                                double postscale = 1.0, int process_set = kWorld) = 0;
+  // All members are negotiated and reduced as one unit, in one fused collective.
+  virtual Handle GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members,
+                                       DataType type, ReduceOp op, double prescale = 1.0,
+                                       double postscale = 1.0, int process_set = kWorld) = 0;
+  // Concatenates every rank's input along the first dimension (which may differ per rank; the
+  // other dimensions must agree). Output: Handle::output().
+  virtual Handle AllgatherAsync(std::string name, const void* input, DataType type,
+                                std::vector<int64_t> shape, int process_set = kWorld) = 0;
+  // In place: `buffer` on every rank receives root's. `root` is a rank of the process set.
+  virtual Handle BroadcastAsync(std::string name, void* buffer, DataType type,
+                                std::vector<int64_t> shape, int root, int process_set = kWorld) = 0;
+  // The first dimension is split into equal blocks, block j going to rank j; the output (same
+  // shape) holds block i from rank i.
+  virtual Handle AlltoallAsync(std::string name, const void* input, DataType type,
+                               std::vector<int64_t> shape, int process_set = kWorld) = 0;
+  // Reduces, then splits the first dimension across ranks (the first dim % size ranks get one
+  // row more); this rank's rows are the output.
+  virtual Handle ReduceScatterAsync(std::string name, const void* input, DataType type,
+                                    std::vector<int64_t> shape, ReduceOp op, double prescale = 1.0,
+                                    double postscale = 1.0, int process_set = kWorld) = 0;
+  // This rank has no more data: until every rank has joined it takes part in the other ranks'
+  // allreduces contributing the op's identity (and is not counted by Average). Finishes when all
+  // ranks have joined; Handle::join_last_rank() says which joined last.
+  virtual Handle JoinAsync() = 0;
+
+  // Creates a process set of the given ranks (of the whole job). Every rank must call it, with
+  // the same ranks, in the same order relative to other AddProcessSet calls. Returns its id.
+  virtual absl::StatusOr<int> AddProcessSet(std::vector<int> ranks) = 0;
+
+  virtual EngineStats stats() const = 0;
+};
+
+}  // namespace ddp

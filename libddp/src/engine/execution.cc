@@ -1,0 +1,318 @@
+// Execution of agreed responses: tensor fusion for allreduce, the other collectives one by one,
+// scale factors, joined ranks' identity contributions, timeline phases and handle completion.
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/collectives.h"
+#include "common/status.h"
+#include "engine/engine_impl.h"
+#include "reduce/reduce.h"
+
+namespace ddp::engine {
+namespace {
+
+bool IsFloating(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
+         t == DataType::kBFloat16;
+}
+
+uint64_t Elements(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+// Average runs as a sum, finished with the division by the contributing ranks while unpacking.
+ReduceOp RunOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+
+bool Fusible(const Response& a, const Response& b) {
+  return b.error.ok() && b.meta.kind == OpKind::kAllreduce && a.meta.type == b.meta.type &&
+         a.meta.op == b.meta.op && a.meta.device == b.meta.device;
+}
+
+}  // namespace
+
+void EngineImpl::TimelinePhase(const std::string& name, const char* phase, int64_t start,
+                               int64_t end, std::vector<std::pair<std::string, std::string>> args) {
+  if (timeline_ != nullptr) timeline_->Phase(name, phase, start, end, args);
+}
+
+absl::Status EngineImpl::Execute(ProcessSet& set, std::vector<Response>& responses, int active) {
+  const int64_t threshold = params_.fusion_threshold;
+  size_t i = 0;
+  while (i < responses.size()) {
+    Response& r = responses[i];
+    if (!r.error.ok()) {
+      Finish(set, r.name, r.error);
+      ++i;
+      continue;
+    }
+    if (r.meta.kind != OpKind::kAllreduce) {
+      DDP_RETURN_IF_ERROR(RunOther(set, r));
+      ++i;
+      continue;
+    }
+    // A batch: consecutive compatible allreduces up to the threshold. A group is one unit, fused
+    // even when it alone exceeds the threshold.
+    std::vector<Response*> batch = {&r};
+    uint64_t bytes = r.meta.Bytes();
+    size_t j = i + 1;
+    while (j < responses.size() && Fusible(r, responses[j]) &&
+           bytes + responses[j].meta.Bytes() <= static_cast<uint64_t>(threshold)) {
+      bytes += responses[j].meta.Bytes();
+      batch.push_back(&responses[j]);
+      ++j;
+    }
+    if (batch.size() == 1 && r.meta.shapes.size() == 1) {
+      DDP_RETURN_IF_ERROR(RunAlone(set, r, active));  // no copy into the fusion buffer
+    } else {
+      DDP_RETURN_IF_ERROR(RunFused(set, batch, active));
+    }
+    i = j;
+  }
+  return absl::OkStatus();
+}
+
+void EngineImpl::FinishAllreduceOutput(DataType type, ReduceOp op, void* out, size_t count,
+                                       double postscale, int active) {
+  if (IsFloating(type)) {
+    const double factor = postscale / (op == ReduceOp::kAverage ? active : 1);
+    if (factor != 1.0) reduce::Scale(type, out, out, count, factor);
+  } else if (op == ReduceOp::kAverage && active != 1) {
+    reduce::DivideBy(type, out, count, active);
+  }
+}
+
+absl::Status EngineImpl::RunAlone(ProcessSet& set, Response& r, int active) {
+  const TensorMeta& m = r.meta;
+  const size_t count = m.ElementCount();
+  auto it = set.pending.find(r.name);
+  LocalOp* op = it == set.pending.end() ? nullptr : it->second.get();
+  const int64_t start = timeline_ ? timeline_->NowMicros() : 0;
+  if (op != nullptr) {
+    TimelinePhase(r.name, "NEGOTIATE", op->submitted_us, r.ready_us);
+    TimelinePhase(r.name, "QUEUE", r.ready_us, start);
+  }
+  const void* in;
+  void* out;
+  if (op != nullptr) {
+    in = op->inputs[0];
+    out = op->outputs[0];
+    if (m.prescale != 1.0) {
+      reduce::Scale(m.type, out, in, count, m.prescale);
+      in = out;
+    }
+  } else {
+    // Joined: contribute the identity from scratch memory.
+    const size_t bytes = count * DataTypeSize(m.type);
+    if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+    reduce::FillIdentity(m.type, RunOp(m.op), fusion_buffer_.data(), count);
+    in = out = fusion_buffer_.data();
+  }
+  const auto algorithm = collectives::ChooseAllreduce(*set.comm, count * DataTypeSize(m.type));
+  absl::Status s = collectives::Allreduce(*set.comm, in, out, count, m.type, RunOp(m.op));
+  if (!s.ok()) return Annotate(s, absl::StrCat("allreduce '", r.name, "'"));
+  FinishAllreduceOutput(m.type, m.op, out, count, m.postscale, active);
+  const int64_t end = timeline_ ? timeline_->NowMicros() : 0;
+  TimelinePhase(r.name, "ALLREDUCE", start, end,
+                {{"algorithm", std::string(AlgorithmName(algorithm))},
+                 {"transport", transport_ ? "tcp" : "none"},
+                 {"bytes", absl::StrCat(count * DataTypeSize(m.type))}});
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    ++stats_.collectives;
+  }
+  executed_bytes_ += count * DataTypeSize(m.type);
+  Finish(set, r.name, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>& batch,
+                                  int active) {
+  const DataType type = batch[0]->meta.type;
+  const ReduceOp op = batch[0]->meta.op;
+  const size_t es = DataTypeSize(type);
+  uint64_t total = 0;
+  for (const Response* r : batch) total += r->meta.ElementCount();
+  if (fusion_buffer_.size() < total * es) fusion_buffer_.resize(total * es);
+  char* buffer = fusion_buffer_.data();
+
+  const int64_t t0 = timeline_ ? timeline_->NowMicros() : 0;
+  std::vector<LocalOp*> ops;
+  size_t offset = 0;
+  for (const Response* r : batch) {
+    auto it = set.pending.find(r->name);
+    LocalOp* local = it == set.pending.end() ? nullptr : it->second.get();
+    ops.push_back(local);
+    for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
+      const size_t n = Elements(r->meta.shapes[k]);
+      char* dst = buffer + offset * es;
+      if (local == nullptr) {
+        reduce::FillIdentity(type, RunOp(op), dst, n);
+      } else if (r->meta.prescale != 1.0) {
+        reduce::Scale(type, dst, local->inputs[k], n, r->meta.prescale);
+      } else if (n > 0) {
+        std::memcpy(dst, local->inputs[k], n * es);
+      }
+      offset += n;
+    }
+  }
+  const int64_t t1 = timeline_ ? timeline_->NowMicros() : 0;
+  const auto algorithm = collectives::ChooseAllreduce(*set.comm, total * es);
+  absl::Status s = collectives::Allreduce(*set.comm, buffer, buffer, total, type, RunOp(op));
+  if (!s.ok()) {
+    std::vector<std::string> names;
+    for (const Response* r : batch) names.push_back("'" + r->name + "'");
+    return Annotate(s, absl::StrCat("allreduce of fused tensors ", absl::StrJoin(names, ", ")));
+  }
+  const int64_t t2 = timeline_ ? timeline_->NowMicros() : 0;
+  offset = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* r = batch[b];
+    for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
+      const size_t n = Elements(r->meta.shapes[k]);
+      if (ops[b] != nullptr && n > 0) {
+        std::memcpy(ops[b]->outputs[k], buffer + offset * es, n * es);
+        FinishAllreduceOutput(type, op, ops[b]->outputs[k], n, r->meta.postscale, active);
+      }
+      offset += n;
+    }
+  }
+  const int64_t t3 = timeline_ ? timeline_->NowMicros() : 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* r = batch[b];
+    if (ops[b] != nullptr) {
+      TimelinePhase(r->name, "NEGOTIATE", ops[b]->submitted_us, r->ready_us);
+      TimelinePhase(r->name, "QUEUE", r->ready_us, t0);
+    }
+    TimelinePhase(r->name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
+    TimelinePhase(r->name, "ALLREDUCE", t1, t2,
+                  {{"algorithm", std::string(AlgorithmName(algorithm))},
+                   {"transport", transport_ ? "tcp" : "none"},
+                   {"fused_tensors", absl::StrCat(batch.size())},
+                   {"fused_bytes", absl::StrCat(total * es)}});
+    TimelinePhase(r->name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
+    Finish(set, r->name, absl::OkStatus());
+  }
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    ++stats_.collectives;
+    stats_.fused_tensors += batch.size();
+  }
+  executed_bytes_ += total * es;
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
+  const TensorMeta& m = r.meta;
+  if (m.kind == OpKind::kAddProcessSet) {
+    const int id = static_cast<int>(sets_.size());
+    std::vector<int> members(m.shapes[0].begin(), m.shapes[0].end());
+    absl::Status status = absl::OkStatus();
+    if (id > kMaxProcessSetId) {
+      status = absl::ResourceExhaustedError(
+          absl::StrCat("add_process_set: at most ", kMaxProcessSetId, " process sets"));
+    } else {
+      sets_.push_back(MakeSet(id, members));
+      std::lock_guard<std::mutex> lock(wake_->mu);
+      set_members_.push_back(members);
+    }
+    auto it = set.pending.find(r.name);
+    if (it != set.pending.end()) it->second->handle->int_result = id;
+    Finish(set, r.name, status);
+    return absl::OkStatus();
+  }
+  LocalOp* op = set.pending.at(r.name).get();
+  HandleState& h = *op->handle;
+  const int n = set.comm->size();
+  const size_t es = DataTypeSize(m.type);
+  const std::vector<int64_t>& shape = m.shapes[0];
+  const uint64_t row = shape.empty() ? 1 : Elements({shape.begin() + 1, shape.end()});
+  const int64_t start = timeline_ ? timeline_->NowMicros() : 0;
+  TimelinePhase(r.name, "NEGOTIATE", op->submitted_us, r.ready_us);
+  TimelinePhase(r.name, "QUEUE", r.ready_us, start);
+  absl::Status s;
+  uint64_t bytes = m.Bytes();
+  switch (m.kind) {
+    case OpKind::kAllgather: {
+      std::vector<size_t> counts;
+      int64_t rows = 0;
+      for (int64_t d : r.first_dims) {
+        counts.push_back(static_cast<size_t>(static_cast<uint64_t>(d) * row));
+        rows += d;
+      }
+      h.output_shape = shape;
+      h.output_shape[0] = rows;
+      h.output.resize(static_cast<size_t>(rows) * row * es);
+      bytes = h.output.size();
+      s = collectives::Allgatherv(*set.comm, op->inputs[0], h.output.data(), counts, m.type);
+      break;
+    }
+    case OpKind::kBroadcast:
+      s = collectives::Broadcast(*set.comm, op->outputs[0], op->outputs[0], m.ElementCount(),
+                                 m.type, m.root);
+      break;
+    case OpKind::kAlltoall:
+      h.output_shape = shape;
+      h.output.resize(m.ElementCount() * es);
+      s = collectives::Alltoall(*set.comm, op->inputs[0], h.output.data(),
+                                m.ElementCount() / static_cast<size_t>(n), m.type);
+      break;
+    case OpKind::kReduceScatter: {
+      std::vector<size_t> counts;
+      for (int i = 0; i < n; ++i) {
+        const int64_t rows = shape[0] / n + (i < shape[0] % n ? 1 : 0);
+        counts.push_back(static_cast<size_t>(static_cast<uint64_t>(rows) * row));
+        if (i == set.my_index) {
+          h.output_shape = shape;
+          h.output_shape[0] = rows;
+        }
+      }
+      h.output.resize(counts[static_cast<size_t>(set.my_index)] * es);
+      const void* in = op->inputs[0];
+      if (m.prescale != 1.0) {
+        if (fusion_buffer_.size() < m.Bytes()) fusion_buffer_.resize(m.Bytes());
+        reduce::Scale(m.type, fusion_buffer_.data(), in, m.ElementCount(), m.prescale);
+        in = fusion_buffer_.data();
+      }
+      s = collectives::ReduceScatterv(*set.comm, in, h.output.data(), counts, m.type, RunOp(m.op));
+      if (s.ok()) {
+        FinishAllreduceOutput(m.type, m.op, h.output.data(),
+                              counts[static_cast<size_t>(set.my_index)], m.postscale, n);
+      }
+      break;
+    }
+    default:
+      s = absl::InternalError("unexpected operation");
+  }
+  if (!s.ok()) return Annotate(s, absl::StrCat(OpKindName(m.kind), " '", r.name, "'"));
+  std::string phase(OpKindName(m.kind));
+  std::transform(phase.begin(), phase.end(), phase.begin(), ::toupper);
+  TimelinePhase(r.name, phase.c_str(), start, timeline_ ? timeline_->NowMicros() : 0,
+                {{"transport", transport_ ? "tcp" : "none"}});
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    ++stats_.collectives;
+  }
+  executed_bytes_ += bytes;
+  Finish(set, r.name, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+void EngineImpl::Finish(ProcessSet& set, const std::string& name, absl::Status status) {
+  auto it = set.pending.find(name);
+  if (it == set.pending.end()) return;  // a joined rank's share, or not submitted here
+  std::unique_ptr<LocalOp> op = std::move(it->second);
+  set.pending.erase(it);
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    in_flight_.erase(absl::StrCat(set.id, "/", name));
+    ++stats_.tensors;
+    if (status.ok()) stats_.bytes += op->meta.Bytes();
+  }
+  op->handle->Finish(std::move(status));
+}
+
+}  // namespace ddp::engine

@@ -1,0 +1,69 @@
+// Handle: waiting on, polling and chaining callbacks to an asynchronous engine operation.
+#include "ddp/engine.h"
+#include "engine/handle_state.h"
+
+namespace ddp {
+namespace engine {
+
+void HandleState::Finish(absl::Status s) {
+  std::vector<std::function<void(const absl::Status&)>> run;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    status = std::move(s);
+    done.store(true, std::memory_order_release);
+    run.swap(callbacks);
+  }
+  cv.notify_all();
+  for (auto& callback : run) callback(status);
+}
+
+}  // namespace engine
+
+namespace {
+const std::string kNoName;
+const std::vector<int64_t> kNoShape;
+}  // namespace
+
+bool Handle::Poll() const {
+  return state_ == nullptr || state_->done.load(std::memory_order_acquire);
+}
+
+absl::Status Handle::Wait() const {
+  if (state_ == nullptr) return absl::FailedPreconditionError("waiting on an empty handle");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  state_->cv.wait(lock, [&] { return state_->done.load(); });
+  return state_->status;
+}
+
+absl::Status Handle::WaitFor(absl::Duration timeout) const {
+  if (state_ == nullptr) return absl::FailedPreconditionError("waiting on an empty handle");
+  std::unique_lock<std::mutex> lock(state_->mu);
+  if (!state_->cv.wait_for(lock, absl::ToChronoNanoseconds(timeout),
+                           [&] { return state_->done.load(); })) {
+    return absl::DeadlineExceededError("'" + state_->name + "' has not finished yet");
+  }
+  return state_->status;
+}
+
+void Handle::OnComplete(std::function<void(const absl::Status&)> callback) const {
+  if (state_ == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (!state_->done.load()) {
+      state_->callbacks.push_back(std::move(callback));
+      return;
+    }
+  }
+  callback(state_->status);
+}
+
+const std::string& Handle::name() const { return state_ ? state_->name : kNoName; }
+const std::vector<int64_t>& Handle::output_shape() const {
+  return state_ ? state_->output_shape : kNoShape;
+}
+const void* Handle::output() const { return state_ ? state_->output.data() : nullptr; }
+void* Handle::mutable_output() { return state_ ? state_->output.data() : nullptr; }
+size_t Handle::output_bytes() const { return state_ ? state_->output.size() : 0; }
+int Handle::join_last_rank() const { return state_ ? state_->int_result : -1; }
+
+}  // namespace ddp

@@ -1,0 +1,33 @@
+// HandleState: what a Handle shares with the engine thread that finishes the operation.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ddp::engine {
+
+struct HandleState {
+  explicit HandleState(std::string n) : name(std::move(n)) {}
+
+  // Called once, by the engine. The output fields must be set before.
+  void Finish(absl::Status s);
+
+  const std::string name;
+  std::atomic<bool> done{false};
+  std::mutex mu;
+  std::condition_variable cv;
+  absl::Status status;  // valid once done
+  std::vector<std::function<void(const absl::Status&)>> callbacks;
+
+  std::vector<char> output;
+  std::vector<int64_t> output_shape;
+  int int_result = -1;  // join: the last rank to join; add_process_set: the id
+};
+
+}  // namespace ddp::engine

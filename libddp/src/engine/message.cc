@@ -1,0 +1,213 @@
+// Negotiation messages: encoding, decoding and agreement checks.
+#include "engine/message.h"
+
+#include <cstring>
+#include <functional>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ddp::engine {
+namespace {
+
+constexpr uint32_t kMaxDims = 64;
+constexpr uint32_t kMaxShapes = 1 << 16;
+
+template <typename T>
+void Put(std::string* out, T value) {
+  char raw[sizeof(T)];
+  std::memcpy(raw, &value, sizeof(T));
+  out->append(raw, sizeof(T));
+}
+
+class Reader {
+ public:
+  explicit Reader(absl::string_view bytes) : bytes_(bytes) {}
+  template <typename T>
+  bool Get(T* value) {
+    if (bytes_.size() < sizeof(T)) return false;
+    std::memcpy(value, bytes_.data(), sizeof(T));
+    bytes_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool GetString(size_t n, std::string* s) {
+    if (bytes_.size() < n) return false;
+    s->assign(bytes_.data(), n);
+    bytes_.remove_prefix(n);
+    return true;
+  }
+  bool empty() const { return bytes_.empty(); }
+
+ private:
+  absl::string_view bytes_;
+};
+
+bool ReadMeta(Reader& in, TensorMeta* meta) {
+  uint8_t kind, type, op;
+  uint32_t nshapes;
+  if (!in.Get(&kind) || !in.Get(&type) || !in.Get(&op) || !in.Get(&meta->root) ||
+      !in.Get(&meta->device) || !in.Get(&meta->prescale) || !in.Get(&meta->postscale) ||
+      !in.Get(&nshapes) || nshapes > kMaxShapes) {
+    return false;
+  }
+  meta->kind = static_cast<OpKind>(kind);
+  meta->type = static_cast<DataType>(type);
+  meta->op = static_cast<ReduceOp>(op);
+  if (kind < 1 || kind > 6 || !IsValid(meta->type) || !IsValid(meta->op)) return false;
+  meta->shapes.resize(nshapes);
+  for (auto& shape : meta->shapes) {
+    uint32_t ndims;
+    if (!in.Get(&ndims) || ndims > kMaxDims) return false;
+    shape.resize(ndims);
+    for (auto& d : shape) {
+      if (!in.Get(&d)) return false;
+    }
+  }
+  return true;
+}
+
+// Groups ranks by the text a field has on them: "ranks 0, 2: f32; rank 1: f16".
+std::string WhoSaidWhat(const std::vector<int>& ranks, const std::vector<std::string>& values) {
+  std::map<std::string, std::vector<int>> by_value;
+  for (size_t i = 0; i < ranks.size(); ++i) by_value[values[i]].push_back(ranks[i]);
+  std::vector<std::string> parts;
+  for (const auto& [value, who] : by_value) {
+    parts.push_back(
+        absl::StrCat(who.size() == 1 ? "rank " : "ranks ", absl::StrJoin(who, ", "), ": ", value));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+std::string ShapesExceptFirstDim(const TensorMeta& m) {
+  std::vector<std::string> parts;
+  for (const auto& shape : m.shapes) {
+    std::vector<int64_t> rest(shape.begin() + (shape.empty() ? 0 : 1), shape.end());
+    parts.push_back(absl::StrCat("[*", rest.empty() ? "" : ", ", absl::StrJoin(rest, ", "), "]"));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
+std::string AllShapes(const TensorMeta& m) {
+  std::vector<std::string> parts;
+  for (const auto& shape : m.shapes) parts.push_back(ShapeString(shape));
+  return absl::StrJoin(parts, " ");
+}
+
+}  // namespace
+
+absl::string_view OpKindName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllreduce:
+      return "allreduce";
+    case OpKind::kAllgather:
+      return "allgather";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kAlltoall:
+      return "alltoall";
+    case OpKind::kReduceScatter:
+      return "reducescatter";
+    case OpKind::kAddProcessSet:
+      return "add_process_set";
+  }
+  return "?";
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+uint64_t TensorMeta::ElementCount() const {
+  uint64_t total = 0;
+  for (const auto& shape : shapes) {
+    uint64_t n = 1;
+    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+    total += n;
+  }
+  return total;
+}
+
+bool operator==(const TensorMeta& a, const TensorMeta& b) {
+  return a.kind == b.kind && a.type == b.type && a.op == b.op && a.root == b.root &&
+         a.device == b.device && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.shapes == b.shapes;
+}
+
+void AppendRecord(const Record& record, std::string* out) {
+  Put<uint8_t>(out, static_cast<uint8_t>(record.type));
+  Put<uint32_t>(out, static_cast<uint32_t>(record.name.size()));
+  out->append(record.name);
+  if (record.type != Record::Type::kRequest) return;
+  const TensorMeta& m = record.meta;
+  Put<uint8_t>(out, static_cast<uint8_t>(m.kind));
+  Put<uint8_t>(out, static_cast<uint8_t>(m.type));
+  Put<uint8_t>(out, static_cast<uint8_t>(m.op));
+  Put(out, m.root);
+  Put(out, m.device);
+  Put(out, m.prescale);
+  Put(out, m.postscale);
+  Put<uint32_t>(out, static_cast<uint32_t>(m.shapes.size()));
+  for (const auto& shape : m.shapes) {
+    Put<uint32_t>(out, static_cast<uint32_t>(shape.size()));
+    for (int64_t d : shape) Put(out, d);
+  }
+}
+
+absl::StatusOr<std::vector<Record>> ParseRecords(absl::string_view bytes) {
+  std::vector<Record> records;
+  Reader in(bytes);
+  while (!in.empty()) {
+    Record r;
+    uint8_t type;
+    uint32_t name_len;
+    bool ok = in.Get(&type) && in.Get(&name_len) && name_len <= (1u << 20) &&
+              in.GetString(name_len, &r.name) && (type == 1 || type == 2);
+    r.type = static_cast<Record::Type>(type);
+    if (ok && r.type == Record::Type::kRequest) ok = ReadMeta(in, &r.meta);
+    if (!ok) {
+      return absl::DataLossError(
+          absl::StrCat("malformed negotiation message after ", records.size(), " records"));
+    }
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
+absl::Status CheckAgreement(absl::string_view name, const std::vector<int>& ranks,
+                            const std::vector<const TensorMeta*>& metas) {
+  const TensorMeta& first = *metas[0];
+  const std::string what = absl::StrCat(OpKindName(first.kind), " '", name, "'");
+  struct Field {
+    const char* label;
+    std::function<std::string(const TensorMeta&)> text;
+  };
+  const bool gather = first.kind == OpKind::kAllgather;
+  const std::vector<Field> fields = {
+      {"operation", [](const TensorMeta& m) { return std::string(OpKindName(m.kind)); }},
+      {"dtype", [](const TensorMeta& m) { return std::string(DataTypeName(m.type)); }},
+      {"reduce op", [](const TensorMeta& m) { return std::string(ReduceOpName(m.op)); }},
+      {"root rank", [](const TensorMeta& m) { return absl::StrCat(m.root); }},
+      {"device", [](const TensorMeta& m) { return absl::StrCat(m.device); }},
+      {"prescale factor", [](const TensorMeta& m) { return absl::StrCat(m.prescale); }},
+      {"postscale factor", [](const TensorMeta& m) { return absl::StrCat(m.postscale); }},
+      {"number of tensors", [](const TensorMeta& m) { return absl::StrCat(m.shapes.size()); }},
+      {gather ? "shape (all but the first dimension)" : "shape",
+       gather ? ShapesExceptFirstDim : AllShapes},
+  };
+  for (const Field& field : fields) {
+    std::vector<std::string> values;
+    bool differ = false;
+    for (const TensorMeta* m : metas) {
+      values.push_back(field.text(*m));
+      differ = differ || values.back() != values.front();
+    }
+    if (differ) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": ranks disagree on the ", field.label,
+                                                     " (", WhoSaidWhat(ranks, values), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ddp::engine

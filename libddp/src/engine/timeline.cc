@@ -1,0 +1,151 @@
+// Timeline: writes the engine's per-tensor phases as Chrome trace events (JSON array form).
+#include "engine/timeline.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace ddp::engine {
+namespace {
+
+// Large enough that a busy cycle's events reach the kernel in one write at Flush().
+constexpr size_t kBufferBytes = size_t{1} << 20;
+
+// Track 0 holds the Marker() instants; tensors get tracks 1, 2, ...
+constexpr int kMarkerTrack = 0;
+
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// A metadata ("M") event naming the process or one of its tracks.
+std::string Metadata(absl::string_view what, int pid, int tid, absl::string_view name) {
+  return absl::StrCat("{\"name\":\"", what, "\",\"ph\":\"M\",\"pid\":", pid, ",\"tid\":", tid,
+                      ",\"args\":{\"name\":\"", JsonEscape(name), "\"}}");
+}
+
+}  // namespace
+
+std::string JsonEscape(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          static constexpr char kHex[] = "0123456789abcdef";
+          const auto byte = static_cast<unsigned char>(c);
+          out += "\\u00";
+          out += kHex[byte >> 4];
+          out += kHex[byte & 0xf];
+        } else {
+          // Bytes >= 0x80 pass through: tensor names are UTF-8, which JSON carries as is.
+          out += c;
+        }
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path, int rank) {
+  std::FILE* file = std::fopen(path.c_str(), "w");
+  if (file == nullptr) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot create timeline file '", path, "'"));
+  }
+  auto timeline = std::unique_ptr<Timeline>(new Timeline(file, rank));
+  timeline->buffer_ = std::make_unique<char[]>(kBufferBytes);
+  // Must precede any output on the stream; a failure only costs speed, so it is not an error.
+  std::setvbuf(file, timeline->buffer_.get(), _IOFBF, kBufferBytes);
+  std::fputs("[\n", file);
+  timeline->Flush();  // keeps Emit()'s count of buffered bytes exact
+  timeline->Emit(Metadata("process_name", rank, kMarkerTrack, absl::StrCat("rank ", rank)));
+  // Named up front rather than on the first Marker(): no extra state, and the track is cheap.
+  timeline->Emit(Metadata("thread_name", rank, kMarkerTrack, "cycles"));
+  timeline->Flush();  // a trace that dies before its first cycle still names its process
+  return timeline;
+}
+
+Timeline::Timeline(std::FILE* file, int rank)
+    : file_(file), rank_(rank), origin_ns_(SteadyNanos()) {}
+
+Timeline::~Timeline() {
+  std::fputs("]\n", file_);
+  std::fclose(file_);  // before buffer_ is freed (members are destroyed after this body)
+}
+
+int64_t Timeline::NowMicros() const { return (SteadyNanos() - origin_ns_) / 1000; }
+
+int Timeline::TrackOf(absl::string_view tensor) {
+  auto [it, inserted] = tracks_.try_emplace(tensor, static_cast<int>(tracks_.size()) + 1);
+  if (inserted) Emit(Metadata("thread_name", rank_, it->second, tensor));
+  return it->second;
+}
+
+void Timeline::Phase(absl::string_view tensor, absl::string_view phase, int64_t start_us,
+                     int64_t end_us, const std::vector<std::pair<std::string, std::string>>& args) {
+  const int track = TrackOf(tensor);
+  std::string event = absl::StrCat(
+      "{\"name\":\"", JsonEscape(phase), "\",\"ph\":\"X\",\"ts\":", start_us,
+      ",\"dur\":", end_us - start_us, ",\"pid\":", rank_, ",\"tid\":", track, ",\"args\":{");
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::StrAppend(&event, i == 0 ? "\"" : ",\"", JsonEscape(args[i].first), "\":\"",
+                    JsonEscape(args[i].second), "\"");
+  }
+  event += "}}";
+  Emit(event);
+}
+
+void Timeline::Marker(absl::string_view name, int64_t at_us) {
+  Emit(absl::StrCat("{\"name\":\"", JsonEscape(name), "\",\"ph\":\"i\",\"s\":\"t\",\"ts\":", at_us,
+                    ",\"pid\":", rank_, ",\"tid\":", kMarkerTrack, "}"));
+}
+
+void Timeline::Flush() {
+  std::fflush(file_);
+  unflushed_ = 0;
+}
+
+void Timeline::Emit(const std::string& json_object) {
+  // The comma goes before an event, never after, so the file ends in a complete event and a
+  // process killed at any point leaves a prefix that one "]" turns into valid JSON.
+  std::string line;
+  line.reserve(json_object.size() + 2);
+  if (!first_event_) line += ',';
+  first_event_ = false;
+  line += json_object;
+  line += '\n';
+  // stdio writes a full buffer out wherever it is full, possibly mid-event; flushing first when
+  // this line would not fit keeps every write to the kernel on an event boundary.
+  if (unflushed_ + line.size() > kBufferBytes) Flush();
+  std::fwrite(line.data(), 1, line.size(), file_);
+  unflushed_ += line.size();
+}
+
+}  // namespace ddp::engine

@@ -1,0 +1,603 @@
+// The fusion engine across real rank processes: random submission orders, mixed dtypes and ops,
+// every operation kind, mismatches, duplicates, stalls, the timeline, join, process sets, the
+// response cache, autotune, idle sleeping and a dead peer.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "ddp/ddp.h"
+#include "support/data.h"
+#include "support/multiprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+#define CHECK_OK(expr)        \
+  do {                        \
+    absl::Status s_ = (expr); \
+    if (!s_.ok()) return s_;  \
+  } while (0)
+
+absl::Status Expect(bool condition, absl::string_view what) {
+  return condition ? absl::OkStatus() : absl::InternalError(what);
+}
+
+// `status` must have `code` and mention every needle.
+absl::Status ExpectError(const absl::Status& status, absl::StatusCode code,
+                         std::vector<std::string> needles) {
+  bool ok = status.code() == code;
+  for (const auto& n : needles) ok = ok && absl::StrContains(status.message(), n);
+  if (ok) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("expected ", absl::StatusCodeToString(code),
+                                          " mentioning [", absl::StrJoin(needles, "|"), "], got ",
+                                          status.ToString()));
+}
+
+std::string TempPath(absl::string_view stem) {
+  return absl::StrCat(::testing::TempDir(), "/ddp-engine-", stem, "-", ::getpid());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct TensorCase {
+  std::string name;
+  DataType type;
+  ReduceOp op;
+  size_t count;
+};
+
+// A ResNet-like mix: many small tensors, a few large, every dtype and op.
+std::vector<TensorCase> MixedTensors(uint64_t seed, int n) {
+  std::mt19937_64 rng(seed);
+  std::vector<TensorCase> cases;
+  const DataType types[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                            DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+                            DataType::kInt32,    DataType::kInt64};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
+                          ReduceOp::kProduct};
+  const size_t counts[] = {0, 1, 7, 33, 1000, 4099, 65537, 300007};
+  for (int i = 0; i < n; ++i) {
+    cases.push_back(
+        {absl::StrCat("grad.", i), types[rng() % 8], ops[rng() % 5], counts[rng() % 8]});
+  }
+  return cases;
+}
+
+// Every rank submits all tensors in its own random order, then waits; checks every result.
+absl::Status RunMixedStep(Context& ctx, const std::vector<TensorCase>& cases, uint64_t seed,
+                          uint64_t step) {
+  std::vector<std::vector<char>> in(cases.size()), out(cases.size());
+  std::vector<size_t> order(cases.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed * 7919 + step * 104729 + static_cast<uint64_t>(ctx.rank()));
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<Handle> handles(cases.size());
+  for (size_t i : order) {
+    const TensorCase& c = cases[i];
+    const size_t bytes = c.count * DataTypeSize(c.type);
+    in[i].resize(bytes + 1);
+    out[i].resize(bytes + 1);
+    FillInput(DataGen{seed, step * 1000 + i}, c.type, c.op, ctx.rank(), in[i].data(), c.count);
+    Poison(out[i].data(), bytes);
+    handles[i] = ctx.engine().AllreduceAsync(c.name, in[i].data(), out[i].data(), c.type,
+                                             {static_cast<int64_t>(c.count)}, c.op);
+  }
+  for (size_t i : order) {
+    const TensorCase& c = cases[i];
+    CHECK_OK(handles[i].Wait());
+    CHECK_OK(CheckReduced(DataGen{seed, step * 1000 + i}, c.type, c.op, ctx.size(), out[i].data(),
+                          c.count, 0,
+                          absl::StrCat(c.name, " step ", step, " (", DataTypeName(c.type), ", ",
+                                       ReduceOpName(c.op), ", count ", c.count, ")")));
+  }
+  return absl::OkStatus();
+}
+
+class EngineMixed : public ::testing::TestWithParam<int> {};
+
+TEST_P(EngineMixed, RandomOrdersMixedDtypesAndCacheHitsFromTheSecondStep) {
+  const uint64_t seed = TestSeed();
+  JobSpec spec;
+  spec.size = GetParam();
+  spec.env["DDP_FUSION_THRESHOLD"] = "1M";  // several fused batches per step
+  JobResult job = RunWithContext(spec, [seed](Context& ctx) -> absl::Status {
+    const auto cases = MixedTensors(seed, 80);
+    CHECK_OK(RunMixedStep(ctx, cases, seed, 0));
+    const EngineStats first = ctx.engine().stats();
+    CHECK_OK(Expect(first.cache_misses == cases.size(),
+                    absl::StrCat("step 0: ", first.cache_misses, " misses")));
+    for (uint64_t step = 1; step <= 3; ++step) CHECK_OK(RunMixedStep(ctx, cases, seed, step));
+    const EngineStats s = ctx.engine().stats();
+    CHECK_OK(Expect(
+        s.cache_misses == cases.size() && s.cache_hits == 3 * cases.size(),
+        absl::StrCat("after 4 steps: ", s.cache_hits, " hits, ", s.cache_misses, " misses")));
+    CHECK_OK(Expect(s.fused_tensors > 0 && s.collectives < s.tensors,
+                    absl::StrCat(s.collectives, " collectives for ", s.tensors, " tensors")));
+    return absl::OkStatus();
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << "seed " << seed << "\n" << job.Summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, EngineMixed, ::testing::Values(1, 2, 3, 4));
+
+TEST(Engine, EveryOperationKind) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const int r = ctx.rank();
+    const int n = ctx.size();
+    // Allgather with a different first dimension per rank: rank i has i+1 rows of 2.
+    std::vector<int32_t> rows(static_cast<size_t>((r + 1) * 2));
+    for (size_t i = 0; i < rows.size(); ++i) rows[i] = r * 100 + static_cast<int32_t>(i);
+    Handle ag = e.AllgatherAsync("ag", rows.data(), DataType::kInt32, {r + 1, 2});
+    // Broadcast from rank 1, in place.
+    std::vector<double> b(5, r == 1 ? 3.5 : -1.0);
+    Handle bc = e.BroadcastAsync("bc", b.data(), DataType::kFloat64, {5}, 1);
+    // Alltoall: 2 rows per rank of 3 columns.
+    std::vector<int64_t> a2a(static_cast<size_t>(n * 2 * 3));
+    for (size_t i = 0; i < a2a.size(); ++i) a2a[i] = r * 1000 + static_cast<int64_t>(i);
+    Handle at = e.AlltoallAsync("a2a", a2a.data(), DataType::kInt64, {n * 2, 3});
+    // Reduce-scatter of 7 rows of 2 (rows split 3, 2, 2), average, with scale factors.
+    std::vector<float> rs(14);
+    for (size_t i = 0; i < rs.size(); ++i) rs[i] = static_cast<float>(i + r);
+    Handle rsh = e.ReduceScatterAsync("rs", rs.data(), DataType::kFloat32, {7, 2},
+                                      ReduceOp::kAverage, 2.0, 0.5);
+    // Grouped allreduce, one member in place.
+    std::vector<float> g1(3, 1.0f + r), g2(1000, 2.0f), g2out(1000);
+    Handle gh = e.GroupedAllreduceAsync(
+        "group", {{"g1", g1.data(), g1.data(), {3}}, {"g2", g2.data(), g2out.data(), {10, 100}}},
+        DataType::kFloat32, ReduceOp::kSum, 1.0, 0.25);
+    CHECK_OK(ag.Wait());
+    CHECK_OK(Expect(ag.output_shape() == std::vector<int64_t>{6, 2}, "allgather shape"));
+    const auto* got = static_cast<const int32_t*>(ag.output());
+    size_t at_row = 0;
+    for (int src = 0; src < n; ++src) {
+      for (int i = 0; i < (src + 1) * 2; ++i) {
+        CHECK_OK(Expect(got[at_row++] == src * 100 + i, "allgather value"));
+      }
+    }
+    CHECK_OK(bc.Wait());
+    for (double v : b) CHECK_OK(Expect(v == 3.5, "broadcast value"));
+    CHECK_OK(at.Wait());
+    const auto* a2out = static_cast<const int64_t*>(at.output());
+    for (int src = 0; src < n; ++src) {
+      for (int k = 0; k < 6; ++k) {
+        CHECK_OK(Expect(a2out[src * 6 + k] == src * 1000 + r * 6 + k, "alltoall value"));
+      }
+    }
+    CHECK_OK(rsh.Wait());
+    const int64_t my_rows = r == 0 ? 3 : 2;
+    const int64_t first_row = r == 0 ? 0 : (r == 1 ? 3 : 5);
+    CHECK_OK(Expect(rsh.output_shape() == std::vector<int64_t>{my_rows, 2}, "rs shape"));
+    const auto* rsout = static_cast<const float*>(rsh.output());
+    for (int64_t i = 0; i < my_rows * 2; ++i) {
+      // mean over ranks of 2*(idx + r), times 0.5 = idx + mean(r) = idx + 1.
+      const float want = static_cast<float>(first_row * 2 + i) + 1.0f;
+      CHECK_OK(Expect(std::abs(rsout[i] - want) < 1e-5f, absl::StrCat("rs value ", rsout[i])));
+    }
+    CHECK_OK(gh.Wait());
+    for (float v : g1) CHECK_OK(Expect(v == (1.0f + 2.0f + 3.0f) * 0.25f, "group g1"));
+    for (float v : g2out) CHECK_OK(Expect(v == 6.0f * 0.25f, "group g2"));
+    return absl::OkStatus();
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, BadInputFailsTheHandleAtOnce) {
+  JobSpec spec;
+  spec.size = 2;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<int32_t> v(8);
+    const auto invalid = absl::StatusCode::kInvalidArgument;
+    CHECK_OK(ExpectError(
+        e.AllreduceAsync("a", nullptr, v.data(), DataType::kInt32, {8}, ReduceOp::kSum).Wait(),
+        invalid, {"'a'", "null"}));
+    CHECK_OK(ExpectError(
+        e.AllreduceAsync("b", v.data(), v.data(), DataType::kInt32, {-1}, ReduceOp::kSum).Wait(),
+        invalid, {"negative"}));
+    CHECK_OK(ExpectError(
+        e.AllreduceAsync("c", v.data(), v.data(), DataType::kInt32, {8}, ReduceOp::kSum, 2.0)
+            .Wait(),
+        invalid, {"scale", "i32"}));
+    CHECK_OK(ExpectError(e.BroadcastAsync("d", v.data(), DataType::kInt32, {8}, 2).Wait(), invalid,
+                         {"root rank 2"}));
+    CHECK_OK(ExpectError(e.AlltoallAsync("e", v.data(), DataType::kInt32, {3}).Wait(), invalid,
+                         {"multiple"}));
+    CHECK_OK(ExpectError(
+        e.AllreduceAsync("f", v.data(), v.data(), DataType::kInt32, {8}, ReduceOp::kSum, 1, 1, 7)
+            .Wait(),
+        invalid, {"process set 7"}));
+    CHECK_OK(ExpectError(e.AllreduceAsync("g", reinterpret_cast<char*>(v.data()) + 1, v.data(),
+                                          DataType::kInt32, {2}, ReduceOp::kSum)
+                             .Wait(),
+                         invalid, {"aligned"}));
+    // Still usable.
+    std::fill(v.begin(), v.end(), ctx.rank() + 1);
+    CHECK_OK(
+        e.AllreduceAsync("ok", v.data(), v.data(), DataType::kInt32, {8}, ReduceOp::kSum).Wait());
+    return Expect(v[7] == 3, "sum after bad input");
+  });
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, DisagreementsFailTheTensorOnEveryRankAndTheEngineGoesOn) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const int r = ctx.rank();
+    std::vector<float> x(16, 1.0f);
+    // dtype disagreement (rank 1 says f16).
+    const DataType t = r == 1 ? DataType::kFloat16 : DataType::kFloat32;
+    CHECK_OK(ExpectError(e.AllreduceAsync("x", x.data(), x.data(), t, {4}, ReduceOp::kSum).Wait(),
+                         absl::StatusCode::kInvalidArgument,
+                         {"allreduce 'x'", "dtype", "rank 1: f16", "ranks 0, 2: f32"}));
+    // Shape, op and scale disagreements.
+    CHECK_OK(ExpectError(e.AllreduceAsync("s", x.data(), x.data(), DataType::kFloat32,
+                                          {r == 2 ? 8 : 4}, ReduceOp::kSum)
+                             .Wait(),
+                         absl::StatusCode::kInvalidArgument, {"'s'", "shape", "rank 2: [8]"}));
+    CHECK_OK(ExpectError(e.AllreduceAsync("o", x.data(), x.data(), DataType::kFloat32, {4},
+                                          r == 0 ? ReduceOp::kMax : ReduceOp::kSum)
+                             .Wait(),
+                         absl::StatusCode::kInvalidArgument, {"'o'", "reduce op", "rank 0: max"}));
+    CHECK_OK(ExpectError(
+        e.BroadcastAsync("root", x.data(), DataType::kFloat32, {4}, r == 0 ? 1 : 0).Wait(),
+        absl::StatusCode::kInvalidArgument, {"'root'", "root rank"}));
+    // A cached tensor whose description changes on one rank: the cache entry is invalidated and
+    // the change reported; agreeing again works.
+    for (int step = 0; step < 2; ++step) {
+      CHECK_OK(e.AllreduceAsync("c", x.data(), x.data(), DataType::kFloat32, {4}, ReduceOp::kSum)
+                   .Wait());
+    }
+    CHECK_OK(ExpectError(e.AllreduceAsync("c", x.data(), x.data(), DataType::kFloat32,
+                                          {r == 1 ? 5 : 4}, ReduceOp::kSum)
+                             .Wait(),
+                         absl::StatusCode::kInvalidArgument, {"'c'", "shape", "rank 1: [5]"}));
+    std::fill(x.begin(), x.end(), 1.0f);
+    CHECK_OK(
+        e.AllreduceAsync("c", x.data(), x.data(), DataType::kFloat32, {5}, ReduceOp::kSum).Wait());
+    CHECK_OK(Expect(x[0] == 3.0f && x[4] == 3.0f && x[5] == 1.0f, "after re-agreeing"));
+    return absl::OkStatus();
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, DuplicateNameInFlightIsAnError) {
+  JobSpec spec;
+  spec.size = 2;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<float> a(4, 1.0f), b(4, 1.0f);
+    if (ctx.rank() == 0) {
+      Handle first =
+          e.AllreduceAsync("dup", a.data(), a.data(), DataType::kFloat32, {4}, ReduceOp::kSum);
+      CHECK_OK(ExpectError(
+          e.AllreduceAsync("dup", b.data(), b.data(), DataType::kFloat32, {4}, ReduceOp::kSum)
+              .Wait(),
+          absl::StatusCode::kInvalidArgument, {"'dup'", "in flight"}));
+      CHECK_OK(ctx.Barrier());
+      CHECK_OK(first.Wait());
+    } else {
+      CHECK_OK(ctx.Barrier());  // rank 0 has submitted twice by now
+      CHECK_OK(e.AllreduceAsync("dup", a.data(), a.data(), DataType::kFloat32, {4}, ReduceOp::kSum)
+                   .Wait());
+    }
+    return Expect(a[0] == 2.0f && b[0] == 1.0f, "the first submission's result");
+  });
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, StallIsReportedThenFailedOnEveryRank) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env["DDP_STALL_CHECK_SECONDS"] = "1";
+  spec.env["DDP_STALL_SHUTDOWN_SECONDS"] = "3";
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<float> x(4, 1.0f);
+    // Known to the cache first, so that the stall must also be found behind a cache bit.
+    for (int step = 0; step < 2; ++step) {
+      CHECK_OK(e.AllreduceAsync("w", x.data(), x.data(), DataType::kFloat32, {4}, ReduceOp::kSum)
+                   .Wait());
+    }
+    if (ctx.rank() != 2) {
+      Handle w = e.AllreduceAsync("w", x.data(), x.data(), DataType::kFloat32, {4}, ReduceOp::kSum);
+      Handle fresh =
+          e.AllreduceAsync("fresh", x.data(), x.data(), DataType::kFloat32, {4}, ReduceOp::kSum);
+      for (Handle* h : {&w, &fresh}) {
+        CHECK_OK(ExpectError(h->Wait(), absl::StatusCode::kDeadlineExceeded,
+                             {"stalled", "ranks 0, 1", "not by rank 2"}));
+      }
+    }
+    CHECK_OK(ctx.Barrier());
+    // The job goes on.
+    std::fill(x.begin(), x.end(), 1.0f);
+    CHECK_OK(e.AllreduceAsync("after", x.data(), x.data(), DataType::kFloat32, {4}, ReduceOp::kSum)
+                 .Wait());
+    return Expect(x[0] == 3.0f, "after the stall");
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+  EXPECT_TRUE(absl::StrContains(job.ranks[0].output, "stall: 'fresh'")) << job.Summary();
+  EXPECT_TRUE(absl::StrContains(job.ranks[0].output, "not yet by rank 2")) << job.Summary();
+}
+
+// Appends "]" when the file was cut off, then parses it with Python's json module and checks
+// that every phase occurs. Returns the checker's output on failure.
+std::string CheckTimeline(const std::string& path, const std::vector<std::string>& phases) {
+  const std::string script = TempPath("check.py");
+  {
+    std::ofstream py(script);
+    py << "import json, sys\n"
+          "text = open(sys.argv[1]).read().rstrip()\n"
+          "if not text.endswith(']'): text += ']'\n"
+          "events = json.loads(text)\n"
+          "names = {e.get('name') for e in events}\n"
+          "missing = [p for p in sys.argv[2:] if p not in names]\n"
+          "assert not missing, 'missing phases %s' % missing\n"
+          "for e in events:\n"
+          "  if e['ph'] == 'X': assert e['dur'] >= 0 and e['ts'] >= 0, e\n";
+  }
+  std::string cmd = absl::StrCat("/usr/bin/python3 ", script, " ", path);
+  for (const auto& p : phases) absl::StrAppend(&cmd, " ", p);
+  cmd += " 2>&1";
+  std::string output;
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  char buf[512];
+  while (pipe != nullptr && std::fgets(buf, sizeof(buf), pipe) != nullptr) output += buf;
+  const int rc = pipe == nullptr ? -1 : ::pclose(pipe);
+  return rc == 0 ? "" : absl::StrCat("timeline check failed (", rc, "): ", output);
+}
+
+TEST(Engine, TimelineParsesAndHoldsEveryPhaseEvenAfterACrash) {
+  const std::string base = TempPath("timeline");
+  JobSpec spec;
+  spec.size = 2;
+  spec.env["DDP_FUSION_THRESHOLD"] = "64K";
+  spec.env["DDP_TIMELINE_MARK_CYCLES"] = "1";
+  spec.rank_env[0]["DDP_TIMELINE"] = base + ".0.json";
+  spec.rank_env[1]["DDP_TIMELINE"] = base + ".1.json";
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<std::vector<float>> t(6, std::vector<float>(1000, 1.0f));
+    std::vector<float> big(100000, 1.0f);
+    for (int step = 0; step < 2; ++step) {
+      std::vector<Handle> hs;
+      for (size_t i = 0; i < t.size(); ++i) {
+        hs.push_back(e.AllreduceAsync(absl::StrCat("layer\"", i), t[i].data(), t[i].data(),
+                                      DataType::kFloat32, {1000}, ReduceOp::kSum));
+      }
+      hs.push_back(e.AllreduceAsync("big", big.data(), big.data(), DataType::kFloat32, {100000},
+                                    ReduceOp::kSum));
+      std::vector<int32_t> row(2, ctx.rank());
+      hs.push_back(e.AllgatherAsync("gather", row.data(), DataType::kInt32, {1, 2}));
+      for (auto& h : hs) CHECK_OK(h.Wait());
+    }
+    if (ctx.rank() == 1) {
+      ::usleep(100000);  // let the engine flush its last cycle
+      ::raise(SIGKILL);  // dies without closing the timeline
+    }
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(job.ranks[0].ok()) << job.Summary();
+  EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
+  const std::vector<std::string> phases = {
+      "NEGOTIATE", "QUEUE",      "MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER",
+      "ALLGATHER", "CYCLE_START"};
+  EXPECT_EQ(CheckTimeline(base + ".0.json", phases), "");
+  EXPECT_TRUE(
+      absl::EndsWith(absl::StripTrailingAsciiWhitespace(ReadFile(base + ".0.json")), "]"));
+  EXPECT_EQ(CheckTimeline(base + ".1.json", phases), "");  // cut off by SIGKILL
+  const std::string text = ReadFile(base + ".0.json");
+  EXPECT_TRUE(absl::StrContains(text, "\"algorithm\"")) << text.substr(0, 2000);
+  EXPECT_TRUE(absl::StrContains(text, "layer\\\"3")) << "names are escaped";
+  std::remove((base + ".0.json").c_str());
+  std::remove((base + ".1.json").c_str());
+}
+
+TEST(Engine, JoinLetsRanksWithLessDataFinish) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const int r = ctx.rank();
+    const int my_steps = (r + 1) * 2;  // rank 0: 2 steps, rank 1: 4, rank 2: 6
+    for (int step = 0; step < my_steps; ++step) {
+      std::vector<float> avg(300, static_cast<float>(r + 1));
+      std::vector<int32_t> mx(5, r + 1), prod(5, 2);
+      Handle a = e.AllreduceAsync("avg", avg.data(), avg.data(), DataType::kFloat32, {300},
+                                  ReduceOp::kAverage);
+      Handle m =
+          e.AllreduceAsync("max", mx.data(), mx.data(), DataType::kInt32, {5}, ReduceOp::kMin);
+      Handle p = e.AllreduceAsync("prod", prod.data(), prod.data(), DataType::kInt32, {5},
+                                  ReduceOp::kProduct);
+      CHECK_OK(a.Wait());
+      CHECK_OK(m.Wait());
+      CHECK_OK(p.Wait());
+      // Ranks still active in this step: those with more than `step` steps.
+      std::vector<int> active;
+      for (int q = 0; q < ctx.size(); ++q) {
+        if ((q + 1) * 2 > step) active.push_back(q);
+      }
+      float sum = 0;
+      for (int q : active) sum += static_cast<float>(q + 1);
+      const float want = sum / static_cast<float>(active.size());
+      CHECK_OK(Expect(std::abs(avg[0] - want) < 1e-5f && std::abs(avg[299] - want) < 1e-5f,
+                      absl::StrCat("step ", step, ": average ", avg[0], " want ", want)));
+      CHECK_OK(Expect(mx[4] == active.front() + 1, absl::StrCat("step ", step, ": min ", mx[4])));
+      CHECK_OK(Expect(prod[0] == (1 << active.size()), absl::StrCat("product ", prod[0])));
+    }
+    Handle j = e.JoinAsync();
+    CHECK_OK(j.Wait());
+    CHECK_OK(Expect(j.join_last_rank() == 2, absl::StrCat("last ", j.join_last_rank())));
+    // After everyone joined, the engine works normally again.
+    std::vector<float> x(3, 1.0f);
+    CHECK_OK(
+        e.AllreduceAsync("avg", x.data(), x.data(), DataType::kFloat32, {3}, ReduceOp::kAverage)
+            .Wait());
+    return Expect(x[0] == 1.0f, "average after join");
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, ProcessSetsRunCollectivesOnSubsets) {
+  JobSpec spec;
+  spec.size = 4;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const int r = ctx.rank();
+    auto even = e.AddProcessSet({0, 2});
+    auto odd = e.AddProcessSet({3, 1});
+    CHECK_OK(even.status());
+    CHECK_OK(odd.status());
+    CHECK_OK(Expect(*even == 1 && *odd == 2, "set ids"));
+    const int mine = r % 2 == 0 ? *even : *odd;
+    const int other = r % 2 == 0 ? *odd : *even;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<int64_t> v(1000, r), w(10, r);
+      Handle hs = e.AllreduceAsync("p", v.data(), v.data(), DataType::kInt64, {1000},
+                                   ReduceOp::kSum, 1, 1, mine);
+      Handle hw = e.AllreduceAsync("p", w.data(), w.data(), DataType::kInt64, {10},
+                                   ReduceOp::kSum);  // same name, world set
+      std::vector<int64_t> root(2, r);
+      Handle hb = e.BroadcastAsync("b", root.data(), DataType::kInt64, {2}, 1, mine);
+      CHECK_OK(hs.Wait());
+      CHECK_OK(hw.Wait());
+      CHECK_OK(hb.Wait());
+      CHECK_OK(Expect(v[999] == (r % 2 == 0 ? 0 + 2 : 1 + 3), absl::StrCat("set sum ", v[0])));
+      CHECK_OK(Expect(w[0] == 6, "world sum"));
+      CHECK_OK(Expect(root[0] == (r % 2 == 0 ? 2 : 3), absl::StrCat("set broadcast ", root[0])));
+    }
+    std::vector<int64_t> v(4);
+    CHECK_OK(ExpectError(e.AllreduceAsync("q", v.data(), v.data(), DataType::kInt64, {4},
+                                          ReduceOp::kSum, 1, 1, other)
+                             .Wait(),
+                         absl::StatusCode::kInvalidArgument, {"not a member"}));
+    return absl::OkStatus();
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, IdleEngineSleepsAndWakesOnDemand) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<float> x(8, 1.0f);
+    for (int round = 0; round < 3; ++round) {
+      CHECK_OK(e.AllreduceAsync("x", x.data(), x.data(), DataType::kFloat32, {8}, ReduceOp::kSum)
+                   .Wait());
+      CHECK_OK(ctx.Barrier());
+      ::usleep(50000);  // every engine finishes its last round and goes to sleep
+      const uint64_t before = e.stats().cycles;
+      ::usleep(300000);
+      const uint64_t after = e.stats().cycles;
+      CHECK_OK(Expect(before == after,
+                      absl::StrCat("idle engine ran ", after - before, " cycles in 300 ms")));
+      // Only one rank submits first: the others must be woken by its doorbell.
+      if (ctx.rank() == round) ::usleep(100000);
+    }
+    const EngineStats s = e.stats();
+    return Expect(s.sleeps >= 3, absl::StrCat(s.sleeps, " sleeps"));
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, AutotuneConvergesWithEveryRankInStep) {
+  const std::string log = TempPath("autotune.csv");
+  JobSpec spec;
+  spec.size = 2;
+  spec.env["DDP_AUTOTUNE"] = "1";
+  spec.env["DDP_AUTOTUNE_LOG"] = log;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<std::vector<float>> t(20, std::vector<float>(2048, 1.0f));
+    for (int step = 0;; ++step) {
+      std::vector<Handle> hs;
+      for (size_t i = 0; i < t.size(); ++i) {
+        hs.push_back(e.AllreduceAsync(absl::StrCat("t", i), t[i].data(), t[i].data(),
+                                      DataType::kFloat32, {2048}, ReduceOp::kAverage));
+      }
+      for (auto& h : hs) CHECK_OK(h.Wait());
+      int32_t done = e.stats().autotune_converged ? 1 : 0;
+      CHECK_OK(ctx.Broadcast(&done, &done, 1, DataType::kInt32, 0));
+      if (done != 0) break;
+      CHECK_OK(Expect(step < 20000, "autotune did not converge in 20000 steps"));
+    }
+    // Let a round pass so that every rank has applied the final parameters.
+    std::vector<float> x(4, 1.0f);
+    CHECK_OK(e.AllreduceAsync("last", x.data(), x.data(), DataType::kFloat32, {4}, ReduceOp::kSum)
+                 .Wait());
+    const EngineStats s = e.stats();
+    uint64_t mine[2] = {s.parameter_digest, s.parameter_changes};
+    std::vector<uint64_t> all(4);
+    CHECK_OK(ctx.Allgather(mine, all.data(), 2, DataType::kInt64));
+    CHECK_OK(Expect(all[0] == all[2] && all[1] == all[3],
+                    "ranks applied different parameter sequences"));
+    return Expect(s.parameter_changes >= 5,
+                  absl::StrCat("only ", s.parameter_changes, " parameter changes"));
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+  const std::string csv = ReadFile(log);
+  EXPECT_TRUE(absl::StartsWith(csv, "sample,")) << csv;
+  EXPECT_GT(std::count(csv.begin(), csv.end(), '\n'), 20) << csv;
+  std::remove(log.c_str());
+}
+
+TEST(Engine, DeadPeerFailsPendingHandlesNamingIt) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<float> x(1 << 16, 1.0f);
+    CHECK_OK(
+        e.AllreduceAsync("x", x.data(), x.data(), DataType::kFloat32, {1 << 16}, ReduceOp::kSum)
+            .Wait());
+    if (ctx.rank() == 1) ::raise(SIGKILL);
+    absl::Status s =
+        e.AllreduceAsync("x", x.data(), x.data(), DataType::kFloat32, {1 << 16}, ReduceOp::kSum)
+            .Wait();
+    CHECK_OK(Expect(!s.ok() && absl::StrContains(s.message(), "rank 1") &&
+                        absl::StrContains(s.message(), "'x'"),
+                    s.ToString()));
+    // Later submissions fail at once with the same cause.
+    s = e.AllreduceAsync("y", x.data(), x.data(), DataType::kFloat32, {4}, ReduceOp::kSum).Wait();
+    return Expect(!s.ok() && absl::StrContains(s.message(), "rank 1"), s.ToString());
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  EXPECT_TRUE(job.ranks[0].ok()) << job.Summary();
+  EXPECT_TRUE(job.ranks[2].ok()) << job.Summary();
+}
+
+}  // namespace
+}  // namespace ddp::testing

@@ -1,0 +1,569 @@
+// Tests for engine/timeline (valid Chrome-trace JSON, also after a crash) and engine/autotune
+// (search order, convergence, change reporting, CSV log, config validation).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "engine/autotune.h"
+#include "engine/timeline.h"
+
+namespace ddp::engine {
+namespace {
+
+std::string TempPath(absl::string_view name) {
+  return absl::StrCat(::testing::TempDir(), "/ddp-", name, "-", ::getpid());
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+int CountOf(absl::string_view text, absl::string_view needle) {
+  int count = 0;
+  for (size_t at = text.find(needle); at != absl::string_view::npos;
+       at = text.find(needle, at + needle.size())) {
+    ++count;
+  }
+  return count;
+}
+
+// A strict recursive-descent JSON checker (RFC 8259 grammar; no JSON library in the build).
+class JsonChecker {
+ public:
+  explicit JsonChecker(absl::string_view text) : text_(text) {}
+
+  // True when the text is exactly one JSON value, whitespace around it allowed.
+  bool Valid() {
+    SkipSpace();
+    if (!Value(0)) return false;
+    SkipSpace();
+    return pos_ == text_.size();
+  }
+
+ private:
+  bool Value(int depth) {
+    if (depth > 100 || pos_ >= text_.size()) return false;
+    switch (text_[pos_]) {
+      case '{':
+        return Container(depth, '}', /*keyed=*/true);
+      case '[':
+        return Container(depth, ']', /*keyed=*/false);
+      case '"':
+        return String();
+      case 't':
+        return Literal("true");
+      case 'f':
+        return Literal("false");
+      case 'n':
+        return Literal("null");
+      default:
+        return Number();
+    }
+  }
+
+  // An object (keyed) or array, from its opening bracket to `close`.
+  bool Container(int depth, char close, bool keyed) {
+    ++pos_;
+    SkipSpace();
+    if (Consume(close)) return true;
+    while (true) {
+      SkipSpace();
+      if (keyed) {
+        if (!String()) return false;
+        SkipSpace();
+        if (!Consume(':')) return false;
+        SkipSpace();
+      }
+      if (!Value(depth + 1)) return false;
+      SkipSpace();
+      if (Consume(close)) return true;
+      if (!Consume(',')) return false;
+    }
+  }
+
+  bool String() {
+    if (!Consume('"')) return false;
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_++];
+      if (c == '"') return true;
+      if (static_cast<unsigned char>(c) < 0x20) return false;  // must be escaped
+      if (c != '\\') continue;
+      if (pos_ >= text_.size()) return false;
+      const char escape = text_[pos_++];
+      if (escape == 'u') {
+        for (int i = 0; i < 4; ++i) {
+          if (pos_ >= text_.size() || !std::isxdigit(static_cast<unsigned char>(text_[pos_++]))) {
+            return false;
+          }
+        }
+      } else if (absl::string_view("\"\\/bfnrt").find(escape) == absl::string_view::npos) {
+        return false;
+      }
+    }
+    return false;
+  }
+
+  bool Number() {
+    Consume('-');
+    if (!Consume('0')) {
+      if (pos_ >= text_.size() || text_[pos_] < '1' || text_[pos_] > '9') return false;
+      Digits();
+    }
+    if (Consume('.') && !Digits()) return false;
+    if (Consume('e') || Consume('E')) {
+      if (!Consume('+')) Consume('-');
+      if (!Digits()) return false;
+    }
+    return true;
+  }
+
+  bool Digits() {
+    const size_t start = pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    return pos_ > start;
+  }
+
+  bool Literal(absl::string_view word) {
+    if (text_.substr(pos_, word.size()) != word) return false;
+    pos_ += word.size();
+    return true;
+  }
+
+  bool Consume(char c) {
+    if (pos_ >= text_.size() || text_[pos_] != c) return false;
+    ++pos_;
+    return true;
+  }
+
+  void SkipSpace() {
+    while (pos_ < text_.size() &&
+           absl::string_view(" \t\r\n").find(text_[pos_]) != absl::string_view::npos) {
+      ++pos_;
+    }
+  }
+
+  absl::string_view text_;
+  size_t pos_ = 0;
+};
+
+bool IsJson(absl::string_view text) { return JsonChecker(text).Valid(); }
+
+TEST(JsonCheckerTest, AcceptsAndRejects) {
+  EXPECT_TRUE(IsJson(R"([{"a":[1,-2.5e3,0.25,true,false,null,"x\"\\\n\u00e9"]},{}])"));
+  EXPECT_TRUE(IsJson(" [ ] \n"));
+  EXPECT_FALSE(IsJson("[1,]"));
+  EXPECT_FALSE(IsJson(R"({"a":1,})"));
+  EXPECT_FALSE(IsJson("[1"));
+  EXPECT_FALSE(IsJson("[\"raw\nnewline\"]"));
+  EXPECT_FALSE(IsJson(R"(["bad \q escape"])"));
+  EXPECT_FALSE(IsJson("[01]"));
+  EXPECT_FALSE(IsJson("[1] [2]"));
+  EXPECT_FALSE(IsJson("{1:2}"));
+}
+
+// --- Timeline -------------------------------------------------------------------------------
+
+TEST(TimelineTest, JsonEscape) {
+  EXPECT_EQ(JsonEscape("plain/name:0"), "plain/name:0");
+  EXPECT_EQ(JsonEscape("a\"b\\c"), "a\\\"b\\\\c");
+  EXPECT_EQ(JsonEscape("l1\nl2\tx\r"), "l1\\nl2\\tx\\r");
+  EXPECT_EQ(JsonEscape(absl::string_view("\x01\x1f\0", 3)), "\\u0001\\u001f\\u0000");
+  EXPECT_EQ(JsonEscape("caf\xc3\xa9"), "caf\xc3\xa9");  // UTF-8 passes through
+}
+
+// Names and args that break JSON unless escaped.
+const char* const kTensors[] = {"layer\"1\"/weight", "grad\\bias\n2", "tab\tbed\x01"};
+
+void WriteEvents(Timeline& timeline, int rounds) {
+  for (int round = 0; round < rounds; ++round) {
+    timeline.Marker("CYCLE_START", timeline.NowMicros());
+    for (const char* tensor : kTensors) {
+      const int64_t start = timeline.NowMicros();
+      timeline.Phase(tensor, "NEGOTIATE", start, start + 5);
+      timeline.Phase(tensor, "ALLREDUCE", start + 5, start + 20,
+                     {{"bytes", "4096"}, {"dtype \"f32\"", "a\\b\nc"}});
+    }
+  }
+}
+
+TEST(TimelineTest, ClosedFileIsValidTraceJson) {
+  const std::string path = TempPath("timeline-closed");
+  {
+    auto timeline = Timeline::Open(path, 3);
+    ASSERT_TRUE(timeline.ok()) << timeline.status();
+    WriteEvents(**timeline, 4);
+  }
+  const std::string text = ReadFile(path);
+  EXPECT_TRUE(IsJson(text)) << text;
+  EXPECT_EQ(text.substr(0, 2), "[\n");
+  EXPECT_EQ(text.substr(text.size() - 2), "]\n");
+  EXPECT_EQ(CountOf(text, R"("ph":"X")"), 4 * 3 * 2);
+  EXPECT_EQ(CountOf(text, R"("name":"NEGOTIATE")"), 4 * 3);
+  EXPECT_EQ(CountOf(text, R"("name":"ALLREDUCE")"), 4 * 3);
+  EXPECT_EQ(CountOf(text, R"("ph":"i","s":"t")"), 4);
+  EXPECT_EQ(CountOf(text, R"("name":"CYCLE_START")"), 4);
+  // Process named once; a track name per tensor (on first sight only) plus "cycles".
+  EXPECT_EQ(CountOf(text, R"("name":"process_name")"), 1);
+  EXPECT_EQ(CountOf(text, R"("args":{"name":"rank 3"})"), 1);
+  EXPECT_EQ(CountOf(text, R"("name":"thread_name")"), 3 + 1);
+  EXPECT_EQ(CountOf(text, R"("args":{"name":"cycles"})"), 1);
+  EXPECT_EQ(CountOf(text, R"("args":{"name":"layer\"1\"/weight"})"), 1);
+  EXPECT_EQ(CountOf(text, R"("args":{"name":"tab\tbed\u0001"})"), 1);
+  EXPECT_EQ(CountOf(text, R"("dtype \"f32\"":"a\\b\nc")"), 4 * 3);
+  EXPECT_EQ(CountOf(text, R"("pid":3,)"), 2 + 3 + 4 + 24);  // metadata, markers, phases
+  EXPECT_EQ(CountOf(text, R"("tid":0)"), 2 + 4);  // metadata of process and "cycles", markers
+  EXPECT_EQ(CountOf(text, R"("tid":3,)"), 1 + 8);
+  EXPECT_EQ(CountOf(text, R"("ts":)"), 4 + 24);
+  // One event per line; the comma leads every line but the first event's.
+  const std::vector<absl::string_view> lines = absl::StrSplit(text, '\n');
+  ASSERT_GE(lines.size(), 4u);
+  EXPECT_EQ(lines[1].substr(0, 1), "{");
+  for (size_t i = 2; i + 2 < lines.size(); ++i) {
+    EXPECT_EQ(lines[i].substr(0, 2), ",{") << i;
+    EXPECT_EQ(lines[i].substr(lines[i].size() - 1), "}") << i;
+  }
+  std::remove(path.c_str());
+}
+
+TEST(TimelineTest, FlushedPrefixOfALiveTimelineParsesWithClosingBracket) {
+  const std::string path = TempPath("timeline-live");
+  auto timeline = Timeline::Open(path, 0);
+  ASSERT_TRUE(timeline.ok()) << timeline.status();
+  // Right after Open the header and metadata are already on disk.
+  EXPECT_TRUE(IsJson(ReadFile(path) + "]"));
+  WriteEvents(**timeline, 2);
+  (*timeline)->Flush();
+  const std::string text = ReadFile(path);  // what a crash now would leave
+  EXPECT_FALSE(IsJson(text));
+  EXPECT_TRUE(IsJson(text + "]")) << text;
+  EXPECT_EQ(CountOf(text, R"("ph":"X")"), 2 * 3 * 2);
+  timeline->reset();
+  EXPECT_TRUE(IsJson(ReadFile(path)));
+  std::remove(path.c_str());
+}
+
+TEST(TimelineTest, BufferOverflowNeverSplitsAnEvent) {
+  // Several MiB without Flush(): whatever stdio has pushed to the kernel must end on an event.
+  const std::string path = TempPath("timeline-overflow");
+  auto timeline = Timeline::Open(path, 1);
+  ASSERT_TRUE(timeline.ok()) << timeline.status();
+  const std::string long_value(1000, 'v');
+  for (int i = 0; i < 5000; ++i) {
+    (*timeline)->Phase(absl::StrCat("tensor.", i % 7), "COPY", i, i + 1, {{"v", long_value}});
+    if (i % 997 == 0) {
+      const std::string text = ReadFile(path);
+      ASSERT_TRUE(IsJson(text + "]")) << "after " << i << " events, " << text.size() << " bytes";
+    }
+  }
+  const std::string text = ReadFile(path);
+  EXPECT_GT(text.size(), size_t{3} << 20);
+  EXPECT_TRUE(IsJson(text + "]"));
+  timeline->reset();
+  EXPECT_TRUE(IsJson(ReadFile(path)));
+  std::remove(path.c_str());
+}
+
+TEST(TimelineTest, KilledProcessLeavesParsableTrace) {
+  const std::string path = TempPath("timeline-killed");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The child dies without running the destructor: no closing bracket, unflushed events lost.
+    auto timeline = Timeline::Open(path, 7);
+    if (!timeline.ok()) ::_exit(2);
+    WriteEvents(**timeline, 3);
+    (*timeline)->Flush();
+    WriteEvents(**timeline, 1);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::string text = ReadFile(path);
+  EXPECT_EQ(text.find(']'), std::string::npos);
+  EXPECT_TRUE(IsJson(text + "]")) << text;
+  EXPECT_EQ(CountOf(text, R"("ph":"X")"), 3 * 3 * 2);
+  EXPECT_EQ(CountOf(text, R"("args":{"name":"rank 7"})"), 1);
+  std::remove(path.c_str());
+}
+
+TEST(TimelineTest, OpenFailureNamesPathAndCause) {
+  const std::string path = TempPath("no-such-dir") + "/trace.json";
+  auto timeline = Timeline::Open(path, 0);
+  ASSERT_FALSE(timeline.ok());
+  EXPECT_NE(timeline.status().message().find(path), absl::string_view::npos) << timeline.status();
+  EXPECT_NE(timeline.status().message().find("No such file or directory"), absl::string_view::npos)
+      << timeline.status();
+}
+
+TEST(TimelineTest, NowMicrosStartsAtOpenAndAdvances) {
+  const std::string path = TempPath("timeline-clock");
+  auto timeline = Timeline::Open(path, 0);
+  ASSERT_TRUE(timeline.ok()) << timeline.status();
+  const int64_t first = (*timeline)->NowMicros();
+  EXPECT_GE(first, 0);
+  EXPECT_LT(first, 10'000'000);
+  ::usleep(2000);
+  EXPECT_GE((*timeline)->NowMicros(), first + 2000);
+  timeline->reset();
+  std::remove(path.c_str());
+}
+
+// --- Autotuner ------------------------------------------------------------------------------
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+// Synthetic bytes/s, best at a 16 MiB threshold and 2.5 ms cycles, falling off with the
+// log-distance from each.
+double Throughput(const TunedParams& params) {
+  const double t = std::abs(std::log2(static_cast<double>(params.fusion_threshold) / (16 * kMiB)));
+  const double c = std::abs(std::log2(params.cycle_time_ms / 2.5));
+  return 1e9 / (1 + t) / (1 + c);
+}
+
+// Runs cycles under the tuner's current parameters: each takes the cycle time and moves
+// Throughput() bytes (times `boost` for chosen samples, to plant outliers).
+class Simulator {
+ public:
+  explicit Simulator(Autotuner* tuner, double now = 1000.0) : tuner_(tuner), now_(now) {}
+
+  // One cycle; checks that RecordCycle reports exactly the changes of current().
+  bool Cycle() {
+    const TunedParams before = tuner_->current();
+    const double seconds = before.cycle_time_ms / 1000;
+    now_ += seconds;
+    const int sample = tuner_->samples() + 1;  // the one this cycle belongs to
+    const double boost = sample == boosted_sample_ ? boost_ : 1.0;
+    const auto bytes = static_cast<uint64_t>(Throughput(before) * boost * seconds);
+    const bool changed = tuner_->RecordCycle(bytes, now_);
+    EXPECT_EQ(changed, !(tuner_->current() == before)) << "sample " << tuner_->samples();
+    if (changed) changes_.push_back({tuner_->samples(), tuner_->current()});
+    return changed;
+  }
+
+  void Boost(int sample, double factor) {
+    boosted_sample_ = sample;
+    boost_ = factor;
+  }
+
+  double now() const { return now_; }
+
+  std::vector<std::pair<int, TunedParams>> changes_;  // (samples() after, new parameters)
+
+ private:
+  Autotuner* tuner_;
+  double now_;
+  int boosted_sample_ = -1;
+  double boost_ = 1.0;
+};
+
+// Defaults: 3 warm-up samples, 6 thresholds and 5 cycle times of 1 discarded + 3 scored samples.
+constexpr int kSamplesToConverge = 3 + 6 * 4 + 5 * 4;
+
+TEST(AutotunerTest, ConvergesToBestPairInExpectedOrder) {
+  auto tuner = Autotuner::Create(TunedParams{}, AutotuneConfig{});
+  ASSERT_TRUE(tuner.ok()) << tuner.status();
+  EXPECT_EQ(tuner->current(), TunedParams{});
+  Simulator sim(&*tuner);
+  int cycles = 0;
+  while (!tuner->converged() && cycles < 100000) {
+    sim.Cycle();
+    ++cycles;
+  }
+  ASSERT_TRUE(tuner->converged());
+  EXPECT_EQ(tuner->samples(), kSamplesToConverge);
+  EXPECT_EQ(cycles, kSamplesToConverge * 20);
+  EXPECT_EQ(tuner->current(), (TunedParams{16 * kMiB, 2.5}));
+
+  const std::vector<std::pair<int, TunedParams>> expected = {
+      {3, {1 * kMiB, 1.0}},   {7, {4 * kMiB, 1.0}},    {11, {16 * kMiB, 1.0}},
+      {15, {32 * kMiB, 1.0}}, {19, {64 * kMiB, 1.0}},  {23, {128 * kMiB, 1.0}},
+      {27, {16 * kMiB, 0.5}}, {31, {16 * kMiB, 1.0}},  {35, {16 * kMiB, 2.5}},
+      {39, {16 * kMiB, 5.0}}, {43, {16 * kMiB, 10.0}}, {47, {16 * kMiB, 2.5}},
+  };
+  ASSERT_EQ(sim.changes_.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(sim.changes_[i].first, expected[i].first) << i;
+    EXPECT_EQ(sim.changes_[i].second, expected[i].second) << i;
+  }
+
+  // Settled for good: no sample, no change, no matter what throughput does now.
+  for (int i = 0; i < 5000; ++i) {
+    EXPECT_FALSE(tuner->RecordCycle(uint64_t{1} << 40, 1e6 + i));
+  }
+  EXPECT_EQ(tuner->samples(), kSamplesToConverge);
+  EXPECT_EQ(tuner->current(), (TunedParams{16 * kMiB, 2.5}));
+  EXPECT_TRUE(tuner->converged());
+}
+
+TEST(AutotunerTest, MedianAndDiscardIgnoreOutliers) {
+  auto tuner = Autotuner::Create(TunedParams{}, AutotuneConfig{});
+  ASSERT_TRUE(tuner.ok()) << tuner.status();
+  Simulator sim(&*tuner);
+  // 128 MiB: switched to after sample 23, sample 24 discarded, 25..27 scored. One huge scored
+  // sample would win on the mean (100 x 0.25 GB/s) but not on the median.
+  sim.Boost(26, 100.0);
+  while (!tuner->converged()) sim.Cycle();
+  EXPECT_EQ(tuner->current(), (TunedParams{16 * kMiB, 2.5}));
+
+  auto second = Autotuner::Create(TunedParams{}, AutotuneConfig{});
+  ASSERT_TRUE(second.ok()) << second.status();
+  Simulator sim2(&*second);
+  sim2.Boost(24, 1e4);  // the discarded sample after the switch to 128 MiB
+  while (!second->converged()) sim2.Cycle();
+  EXPECT_EQ(second->current(), (TunedParams{16 * kMiB, 2.5}));
+}
+
+TEST(AutotunerTest, WithoutWarmupFirstCandidateIsInForceAtOnce) {
+  AutotuneConfig config;
+  config.warmup_samples = 0;
+  config.thresholds = {8 * kMiB, 16 * kMiB};
+  config.cycle_times_ms = {2.5};
+  config.samples_per_candidate = 1;
+  config.cycles_per_sample = 2;
+  auto tuner = Autotuner::Create(TunedParams{64 * kMiB, 1.0}, config);
+  ASSERT_TRUE(tuner.ok()) << tuner.status();
+  EXPECT_EQ(tuner->current(), (TunedParams{8 * kMiB, 1.0}));
+  Simulator sim(&*tuner);
+  while (!tuner->converged()) sim.Cycle();
+  EXPECT_EQ(tuner->samples(), 2 * 2 + 1 * 2);
+  EXPECT_EQ(tuner->current(), (TunedParams{16 * kMiB, 2.5}));
+}
+
+TEST(AutotunerTest, ScoreIsBytesOverTimeSincePreviousSample) {
+  const std::string path = TempPath("autotune-score.csv");
+  AutotuneConfig config;
+  config.warmup_samples = 1;
+  config.thresholds = {4 * kMiB};
+  config.cycle_times_ms = {2.0};
+  config.samples_per_candidate = 1;
+  config.cycles_per_sample = 2;
+  config.csv_path = path;
+  auto tuner = Autotuner::Create(TunedParams{}, config);
+  ASSERT_TRUE(tuner.ok()) << tuner.status();
+  // Sample 1 starts at its own first cycle: 200 bytes over 1 s.
+  EXPECT_FALSE(tuner->RecordCycle(100, 1.0));
+  EXPECT_TRUE(tuner->RecordCycle(100, 2.0));  // warm-up over: threshold 4 MiB
+  // Sample 2 starts where sample 1 ended: 600 bytes over 2 s. Discarded after the switch.
+  EXPECT_FALSE(tuner->RecordCycle(300, 3.0));
+  EXPECT_FALSE(tuner->RecordCycle(300, 4.0));
+  // A clock that stands still gives no score and counts for nothing.
+  EXPECT_FALSE(tuner->RecordCycle(300, 4.0));
+  EXPECT_FALSE(tuner->RecordCycle(300, 4.0));
+  EXPECT_EQ(tuner->samples(), 3);
+  EXPECT_FALSE(tuner->RecordCycle(50, 4.5));
+  EXPECT_TRUE(tuner->RecordCycle(50, 5.0));  // 100 bytes over 1 s; next phase: 2 ms cycles
+  EXPECT_EQ(tuner->current(), (TunedParams{4 * kMiB, 2.0}));
+
+  const std::vector<std::string> lines = absl::StrSplit(ReadFile(path), '\n');
+  ASSERT_EQ(lines.size(), 1u + 4u + 1u) << ReadFile(path);
+  EXPECT_EQ(lines[1], absl::StrCat("1,0,", 64 * kMiB, ",1,200,0,", 64 * kMiB, ",1"));
+  EXPECT_EQ(lines[2], absl::StrCat("2,1,", 4 * kMiB, ",1,300,0,", 64 * kMiB, ",1"));
+  EXPECT_EQ(lines[3], absl::StrCat("3,1,", 4 * kMiB, ",1,0,0,", 64 * kMiB, ",1"));
+  EXPECT_EQ(lines[4], absl::StrCat("4,1,", 4 * kMiB, ",1,100,1,", 4 * kMiB, ",1"));
+  EXPECT_EQ(lines[5], "");
+  std::remove(path.c_str());
+}
+
+TEST(AutotunerTest, CsvHasHeaderAndOneLinePerSample) {
+  const std::string path = TempPath("autotune.csv");
+  AutotuneConfig config;
+  config.csv_path = path;
+  auto tuner = Autotuner::Create(TunedParams{}, config);
+  ASSERT_TRUE(tuner.ok()) << tuner.status();
+  Simulator sim(&*tuner);
+  for (int i = 0; i < 10 * 20; ++i) sim.Cycle();
+  // Flushed per line: readable while the tuner is alive.
+  EXPECT_EQ(CountOf(ReadFile(path), "\n"), 1 + 10);
+  // Moving keeps the one open log.
+  Autotuner moved = *std::move(tuner);
+  Simulator moved_sim(&moved, sim.now());
+  while (!moved.converged()) moved_sim.Cycle();
+
+  const std::vector<std::string> lines = absl::StrSplit(ReadFile(path), '\n');
+  ASSERT_EQ(lines.size(), 1u + kSamplesToConverge + 1u);
+  EXPECT_EQ(lines[0],
+            "sample,phase,fusion_threshold_bytes,cycle_time_ms,score_bytes_per_s,counted,"
+            "best_fusion_threshold_bytes,best_cycle_time_ms");
+  int counted = 0;
+  for (int i = 1; i <= kSamplesToConverge; ++i) {
+    const std::vector<std::string> fields = absl::StrSplit(lines[i], ',');
+    ASSERT_EQ(fields.size(), 8u) << lines[i];
+    EXPECT_EQ(fields[0], absl::StrCat(i));
+    EXPECT_EQ(fields[1], i <= 3 ? "0" : i <= 27 ? "1" : "2") << lines[i];
+    counted += fields[5] == "1";
+  }
+  EXPECT_EQ(counted, (6 + 5) * 3);
+  // The converging sample: measured at 10 ms cycles, the pair it settles on as the best.
+  const std::string& last = lines[kSamplesToConverge];
+  EXPECT_TRUE(absl::StartsWith(last, absl::StrCat(kSamplesToConverge, ",2,", 16 * kMiB, ",10,")))
+      << last;
+  EXPECT_TRUE(absl::EndsWith(last, absl::StrCat(",1,", 16 * kMiB, ",2.5"))) << last;
+  EXPECT_EQ(lines.back(), "");
+  std::remove(path.c_str());
+}
+
+TEST(AutotunerTest, CreateRejectsBadConfig) {
+  const auto rejected = [](AutotuneConfig config, TunedParams initial = {}) {
+    auto tuner = Autotuner::Create(initial, std::move(config));
+    return !tuner.ok() && tuner.status().code() == absl::StatusCode::kInvalidArgument;
+  };
+  AutotuneConfig config;
+  EXPECT_FALSE(rejected(config));
+  config.thresholds = {};
+  EXPECT_TRUE(rejected(config));
+  config = {};
+  config.cycle_times_ms = {};
+  EXPECT_TRUE(rejected(config));
+  config = {};
+  config.thresholds = {1 * kMiB, 0};
+  EXPECT_TRUE(rejected(config));
+  config = {};
+  config.cycle_times_ms = {1.0, -2.5};
+  EXPECT_TRUE(rejected(config));
+  config = {};
+  config.cycle_times_ms = {std::nan("")};
+  EXPECT_TRUE(rejected(config));
+  config = {};
+  config.samples_per_candidate = 0;
+  EXPECT_TRUE(rejected(config));
+  config = {};
+  config.cycles_per_sample = 0;
+  EXPECT_TRUE(rejected(config));
+  config = {};
+  config.warmup_samples = -1;
+  EXPECT_TRUE(rejected(config));
+  EXPECT_TRUE(rejected({}, TunedParams{0, 1.0}));
+  EXPECT_TRUE(rejected({}, TunedParams{kMiB, 0.0}));
+}
+
+TEST(AutotunerTest, CreateFailsWhenCsvCannotBeCreated) {
+  AutotuneConfig config;
+  config.csv_path = TempPath("no-such-dir") + "/autotune.csv";
+  auto tuner = Autotuner::Create(TunedParams{}, config);
+  ASSERT_FALSE(tuner.ok());
+  EXPECT_NE(tuner.status().message().find(config.csv_path), absl::string_view::npos)
+      << tuner.status();
+  EXPECT_NE(tuner.status().message().find("No such file or directory"), absl::string_view::npos)
+      << tuner.status();
+}
+
+}  // namespace
+}  // namespace ddp::engine
