@@ -471,12 +471,14 @@ absl::Status EngineImpl::RunCycle() {
   TakeQueue();
   executed_bytes_ = 0;
   DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0]));
+  bool ran_something = !world.responses.empty();
   DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
   for (size_t id = 1; id < world.set_pending.size(); ++id) {
     ProcessSet& set = *sets_[id];
     if (world.set_pending[id] == 0 || set.my_index < 0) continue;
     DDP_ASSIGN_OR_RETURN(RoundOutcome round, Negotiate(set));
     DDP_RETURN_IF_ERROR(Execute(set, round.responses, round.active_members));
+    ran_something = ran_something || !round.responses.empty();
   }
   if (autotuner_ && executed_bytes_ > 0 &&
       autotuner_->RecordCycle(executed_bytes_,
@@ -497,7 +499,11 @@ absl::Status EngineImpl::RunCycle() {
   } else if (!world.anything_pending) {
     asleep_ = true;
   }
-  next_cycle_ = start + absl::Milliseconds(params_.cycle_time_ms);
+  // A round that ran something is followed at once by the next (every rank knows it did, so
+  // all come together): a burst of submissions is not held back by the cycle time, and while
+  // collectives run, the next gradients queue up and fuse by themselves. The cycle time paces
+  // only rounds that found nothing to run.
+  next_cycle_ = ran_something ? start : start + absl::Milliseconds(params_.cycle_time_ms);
   return absl::OkStatus();
 }
 

@@ -4,17 +4,27 @@
 
 namespace ddp {
 namespace engine {
+namespace {
+
+// A copy that shares nothing with `s`. absl::Status reference-counts its message, and the
+// engine thread and the caller's thread would otherwise release the same one; Debian's Abseil is
+// not built for ThreadSanitizer, so that hand-over would be reported as a race.
+absl::Status Unshared(const absl::Status& s) {
+  return s.ok() ? absl::OkStatus() : absl::Status(s.code(), std::string(s.message()));
+}
+
+}  // namespace
 
 void HandleState::Finish(absl::Status s) {
   std::vector<std::function<void(const absl::Status&)>> run;
   {
     std::lock_guard<std::mutex> lock(mu);
-    status = std::move(s);
+    status = Unshared(s);
     done.store(true, std::memory_order_release);
     run.swap(callbacks);
   }
   cv.notify_all();
-  for (auto& callback : run) callback(status);
+  for (auto& callback : run) callback(Unshared(status));
 }
 
 }  // namespace engine
@@ -32,7 +42,7 @@ absl::Status Handle::Wait() const {
   if (state_ == nullptr) return absl::FailedPreconditionError("waiting on an empty handle");
   std::unique_lock<std::mutex> lock(state_->mu);
   state_->cv.wait(lock, [&] { return state_->done.load(); });
-  return state_->status;
+  return engine::Unshared(state_->status);
 }
 
 absl::Status Handle::WaitFor(absl::Duration timeout) const {
@@ -42,7 +52,7 @@ absl::Status Handle::WaitFor(absl::Duration timeout) const {
                            [&] { return state_->done.load(); })) {
     return absl::DeadlineExceededError("'" + state_->name + "' has not finished yet");
   }
-  return state_->status;
+  return engine::Unshared(state_->status);
 }
 
 void Handle::OnComplete(std::function<void(const absl::Status&)> callback) const {
@@ -54,7 +64,7 @@ void Handle::OnComplete(std::function<void(const absl::Status&)> callback) const
       return;
     }
   }
-  callback(state_->status);
+  callback(engine::Unshared(state_->status));
 }
 
 const std::string& Handle::name() const { return state_ ? state_->name : kNoName; }
