@@ -69,7 +69,7 @@ TEST(EngineMessage, AgreementErrorsNameTheFieldAndWhoSaidWhat) {
   absl::Status s = CheckAgreement("w", {0, 1, 2}, {&a, &b, &c});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(s.message(), "allreduce 'w'")) << s;
-  EXPECT_TRUE(absl::StrContains(s.message(), "ranks 0, 2: f32; rank 1: f16")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "rank 1: f16; ranks 0, 2: f32")) << s;
   TensorMeta g0 = Meta({2, 3}), g1 = Meta({5, 3}), g2 = Meta({5, 4});
   for (auto* m : {&g0, &g1, &g2}) m->kind = OpKind::kAllgather;
   EXPECT_TRUE(CheckAgreement("g", {0, 1}, {&g0, &g1}).ok()) << "first dims may differ";
