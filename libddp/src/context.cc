@@ -358,12 +358,13 @@ void Context::Abort(const absl::Status& reason) {
 }
 
 absl::Status Context::Shutdown() {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  if (impl_->shut_down) return absl::OkStatus();
-  impl_->shut_down = true;
+  // The engine first, outside the lock: its last rounds and callbacks may still use the context.
   if (impl_->engine) {
     impl_->engine->Shutdown(absl::FailedPreconditionError("the context has been shut down"));
   }
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->shut_down) return absl::OkStatus();
+  impl_->shut_down = true;
   if (impl_->transport) impl_->transport->Shutdown().IgnoreError();
   if (impl_->store_server) impl_->store_server->Stop();
   return absl::OkStatus();

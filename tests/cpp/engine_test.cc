@@ -411,8 +411,7 @@ TEST(Engine, TimelineParsesAndHoldsEveryPhaseEvenAfterACrash) {
       "NEGOTIATE", "QUEUE",      "MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER",
       "ALLGATHER", "CYCLE_START"};
   EXPECT_EQ(CheckTimeline(base + ".0.json", phases), "");
-  EXPECT_TRUE(
-      absl::EndsWith(absl::StripTrailingAsciiWhitespace(ReadFile(base + ".0.json")), "]"));
+  EXPECT_TRUE(absl::EndsWith(absl::StripTrailingAsciiWhitespace(ReadFile(base + ".0.json")), "]"));
   EXPECT_EQ(CheckTimeline(base + ".1.json", phases), "");  // cut off by SIGKILL
   const std::string text = ReadFile(base + ".0.json");
   EXPECT_TRUE(absl::StrContains(text, "\"algorithm\"")) << text.substr(0, 2000);
@@ -452,6 +451,16 @@ TEST(Engine, JoinLetsRanksWithLessDataFinish) {
                       absl::StrCat("step ", step, ": average ", avg[0], " want ", want)));
       CHECK_OK(Expect(mx[4] == active.front() + 1, absl::StrCat("step ", step, ": min ", mx[4])));
       CHECK_OK(Expect(prod[0] == (1 << active.size()), absl::StrCat("product ", prod[0])));
+      // A broadcast (cached after the first steps) cannot run once a rank has joined.
+      std::vector<float> bc(4, static_cast<float>(r));
+      absl::Status bs = e.BroadcastAsync("bc", bc.data(), DataType::kFloat32, {4}, 0).Wait();
+      if (step < 2) {
+        CHECK_OK(bs);
+        CHECK_OK(Expect(bc[3] == 0.0f, "broadcast before any rank joined"));
+      } else {
+        CHECK_OK(ExpectError(bs, absl::StatusCode::kFailedPrecondition,
+                             {"broadcast 'bc'", "0", "joined"}));
+      }
     }
     Handle j = e.JoinAsync();
     CHECK_OK(j.Wait());
@@ -506,6 +515,18 @@ TEST(Engine, ProcessSetsRunCollectivesOnSubsets) {
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
+// Waits until the engine's cycle count has not moved for 200 ms (at most 5 s); returns it.
+uint64_t SettledCycles(Engine& e) {
+  uint64_t last = e.stats().cycles;
+  for (int i = 0; i < 25; ++i) {
+    ::usleep(200000);
+    const uint64_t now = e.stats().cycles;
+    if (now == last) return now;
+    last = now;
+  }
+  return last;
+}
+
 TEST(Engine, IdleEngineSleepsAndWakesOnDemand) {
   JobSpec spec;
   spec.size = 3;
@@ -513,20 +534,107 @@ TEST(Engine, IdleEngineSleepsAndWakesOnDemand) {
     Engine& e = ctx.engine();
     std::vector<float> x(8, 1.0f);
     for (int round = 0; round < 3; ++round) {
-      CHECK_OK(e.AllreduceAsync("x", x.data(), x.data(), DataType::kFloat32, {8}, ReduceOp::kSum)
-                   .Wait());
       CHECK_OK(ctx.Barrier());
-      ::usleep(50000);  // every engine finishes its last round and goes to sleep
-      const uint64_t before = e.stats().cycles;
+      const uint64_t before = SettledCycles(e);
       ::usleep(300000);
       const uint64_t after = e.stats().cycles;
       CHECK_OK(Expect(before == after,
                       absl::StrCat("idle engine ran ", after - before, " cycles in 300 ms")));
-      // Only one rank submits first: the others must be woken by its doorbell.
-      if (ctx.rank() == round) ::usleep(100000);
+      CHECK_OK(ctx.Barrier());
+      if (ctx.rank() == round) {
+        // The others submit now; their doorbells must wake this engine, which takes part in
+        // rounds before this rank submits anything.
+        const uint64_t asleep = e.stats().cycles;
+        ::usleep(1000000);
+        CHECK_OK(Expect(e.stats().cycles > asleep, "a doorbell did not wake this engine"));
+      }
+      CHECK_OK(e.AllreduceAsync("x", x.data(), x.data(), DataType::kFloat32, {8}, ReduceOp::kSum)
+                   .Wait());
     }
     const EngineStats s = e.stats();
-    return Expect(s.sleeps >= 3, absl::StrCat(s.sleeps, " sleeps"));
+    return Expect(s.sleeps >= 2, absl::StrCat(s.sleeps, " sleeps"));
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, RanksLeavingAtDifferentTimesLogNoErrors) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<float> x(1000, 1.0f);
+    for (int step = 0; step < 5; ++step) {
+      CHECK_OK(
+          e.AllreduceAsync("x", x.data(), x.data(), DataType::kFloat32, {1000}, ReduceOp::kAverage)
+              .Wait());
+    }
+    // Leave straight after the last result (the engines may still be in their trailing round),
+    // one after the other.
+    ::usleep(static_cast<useconds_t>(ctx.rank()) * 30000);
+    return ctx.Shutdown();
+  });
+  for (const auto& r : job.ranks) {
+    EXPECT_TRUE(r.ok()) << job.Summary();
+    EXPECT_FALSE(absl::StrContains(r.output, " E]")) << job.Summary();
+    EXPECT_FALSE(absl::StrContains(r.output, " W]")) << job.Summary();
+  }
+}
+
+TEST(Engine, ARankShuttingDownFailsTheOthersWorkAtOnce) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env["DDP_TIMEOUT_SECONDS"] = "120";  // the failure must not come from a timeout
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    std::vector<float> x(16, 1.0f);
+    CHECK_OK(ctx.Barrier());
+    if (ctx.rank() == 1) return ctx.Shutdown();
+    const absl::Time start = absl::Now();
+    absl::Status s =
+        ctx.engine()
+            .AllreduceAsync("x", x.data(), x.data(), DataType::kFloat32, {16}, ReduceOp::kSum)
+            .Wait();
+    CHECK_OK(Expect(!s.ok() && absl::StrContains(s.message(), "rank 1"), s.ToString()));
+    return Expect(absl::Now() - start < absl::Seconds(60), "took as long as a timeout");
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+TEST(Engine, JoinRightAfterSubmittingAndNothingAfterJoining) {
+  JobSpec spec;
+  spec.size = 2;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const int r = ctx.rank();
+    std::vector<float> z(100, static_cast<float>(r == 0 ? 1 : 3));
+    std::vector<int32_t> zi(10, r == 0 ? 4 : 8);
+    Handle hz =
+        e.AllreduceAsync("z", z.data(), z.data(), DataType::kFloat32, {100}, ReduceOp::kAverage);
+    Handle hi =
+        e.AllreduceAsync("zi", zi.data(), zi.data(), DataType::kInt32, {10}, ReduceOp::kAverage);
+    if (r == 0) {
+      Handle j = e.JoinAsync();  // before its own reductions are done: they still count it
+      CHECK_OK(ExpectError(
+          e.AllreduceAsync("late", z.data(), z.data(), DataType::kFloat32, {1}, ReduceOp::kSum)
+              .Wait(),
+          absl::StatusCode::kFailedPrecondition, {"joined"}));
+      CHECK_OK(hz.Wait());
+      CHECK_OK(hi.Wait());
+      CHECK_OK(j.Wait());
+      CHECK_OK(Expect(j.join_last_rank() == 1, "last to join"));
+    } else {
+      CHECK_OK(hz.Wait());
+      CHECK_OK(hi.Wait());
+      std::vector<float> alone(5, 7.0f);
+      CHECK_OK(e.AllreduceAsync("alone", alone.data(), alone.data(), DataType::kFloat32, {5},
+                                ReduceOp::kAverage)
+                   .Wait());
+      CHECK_OK(Expect(alone[4] == 7.0f, absl::StrCat("average over the active rank: ", alone[4])));
+      CHECK_OK(e.JoinAsync().Wait());
+    }
+    CHECK_OK(Expect(z[0] == 2.0f && z[99] == 2.0f, absl::StrCat("average of both: ", z[0])));
+    return Expect(zi[9] == 6, absl::StrCat("integer average of both: ", zi[9]));
   });
   EXPECT_FALSE(job.hung) << job.Summary();
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();

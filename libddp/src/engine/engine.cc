@@ -1,5 +1,6 @@
 // EngineImpl: submission checks, the background thread, sleeping and waking, process sets.
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +18,10 @@ constexpr int kDoorbellCommunicatorId = 255;
 uint64_t DoorbellTag(uint32_t epoch) {
   return collectives::Communicator::Tag(
       (uint32_t{kDoorbellCommunicatorId} << 16) | (epoch & 0xFFFF), 0, 0);
+}
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 bool IsFloating(DataType t) {
@@ -40,6 +45,23 @@ absl::Status CheckShape(absl::string_view what, const std::vector<int64_t>& shap
           absl::StrCat(what, ": shape ", ShapeString(shape), " overflows"));
     }
     n *= static_cast<uint64_t>(d);
+  }
+  return absl::OkStatus();
+}
+
+// What a negotiation message can carry (see message.cc); beyond it the description could not be
+// sent, so the submission fails here, alone.
+absl::Status CheckLimits(const LocalOp& op, absl::string_view what) {
+  if (op.name.size() > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": the name is longer than 1 MiB"));
+  }
+  if (op.meta.shapes.size() > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": more than 65536 grouped tensors"));
+  }
+  for (const auto& shape : op.meta.shapes) {
+    if (shape.size() > 64) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": more than 64 dimensions"));
+    }
   }
   return absl::OkStatus();
 }
@@ -169,6 +191,13 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
   }
   const std::string what = absl::StrCat(OpKindName(op->meta.kind), " '", op->name, "'");
   if (!failed_.ok()) return Failed(op->name, Annotate(failed_, what));
+  if (join_handle_ != nullptr) {
+    return Failed(op->name, absl::FailedPreconditionError(absl::StrCat(
+                                what,
+                                ": this rank has joined; it submits nothing until every "
+                                "rank has joined")));
+  }
+  if (absl::Status s = CheckLimits(*op, what); !s.ok()) return Failed(op->name, s);
   if (absl::Status s = CheckSet(op->process_set, what); !s.ok()) return Failed(op->name, s);
   if (op->meta.kind == OpKind::kBroadcast) {
     const int n = static_cast<int>(set_members_[static_cast<size_t>(op->process_set)].size());
@@ -367,8 +396,19 @@ void EngineImpl::Loop() {
   if (size_ > 1) PostDoorbells();
   while (WaitForWork()) {
     absl::Status s = RunCycle();
+    if (s.code() == absl::StatusCode::kCancelled) {  // an agreed stop, not a failure
+      FailEverything(s);
+      return;
+    }
     if (!s.ok()) {
-      if (transport_ != nullptr) transport_->Abort(s);
+      // Tell the peers, so that none waits for this engine (not needed when it was asked to
+      // stop: then the transport is closed gracefully right after).
+      bool stopping;
+      {
+        std::lock_guard<std::mutex> lock(wake_->mu);
+        stopping = stop_;
+      }
+      if (transport_ != nullptr && !stopping) transport_->Abort(s);
       FailEverything(s);
       return;
     }
@@ -392,9 +432,12 @@ bool EngineImpl::WaitForWork() {
     asleep_ = false;
     return true;
   }
+  // Stopping while awake: leaving at once would strand the others in the next round, so take
+  // part in one more, which tells them (RunCycle), and leave with them after it.
+  if (stop_) return true;
   // Awake: gather submissions for the rest of the cycle time before the next round.
   wake_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_), [&] { return stop_; });
-  return !stop_;
+  return true;
 }
 
 void EngineImpl::PostDoorbells() {
@@ -455,7 +498,12 @@ void EngineImpl::TakeQueue() {
     set.fresh.push_back(op.get());
     set.pending[op->name] = std::move(op);
   }
-  if (join_requested_) {
+  // Join takes effect once this rank's own operations are done: from then on it only lends its
+  // identity to the others' allreduces, and every average counts exactly the ranks that
+  // contributed data.
+  bool idle = true;
+  for (const auto& set : sets_) idle = idle && set->pending.empty();
+  if (join_requested_ && idle) {
     join_requested_ = false;
     joined_ = true;
     active_join_ = join_handle_;
@@ -469,8 +517,19 @@ absl::Status EngineImpl::RunCycle() {
     timeline_->Marker("CYCLE_START", timeline_->NowMicros());
   }
   TakeQueue();
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    stopping_ = stop_;
+  }
   executed_bytes_ = 0;
   DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0]));
+  if (!world.stopping.empty()) {
+    // Every rank sees this in the same round and finishes it together with the leaving ones.
+    DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
+    return absl::CancelledError(
+        absl::StrCat("the engine stopped: ", world.stopping.size() == 1 ? "rank " : "ranks ",
+                     absl::StrJoin(world.stopping, ", "), " shut down"));
+  }
   bool ran_something = !world.responses.empty();
   DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
   for (size_t id = 1; id < world.set_pending.size(); ++id) {
@@ -481,8 +540,7 @@ absl::Status EngineImpl::RunCycle() {
     ran_something = ran_something || !round.responses.empty();
   }
   if (autotuner_ && executed_bytes_ > 0 &&
-      autotuner_->RecordCycle(executed_bytes_,
-                              absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()))) {
+      autotuner_->RecordCycle(executed_bytes_, SteadySeconds())) {
     proposal_ = autotuner_->current();
   }
   if (timeline_ != nullptr) timeline_->Flush();

@@ -101,12 +101,14 @@ struct MemberRecord {
   uint32_t cache_capacity = 0;
   static constexpr uint8_t kHasPending = 1;
   static constexpr uint8_t kJoined = 2;
+  static constexpr uint8_t kStopping = 4;  // this rank's engine is shutting down
   static constexpr size_t kBytes = 21;
 };
 
 // What a round decided beyond the responses.
 struct RoundOutcome {
   std::vector<Response> responses;
+  std::vector<int> stopping;         // job ranks whose engine is shutting down (world round)
   bool anything_pending = false;     // some member has a submission or a join waiting
   std::vector<uint8_t> set_pending;  // world round: per process set, someone has work there
   int active_members = 0;            // members that have not joined
@@ -169,6 +171,9 @@ class EngineImpl final : public Engine {
   void CompleteTableEntries(ProcessSet& set, const RoundOutcome& out,
                             std::vector<Response>& responses);
   void CheckStalls(ProcessSet& set);
+  // How long a tensor may wait before the stall inspector looks at it (the smaller non-zero of
+  // DDP_STALL_CHECK_SECONDS and DDP_STALL_SHUTDOWN_SECONDS; zero: never).
+  absl::Duration StallProbe() const;
   void RequeueSlot(ProcessSet& set, int slot);
   void FinishJoin(ProcessSet& set, const RoundOutcome& out);
   void ApplyParameters(const MemberRecord& coordinator);
@@ -220,6 +225,7 @@ class EngineImpl final : public Engine {
   TunedParams params_;    // in effect: the world coordinator's proposal
   TunedParams proposal_;  // what this rank proposes (its options, or autotune's choice)
   absl::Time next_cycle_;
+  bool stopping_ = false;  // thread's copy of stop_, taken at the start of each cycle
   std::optional<Autotuner> autotuner_;
   std::unique_ptr<Timeline> timeline_;
   std::vector<char> fusion_buffer_;

@@ -77,6 +77,7 @@ absl::Status EngineImpl::Execute(ProcessSet& set, std::vector<Response>& respons
 
 void EngineImpl::FinishAllreduceOutput(DataType type, ReduceOp op, void* out, size_t count,
                                        double postscale, int active) {
+  active = std::max(active, 1);
   if (IsFloating(type)) {
     const double factor = postscale / (op == ReduceOp::kAverage ? active : 1);
     if (factor != 1.0) reduce::Scale(type, out, out, count, factor);
@@ -224,7 +225,13 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
     Finish(set, r.name, status);
     return absl::OkStatus();
   }
-  LocalOp* op = set.pending.at(r.name).get();
+  auto local = set.pending.find(r.name);
+  if (local == set.pending.end()) {
+    // Only a joined rank runs tensors it did not submit, and only allreduces reach it.
+    return absl::InternalError(absl::StrCat(OpKindName(m.kind), " '", r.name,
+                                            "' was agreed without this rank's submission"));
+  }
+  LocalOp* op = local->second.get();
   HandleState& h = *op->handle;
   const int n = set.comm->size();
   const size_t es = DataTypeSize(m.type);

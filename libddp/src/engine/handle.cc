@@ -47,6 +47,8 @@ absl::Status Handle::Wait() const {
 
 absl::Status Handle::WaitFor(absl::Duration timeout) const {
   if (state_ == nullptr) return absl::FailedPreconditionError("waiting on an empty handle");
+  // Longer than anyone waits: chrono would overflow computing the deadline.
+  if (timeout > absl::Hours(24 * 365)) return Wait();
   std::unique_lock<std::mutex> lock(state_->mu);
   if (!state_->cv.wait_for(lock, absl::ToChronoNanoseconds(timeout),
                            [&] { return state_->done.load(); })) {

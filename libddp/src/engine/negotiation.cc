@@ -1,6 +1,7 @@
 // Negotiation rounds: the bit-vector exchange, announcements, agreement checks, the response
 // cache, join, and the stall inspector. Every rank of the set runs the same bookkeeping on the
 // same inputs, so the outcomes (and cache slots) are identical everywhere.
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,17 @@ std::string RankList(const std::vector<int>& ranks) {
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "));
 }
 
+absl::Status JoinedError(OpKind kind, const std::string& name, const ProcessSet& set,
+                         const RoundOutcome& out) {
+  std::vector<int> joined;
+  for (size_t i = 0; i < set.members.size(); ++i) {
+    if (out.joined[i]) joined.push_back(set.members[i]);
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      OpKindName(kind), " '", name, "': ", RankList(joined), joined.size() == 1 ? " has" : " have",
+      " joined; only allreduce can run while ranks have joined"));
+}
+
 }  // namespace
 
 absl::StatusOr<RoundOutcome> EngineImpl::Negotiate(ProcessSet& set) {
@@ -55,6 +67,7 @@ absl::StatusOr<RoundOutcome> EngineImpl::Negotiate(ProcessSet& set) {
     if (joined_) me.flags |= MemberRecord::kJoined;
   }
   if (has_pending) me.flags |= MemberRecord::kHasPending;
+  if (set.id == 0 && stopping_) me.flags |= MemberRecord::kStopping;
   me.fusion_threshold = proposal_.fusion_threshold;
   me.cycle_time_ms = static_cast<float>(proposal_.cycle_time_ms);
   me.cache_capacity = static_cast<uint32_t>(options_.cache_capacity);
@@ -100,7 +113,7 @@ std::string EngineImpl::PrepareAnnouncements(ProcessSet& set, std::vector<uint8_
     op->state = LocalOp::State::kAnnounced;
   }
   set.fresh.clear();
-  const absl::Duration stall = options_.stall_check;
+  const absl::Duration stall = StallProbe();
   for (auto& [name, op] : set.pending) {
     if (op->state != LocalOp::State::kCached) continue;
     if (stall > absl::ZeroDuration() && now - op->submitted > stall) {
@@ -123,6 +136,13 @@ std::string EngineImpl::PrepareAnnouncements(ProcessSet& set, std::vector<uint8_
     AppendRecord(Record{Record::Type::kStallFail, name, {}}, &out);
   }
   set.stall_fail_outbox.clear();
+  if (log::Enabled(LogLevel::kTrace)) {
+    for (const auto& [name, op] : set.pending) {
+      DDP_LOG(kTrace, "engine: '%s' state %d slot %d (cache valid %d)", name,
+              static_cast<int>(op->state), op->slot,
+              op->slot >= 0 && set.cache.valid(op->slot) ? 1 : 0);
+    }
+  }
   if (set.id == 0) {
     const size_t at = vec.size() - sets_.size();
     for (size_t k = 0; k < sets_.size(); ++k) vec[at + k] = sets_[k]->pending.empty() ? 0 : 1;
@@ -152,6 +172,7 @@ absl::Status EngineImpl::ProcessRound(ProcessSet& set, const std::vector<uint8_t
     const MemberRecord r = ReadMember(&vec[records_at + i * MemberRecord::kBytes]);
     out.anything_pending = out.anything_pending || (r.flags & MemberRecord::kHasPending) != 0;
     out.joined[i] = set.id == 0 && (r.flags & MemberRecord::kJoined) != 0;
+    if ((r.flags & MemberRecord::kStopping) != 0) out.stopping.push_back(set.members[i]);
     if (!out.joined[i]) ++out.active_members;
   }
   const MemberRecord coordinator = ReadMember(&vec[records_at]);
@@ -175,6 +196,9 @@ absl::Status EngineImpl::ProcessRound(ProcessSet& set, const std::vector<uint8_t
     const int slot = static_cast<int>(s);
     if (vec[s] != 0 || !set.cache.valid(slot) || out.active_members == 0) continue;
     Response r{set.cache.name(slot), set.cache.meta(slot), {}, absl::OkStatus(), true, now_us};
+    if (r.meta.kind != OpKind::kAllreduce && out.active_members < static_cast<int>(members)) {
+      r.error = JoinedError(r.meta.kind, r.name, set, out);
+    }
     set.cache.Touch(slot);
     auto it = set.pending.find(r.name);
     if (it != set.pending.end()) it->second->state = LocalOp::State::kReady;
@@ -229,6 +253,16 @@ absl::Status EngineImpl::ProcessRound(ProcessSet& set, const std::vector<uint8_t
   }
   CompleteTableEntries(set, out, out.responses);
   if (set.id == 0) FinishJoin(set, out);
+  if (log::Enabled(LogLevel::kTrace) && !out.responses.empty()) {
+    std::vector<std::string> names;
+    for (const Response& r : out.responses) {
+      names.push_back(absl::StrCat(r.name, r.error.ok() ? "" : " (error)"));
+    }
+    DDP_LOG(kTrace, "%s",
+            absl::StrCat("engine round, process set ", set.id, ": active ", out.active_members, "/",
+                         members, ", pending ", out.anything_pending, ", ready [",
+                         absl::StrJoin(names, ", "), "]"));
+  }
   CheckStalls(set);
   std::lock_guard<std::mutex> lock(wake_->mu);
   stats_.cache_hits += hits;
@@ -264,9 +298,7 @@ void EngineImpl::CompleteTableEntries(ProcessSet& set, const RoundOutcome& out,
     }
     Response r{name, *metas[0], {}, CheckAgreement(name, ranks, metas), false, now_us};
     if (r.error.ok() && !joined.empty() && r.meta.kind != OpKind::kAllreduce) {
-      r.error = absl::FailedPreconditionError(
-          absl::StrCat(OpKindName(r.meta.kind), " '", name, "': ", RankList(joined),
-                       " joined; only allreduce can run while ranks have joined"));
+      r.error = JoinedError(r.meta.kind, name, set, out);
     }
     if (r.error.ok() && r.meta.kind == OpKind::kAllgather) {
       for (size_t i = 0; i < members; ++i) r.first_dims.push_back(entry.metas[i]->shapes[0][0]);
@@ -288,19 +320,27 @@ void EngineImpl::CompleteTableEntries(ProcessSet& set, const RoundOutcome& out,
   stats_.cache_misses += misses;
 }
 
+absl::Duration EngineImpl::StallProbe() const {
+  const absl::Duration a = options_.stall_check, b = options_.stall_shutdown;
+  if (a <= absl::ZeroDuration()) return b;
+  if (b <= absl::ZeroDuration()) return a;
+  return std::min(a, b);
+}
+
 void EngineImpl::CheckStalls(ProcessSet& set) {
-  if (options_.stall_check <= absl::ZeroDuration()) return;
+  if (StallProbe() <= absl::ZeroDuration()) return;
   const absl::Time now = absl::Now();
   for (const std::string& name : set.table_order) {
     TableEntry& entry = set.table[name];
     const absl::Duration age = now - entry.first_seen;
-    if (age < options_.stall_check) continue;
+    if (age < StallProbe()) continue;
     std::vector<int> have, missing;
     for (size_t i = 0; i < set.members.size(); ++i) {
       (entry.metas[i] ? have : missing).push_back(set.members[i]);
     }
     const bool mine = entry.metas[static_cast<size_t>(set.my_index)].has_value();
-    if (now - entry.last_warned >= options_.stall_check && (mine || set.my_index == 0)) {
+    if (options_.stall_check > absl::ZeroDuration() &&
+        now - entry.last_warned >= options_.stall_check && (mine || set.my_index == 0)) {
       entry.last_warned = now;
       DDP_LOG(kWarning, "%s",
               absl::StrCat("stall: '", name, "' (process set ", set.id, ") was submitted by ",
