@@ -55,7 +55,7 @@ struct Options {
   // Fusion engine. Tensors ready in the same cycle are packed into one buffer of up to
   // fusion_threshold bytes (DDP_FUSION_THRESHOLD, 0 = no fusion) and reduced together; the engine
   // gathers submissions for cycle_time_ms (DDP_CYCLE_TIME_MS) between negotiations.
-  int64_t fusion_threshold = 64 << 20;
+  int64_t fusion_threshold = 4 << 20;
   double cycle_time_ms = 1.0;
   // Agreed tensors remembered so that later steps negotiate through one bit vector
   // (DDP_CACHE_CAPACITY, 0 = no cache).
