@@ -28,7 +28,10 @@ absl::string_view KindName(Kind kind) {
 
 Communicator::Communicator(int rank, int size, transport::Transport* transport, Tuning tuning,
                            int id)
-    : rank_(rank), size_(size), transport_(transport), tuning_(tuning),
+    : rank_(rank),
+      size_(size),
+      transport_(transport),
+      tuning_(tuning),
       id_(static_cast<uint32_t>(id) & 0xFF) {
   if (transport_ != nullptr) transport_->SetDescriptorFormatter(&Communicator::Describe);
 }

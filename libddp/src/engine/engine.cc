@@ -1,6 +1,5 @@
-// EngineImpl: submission checks, the background thread, sleeping and waking, process sets.
+// EngineImpl: construction, submission and its checks, join, process sets, stats.
 #include <algorithm>
-#include <chrono>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -13,16 +12,6 @@ namespace ddp::engine {
 namespace {
 
 constexpr int kFirstCommunicatorId = 1;  // 0 is the context's blocking collectives
-constexpr int kDoorbellCommunicatorId = 255;
-
-uint64_t DoorbellTag(uint32_t epoch) {
-  return collectives::Communicator::Tag(
-      (uint32_t{kDoorbellCommunicatorId} << 16) | (epoch & 0xFFFF), 0, 0);
-}
-
-double SteadySeconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 bool IsFloating(DataType t) {
   return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
@@ -190,13 +179,6 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
     op->name = absl::StrCat(OpKindName(op->meta.kind), ".noname.", noname_++);
   }
   const std::string what = absl::StrCat(OpKindName(op->meta.kind), " '", op->name, "'");
-  if (!failed_.ok()) return Failed(op->name, Annotate(failed_, what));
-  if (join_handle_ != nullptr) {
-    return Failed(op->name, absl::FailedPreconditionError(absl::StrCat(
-                                what,
-                                ": this rank has joined; it submits nothing until every "
-                                "rank has joined")));
-  }
   if (absl::Status s = CheckLimits(*op, what); !s.ok()) return Failed(op->name, s);
   if (absl::Status s = CheckSet(op->process_set, what); !s.ok()) return Failed(op->name, s);
   if (op->meta.kind == OpKind::kBroadcast) {
@@ -216,6 +198,14 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
                                   ") must be a multiple of the number of ranks (", n, ")")));
     }
   }
+  // Argument errors above come first, whatever state the engine is in.
+  if (!failed_.ok()) return Failed(op->name, Annotate(failed_, what));
+  if (join_handle_ != nullptr) {
+    return Failed(op->name, absl::FailedPreconditionError(absl::StrCat(
+                                what,
+                                ": this rank has joined; it submits nothing until every "
+                                "rank has joined")));
+  }
   const std::string key = absl::StrCat(op->process_set, "/", op->name);
   if (!in_flight_.emplace(key, true).second) {
     return Failed(op->name, absl::InvalidArgumentError(absl::StrCat(
@@ -233,27 +223,33 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
   return handle;
 }
 
+Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, void* output,
+                             DataType type, std::vector<int64_t> shape, ReduceOp op, int root,
+                             double prescale, double postscale, int process_set) {
+  const std::string what = absl::StrCat(OpKindName(kind), " '", name, "'");
+  // The operations that split or concatenate along the first dimension need one.
+  const bool needs_first_dim = kind != OpKind::kAllreduce && kind != OpKind::kBroadcast;
+  absl::Status s = CheckCommon(what, type, op, prescale, postscale);
+  if (s.ok()) s = CheckShape(what, shape, type, needs_first_dim);
+  if (s.ok() && Elements(shape) > 0 &&
+      (input == nullptr || (kind == OpKind::kAllreduce && output == nullptr))) {
+    s = absl::InvalidArgumentError(absl::StrCat(what, ": null buffer"));
+  }
+  if (!s.ok()) return Failed(name, s);
+  auto local = std::make_unique<LocalOp>();
+  local->name = std::move(name);
+  local->process_set = process_set;
+  local->meta = TensorMeta{kind, type, op, root, -1, prescale, postscale, {std::move(shape)}};
+  local->inputs = {input};
+  if (output != nullptr) local->outputs = {output};  // else the engine allocates the output
+  return Submit(std::move(local));
+}
+
 Handle EngineImpl::AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                                   std::vector<int64_t> shape, ReduceOp op, double prescale,
                                   double postscale, int process_set) {
-  GroupMember member{std::move(name), input, output, std::move(shape)};
-  std::string group = member.name;
-  auto op_ = std::make_unique<LocalOp>();
-  const std::string what = absl::StrCat("allreduce '", group, "'");
-  absl::Status s = CheckCommon(what, type, op, prescale, postscale);
-  if (s.ok()) s = CheckShape(what, member.shape, type, false);
-  const uint64_t bytes = s.ok() ? Elements(member.shape) * DataTypeSize(type) : 0;
-  if (s.ok() && bytes > 0 && (input == nullptr || output == nullptr)) {
-    s = absl::InvalidArgumentError(absl::StrCat(what, ": null buffer"));
-  }
-  if (!s.ok()) return Failed(group, s);
-  op_->name = std::move(group);
-  op_->process_set = process_set;
-  op_->meta = TensorMeta{OpKind::kAllreduce,       type, op, -1, -1, prescale, postscale,
-                         {std::move(member.shape)}};
-  op_->inputs = {input};
-  op_->outputs = {output};
-  return Submit(std::move(op_));
+  return SubmitOne(OpKind::kAllreduce, std::move(name), input, output, type, std::move(shape), op,
+                   -1, prescale, postscale, process_set);
 }
 
 Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members,
@@ -282,70 +278,27 @@ Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMem
 
 Handle EngineImpl::AllgatherAsync(std::string name, const void* input, DataType type,
                                   std::vector<int64_t> shape, int process_set) {
-  const std::string what = absl::StrCat("allgather '", name, "'");
-  absl::Status s = CheckCommon(what, type, ReduceOp::kSum, 1, 1);
-  if (s.ok()) s = CheckShape(what, shape, type, true);
-  if (s.ok() && Elements(shape) > 0 && input == nullptr)
-    s = absl::InvalidArgumentError(what + ": null buffer");
-  if (!s.ok()) return Failed(name, s);
-  auto op = std::make_unique<LocalOp>();
-  op->name = std::move(name);
-  op->process_set = process_set;
-  op->meta = TensorMeta{OpKind::kAllgather, type, ReduceOp::kSum, -1, -1, 1, 1, {std::move(shape)}};
-  op->inputs = {input};
-  return Submit(std::move(op));
+  return SubmitOne(OpKind::kAllgather, std::move(name), input, nullptr, type, std::move(shape),
+                   ReduceOp::kSum, -1, 1.0, 1.0, process_set);
 }
 
 Handle EngineImpl::BroadcastAsync(std::string name, void* buffer, DataType type,
                                   std::vector<int64_t> shape, int root, int process_set) {
-  const std::string what = absl::StrCat("broadcast '", name, "'");
-  absl::Status s = CheckCommon(what, type, ReduceOp::kSum, 1, 1);
-  if (s.ok()) s = CheckShape(what, shape, type, false);
-  if (s.ok() && Elements(shape) > 0 && buffer == nullptr)
-    s = absl::InvalidArgumentError(what + ": null buffer");
-  if (!s.ok()) return Failed(name, s);
-  auto op = std::make_unique<LocalOp>();
-  op->name = std::move(name);
-  op->process_set = process_set;
-  op->meta =
-      TensorMeta{OpKind::kBroadcast, type, ReduceOp::kSum, root, -1, 1, 1, {std::move(shape)}};
-  op->inputs = {buffer};
-  op->outputs = {buffer};
-  return Submit(std::move(op));
+  return SubmitOne(OpKind::kBroadcast, std::move(name), buffer, buffer, type, std::move(shape),
+                   ReduceOp::kSum, root, 1.0, 1.0, process_set);
 }
 
 Handle EngineImpl::AlltoallAsync(std::string name, const void* input, DataType type,
                                  std::vector<int64_t> shape, int process_set) {
-  const std::string what = absl::StrCat("alltoall '", name, "'");
-  absl::Status s = CheckCommon(what, type, ReduceOp::kSum, 1, 1);
-  if (s.ok()) s = CheckShape(what, shape, type, true);
-  if (s.ok() && Elements(shape) > 0 && input == nullptr)
-    s = absl::InvalidArgumentError(what + ": null buffer");
-  if (!s.ok()) return Failed(name, s);
-  auto op = std::make_unique<LocalOp>();
-  op->name = std::move(name);
-  op->process_set = process_set;
-  op->meta = TensorMeta{OpKind::kAlltoall, type, ReduceOp::kSum, -1, -1, 1, 1, {std::move(shape)}};
-  op->inputs = {input};
-  return Submit(std::move(op));
+  return SubmitOne(OpKind::kAlltoall, std::move(name), input, nullptr, type, std::move(shape),
+                   ReduceOp::kSum, -1, 1.0, 1.0, process_set);
 }
 
 Handle EngineImpl::ReduceScatterAsync(std::string name, const void* input, DataType type,
                                       std::vector<int64_t> shape, ReduceOp op, double prescale,
                                       double postscale, int process_set) {
-  const std::string what = absl::StrCat("reducescatter '", name, "'");
-  absl::Status s = CheckCommon(what, type, op, prescale, postscale);
-  if (s.ok()) s = CheckShape(what, shape, type, true);
-  if (s.ok() && Elements(shape) > 0 && input == nullptr)
-    s = absl::InvalidArgumentError(what + ": null buffer");
-  if (!s.ok()) return Failed(name, s);
-  auto op_ = std::make_unique<LocalOp>();
-  op_->name = std::move(name);
-  op_->process_set = process_set;
-  op_->meta =
-      TensorMeta{OpKind::kReduceScatter, type, op, -1, -1, prescale, postscale, {std::move(shape)}};
-  op_->inputs = {input};
-  return Submit(std::move(op_));
+  return SubmitOne(OpKind::kReduceScatter, std::move(name), input, nullptr, type, std::move(shape),
+                   op, -1, prescale, postscale, process_set);
 }
 
 Handle EngineImpl::JoinAsync() {
@@ -388,209 +341,6 @@ absl::StatusOr<int> EngineImpl::AddProcessSet(std::vector<int> ranks) {
 EngineStats EngineImpl::stats() const {
   std::lock_guard<std::mutex> lock(wake_->mu);
   return stats_;
-}
-
-// --- the background thread ---
-
-void EngineImpl::Loop() {
-  if (size_ > 1) PostDoorbells();
-  while (WaitForWork()) {
-    absl::Status s = RunCycle();
-    if (s.code() == absl::StatusCode::kCancelled) {  // an agreed stop, not a failure
-      FailEverything(s);
-      return;
-    }
-    if (!s.ok()) {
-      // Tell the peers, so that none waits for this engine (not needed when it was asked to
-      // stop: then the transport is closed gracefully right after).
-      bool stopping;
-      {
-        std::lock_guard<std::mutex> lock(wake_->mu);
-        stopping = stop_;
-      }
-      if (transport_ != nullptr && !stopping) transport_->Abort(s);
-      FailEverything(s);
-      return;
-    }
-  }
-}
-
-bool EngineImpl::WaitForWork() {
-  std::unique_lock<std::mutex> lock(wake_->mu);
-  if (asleep_) {
-    wake_->cv.wait(lock,
-                   [&] { return stop_ || !queue_.empty() || join_requested_ || wake_->doorbell; });
-    if (stop_) return false;
-    wake_->doorbell = false;
-    lock.unlock();
-    absl::Status s = Wake();
-    if (!s.ok()) {
-      // A peer left (or this rank is shutting down): the engine is over, the transport is not.
-      FailEverything(s);
-      return false;
-    }
-    asleep_ = false;
-    return true;
-  }
-  // Stopping while awake: leaving at once would strand the others in the next round, so take
-  // part in one more, which tells them (RunCycle), and leave with them after it.
-  if (stop_) return true;
-  // Awake: gather submissions for the rest of the cycle time before the next round.
-  wake_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_), [&] { return stop_; });
-  return true;
-}
-
-void EngineImpl::PostDoorbells() {
-  doorbells_.clear();
-  const transport::Descriptor descriptor{};
-  const uint32_t epoch = epoch_;
-  {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    wake_->sleep_epoch = epoch;
-    // Rings of the previous epoch that came after this rank woke by itself are not news.
-    wake_->doorbell = false;
-  }
-  std::shared_ptr<Wakeup> wake = wake_;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    auto request = transport_->Irecv(peer, DoorbellTag(epoch), descriptor, nullptr, 0);
-    request->OnComplete([wake, epoch] {
-      {
-        std::lock_guard<std::mutex> lock(wake->mu);
-        if (wake->sleep_epoch == epoch) wake->doorbell = true;
-      }
-      wake->cv.notify_all();
-    });
-    doorbells_.push_back(std::move(request));
-  }
-}
-
-// A rank that wakes (for local work or a peer's doorbell) rings every peer, so that all ranks
-// come to the next round. It does not wait for the others' rings: the round itself is an
-// ordinary collective, with the usual timeouts naming a rank that does not come.
-absl::Status EngineImpl::Wake() {
-  if (size_ == 1) return absl::OkStatus();
-  for (auto& bell : doorbells_) {
-    if (bell->Test() && !bell->status().ok()) {
-      return Annotate(bell->status(), "engine: a rank left the job");
-    }
-  }
-  const transport::Descriptor descriptor{};
-  const uint64_t tag = DoorbellTag(epoch_);
-  std::vector<transport::RequestPtr> sends;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_) sends.push_back(transport_->Isend(peer, tag, descriptor, nullptr, 0));
-  }
-  for (auto& request : sends) {
-    absl::Status s = transport_->Wait(request.get());
-    if (!s.ok()) return Annotate(s, "engine: waking the other ranks");
-  }
-  ++epoch_;
-  return absl::OkStatus();
-}
-
-void EngineImpl::TakeQueue() {
-  std::lock_guard<std::mutex> lock(wake_->mu);
-  while (!queue_.empty()) {
-    std::unique_ptr<LocalOp> op = std::move(queue_.front());
-    queue_.pop_front();
-    ProcessSet& set = *sets_[static_cast<size_t>(op->process_set)];
-    set.fresh.push_back(op.get());
-    set.pending[op->name] = std::move(op);
-  }
-  // Join takes effect once this rank's own operations are done: from then on it only lends its
-  // identity to the others' allreduces, and every average counts exactly the ranks that
-  // contributed data.
-  bool idle = true;
-  for (const auto& set : sets_) idle = idle && set->pending.empty();
-  if (join_requested_ && idle) {
-    join_requested_ = false;
-    joined_ = true;
-    active_join_ = join_handle_;
-  }
-}
-
-absl::Status EngineImpl::RunCycle() {
-  const absl::Time start = absl::Now();
-  ++cycle_;
-  if (timeline_ != nullptr && options_.timeline_mark_cycles) {
-    timeline_->Marker("CYCLE_START", timeline_->NowMicros());
-  }
-  TakeQueue();
-  {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    stopping_ = stop_;
-  }
-  executed_bytes_ = 0;
-  DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0]));
-  if (!world.stopping.empty()) {
-    // Every rank sees this in the same round and finishes it together with the leaving ones.
-    DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
-    return absl::CancelledError(
-        absl::StrCat("the engine stopped: ", world.stopping.size() == 1 ? "rank " : "ranks ",
-                     absl::StrJoin(world.stopping, ", "), " shut down"));
-  }
-  bool ran_something = !world.responses.empty();
-  DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
-  for (size_t id = 1; id < world.set_pending.size(); ++id) {
-    ProcessSet& set = *sets_[id];
-    if (world.set_pending[id] == 0 || set.my_index < 0) continue;
-    DDP_ASSIGN_OR_RETURN(RoundOutcome round, Negotiate(set));
-    DDP_RETURN_IF_ERROR(Execute(set, round.responses, round.active_members));
-    ran_something = ran_something || !round.responses.empty();
-  }
-  if (autotuner_ && executed_bytes_ > 0 &&
-      autotuner_->RecordCycle(executed_bytes_, SteadySeconds())) {
-    proposal_ = autotuner_->current();
-  }
-  if (timeline_ != nullptr) timeline_->Flush();
-  {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    ++stats_.cycles;
-    if (autotuner_) stats_.autotune_converged = autotuner_->converged();
-    if (!world.anything_pending) ++stats_.sleeps;
-  }
-  if (!world.anything_pending && size_ > 1) {
-    // Nobody has anything: every rank reached the same conclusion in the same round.
-    asleep_ = true;
-    PostDoorbells();
-  } else if (!world.anything_pending) {
-    asleep_ = true;
-  }
-  // A round that ran something is followed at once by the next (every rank knows it did, so
-  // all come together): a burst of submissions is not held back by the cycle time, and while
-  // collectives run, the next gradients queue up and fuse by themselves. The cycle time paces
-  // only rounds that found nothing to run.
-  next_cycle_ = ran_something ? start : start + absl::Milliseconds(params_.cycle_time_ms);
-  return absl::OkStatus();
-}
-
-void EngineImpl::FailEverything(const absl::Status& status) {
-  std::vector<std::pair<std::shared_ptr<HandleState>, std::string>> to_fail;
-  {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    if (failed_.ok()) failed_ = status;
-    for (auto& op : queue_) to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
-    queue_.clear();
-    in_flight_.clear();
-    if (join_handle_ != nullptr && !join_handle_->done.load()) {
-      to_fail.emplace_back(join_handle_, "join");
-    }
-    join_handle_.reset();
-    join_requested_ = false;
-  }
-  for (auto& set : sets_) {
-    for (auto& [name, op] : set->pending)
-      to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
-    set->pending.clear();
-    set->fresh.clear();
-  }
-  active_join_.reset();
-  for (auto& [handle, kind] : to_fail) {
-    if (handle == nullptr || handle->done.load()) continue;
-    handle->Finish(
-        Annotate(status, kind == "join" ? "join" : absl::StrCat(kind, " '", handle->name, "'")));
-  }
 }
 
 }  // namespace ddp::engine

@@ -149,6 +149,10 @@ class EngineImpl final : public Engine {
  private:
   // --- submission (engine.cc) ---
   Handle Submit(std::unique_ptr<LocalOp> op);
+  // Checks and submits a single-tensor operation (output null: the engine allocates it).
+  Handle SubmitOne(OpKind kind, std::string name, const void* input, void* output, DataType type,
+                   std::vector<int64_t> shape, ReduceOp op, int root, double prescale,
+                   double postscale, int process_set);
   static Handle Failed(const std::string& name, absl::Status status);
   absl::Status CheckSet(int process_set, absl::string_view what) const;
 

@@ -232,8 +232,7 @@ absl::Status TcpTransport::OnHeader(Stream* s, const FrameHeader& h) {
           continue;
         }
         for (RecvOp& op : it->second) {
-          op.request->Complete(
-              PeerError(s->peer, absl::StatusCode::kUnavailable, "has shut down"));
+          op.request->Complete(PeerError(s->peer, absl::StatusCode::kUnavailable, "has shut down"));
         }
         p.posted.erase(it++);
       }

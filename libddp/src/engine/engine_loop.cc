@@ -1,0 +1,228 @@
+// EngineImpl's background thread: the cycle loop, sleeping and waking by doorbells, stopping.
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status.h"
+#include "engine/engine_impl.h"
+
+namespace ddp::engine {
+namespace {
+
+// Doorbells use the last communicator id, whose tags are notifications (transport.h).
+constexpr int kDoorbellCommunicatorId = 255;
+
+uint64_t DoorbellTag(uint32_t epoch) {
+  return collectives::Communicator::Tag(
+      (uint32_t{kDoorbellCommunicatorId} << 16) | (epoch & 0xFFFF), 0, 0);
+}
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+void EngineImpl::Loop() {
+  if (size_ > 1) PostDoorbells();
+  while (WaitForWork()) {
+    absl::Status s = RunCycle();
+    if (s.code() == absl::StatusCode::kCancelled) {  // an agreed stop, not a failure
+      FailEverything(s);
+      return;
+    }
+    if (!s.ok()) {
+      // Tell the peers, so that none waits for this engine (not needed when it was asked to
+      // stop: then the transport is closed gracefully right after).
+      bool stopping;
+      {
+        std::lock_guard<std::mutex> lock(wake_->mu);
+        stopping = stop_;
+      }
+      if (transport_ != nullptr && !stopping) transport_->Abort(s);
+      FailEverything(s);
+      return;
+    }
+  }
+}
+
+bool EngineImpl::WaitForWork() {
+  std::unique_lock<std::mutex> lock(wake_->mu);
+  if (asleep_) {
+    wake_->cv.wait(lock,
+                   [&] { return stop_ || !queue_.empty() || join_requested_ || wake_->doorbell; });
+    if (stop_) return false;
+    wake_->doorbell = false;
+    lock.unlock();
+    absl::Status s = Wake();
+    if (!s.ok()) {
+      // A peer left (or this rank is shutting down): the engine is over, the transport is not.
+      FailEverything(s);
+      return false;
+    }
+    asleep_ = false;
+    return true;
+  }
+  // Stopping while awake: leaving at once would strand the others in the next round, so take
+  // part in one more, which tells them (RunCycle), and leave with them after it.
+  if (stop_) return true;
+  // Awake: gather submissions for the rest of the cycle time before the next round.
+  wake_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_), [&] { return stop_; });
+  return true;
+}
+
+void EngineImpl::PostDoorbells() {
+  doorbells_.clear();
+  const transport::Descriptor descriptor{};
+  const uint32_t epoch = epoch_;
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    wake_->sleep_epoch = epoch;
+    // Rings of the previous epoch that came after this rank woke by itself are not news.
+    wake_->doorbell = false;
+  }
+  std::shared_ptr<Wakeup> wake = wake_;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    auto request = transport_->Irecv(peer, DoorbellTag(epoch), descriptor, nullptr, 0);
+    request->OnComplete([wake, epoch] {
+      {
+        std::lock_guard<std::mutex> lock(wake->mu);
+        if (wake->sleep_epoch == epoch) wake->doorbell = true;
+      }
+      wake->cv.notify_all();
+    });
+    doorbells_.push_back(std::move(request));
+  }
+}
+
+// A rank that wakes (for local work or a peer's doorbell) rings every peer, so that all ranks
+// come to the next round. It does not wait for the others' rings: the round itself is an
+// ordinary collective, with the usual timeouts naming a rank that does not come.
+absl::Status EngineImpl::Wake() {
+  if (size_ == 1) return absl::OkStatus();
+  for (auto& bell : doorbells_) {
+    if (bell->Test() && !bell->status().ok()) {
+      return Annotate(bell->status(), "engine: a rank left the job");
+    }
+  }
+  const transport::Descriptor descriptor{};
+  const uint64_t tag = DoorbellTag(epoch_);
+  std::vector<transport::RequestPtr> sends;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer != rank_) sends.push_back(transport_->Isend(peer, tag, descriptor, nullptr, 0));
+  }
+  for (auto& request : sends) {
+    absl::Status s = transport_->Wait(request.get());
+    if (!s.ok()) return Annotate(s, "engine: waking the other ranks");
+  }
+  ++epoch_;
+  return absl::OkStatus();
+}
+
+void EngineImpl::TakeQueue() {
+  std::lock_guard<std::mutex> lock(wake_->mu);
+  while (!queue_.empty()) {
+    std::unique_ptr<LocalOp> op = std::move(queue_.front());
+    queue_.pop_front();
+    ProcessSet& set = *sets_[static_cast<size_t>(op->process_set)];
+    set.fresh.push_back(op.get());
+    set.pending[op->name] = std::move(op);
+  }
+  // Join takes effect once this rank's own operations are done: from then on it only lends its
+  // identity to the others' allreduces, and every average counts exactly the ranks that
+  // contributed data.
+  bool idle = true;
+  for (const auto& set : sets_) idle = idle && set->pending.empty();
+  if (join_requested_ && idle) {
+    join_requested_ = false;
+    joined_ = true;
+    active_join_ = join_handle_;
+  }
+}
+
+absl::Status EngineImpl::RunCycle() {
+  const absl::Time start = absl::Now();
+  ++cycle_;
+  if (timeline_ != nullptr && options_.timeline_mark_cycles) {
+    timeline_->Marker("CYCLE_START", timeline_->NowMicros());
+  }
+  TakeQueue();
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    stopping_ = stop_;
+  }
+  executed_bytes_ = 0;
+  DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0]));
+  if (!world.stopping.empty()) {
+    // Every rank sees this in the same round and finishes it together with the leaving ones.
+    DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
+    return absl::CancelledError(
+        absl::StrCat("the engine stopped: ", world.stopping.size() == 1 ? "rank " : "ranks ",
+                     absl::StrJoin(world.stopping, ", "), " shut down"));
+  }
+  bool ran_something = !world.responses.empty();
+  DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
+  for (size_t id = 1; id < world.set_pending.size(); ++id) {
+    ProcessSet& set = *sets_[id];
+    if (world.set_pending[id] == 0 || set.my_index < 0) continue;
+    DDP_ASSIGN_OR_RETURN(RoundOutcome round, Negotiate(set));
+    DDP_RETURN_IF_ERROR(Execute(set, round.responses, round.active_members));
+    ran_something = ran_something || !round.responses.empty();
+  }
+  if (autotuner_ && executed_bytes_ > 0 &&
+      autotuner_->RecordCycle(executed_bytes_, SteadySeconds())) {
+    proposal_ = autotuner_->current();
+  }
+  if (timeline_ != nullptr) timeline_->Flush();
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    ++stats_.cycles;
+    if (autotuner_) stats_.autotune_converged = autotuner_->converged();
+    if (!world.anything_pending) ++stats_.sleeps;
+  }
+  if (!world.anything_pending && size_ > 1) {
+    // Nobody has anything: every rank reached the same conclusion in the same round.
+    asleep_ = true;
+    PostDoorbells();
+  } else if (!world.anything_pending) {
+    asleep_ = true;
+  }
+  // A round that ran something is followed at once by the next (every rank knows it did, so
+  // all come together): a burst of submissions is not held back by the cycle time, and while
+  // collectives run, the next gradients queue up and fuse by themselves. The cycle time paces
+  // only rounds that found nothing to run.
+  next_cycle_ = ran_something ? start : start + absl::Milliseconds(params_.cycle_time_ms);
+  return absl::OkStatus();
+}
+
+void EngineImpl::FailEverything(const absl::Status& status) {
+  std::vector<std::pair<std::shared_ptr<HandleState>, std::string>> to_fail;
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    if (failed_.ok()) failed_ = status;
+    for (auto& op : queue_) to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
+    queue_.clear();
+    in_flight_.clear();
+    if (join_handle_ != nullptr && !join_handle_->done.load()) {
+      to_fail.emplace_back(join_handle_, "join");
+    }
+    join_handle_.reset();
+    join_requested_ = false;
+  }
+  for (auto& set : sets_) {
+    for (auto& [name, op] : set->pending)
+      to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
+    set->pending.clear();
+    set->fresh.clear();
+  }
+  active_join_.reset();
+  for (auto& [handle, kind] : to_fail) {
+    if (handle == nullptr || handle->done.load()) continue;
+    handle->Finish(
+        Annotate(status, kind == "join" ? "join" : absl::StrCat(kind, " '", handle->name, "'")));
+  }
+}
+
+}  // namespace ddp::engine
