@@ -13,11 +13,6 @@ namespace {
 
 constexpr int kFirstCommunicatorId = 1;  // 0 is the context's blocking collectives
 
-bool IsFloating(DataType t) {
-  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
-         t == DataType::kBFloat16;
-}
-
 absl::Status CheckShape(absl::string_view what, const std::vector<int64_t>& shape, DataType type,
                         bool needs_first_dim) {
   if (needs_first_dim && shape.empty()) {
@@ -53,12 +48,6 @@ absl::Status CheckLimits(const LocalOp& op, absl::string_view what) {
     }
   }
   return absl::OkStatus();
-}
-
-uint64_t Elements(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-  return n;
 }
 
 absl::Status CheckCommon(absl::string_view what, DataType type, ReduceOp op, double prescale,
@@ -231,7 +220,7 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   const bool needs_first_dim = kind != OpKind::kAllreduce && kind != OpKind::kBroadcast;
   absl::Status s = CheckCommon(what, type, op, prescale, postscale);
   if (s.ok()) s = CheckShape(what, shape, type, needs_first_dim);
-  if (s.ok() && Elements(shape) > 0 &&
+  if (s.ok() && ElementCount(shape) > 0 &&
       (input == nullptr || (kind == OpKind::kAllreduce && output == nullptr))) {
     s = absl::InvalidArgumentError(absl::StrCat(what, ": null buffer"));
   }
@@ -263,7 +252,7 @@ Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMem
   for (auto& m : members) {
     if (!s.ok()) break;
     s = CheckShape(absl::StrCat(what, " member '", m.name, "'"), m.shape, type, false);
-    if (s.ok() && Elements(m.shape) > 0 && (m.input == nullptr || m.output == nullptr)) {
+    if (s.ok() && ElementCount(m.shape) > 0 && (m.input == nullptr || m.output == nullptr)) {
       s = absl::InvalidArgumentError(absl::StrCat(what, " member '", m.name, "': null buffer"));
     }
     op_->meta.shapes.push_back(m.shape);

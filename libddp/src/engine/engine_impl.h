@@ -164,6 +164,9 @@ class EngineImpl final : public Engine {
   absl::Status RunCycle();
   void TakeQueue();
   void FailEverything(const absl::Status& status);
+  // A world round said ranks `gone` are shutting down: fail this rank's work that needs them
+  // (world, join, process sets with them), identically on every rank.
+  void FailWorkNeeding(const std::vector<int>& gone);
   std::unique_ptr<ProcessSet> MakeSet(int id, std::vector<int> members);
 
   // --- negotiation (negotiation.cc) ---
@@ -230,6 +233,7 @@ class EngineImpl final : public Engine {
   TunedParams proposal_;  // what this rank proposes (its options, or autotune's choice)
   absl::Time next_cycle_;
   bool stopping_ = false;  // thread's copy of stop_, taken at the start of each cycle
+  absl::Time stop_deadline_ = absl::InfiniteFuture();
   std::optional<Autotuner> autotuner_;
   std::unique_ptr<Timeline> timeline_;
   std::vector<char> fusion_buffer_;

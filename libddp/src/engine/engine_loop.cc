@@ -1,4 +1,5 @@
 // EngineImpl's background thread: the cycle loop, sleeping and waking by doorbells, stopping.
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -64,9 +65,16 @@ bool EngineImpl::WaitForWork() {
     asleep_ = false;
     return true;
   }
-  // Stopping while awake: leaving at once would strand the others in the next round, so take
-  // part in one more, which tells them (RunCycle), and leave with them after it.
-  if (stop_) return true;
+  if (stop_) {
+    // Stopping while awake: leaving at once would strand the others in the next round. Keep
+    // taking part (saying so, see RunCycle) until a round finds nothing pending anywhere; the
+    // others may still finish work in process sets without this rank. Bounded by the timeout.
+    const absl::Time now = absl::Now();
+    if (stop_deadline_ == absl::InfiniteFuture()) stop_deadline_ = now + options_.timeout;
+    if (now > stop_deadline_) return false;
+    wake_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_));
+    return true;
+  }
   // Awake: gather submissions for the rest of the cycle time before the next round.
   wake_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_), [&] { return stop_; });
   return true;
@@ -155,15 +163,9 @@ absl::Status EngineImpl::RunCycle() {
   }
   executed_bytes_ = 0;
   DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0]));
-  if (!world.stopping.empty()) {
-    // Every rank sees this in the same round and finishes it together with the leaving ones.
-    DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
-    return absl::CancelledError(
-        absl::StrCat("the engine stopped: ", world.stopping.size() == 1 ? "rank " : "ranks ",
-                     absl::StrJoin(world.stopping, ", "), " shut down"));
-  }
   bool ran_something = !world.responses.empty();
   DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
+  if (!world.stopping.empty()) FailWorkNeeding(world.stopping);
   for (size_t id = 1; id < world.set_pending.size(); ++id) {
     ProcessSet& set = *sets_[id];
     if (world.set_pending[id] == 0 || set.my_index < 0) continue;
@@ -182,19 +184,50 @@ absl::Status EngineImpl::RunCycle() {
     if (autotuner_) stats_.autotune_converged = autotuner_->converged();
     if (!world.anything_pending) ++stats_.sleeps;
   }
-  if (!world.anything_pending && size_ > 1) {
-    // Nobody has anything: every rank reached the same conclusion in the same round.
+  if (!world.anything_pending) {
+    // Nobody has anything: every rank reached the same conclusion in the same round. A rank
+    // that is shutting down leaves now; the others sleep and learn of it from its goodbye.
+    if (stopping_) return absl::CancelledError("the context has been shut down");
     asleep_ = true;
-    PostDoorbells();
-  } else if (!world.anything_pending) {
-    asleep_ = true;
+    if (size_ > 1) PostDoorbells();
   }
-  // A round that ran something is followed at once by the next (every rank knows it did, so
-  // all come together): a burst of submissions is not held back by the cycle time, and while
-  // collectives run, the next gradients queue up and fuse by themselves. The cycle time paces
-  // only rounds that found nothing to run.
+  // A round that ran something is followed at once by the next: a burst of submissions is not
+  // held back by the cycle time, and while collectives run, the next gradients queue up and
+  // fuse by themselves. The cycle time paces only rounds that found nothing to run. (This is
+  // pacing only: ranks that decide differently simply wait for each other in the next round.)
   next_cycle_ = ran_something ? start : start + absl::Milliseconds(params_.cycle_time_ms);
   return absl::OkStatus();
+}
+
+void EngineImpl::FailWorkNeeding(const std::vector<int>& gone) {
+  const absl::Status why = absl::UnavailableError(
+      absl::StrCat(gone.size() == 1 ? "rank " : "ranks ", absl::StrJoin(gone, ", "), " shut down"));
+  // Every member of an affected set sees the same world round, so the tables stay identical.
+  for (auto& set : sets_) {
+    if (set->my_index < 0) continue;
+    const bool affected = std::any_of(gone.begin(), gone.end(), [&](int r) {
+      return std::find(set->members.begin(), set->members.end(), r) != set->members.end();
+    });
+    if (!affected) continue;
+    std::vector<std::string> names;
+    for (const auto& [name, op] : set->pending) names.push_back(name);
+    for (const std::string& name : names) {
+      const OpKind kind = set->pending[name]->meta.kind;
+      Finish(*set, name, Annotate(why, absl::StrCat(OpKindName(kind), " '", name, "'")));
+    }
+    set->fresh.clear();
+    set->table.clear();
+    set->table_order.clear();
+  }
+  std::shared_ptr<HandleState> join;
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    join = std::move(join_handle_);
+    join_requested_ = false;
+  }
+  joined_ = false;
+  active_join_.reset();
+  if (join != nullptr && !join->done.load()) join->Finish(Annotate(why, "join"));
 }
 
 void EngineImpl::FailEverything(const absl::Status& status) {

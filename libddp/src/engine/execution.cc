@@ -13,17 +13,6 @@
 namespace ddp::engine {
 namespace {
 
-bool IsFloating(DataType t) {
-  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
-         t == DataType::kBFloat16;
-}
-
-uint64_t Elements(const std::vector<int64_t>& shape) {
-  uint64_t n = 1;
-  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-  return n;
-}
-
 // Average runs as a sum, finished with the division by the contributing ranks while unpacking.
 ReduceOp RunOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
 
@@ -148,7 +137,7 @@ absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>&
     LocalOp* local = it == set.pending.end() ? nullptr : it->second.get();
     ops.push_back(local);
     for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
-      const size_t n = Elements(r->meta.shapes[k]);
+      const size_t n = ElementCount(r->meta.shapes[k]);
       char* dst = buffer + offset * es;
       if (local == nullptr) {
         reduce::FillIdentity(type, RunOp(op), dst, n);
@@ -173,7 +162,7 @@ absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>&
   for (size_t b = 0; b < batch.size(); ++b) {
     const Response* r = batch[b];
     for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
-      const size_t n = Elements(r->meta.shapes[k]);
+      const size_t n = ElementCount(r->meta.shapes[k]);
       if (ops[b] != nullptr && n > 0) {
         std::memcpy(ops[b]->outputs[k], buffer + offset * es, n * es);
         FinishAllreduceOutput(type, op, ops[b]->outputs[k], n, r->meta.postscale, active);
@@ -236,7 +225,7 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
   const int n = set.comm->size();
   const size_t es = DataTypeSize(m.type);
   const std::vector<int64_t>& shape = m.shapes[0];
-  const uint64_t row = shape.empty() ? 1 : Elements({shape.begin() + 1, shape.end()});
+  const uint64_t row = shape.empty() ? 1 : ElementCount({shape.begin() + 1, shape.end()});
   const int64_t start = timeline_ ? timeline_->NowMicros() : 0;
   TimelinePhase(r.name, "NEGOTIATE", op->submitted_us, r.ready_us);
   TimelinePhase(r.name, "QUEUE", r.ready_us, start);

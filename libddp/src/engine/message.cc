@@ -118,13 +118,20 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+uint64_t ElementCount(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t d : shape) n *= static_cast<uint64_t>(d);
+  return n;
+}
+
+bool IsFloating(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
+         t == DataType::kBFloat16;
+}
+
 uint64_t TensorMeta::ElementCount() const {
   uint64_t total = 0;
-  for (const auto& shape : shapes) {
-    uint64_t n = 1;
-    for (int64_t d : shape) n *= static_cast<uint64_t>(d);
-    total += n;
-  }
+  for (const auto& shape : shapes) total += engine::ElementCount(shape);
   return total;
 }
 
