@@ -9,14 +9,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ddp/ddp.h"
+#include "support/check.h"
 #include "support/multiprocess.h"
 
 namespace ddp::testing {
 namespace {
-
-absl::Status Expect(bool condition, absl::string_view what) {
-  return condition ? absl::OkStatus() : absl::InternalError(what);
-}
 
 // `status` must be InvalidArgument and mention `needle`.
 absl::Status ExpectInvalid(const absl::Status& status, absl::string_view needle) {
@@ -27,12 +24,6 @@ absl::Status ExpectInvalid(const absl::Status& status, absl::string_view needle)
   }
   return absl::OkStatus();
 }
-
-#define CHECK_OK(expr)        \
-  do {                        \
-    absl::Status s_ = (expr); \
-    if (!s_.ok()) return s_;  \
-  } while (0)
 
 TEST(Api, BadInputIsRejectedAndTheContextStaysUsable) {
   JobSpec spec;

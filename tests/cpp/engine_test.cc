@@ -21,21 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ddp/ddp.h"
+#include "support/check.h"
 #include "support/data.h"
 #include "support/multiprocess.h"
 
 namespace ddp::testing {
 namespace {
-
-#define CHECK_OK(expr)        \
-  do {                        \
-    absl::Status s_ = (expr); \
-    if (!s_.ok()) return s_;  \
-  } while (0)
-
-absl::Status Expect(bool condition, absl::string_view what) {
-  return condition ? absl::OkStatus() : absl::InternalError(what);
-}
 
 // `status` must have `code` and mention every needle.
 absl::Status ExpectError(const absl::Status& status, absl::StatusCode code,

@@ -72,6 +72,13 @@ struct TableEntry {
   absl::Time first_seen;
   absl::Time last_warned;
   bool stall_fail_sent = false;
+  // An entry exists because some member described the tensor: the first such description.
+  const TensorMeta& FirstMeta() const {
+    for (const auto& m : metas) {
+      if (m) return *m;
+    }
+    return *metas.front();  // unreachable
+  }
 };
 
 struct ProcessSet {
@@ -163,6 +170,7 @@ class EngineImpl final : public Engine {
   void PostDoorbells();
   absl::Status RunCycle();
   void TakeQueue();
+  bool HasLocalWork() const;  // this rank has submissions pending in some process set
   void FailEverything(const absl::Status& status);
   // A world round said ranks `gone` are shutting down: fail this rank's work that needs them
   // (world, join, process sets with them), identically on every rank.
@@ -193,6 +201,8 @@ class EngineImpl final : public Engine {
   void Finish(ProcessSet& set, const std::string& name, absl::Status status);
   void FinishAllreduceOutput(DataType type, ReduceOp op, void* out, size_t count, double postscale,
                              int active);
+  // NEGOTIATE (submitted to agreed) and QUEUE (agreed to started) of a local submission.
+  void TimelineWaited(const LocalOp& op, const Response& r, int64_t started);
   void TimelinePhase(const std::string& name, const char* phase, int64_t start, int64_t end,
                      std::vector<std::pair<std::string, std::string>> args = {});
 

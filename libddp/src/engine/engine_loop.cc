@@ -129,6 +129,10 @@ absl::Status EngineImpl::Wake() {
   return absl::OkStatus();
 }
 
+bool EngineImpl::HasLocalWork() const {
+  return std::any_of(sets_.begin(), sets_.end(), [](const auto& s) { return !s->pending.empty(); });
+}
+
 void EngineImpl::TakeQueue() {
   std::lock_guard<std::mutex> lock(wake_->mu);
   while (!queue_.empty()) {
@@ -141,9 +145,7 @@ void EngineImpl::TakeQueue() {
   // Join takes effect once this rank's own operations are done: from then on it only lends its
   // identity to the others' allreduces, and every average counts exactly the ranks that
   // contributed data.
-  bool idle = true;
-  for (const auto& set : sets_) idle = idle && set->pending.empty();
-  if (join_requested_ && idle) {
+  if (join_requested_ && !HasLocalWork()) {
     join_requested_ = false;
     joined_ = true;
     active_join_ = join_handle_;

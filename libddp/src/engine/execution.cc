@@ -28,6 +28,11 @@ void EngineImpl::TimelinePhase(const std::string& name, const char* phase, int64
   if (timeline_ != nullptr) timeline_->Phase(name, phase, start, end, args);
 }
 
+void EngineImpl::TimelineWaited(const LocalOp& op, const Response& r, int64_t started) {
+  TimelinePhase(r.name, "NEGOTIATE", op.submitted_us, r.ready_us);
+  TimelinePhase(r.name, "QUEUE", r.ready_us, started);
+}
+
 absl::Status EngineImpl::Execute(ProcessSet& set, std::vector<Response>& responses, int active) {
   const int64_t threshold = params_.fusion_threshold;
   size_t i = 0;
@@ -82,8 +87,7 @@ absl::Status EngineImpl::RunAlone(ProcessSet& set, Response& r, int active) {
   LocalOp* op = it == set.pending.end() ? nullptr : it->second.get();
   const int64_t start = timeline_ ? timeline_->NowMicros() : 0;
   if (op != nullptr) {
-    TimelinePhase(r.name, "NEGOTIATE", op->submitted_us, r.ready_us);
-    TimelinePhase(r.name, "QUEUE", r.ready_us, start);
+    TimelineWaited(*op, r, start);
   }
   const void* in;
   void* out;
@@ -174,8 +178,7 @@ absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>&
   for (size_t b = 0; b < batch.size(); ++b) {
     const Response* r = batch[b];
     if (ops[b] != nullptr) {
-      TimelinePhase(r->name, "NEGOTIATE", ops[b]->submitted_us, r->ready_us);
-      TimelinePhase(r->name, "QUEUE", r->ready_us, t0);
+      TimelineWaited(*ops[b], *r, t0);
     }
     TimelinePhase(r->name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
     TimelinePhase(r->name, "ALLREDUCE", t1, t2,
@@ -227,8 +230,7 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
   const std::vector<int64_t>& shape = m.shapes[0];
   const uint64_t row = shape.empty() ? 1 : ElementCount({shape.begin() + 1, shape.end()});
   const int64_t start = timeline_ ? timeline_->NowMicros() : 0;
-  TimelinePhase(r.name, "NEGOTIATE", op->submitted_us, r.ready_us);
-  TimelinePhase(r.name, "QUEUE", r.ready_us, start);
+  TimelineWaited(*op, r, start);
   absl::Status s;
   uint64_t bytes = m.Bytes();
   switch (m.kind) {

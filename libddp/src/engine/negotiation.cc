@@ -62,8 +62,7 @@ absl::StatusOr<RoundOutcome> EngineImpl::Negotiate(ProcessSet& set) {
   me.announce_bytes = static_cast<uint32_t>(mine.size());
   bool has_pending = !set.pending.empty();
   if (set.id == 0) {
-    for (const auto& s : sets_) has_pending = has_pending || !s->pending.empty();
-    has_pending = has_pending || joined_;
+    has_pending = HasLocalWork() || joined_;
     if (joined_) me.flags |= MemberRecord::kJoined;
   }
   if (has_pending) me.flags |= MemberRecord::kHasPending;
@@ -235,10 +234,7 @@ absl::Status EngineImpl::ProcessRound(ProcessSet& set, const std::vector<uint8_t
     for (size_t i = 0; i < members; ++i) {
       (it->second.metas[i] ? have : missing).push_back(set.members[i]);
     }
-    const TensorMeta& meta =
-        std::find_if(it->second.metas.begin(), it->second.metas.end(), [](const auto& m) {
-          return m.has_value();
-        })->value();
+    const TensorMeta& meta = it->second.FirstMeta();
     Response r{name,
                meta,
                {},
@@ -371,17 +367,10 @@ void EngineImpl::FinishJoin(ProcessSet& set, const RoundOutcome& out) {
   }
   set.was_joined.assign(members, false);
   for (const std::string& name : set.table_order) {
-    Response r{name,
-               std::find_if(set.table[name].metas.begin(), set.table[name].metas.end(),
-                            [](const auto& m) { return m.has_value(); })
-                   ->value(),
-               {},
-               absl::FailedPreconditionError(
-                   absl::StrCat("'", name, "': every rank joined before all of them submitted it")),
-               false,
-               0};
     set.table.erase(name);
-    Finish(set, r.name, r.error);
+    Finish(set, name,
+           absl::FailedPreconditionError(
+               absl::StrCat("'", name, "': every rank joined before all of them submitted it")));
   }
   set.table_order.clear();
   joined_ = false;
