@@ -9,7 +9,7 @@ VENV := .venv
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
-  python3-matplotlib iproute2 clang-format clang-tidy
+  python3-matplotlib python3-sklearn iproute2 clang-format clang-tidy
 
 .PHONY: all deps venv build demo test test-fast test-slow sanitize asan tsan bench install clean format
 
@@ -30,10 +30,18 @@ $(VENV)/.ok:
 	touch $@
 
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPython_EXECUTABLE=$(abspath $(VENV))/bin/python -DDDP_WITH_PYTHON=ON
 
+# Builds everything and installs the `ddp` package (extension, libddp.so, Python files) and the
+# `ddprun` command into .venv.
 build: deps venv $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
+	@site=$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'); \
+	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
+	printf '#!%s\nimport sys\nfrom ddp.run import main\nsys.exit(main())\n' \
+	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddprun && chmod +x $(VENV)/bin/ddprun && \
+	echo "installed ddp into $$site and ddprun into $(VENV)/bin"
 
 # The demo: a real 4-rank job on the embedded default transport (the Python demo arrives with
 # the `import ddp` issue; until then, the collective benchmark with result checking).

@@ -1,0 +1,249 @@
+"""libddp for Python: collectives on numpy arrays and any buffer, without copies.
+
+    import ddp
+    ddp.init()                        # reads DDP_* (set by ddprun) or Open MPI/PMI variables
+    g = ddp.allreduce(grad)           # average over ranks (a new array)
+    ddp.allreduce_(grad, op=ddp.Sum)  # in place
+    h = ddp.allreduce_async(grad, name="layer1.grad"); ...; ddp.synchronize(h)
+
+Every collective is named (unnamed calls get an automatic name) and goes through libddp's fusion
+engine, so ranks may submit in different orders. Errors are ddp.DDPError with the full message.
+`import ddp.torch` gives the same functions on torch tensors plus DistributedOptimizer.
+"""
+
+import atexit
+import pickle
+
+import numpy as np
+
+from . import _ddp, _ops
+from ._ddp import DDPError
+from ._ops import Handle, ReduceOp, error, poll, synchronize
+
+__version__ = _ddp.__version__
+
+Sum = ReduceOp.SUM
+Average = ReduceOp.AVERAGE
+Min = ReduceOp.MIN
+Max = ReduceOp.MAX
+Product = ReduceOp.PRODUCT
+
+init = _ddp.init
+shutdown = _ddp.shutdown
+is_initialized = _ddp.is_initialized
+rank = _ddp.rank
+size = _ddp.size
+local_rank = _ddp.local_rank
+local_size = _ddp.local_size
+cross_rank = _ddp.cross_rank
+cross_size = _ddp.cross_size
+
+atexit.register(_ddp.shutdown)
+
+_NUMPY_CODES = {
+    np.dtype(np.float32): _ops.F32,
+    np.dtype(np.float64): _ops.F64,
+    np.dtype(np.float16): _ops.F16,
+    np.dtype(np.int8): _ops.I8,
+    np.dtype(np.uint8): _ops.U8,
+    np.dtype(np.int32): _ops.I32,
+    np.dtype(np.int64): _ops.I64,
+}
+_CODE_DTYPES = {code: dtype for dtype, code in _NUMPY_CODES.items()}
+
+
+def _as_array(x, what, name):
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        return np.asarray(memoryview(x))  # any buffer-protocol object, viewed in place
+    except TypeError:
+        raise error(f"ddp.{what}: '{name}' is a {type(x).__name__}, not a numpy array or an "
+                       f"object with the buffer protocol (for torch tensors use ddp.torch)"
+                       ) from None
+
+
+class _NumpyAdapter:
+    @staticmethod
+    def describe(x, what, name, writable):
+        array = _as_array(x, what, name)
+        code = _NUMPY_CODES.get(array.dtype) if array.dtype.isnative else None
+        if code is None:
+            raise error(f"ddp.{what}: '{name}' has dtype {array.dtype}, which libddp does not "
+                           f"reduce (supported: float32, float64, float16, int8, uint8, int32, "
+                           f"int64; bfloat16 through ddp.torch)")
+        if not array.flags.c_contiguous:
+            raise error(f"ddp.{what}: '{name}' is not contiguous (shape {array.shape}, strides "
+                           f"{array.strides}); pass numpy.ascontiguousarray(x)")
+        if not array.flags.aligned:
+            raise error(f"ddp.{what}: '{name}' is not aligned to its element size")
+        if writable and not array.flags.writeable:
+            raise error(f"ddp.{what}: '{name}' is read-only and this operation writes to it")
+        return array.__array_interface__["data"][0], code, array.shape
+
+    @staticmethod
+    def empty_like(x):
+        return np.empty_like(_as_array(x, "allreduce", "input"), order="C")
+
+    @staticmethod
+    def copy(x):
+        return np.array(_as_array(x, "broadcast", "input"), order="C", copy=True)
+
+    @staticmethod
+    def view(native, code, shape):
+        return np.frombuffer(native, dtype=_CODE_DTYPES[code]).reshape(shape)
+
+
+_numpy = _ops.Ops(_NumpyAdapter)
+
+
+def allreduce_async(x, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=0):
+    """Starts an allreduce into a new array; ddp.synchronize(handle) returns it."""
+    return _numpy.allreduce_async(x, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_async_(x, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=0):
+    """Starts an in-place allreduce of x; ddp.synchronize(handle) returns x."""
+    return _numpy.allreduce_async(x, name, op, prescale_factor, postscale_factor, process_set,
+                                  inplace=True)
+
+
+def allreduce(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=0):
+    """op over all ranks of x, as a new array (Average by default, like Horovod)."""
+    return allreduce_async(x, name, op, prescale_factor, postscale_factor, process_set).wait()
+
+
+def allreduce_(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=0):
+    """In-place allreduce; returns x."""
+    return allreduce_async_(x, name, op, prescale_factor, postscale_factor, process_set).wait()
+
+
+def grouped_allreduce_async(xs, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=0):
+    """Reduces a list of same-dtype arrays as one unit (one negotiation, one fused collective)."""
+    return _numpy.grouped_allreduce_async(xs, name, op, prescale_factor, postscale_factor,
+                                          process_set)
+
+
+def grouped_allreduce(xs, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=0):
+    return grouped_allreduce_async(xs, name, op, prescale_factor, postscale_factor,
+                                   process_set).wait()
+
+
+def allgather_async(x, name=None, process_set=0):
+    return _numpy.allgather_async(x, name, process_set)
+
+
+def allgather(x, name=None, process_set=0):
+    """Concatenation of every rank's x along the first dimension (which may differ by rank)."""
+    return _numpy.allgather(x, name=name, process_set=process_set)
+
+
+def broadcast_async(x, root_rank, name=None, process_set=0):
+    return _numpy.broadcast_async(x, root_rank, name, process_set)
+
+
+def broadcast_async_(x, root_rank, name=None, process_set=0):
+    return _numpy.broadcast_async(x, root_rank, name, process_set, inplace=True)
+
+
+def broadcast(x, root_rank, name=None, process_set=0):
+    """root_rank's x, as a new array on every rank."""
+    return broadcast_async(x, root_rank, name, process_set).wait()
+
+
+def broadcast_(x, root_rank, name=None, process_set=0):
+    """Overwrites x with root_rank's x; returns x."""
+    return broadcast_async_(x, root_rank, name, process_set).wait()
+
+
+def reducescatter_async(x, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=0):
+    return _numpy.reducescatter_async(x, name, op, prescale_factor, postscale_factor,
+                                      process_set)
+
+
+def reducescatter(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=0):
+    """Reduces x over ranks and returns this rank's rows of the first dimension (the first
+    shape[0] % size ranks get one row more)."""
+    return reducescatter_async(x, name, op, prescale_factor, postscale_factor,
+                               process_set).wait()
+
+
+def alltoall_async(x, name=None, process_set=0):
+    return _numpy.alltoall_async(x, name, process_set)
+
+
+def alltoall(x, name=None, process_set=0):
+    """Splits x's first dimension into size() equal blocks, sends block j to rank j; returns the
+    blocks received, rank i's first."""
+    return alltoall_async(x, name, process_set).wait()
+
+
+def barrier():
+    """Returns once every rank has called barrier()."""
+    _ddp.barrier()
+
+
+def join():
+    """This rank has no more data: until every rank has joined it contributes the identity to the
+    others' allreduces (Average then divides by the ranks that contributed). Returns the rank that
+    joined last."""
+    _ops.require_init("join")
+    native = _ddp.join_async()
+    native.wait()
+    return native.join_last_rank
+
+
+def add_process_set(ranks):
+    """Creates a process set (every rank must call it with the same ranks, in the same order).
+    Returns its id, to pass as process_set= to the collectives."""
+    _ops.require_init("add_process_set")
+    return _ddp.add_process_set([int(r) for r in ranks])
+
+
+def engine_stats():
+    """Counters of the fusion engine: rounds, cache hits/misses, fused tensors, bytes, ..."""
+    return _ddp.engine_stats()
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """root_rank's picklable obj, on every rank."""
+    _ops.require_init("broadcast_object")
+    _ops.check_root(root_rank, 0, "broadcast_object")
+    name = _ops.auto_name("broadcast_object", name)
+    payload = pickle.dumps(obj) if _ddp.rank() == root_rank else b""
+    length = broadcast_(np.array([len(payload)], dtype=np.int64), root_rank, name=name + ".len")
+    data = np.zeros(int(length[0]), dtype=np.uint8)
+    if _ddp.rank() == root_rank:
+        data[:] = np.frombuffer(payload, dtype=np.uint8)
+    broadcast_(data, root_rank, name=name + ".data")
+    return obj if _ddp.rank() == root_rank else pickle.loads(data.tobytes())
+
+
+def allgather_object(obj, name=None):
+    """A list of every rank's picklable obj, rank 0's first."""
+    _ops.require_init("allgather_object")
+    name = _ops.auto_name("allgather_object", name)
+    payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
+    lengths = allgather(np.array([payload.size], dtype=np.int64), name=name + ".len")
+    data = allgather(payload, name=name + ".data")
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    return [pickle.loads(data[offsets[i]:offsets[i + 1]].tobytes()) for i in range(len(lengths))]
+
+
+__all__ = [
+    "DDPError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "init",
+    "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
+    "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_async", "allgather", "allgather_async", "broadcast",
+    "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async",
+    "alltoall", "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
+    "engine_stats", "broadcast_object", "allgather_object",
+]

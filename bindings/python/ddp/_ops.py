@@ -1,0 +1,251 @@
+"""The collectives, written once for every kind of tensor.
+
+`ddp` (numpy arrays and buffers) and `ddp.torch` (torch tensors) each supply an adapter that
+turns their tensors into (address, dtype code, shape) and builds results; everything else --
+names, argument checks, handles -- lives here. Nothing is copied unless an API promises a new
+tensor (allreduce without the trailing underscore, broadcast), and the engine-allocated outputs of
+allgather, alltoall and reducescatter are returned as views of the engine's memory.
+"""
+
+import enum
+import itertools
+import threading
+
+from . import _ddp
+from ._ddp import DDPError
+
+
+class ReduceOp(enum.IntEnum):
+    """Reduction operations; also exported as ddp.Sum, ddp.Average, ..."""
+
+    SUM = 0
+    AVERAGE = 1
+    MIN = 2
+    MAX = 3
+    PRODUCT = 4
+
+
+# libddp's dtype codes (ddp::DataType).
+F32, F64, F16, BF16, I8, U8, I32, I64 = range(8)
+DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
+
+WORLD = 0  # the process set of every rank
+
+
+def error(message, code="INVALID_ARGUMENT"):
+    """A DDPError raised by the Python layer, with a status code name like the C++ layer's."""
+    exc = DDPError(message)
+    exc.code = code
+    return exc
+
+_counter_lock = threading.Lock()
+_counters = {}
+
+
+def auto_name(kind, name):
+    """Horovod's rule: an unnamed call gets `<kind>.noname.<n>`; ranks agree as long as they make
+    their unnamed calls in the same order (which a collective requires anyway)."""
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise error(f"ddp.{kind}: name must be a non-empty string, got {name!r}")
+        return name
+    with _counter_lock:
+        counter = _counters.setdefault(kind, itertools.count())
+        return f"{kind}.noname.{next(counter)}"
+
+
+def require_init(what):
+    if not _ddp.is_initialized():
+        raise error(f"ddp.{what}() called before ddp.init() (or after ddp.shutdown())",
+                    "FAILED_PRECONDITION")
+
+
+def check_op(op, what):
+    try:
+        return ReduceOp(op)
+    except ValueError:
+        raise error(
+            f"ddp.{what}: unknown op {op!r} (use ddp.Sum, ddp.Average, ddp.Min, ddp.Max or "
+            f"ddp.Product)") from None
+
+
+def check_root(root_rank, process_set, what):
+    if not isinstance(root_rank, int) or isinstance(root_rank, bool):
+        raise error(f"ddp.{what}: root_rank must be an int, got {root_rank!r}")
+    if process_set == WORLD and not 0 <= root_rank < _ddp.size():
+        raise error(
+            f"ddp.{what}: root_rank {root_rank} is out of range for a job of {_ddp.size()} "
+            f"ranks")
+
+
+def check_scale(value, what, which):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise error(f"ddp.{what}: {which} must be a number, got {value!r}") from None
+
+
+class Handle:
+    """An operation in flight. ddp.synchronize(handle) / handle.wait() returns its result;
+    ddp.poll(handle) / handle.poll() says whether it has finished."""
+
+    __slots__ = ("_native", "_finish", "_result", "_done", "__weakref__")
+
+    def __init__(self, native, finish):
+        self._native = native
+        self._finish = finish
+        self._done = False
+        self._result = None
+
+    @property
+    def name(self):
+        return self._native.name
+
+    def poll(self):
+        return self._done or self._native.poll()
+
+    def wait(self, timeout=None):
+        """Blocks (without the GIL) until finished and returns the result; raises DDPError with
+        the engine's message if the operation failed, or DEADLINE_EXCEEDED after `timeout`
+        seconds (the operation goes on)."""
+        if not self._done:
+            self._native.wait(timeout)
+            self._result = self._finish(self._native)
+            self._native.release()
+            self._done = True
+        return self._result
+
+    def __repr__(self):
+        state = "done" if self.poll() else "pending"
+        return f"<ddp.Handle {self.name!r} {state}>"
+
+
+def synchronize(handle):
+    if not isinstance(handle, Handle):
+        raise error(f"ddp.synchronize: expected a ddp handle, got {type(handle).__name__}")
+    return handle.wait()
+
+
+def poll(handle):
+    if not isinstance(handle, Handle):
+        raise error(f"ddp.poll: expected a ddp handle, got {type(handle).__name__}")
+    return handle.poll()
+
+
+class Ops:
+    """The collectives over one adapter. The adapter provides:
+      describe(x, what, writable) -> (address, dtype code, shape tuple)
+      empty_like(x), copy(x)
+      view(native_handle, code, shape) -> a tensor viewing the handle's output
+    """
+
+    def __init__(self, adapter):
+        self.a = adapter
+
+    # allreduce ---------------------------------------------------------------------------------
+    def allreduce_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=WORLD, inplace=False, output=None):
+        what = "allreduce_" if inplace else "allreduce"
+        require_init(what + "_async")
+        op = check_op(op, what)
+        pre = check_scale(prescale_factor, what, "prescale_factor")
+        post = check_scale(postscale_factor, what, "postscale_factor")
+        name = auto_name("allreduce", name)
+        address, code, shape = self.a.describe(x, what, name, writable=inplace)
+        if inplace:
+            out, out_address = x, address
+        else:
+            out = self.a.empty_like(x) if output is None else output
+            out_address = self.a.describe(out, what, name, writable=True)[0]
+        native = _ddp.allreduce_async(name, address, out_address, code, list(shape), int(op), pre,
+                                      post, process_set, (x, out))
+        return Handle(native, lambda _: out)
+
+    def allreduce(self, x, **kwargs):
+        return self.allreduce_async(x, **kwargs).wait()
+
+    def grouped_allreduce_async(self, xs, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
+                                postscale_factor=1.0, process_set=WORLD, inplace=False):
+        what = "grouped_allreduce_" if inplace else "grouped_allreduce"
+        require_init(what + "_async")
+        op = check_op(op, what)
+        pre = check_scale(prescale_factor, what, "prescale_factor")
+        post = check_scale(postscale_factor, what, "postscale_factor")
+        xs = list(xs)
+        if not xs:
+            raise error(f"ddp.{what}: needs at least one tensor")
+        name = auto_name("grouped_allreduce", name)
+        members, outs, code = [], [], None
+        for i, x in enumerate(xs):
+            member = f"{name}.{i}"
+            address, c, shape = self.a.describe(x, what, member, writable=inplace)
+            if code is not None and c != code:
+                raise error(f"ddp.{what}: every tensor of group '{name}' must have the same "
+                               f"dtype ({DTYPE_NAMES[code]} and {DTYPE_NAMES[c]} given)")
+            code = c
+            out = x if inplace else self.a.empty_like(x)
+            out_address = address if inplace else self.a.describe(out, what, member, True)[0]
+            members.append((member, address, out_address, list(shape)))
+            outs.append(out)
+        native = _ddp.grouped_allreduce_async(name, members, code, int(op), pre, post,
+                                              process_set, (xs, outs))
+        return Handle(native, lambda _: outs)
+
+    # broadcast ---------------------------------------------------------------------------------
+    def broadcast_async(self, x, root_rank, name=None, process_set=WORLD, inplace=False):
+        what = "broadcast_" if inplace else "broadcast"
+        require_init(what + "_async")
+        check_root(root_rank, process_set, what)
+        name = auto_name("broadcast", name)
+        out = x if inplace else self.a.copy(x)
+        address, code, shape = self.a.describe(out, what, name, writable=True)
+        native = _ddp.broadcast_async(name, address, code, list(shape), root_rank, process_set,
+                                      out)
+        return Handle(native, lambda _: out)
+
+    def broadcast(self, x, root_rank, **kwargs):
+        return self.broadcast_async(x, root_rank, **kwargs).wait()
+
+    # engine-allocated outputs ------------------------------------------------------------------
+    def _check_rank1(self, shape, what, name):
+        if len(shape) == 0:
+            raise error(f"ddp.{what}: tensor '{name}' is a scalar; it needs at least one "
+                           f"dimension (the one that is split or concatenated)")
+
+    def allgather_async(self, x, name=None, process_set=WORLD):
+        require_init("allgather_async")
+        name = auto_name("allgather", name)
+        address, code, shape = self.a.describe(x, "allgather", name, writable=False)
+        self._check_rank1(shape, "allgather", name)
+        native = _ddp.allgather_async(name, address, code, list(shape), process_set, x)
+        return Handle(native, lambda h: self.a.view(h, code, h.output_shape))
+
+    def allgather(self, x, **kwargs):
+        return self.allgather_async(x, **kwargs).wait()
+
+    def alltoall_async(self, x, name=None, process_set=WORLD):
+        require_init("alltoall_async")
+        name = auto_name("alltoall", name)
+        address, code, shape = self.a.describe(x, "alltoall", name, writable=False)
+        self._check_rank1(shape, "alltoall", name)
+        native = _ddp.alltoall_async(name, address, code, list(shape), process_set, x)
+        return Handle(native, lambda h: self.a.view(h, code, h.output_shape))
+
+    def alltoall(self, x, **kwargs):
+        return self.alltoall_async(x, **kwargs).wait()
+
+    def reducescatter_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=WORLD):
+        require_init("reducescatter_async")
+        op = check_op(op, "reducescatter")
+        pre = check_scale(prescale_factor, "reducescatter", "prescale_factor")
+        post = check_scale(postscale_factor, "reducescatter", "postscale_factor")
+        name = auto_name("reducescatter", name)
+        address, code, shape = self.a.describe(x, "reducescatter", name, writable=False)
+        self._check_rank1(shape, "reducescatter", name)
+        native = _ddp.reducescatter_async(name, address, code, list(shape), int(op), pre, post,
+                                          process_set, x)
+        return Handle(native, lambda h: self.a.view(h, code, h.output_shape))
+
+    def reducescatter(self, x, **kwargs):
+        return self.reducescatter_async(x, **kwargs).wait()

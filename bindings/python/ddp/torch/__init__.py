@@ -1,0 +1,35 @@
+"""libddp for PyTorch: `import ddp.torch as ddp`.
+
+The functions of `ddp` on torch CPU tensors (without copies: the engine reads and writes the
+tensors' storage), plus Horovod's training helpers:
+
+    import ddp.torch as ddp
+    ddp.init()
+    ddp.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = ddp.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    ddp.broadcast_optimizer_state(opt, root_rank=0)
+"""
+
+from .. import (Average, DDPError, Handle, Max, Min, Product, ReduceOp, Sum, add_process_set,
+                allgather_object, barrier, broadcast_object, cross_rank, cross_size,
+                engine_stats, init, is_initialized, join, local_rank, local_size, poll, rank,
+                shutdown, size, synchronize)
+from .compression import Compression
+from .functions import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
+                        allreduce_async_, alltoall, alltoall_async, broadcast, broadcast_,
+                        broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_,
+                        grouped_allreduce_async, grouped_allreduce_async_, reducescatter,
+                        reducescatter_async)
+from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
+
+__all__ = [
+    "DDPError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "init",
+    "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
+    "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
+    "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async", "alltoall",
+    "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
+    "engine_stats", "broadcast_object", "allgather_object", "Compression",
+    "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
+]

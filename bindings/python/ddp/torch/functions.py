@@ -1,0 +1,179 @@
+"""ddp's collectives on torch tensors (re-exported by ddp.torch)."""
+
+import numpy as np
+import torch
+
+from .. import _ops
+from .._ops import ReduceOp, error
+
+Average = ReduceOp.AVERAGE
+
+_TORCH_CODES = {
+    torch.float32: _ops.F32,
+    torch.float64: _ops.F64,
+    torch.float16: _ops.F16,
+    torch.bfloat16: _ops.BF16,
+    torch.int8: _ops.I8,
+    torch.uint8: _ops.U8,
+    torch.int32: _ops.I32,
+    torch.int64: _ops.I64,
+}
+_CODE_DTYPES = {code: dtype for dtype, code in _TORCH_CODES.items()}
+
+
+class _TorchAdapter:
+    @staticmethod
+    def describe(t, what, name, writable):
+        del writable  # torch tensors are always writable
+        if not isinstance(t, torch.Tensor):
+            raise error(f"ddp.torch.{what}: '{name}' is a {type(t).__name__}, not a torch.Tensor "
+                        f"(for numpy arrays use ddp)")
+        if t.layout != torch.strided:
+            raise error(f"ddp.torch.{what}: '{name}' is a {t.layout} tensor; only dense tensors "
+                        f"are supported")
+        if t.device.type != "cpu":
+            raise error(f"ddp.torch.{what}: '{name}' is on {t.device}; this build of libddp "
+                        f"reduces CPU tensors only (GPU tensors need the NCCL backend)")
+        code = _TORCH_CODES.get(t.dtype)
+        if code is None:
+            raise error(f"ddp.torch.{what}: '{name}' has dtype {t.dtype}, which libddp does not "
+                        f"reduce (supported: float32, float64, float16, bfloat16, int8, uint8, "
+                        f"int32, int64)")
+        if not t.is_contiguous():
+            raise error(f"ddp.torch.{what}: '{name}' is not contiguous (shape {tuple(t.shape)}, "
+                        f"stride {t.stride()}); pass t.contiguous()")
+        return t.data_ptr(), code, tuple(t.shape)
+
+    @staticmethod
+    def empty_like(t):
+        return torch.empty_like(t, memory_format=torch.contiguous_format)
+
+    @staticmethod
+    def copy(t):
+        return t.detach().clone(memory_format=torch.contiguous_format)
+
+    @staticmethod
+    def view(native, code, shape):
+        raw = torch.from_numpy(np.frombuffer(native, dtype=np.uint8))
+        return raw.view(_CODE_DTYPES[code]).reshape(shape)
+
+
+_torch = _ops.Ops(_TorchAdapter)
+
+
+class _AllreduceFunction(torch.autograd.Function):
+    """allreduce as an autograd op: the gradient of op=Sum/Average is the same reduction of the
+    incoming gradients (as in Horovod)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, prescale, postscale, process_set):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.process_set = op, prescale, postscale, process_set
+        return _torch.allreduce(tensor, name=name, op=op, prescale_factor=prescale,
+                                postscale_factor=postscale, process_set=process_set)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if ctx.op not in (ReduceOp.SUM, ReduceOp.AVERAGE):
+            raise error(f"ddp.torch.allreduce: op {ReduceOp(ctx.op).name} has no gradient")
+        reduced = _torch.allreduce(grad.contiguous(), op=ctx.op, prescale_factor=ctx.prescale,
+                                   postscale_factor=ctx.postscale, process_set=ctx.process_set)
+        return reduced, None, None, None, None, None
+
+
+def allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=0):
+    return _torch.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
+                                  process_set)
+
+
+def allreduce_async_(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=0):
+    return _torch.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
+                                  process_set, inplace=True)
+
+
+def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=0):
+    """op over ranks, as a new tensor; differentiable for Sum and Average."""
+    if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
+        return _AllreduceFunction.apply(tensor, _ops.auto_name("allreduce", name), op,
+                                        prescale_factor, postscale_factor, process_set)
+    return allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
+                           process_set).wait()
+
+
+def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=0):
+    """In place (writes the tensor's storage, not tracked by autograd); returns tensor."""
+    return allreduce_async_(tensor, name, op, prescale_factor, postscale_factor,
+                            process_set).wait()
+
+
+def grouped_allreduce_async(tensors, name=None, op=Average, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=0):
+    return _torch.grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
+                                          process_set)
+
+
+def grouped_allreduce_async_(tensors, name=None, op=Average, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=0):
+    return _torch.grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
+                                          process_set, inplace=True)
+
+
+def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                      process_set=0):
+    return grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
+                                   process_set).wait()
+
+
+def grouped_allreduce_(tensors, op=Average, name=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=0):
+    return grouped_allreduce_async_(tensors, name, op, prescale_factor, postscale_factor,
+                                    process_set).wait()
+
+
+def allgather_async(tensor, name=None, process_set=0):
+    return _torch.allgather_async(tensor, name, process_set)
+
+
+def allgather(tensor, name=None, process_set=0):
+    return allgather_async(tensor, name, process_set).wait()
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=0):
+    return _torch.broadcast_async(tensor, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=0):
+    return _torch.broadcast_async(tensor, root_rank, name, process_set, inplace=True)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=0):
+    return broadcast_async(tensor, root_rank, name, process_set).wait()
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=0):
+    return broadcast_async_(tensor, root_rank, name, process_set).wait()
+
+
+def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                        process_set=0):
+    return _torch.reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                      process_set)
+
+
+def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+                  process_set=0):
+    return reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                               process_set).wait()
+
+
+def alltoall_async(tensor, name=None, process_set=0):
+    return _torch.alltoall_async(tensor, name, process_set)
+
+
+def alltoall(tensor, name=None, process_set=0):
+    return alltoall_async(tensor, name, process_set).wait()
+
+

@@ -1,0 +1,221 @@
+"""DistributedOptimizer and the broadcast helpers, with Horovod's semantics.
+
+Each parameter's gradient is submitted to the fusion engine from a hook that fires as soon as
+backward has accumulated it, so reductions overlap the rest of the backward pass; step() waits
+for them and then runs the wrapped optimizer. With backward_passes_per_step=k the gradients of k
+backward passes are accumulated locally and reduced once.
+"""
+
+import contextlib
+import warnings
+
+import torch
+
+from .. import _ddp, _ops, broadcast_object
+from .._ops import ReduceOp, error
+from . import functions
+from .compression import Compression
+
+
+class _DistributedOptimizer(torch.optim.Optimizer):
+    # Methods of this class are copied into a subclass of the user's optimizer class (see
+    # DistributedOptimizer below), hence super(self.__class__, self).
+
+    def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
+                 gradient_predivide_factor, process_set):
+        super(self.__class__, self).__init__(params)
+        self._compression = compression
+        self._passes = backward_passes_per_step
+        self._op = op
+        self._predivide = gradient_predivide_factor
+        self._process_set = process_set
+        self._names = self._parameter_names(named_parameters)
+        self._params = [p for group in self.param_groups for p in group["params"]
+                        if p.requires_grad]
+        self._delay = {p: self._passes for p in self._params}
+        # p -> None (accumulating locally) or (handle, compression context, reduced tensor)
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        self._hooks = []
+        self._register_hooks()
+
+    def _parameter_names(self, named_parameters):
+        all_params = [p for group in self.param_groups for p in group["params"]]
+        if named_parameters is None:
+            return {p: f"grad.noname.{i}" for i, p in enumerate(all_params)}
+        named = list(named_parameters)
+        if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
+            raise error("DistributedOptimizer: named_parameters must be an iterable of "
+                        "(name, parameter) pairs, e.g. model.named_parameters()")
+        names = [name for name, _ in named]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise error(f"DistributedOptimizer: parameter names must be unique; repeated: "
+                        f"{', '.join(duplicates)}")
+        by_param = {p: f"grad.{name}" for name, p in named}
+        unnamed = [i for i, p in enumerate(all_params) if p not in by_param]
+        if unnamed:
+            raise error(f"DistributedOptimizer: named_parameters does not name {len(unnamed)} "
+                        f"of the optimizer's parameters (indices {unnamed[:10]}); pass the "
+                        f"named_parameters() of the model the optimizer was built from")
+        return by_param
+
+    def _register_hooks(self):
+        for p in self._params:
+            if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch >= 2.1
+                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+            else:
+                # The node that accumulates p's gradient; its hook runs once p.grad is final.
+                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(accumulator.register_hook(self._make_hook(p)))
+                self._hooks.append(accumulator)  # keeps the node (and its hook) alive
+
+    def _make_hook(self, p):
+        def hook(*_):
+            if self._handles.get(p) is not None and self._delay[p] <= 0:
+                raise error(
+                    f"DistributedOptimizer: the gradient of '{self._names[p]}' was computed "
+                    f"more than backward_passes_per_step={self._passes} times before step(); "
+                    f"raise backward_passes_per_step to accumulate gradients locally",
+                    "FAILED_PRECONDITION")
+            self._delay[p] -= 1
+            self._handles[p] = self._submit(p) if self._delay[p] == 0 else None
+        return hook
+
+    def _submit(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        if p.grad.is_sparse:
+            raise error(f"DistributedOptimizer: '{self._names[p]}' has a sparse gradient; "
+                        f"only dense gradients are supported")
+        tensor, ctx = self._compression.compress(p.grad)
+        prescale, postscale = 1.0, 1.0
+        if self._op == ReduceOp.AVERAGE and self._predivide != 1.0:
+            prescale, postscale = 1.0 / self._predivide, self._predivide
+        handle = functions.allreduce_async_(tensor, name=self._names[p], op=self._op,
+                                            prescale_factor=prescale, postscale_factor=postscale,
+                                            process_set=self._process_set)
+        return handle, ctx, tensor
+
+    def synchronize(self):
+        """Waits for every gradient's reduction (submitting the ones no hook submitted: unused
+        parameters, or fewer than backward_passes_per_step passes)."""
+        for p in self._params:
+            if self._handles.get(p) is None:
+                self._handles[p] = self._submit(p)
+        first_error = None
+        for p, (handle, ctx, tensor) in self._handles.items():
+            try:
+                handle.wait()
+            except _ddp.DDPError as e:
+                first_error = first_error or e
+                continue
+            if ctx is not None:
+                p.grad.copy_(self._compression.decompress(tensor, ctx))
+        for p in self._params:
+            self._delay[p] = self._passes
+        self._handles.clear()
+        self._synchronized = True
+        if first_error is not None:
+            raise first_error
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For code that calls synchronize() itself (e.g. to clip reduced gradients):
+        opt.synchronize(); clip(...); with opt.skip_synchronize(): opt.step()"""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called after optimizer.synchronize() without "
+                              "skip_synchronize(): the gradients are reduced a second time")
+            self.synchronize()
+        self._synchronized = False
+        return super(self.__class__, self).step(closure)
+
+    def zero_grad(self, *args, **kwargs):
+        pending = [self._names[p] for p, value in self._handles.items() if value is not None]
+        if self._handles:
+            example = f" (e.g. '{pending[0]}')" if pending else ""
+            raise error(
+                f"optimizer.zero_grad() was called after loss.backward() but before "
+                f"optimizer.step() or optimizer.synchronize(): {len(self._handles)} gradients"
+                f"{example} are being reduced or accumulated. Call zero_grad() before "
+                f"backward(), or step()/synchronize() first.", "FAILED_PRECONDITION")
+        return super(self.__class__, self).zero_grad(*args, **kwargs)
+
+
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+                         backward_passes_per_step=1, op=ReduceOp.AVERAGE,
+                         gradient_predivide_factor=1.0, process_set=0):
+    """Wraps a torch optimizer so that step() uses gradients reduced over all ranks.
+
+    named_parameters: model.named_parameters(), to name the reductions (in timelines and
+        errors); without it parameters are named by position.
+    compression: Compression.none or Compression.fp16 (reduce in half precision).
+    backward_passes_per_step: local gradient accumulation before each reduction.
+    op: ddp.Average (default), ddp.Sum, ... gradient_predivide_factor: with Average, divide by
+        this before the sum and by size()/factor after it (Horovod's semantics).
+    """
+    _ops.require_init("DistributedOptimizer")
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise error(f"DistributedOptimizer: expected a torch.optim.Optimizer, got "
+                    f"{type(optimizer).__name__}")
+    if (not isinstance(backward_passes_per_step, int) or isinstance(backward_passes_per_step, bool)
+            or backward_passes_per_step < 1):
+        raise error(f"DistributedOptimizer: backward_passes_per_step must be an int >= 1, got "
+                    f"{backward_passes_per_step!r}")
+    op = _ops.check_op(op, "DistributedOptimizer")
+    predivide = float(gradient_predivide_factor)
+    if predivide <= 0:
+        raise error("DistributedOptimizer: gradient_predivide_factor must be positive")
+    if predivide != 1.0 and op != ReduceOp.AVERAGE:
+        raise error("DistributedOptimizer: gradient_predivide_factor applies to op=Average only")
+    if not (isinstance(compression, type) and hasattr(compression, "compress")
+            and hasattr(compression, "decompress")):
+        raise error("DistributedOptimizer: compression must be Compression.none, "
+                    "Compression.fp16 or a class with compress/decompress")
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
+               dict(_DistributedOptimizer.__dict__))
+    wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+                  op, predivide, process_set)
+    if optimizer.state:  # e.g. momentum restored from a checkpoint before wrapping
+        wrapped.load_state_dict(optimizer.state_dict())
+    return wrapped
+
+
+def broadcast_parameters(params, root_rank=0):
+    """Overwrites params with root_rank's: a state_dict(), or an iterable of (name, tensor)
+    pairs such as model.named_parameters(). Tensors are broadcast in place, all at once."""
+    _ops.require_init("broadcast_parameters")
+    if isinstance(params, dict):
+        items = sorted(params.items())
+    else:
+        items = list(params)
+        if any(not isinstance(item, tuple) or len(item) != 2 for item in items):
+            raise error("broadcast_parameters: expected a state_dict or (name, tensor) pairs")
+    handles = []
+    for name, tensor in items:
+        if not isinstance(tensor, torch.Tensor):
+            raise error(f"broadcast_parameters: '{name}' is a {type(tensor).__name__}, not a "
+                        f"tensor")
+        handles.append(functions.broadcast_async_(tensor.data, root_rank,
+                                                  name=f"broadcast.{name}"))
+    for handle in handles:
+        handle.wait()
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """Makes every rank's optimizer state (momentum buffers, step counts, hyper-parameters in
+    param_groups) equal to root_rank's."""
+    _ops.require_init("broadcast_optimizer_state")
+    state = broadcast_object(optimizer.state_dict() if _ddp.rank() == root_rank else None,
+                             root_rank)
+    if _ddp.rank() != root_rank:
+        optimizer.load_state_dict(state)

@@ -1,0 +1,352 @@
+// ddp._ddp: the pybind11 layer under the `ddp` Python package.
+//
+// Deliberately thin: tensors arrive as (address, dtype, shape) triples that the Python side has
+// already checked (numpy arrays, buffer-protocol objects and torch tensors all reduce to that),
+// together with the Python objects owning the memory, which a Handle keeps alive until the
+// operation has finished. Nothing is copied here; waiting releases the GIL. Every libddp error
+// becomes ddp.DDPError carrying the full message and the status code's name.
+//
+// The Python API is module-level (like Horovod's), so this module holds the process's one
+// Context; the C++ library itself has no globals.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "bootstrap/tcp_store.h"
+#include "ddp/context.h"
+#include "ddp/engine.h"
+#include "ddp/options.h"
+#include "ddp/types.h"
+#include "ddp/version.h"
+
+namespace py = pybind11;
+
+namespace {
+
+PyObject* g_ddp_error = nullptr;  // ddp.DDPError, created at import
+
+[[noreturn]] void Raise(const absl::Status& status) {
+  std::string message(status.message());
+  py::object error = py::reinterpret_borrow<py::object>(g_ddp_error);
+  py::object exc = error(message);
+  exc.attr("code") = std::string(absl::StatusCodeToString(status.code()));
+  PyErr_SetObject(g_ddp_error, exc.ptr());
+  throw py::error_already_set();
+}
+
+void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+// The process's context. Guarded by g_mu for init/shutdown; collectives take a shared_ptr copy
+// so that a concurrent shutdown() cannot free it under them.
+std::mutex g_mu;
+std::shared_ptr<ddp::Context> g_context;
+
+std::shared_ptr<ddp::Context> Current(const char* what) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_context == nullptr) {
+    Raise(absl::FailedPreconditionError(
+        absl::StrCat("ddp.", what, "() called before ddp.init() (or after ddp.shutdown())")));
+  }
+  return g_context;
+}
+
+void Init() {
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (g_context != nullptr) return;
+  }
+  absl::StatusOr<std::unique_ptr<ddp::Context>> created;
+  {
+    py::gil_scoped_release release;
+    created = ddp::Context::CreateFromEnvironment();
+  }
+  ThrowIfError(created.status());
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_context == nullptr) g_context = std::move(*created);
+}
+
+void Shutdown() {
+  std::shared_ptr<ddp::Context> context;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    context = std::move(g_context);
+  }
+  if (context == nullptr) return;
+  py::gil_scoped_release release;
+  context->Shutdown().IgnoreError();
+  context.reset();  // joins the engine thread and closes connections without the GIL
+}
+
+ddp::DataType ToType(int code) {
+  auto type = static_cast<ddp::DataType>(code);
+  if (code < 0 || !ddp::IsValid(type)) {
+    Raise(absl::InvalidArgumentError(absl::StrCat("unknown dtype code ", code)));
+  }
+  return type;
+}
+
+ddp::ReduceOp ToOp(int code) {
+  auto op = static_cast<ddp::ReduceOp>(code);
+  if (code < 0 || !ddp::IsValid(op)) {
+    Raise(absl::InvalidArgumentError(absl::StrCat("unknown reduce op code ", code)));
+  }
+  return op;
+}
+
+const void* Ptr(uintptr_t address) { return reinterpret_cast<const void*>(address); }
+void* MutablePtr(uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+// An operation in flight, seen from Python. Owns references to the buffers it reads and writes
+// so that they outlive the operation even if the caller drops them.
+class PyHandle {
+ public:
+  PyHandle(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context)
+      : handle_(std::move(handle)), keep_(std::move(keep)), context_(std::move(context)) {}
+
+  // Dropping a handle whose operation is still running must not free buffers the engine is
+  // using, so the destructor waits for it (the engine always finishes an operation: with its
+  // result, an error, or a timeout).
+  ~PyHandle() {
+    if (handle_.valid() && !handle_.Poll()) {
+      py::gil_scoped_release release;
+      handle_.Wait().IgnoreError();
+    }
+  }
+
+  bool Poll() const { return handle_.Poll(); }
+
+  // Waits (without the GIL) and raises DDPError on failure. timeout in seconds, None = forever.
+  void Wait(std::optional<double> timeout) {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = timeout ? handle_.WaitFor(absl::Seconds(*timeout)) : handle_.Wait();
+    }
+    ThrowIfError(status);
+  }
+
+  std::string name() const { return handle_.name(); }
+  std::vector<int64_t> output_shape() const { return handle_.output_shape(); }
+  int join_last_rank() const { return handle_.join_last_rank(); }
+
+  // The engine-allocated output (allgather, alltoall, reduce-scatter) as a writable byte buffer;
+  // numpy.frombuffer(handle) views it without a copy and keeps the handle alive.
+  py::buffer_info OutputBuffer() {
+    if (!handle_.Poll()) {
+      Raise(absl::FailedPreconditionError(
+          absl::StrCat("the output of '", handle_.name(), "' is not ready: synchronize first")));
+    }
+    void* data = handle_.mutable_output();
+    auto bytes = static_cast<py::ssize_t>(handle_.output_bytes());
+    static char empty = 0;
+    return py::buffer_info(data != nullptr ? data : &empty, 1, "B", 1, {bytes}, {1},
+                           /*readonly=*/false);
+  }
+
+  // Drops the references to the buffers once the result has been taken.
+  void Release() {
+    if (handle_.Poll()) keep_ = py::none();
+  }
+
+ private:
+  ddp::Handle handle_;
+  py::object keep_;
+  std::shared_ptr<ddp::Context> context_;  // the engine must outlive its handles
+};
+
+using HandlePtr = std::unique_ptr<PyHandle>;
+
+HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context) {
+  return std::make_unique<PyHandle>(std::move(handle), std::move(keep), std::move(context));
+}
+
+class PyStoreServer {
+ public:
+  PyStoreServer(const std::string& ip, int port, const std::string& token) {
+    auto server = ddp::bootstrap::TcpStoreServer::Start(ip, port, token);
+    ThrowIfError(server.status());
+    server_ = std::move(*server);
+  }
+  int port() const { return server_ ? server_->port() : 0; }
+  void Close() {
+    if (server_ == nullptr) return;
+    py::gil_scoped_release release;
+    server_->Stop();
+    server_.reset();
+  }
+
+ private:
+  std::unique_ptr<ddp::bootstrap::TcpStoreServer> server_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_ddp, m) {
+  m.doc() = "libddp's C++ layer; use the `ddp` package instead of this module.";
+  m.attr("__version__") = DDP_VERSION_STRING;
+
+  py::object runtime_error = py::module_::import("builtins").attr("RuntimeError");
+  py::dict error_members;
+  error_members["__doc__"] =
+      "An error from libddp. str(e) is the full message (it names the operation, the tensor and "
+      "the rank(s) responsible); e.code is the status code's name (e.g. 'DEADLINE_EXCEEDED').";
+  error_members["__module__"] = "ddp";
+  error_members["code"] = "UNKNOWN";
+  py::object error_type =
+      py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
+          "DDPError", py::make_tuple(runtime_error), error_members);
+  g_ddp_error = error_type.release().ptr();  // lives as long as the interpreter
+  m.attr("DDPError") = py::reinterpret_borrow<py::object>(g_ddp_error);
+
+  m.def("init", &Init, "Joins the job described by the DDP_* (or Open MPI/PMI) variables.");
+  m.def("shutdown", &Shutdown, "Leaves the job; safe to call twice.");
+  m.def("is_initialized", [] {
+    std::lock_guard<std::mutex> lock(g_mu);
+    return g_context != nullptr;
+  });
+  m.def("rank", [] { return Current("rank")->rank(); });
+  m.def("size", [] { return Current("size")->size(); });
+  m.def("local_rank", [] { return Current("local_rank")->local_rank(); });
+  m.def("local_size", [] { return Current("local_size")->local_size(); });
+  m.def("cross_rank", [] { return Current("cross_rank")->cross_rank(); });
+  m.def("cross_size", [] { return Current("cross_size")->cross_size(); });
+  m.def("dtype_size", [](int code) { return ddp::DataTypeSize(ToType(code)); });
+
+  m.def("barrier", [] {
+    auto context = Current("barrier");
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = context->Barrier();
+    }
+    ThrowIfError(status);
+  });
+
+  m.def(
+      "allreduce_async",
+      [](std::string name, uintptr_t input, uintptr_t output, int dtype, std::vector<int64_t> shape,
+         int op, double prescale, double postscale, int process_set, py::object keep) {
+        auto context = Current("allreduce");
+        auto handle = context->engine().AllreduceAsync(
+            std::move(name), Ptr(input), MutablePtr(output), ToType(dtype), std::move(shape),
+            ToOp(op), prescale, postscale, process_set);
+        return Wrap(std::move(handle), std::move(keep), std::move(context));
+      },
+      py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
+      py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("process_set"),
+      py::arg("keep"));
+
+  m.def("grouped_allreduce_async", [](std::string group,
+                                      std::vector<std::tuple<std::string, uintptr_t, uintptr_t,
+                                                             std::vector<int64_t>>>
+                                          members,
+                                      int dtype, int op, double prescale, double postscale,
+                                      int process_set, py::object keep) {
+    auto context = Current("grouped_allreduce");
+    std::vector<ddp::GroupMember> group_members;
+    group_members.reserve(members.size());
+    for (auto& [name, input, output, shape] : members) {
+      group_members.push_back({std::move(name), Ptr(input), MutablePtr(output), std::move(shape)});
+    }
+    auto handle = context->engine().GroupedAllreduceAsync(
+        std::move(group), std::move(group_members), ToType(dtype), ToOp(op), prescale, postscale,
+        process_set);
+    return Wrap(std::move(handle), std::move(keep), std::move(context));
+  });
+
+  m.def("allgather_async", [](std::string name, uintptr_t input, int dtype,
+                              std::vector<int64_t> shape, int process_set, py::object keep) {
+    auto context = Current("allgather");
+    auto handle = context->engine().AllgatherAsync(std::move(name), Ptr(input), ToType(dtype),
+                                                   std::move(shape), process_set);
+    return Wrap(std::move(handle), std::move(keep), std::move(context));
+  });
+
+  m.def("broadcast_async", [](std::string name, uintptr_t buffer, int dtype,
+                              std::vector<int64_t> shape, int root, int process_set,
+                              py::object keep) {
+    auto context = Current("broadcast");
+    auto handle = context->engine().BroadcastAsync(
+        std::move(name), MutablePtr(buffer), ToType(dtype), std::move(shape), root, process_set);
+    return Wrap(std::move(handle), std::move(keep), std::move(context));
+  });
+
+  m.def("alltoall_async", [](std::string name, uintptr_t input, int dtype,
+                             std::vector<int64_t> shape, int process_set, py::object keep) {
+    auto context = Current("alltoall");
+    auto handle = context->engine().AlltoallAsync(std::move(name), Ptr(input), ToType(dtype),
+                                                  std::move(shape), process_set);
+    return Wrap(std::move(handle), std::move(keep), std::move(context));
+  });
+
+  m.def("reducescatter_async", [](std::string name, uintptr_t input, int dtype,
+                                  std::vector<int64_t> shape, int op, double prescale,
+                                  double postscale, int process_set, py::object keep) {
+    auto context = Current("reducescatter");
+    auto handle = context->engine().ReduceScatterAsync(std::move(name), Ptr(input), ToType(dtype),
+                                                       std::move(shape), ToOp(op), prescale,
+                                                       postscale, process_set);
+    return Wrap(std::move(handle), std::move(keep), std::move(context));
+  });
+
+  m.def("join_async", [] {
+    auto context = Current("join");
+    return Wrap(context->engine().JoinAsync(), py::none(), context);
+  });
+
+  m.def("add_process_set", [](std::vector<int> ranks) {
+    auto context = Current("add_process_set");
+    absl::StatusOr<int> id;
+    {
+      py::gil_scoped_release release;
+      id = context->engine().AddProcessSet(std::move(ranks));
+    }
+    ThrowIfError(id.status());
+    return *id;
+  });
+
+  m.def("engine_stats", [] {
+    ddp::EngineStats s = Current("engine_stats")->engine().stats();
+    py::dict d;
+    d["cycles"] = s.cycles;
+    d["cache_hits"] = s.cache_hits;
+    d["cache_misses"] = s.cache_misses;
+    d["tensors"] = s.tensors;
+    d["collectives"] = s.collectives;
+    d["fused_tensors"] = s.fused_tensors;
+    d["bytes"] = s.bytes;
+    d["fusion_threshold"] = s.fusion_threshold;
+    d["cycle_time_ms"] = s.cycle_time_ms;
+    d["autotune_converged"] = s.autotune_converged;
+    return d;
+  });
+
+  py::class_<PyHandle>(m, "Handle", py::buffer_protocol())
+      .def("poll", &PyHandle::Poll, "True once finished (successfully or not); never blocks.")
+      .def("wait", &PyHandle::Wait, py::arg("timeout") = py::none(),
+           "Waits without holding the GIL; raises DDPError if the operation failed.")
+      .def("release", &PyHandle::Release)
+      .def_property_readonly("name", &PyHandle::name)
+      .def_property_readonly("output_shape", &PyHandle::output_shape)
+      .def_property_readonly("join_last_rank", &PyHandle::join_last_rank)
+      .def_buffer(&PyHandle::OutputBuffer);
+
+  py::class_<PyStoreServer>(m, "StoreServer")
+      .def(py::init<const std::string&, int, const std::string&>(), py::arg("ip"), py::arg("port"),
+           py::arg("token"),
+           "Hosts a job's rendezvous store (what ddprun does); port 0 picks a free port.")
+      .def_property_readonly("port", &PyStoreServer::port)
+      .def("close", &PyStoreServer::Close);
+}
