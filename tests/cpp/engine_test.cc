@@ -226,6 +226,25 @@ TEST(Engine, BadInputFailsTheHandleAtOnce) {
                                           DataType::kInt32, {2}, ReduceOp::kSum)
                              .Wait(),
                          invalid, {"aligned"}));
+    // Empty tensors may come with null buffers (an empty torch tensor's data_ptr() is 0): every
+    // kind succeeds, alone and next to a fused neighbour.
+    std::vector<int64_t> empty = {0, 4};
+    std::vector<Handle> handles = {
+        e.AllreduceAsync("empty.ar", nullptr, nullptr, DataType::kFloat32, empty, ReduceOp::kSum),
+        e.AllreduceAsync("empty.avg", nullptr, nullptr, DataType::kFloat32, {0}, ReduceOp::kAverage,
+                         2.0, 0.5),
+        e.BroadcastAsync("empty.bc", nullptr, DataType::kInt32, empty, 1),
+        e.AllgatherAsync("empty.ag", nullptr, DataType::kInt32, empty),
+        e.AlltoallAsync("empty.a2a", nullptr, DataType::kInt32, empty),
+        e.ReduceScatterAsync("empty.rs", nullptr, DataType::kInt32, empty, ReduceOp::kMax),
+        e.GroupedAllreduceAsync(
+            "empty.group",
+            {{"empty.g0", nullptr, nullptr, {0}}, {"empty.g1", v.data(), v.data(), {1}}},
+            DataType::kInt32, ReduceOp::kSum)};
+    for (const Handle& h : handles) {
+      CHECK_OK(h.Wait());
+      if (h.output_bytes() != 0) return absl::InternalError(h.name() + ": output not empty");
+    }
     // Still usable.
     std::fill(v.begin(), v.end(), ctx.rank() + 1);
     CHECK_OK(

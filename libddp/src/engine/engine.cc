@@ -230,7 +230,9 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   local->process_set = process_set;
   local->meta = TensorMeta{kind, type, op, root, -1, prescale, postscale, {std::move(shape)}};
   local->inputs = {input};
-  if (output != nullptr) local->outputs = {output};  // else the engine allocates the output
+  // Allreduce and broadcast write to the caller's buffer (which may be null when it is empty);
+  // the other kinds get an output allocated by the engine.
+  if (kind == OpKind::kAllreduce || kind == OpKind::kBroadcast) local->outputs = {output};
   return Submit(std::move(local));
 }
 
