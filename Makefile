@@ -11,7 +11,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang-format clang-tidy
 
-.PHONY: all deps venv build demo test test-fast test-slow sanitize asan tsan bench install clean format
+.PHONY: all deps venv build demo test test-python test-fast test-slow sanitize asan tsan bench install clean format
 
 all: build
 
@@ -43,15 +43,20 @@ build: deps venv $(BUILD)/build.ninja
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddprun && chmod +x $(VENV)/bin/ddprun && \
 	echo "installed ddp into $$site and ddprun into $(VENV)/bin"
 
-# The demo: a real 4-rank job on the embedded default transport (the Python demo arrives with
-# the `import ddp` issue; until then, the collective benchmark with result checking).
+# The demo: a real 4-rank PyTorch training job on the embedded default transport (handwritten
+# digits from scikit-learn, no download): >= 97% test accuracy in well under a minute.
 demo: build
-	$(BUILD)/bin/ddp-bench -np 4 -b 4K -e 64M -f 4
+	$(VENV)/bin/ddprun -np 4 $(VENV)/bin/python examples/pytorch/train_digits.py
 
 # Every test: the full suite (fast and slow labels), then ASan/UBSan and TSan builds.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800
+	$(MAKE) test-python
 	$(MAKE) sanitize
+
+# The Python package, ddp.torch, ddprun and the demo: real multi-process jobs (pytest).
+test-python: build
+	$(VENV)/bin/python -m pytest -q tests/python
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast

@@ -19,3 +19,26 @@ def ddp_env():
     if probe.returncode != 0:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BINDINGS), env.get("PYTHONPATH")) if p)
     return env
+
+
+WORKERS = pathlib.Path(__file__).resolve().parent / "workers"
+
+
+@pytest.fixture
+def run_job(ddp_env, tmp_path):
+    """run_job(np, worker, *args, env=None, timeout=240, launcher_args=()) runs tests/python/workers/<worker> on np
+    ranks with ddprun and returns the CompletedProcess (text). Workers assert per rank and exit
+    non-zero on failure; a failed job fails the test with the launcher's whole output."""
+
+    def run(np, worker, *args, env=None, timeout=240, check=True, launcher_args=()):
+        job_env = dict(ddp_env, **(env or {}))
+        command = [sys.executable, "-m", "ddp.run", "-np", str(np), *launcher_args, sys.executable,
+                   str(WORKERS / worker), *map(str, args)]
+        result = subprocess.run(command, env=job_env, cwd=str(tmp_path), capture_output=True,
+                                text=True, timeout=timeout)
+        if check and result.returncode != 0:
+            pytest.fail(f"{worker} on {np} ranks exited {result.returncode}\n--- stdout\n"
+                        f"{result.stdout}\n--- stderr\n{result.stderr}")
+        return result
+
+    return run

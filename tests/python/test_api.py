@@ -1,0 +1,97 @@
+"""The Python API (numpy/buffers and torch) and DistributedOptimizer, in real multi-rank jobs.
+
+Each test runs a worker under ddprun; the workers check every rank's results against numpy/torch
+references and exit non-zero on the first mismatch, naming it."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import WORKERS
+
+EXAMPLES = WORKERS.parents[2] / "examples" / "pytorch"
+
+
+@pytest.mark.parametrize("np", [1, 2, 3])
+def test_numpy_api_every_dtype_and_op(run_job, np):
+    result = run_job(np, "api_numpy.py")
+    assert result.stdout.count(": ok") == np
+
+
+@pytest.mark.parametrize("np", [1, 3])
+def test_torch_api_every_dtype_and_op(run_job, np):
+    result = run_job(np, "api_torch.py")
+    assert result.stdout.count(": ok") == np
+
+
+@pytest.mark.parametrize("mode", ["plain", "fp16", "passes", "join", "predivide", "adam"])
+def test_distributed_optimizer_matches_single_process_training(run_job, mode):
+    result = run_job(3, "optimizer.py", mode)
+    assert result.stdout.count(f"{mode} ok") == 3
+
+
+def test_import_without_init_has_clear_errors(ddp_env):
+    code = ("import ddp, numpy\n"
+            "assert not ddp.is_initialized()\n"
+            "for f in (ddp.rank, ddp.barrier, lambda: ddp.allgather(numpy.ones(2)),\n"
+            "          lambda: ddp.broadcast_object(1)):\n"
+            "    try:\n"
+            "        f()\n"
+            "    except ddp.DDPError as e:\n"
+            "        assert 'before ddp.init()' in str(e), e\n"
+            "    else:\n"
+            "        raise SystemExit('no error')\n"
+            "print('ok')\n")
+    env = {k: v for k, v in ddp_env.items() if not k.startswith(("DDP_", "OMPI_", "PMI"))}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr
+
+
+def test_init_errors_name_the_variable(ddp_env):
+    env = {k: v for k, v in ddp_env.items() if not k.startswith(("DDP_", "OMPI_", "PMI"))}
+    env.update(DDP_RANK="0", DDP_SIZE="2")  # no token
+    result = subprocess.run([sys.executable, "-c", "import ddp; ddp.init()"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "DDPError" in result.stderr and "DDP_JOB_TOKEN" in result.stderr, result.stderr
+    env.update(DDP_JOB_TOKEN="0123456789abcdef", DDP_TRANSPORT="carrier-pigeon")
+    result = subprocess.run([sys.executable, "-c", "import ddp; ddp.init()"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert "DDP_TRANSPORT" in result.stderr, result.stderr
+
+
+def test_start_timeout_names_the_missing_rank(run_job):
+    # Rank 1 never calls init(): rank 0 gives up after --start-timeout, naming it, and the
+    # launcher stops rank 1 and fails.
+    result = run_job(2, "start_timeout.py", launcher_args=["--start-timeout", "3"], timeout=90,
+                     check=False)
+    assert result.returncode == 1, result.stderr
+    assert "ddprun: rank 0 exited with status 1" in result.stderr, result.stderr
+    assert "DDPError" in result.stderr and "rank" in result.stderr, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_script_runs_unchanged_under_mpirun(ddp_env, tmp_path):
+    env = dict(ddp_env, DDP_JOB_TOKEN="mpirun-test-token-0123", DDP_RENDEZVOUS_PORT="29531",
+               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    for key in [k for k in env if k.startswith("DDP_") and k not in
+                ("DDP_JOB_TOKEN", "DDP_RENDEZVOUS_PORT")]:
+        del env[key]
+    result = subprocess.run(
+        ["mpirun", "-np", "2", "-x", "DDP_JOB_TOKEN", "-x", "DDP_RENDEZVOUS_PORT", "-x",
+         "PYTHONPATH", sys.executable, str(WORKERS / "api_numpy.py")],
+        env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "rank 0: ok" in result.stdout and "rank 1: ok" in result.stdout
+
+
+@pytest.mark.skipif(os.environ.get("DDP_SKIP_DEMO") == "1", reason="DDP_SKIP_DEMO=1")
+def test_demo_reaches_97_percent_on_4_ranks(run_job, tmp_path):
+    checkpoint = tmp_path / "digits.pt"
+    result = run_job(4, str(EXAMPLES / "train_digits.py"), "--target-accuracy", "0.97",
+                     "--checkpoint", checkpoint, timeout=300)
+    assert "final test accuracy" in result.stdout and checkpoint.exists(), result.stdout
