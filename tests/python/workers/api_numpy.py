@@ -2,6 +2,8 @@
 every rank's (reproducible) inputs. Run on N ranks; exits non-zero on the first mismatch."""
 import array
 import sys
+import threading
+import time
 
 import numpy as np
 
@@ -104,6 +106,32 @@ def main():
     for i, n in enumerate(names):
         check(n, ddp.synchronize(handles[n]), np.full(100 + i, size * i + size * (size - 1) / 2),
               np.float32)
+
+    # The GIL is released while waiting: rank 0 waits for "gil" in a thread, and rank 1 only
+    # submits "gil" after rank 0's main thread (which needs the GIL) has run Python code and
+    # broadcast "go". Holding the GIL while waiting would deadlock this (the job then times out).
+    if size > 1:
+        waiting = threading.Event()
+        result = {}
+
+        def waiter():
+            handle = ddp.allreduce_async(np.ones(3), name="gil", op=ddp.Sum)
+            waiting.set()
+            result["gil"] = ddp.synchronize(handle)
+
+        if rank == 0:
+            thread = threading.Thread(target=waiter)
+            thread.start()
+            waiting.wait()
+            time.sleep(0.2)  # the thread is inside synchronize() by now
+            busy = sum(i * i for i in range(200000))  # Python work on the main thread
+            ddp.broadcast(np.array([busy], np.int64), 0, name="go")
+            thread.join()
+            check("gil", result["gil"], np.full(3, size), np.float64)
+        else:
+            ddp.broadcast(np.zeros(1, np.int64), 0, name="go")
+            check("gil", ddp.allreduce(np.ones(3), name="gil", op=ddp.Sum), np.full(3, size),
+                  np.float64)
 
     # Scale factors.
     got = ddp.allreduce(np.ones(5, np.float32), op=ddp.Sum, prescale_factor=2.0,
