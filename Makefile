@@ -11,7 +11,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang-format clang-tidy
 
-.PHONY: all deps venv build demo test test-python test-fast test-slow sanitize asan tsan bench install clean format
+.PHONY: all deps venv build demo test test-python test-pip test-fast test-slow sanitize asan tsan bench install clean format
 
 all: build
 
@@ -48,15 +48,21 @@ build: deps venv $(BUILD)/build.ninja
 demo: build
 	$(VENV)/bin/ddprun -np 4 $(VENV)/bin/python examples/pytorch/train_digits.py
 
-# Every test: the full suite (fast and slow labels), then ASan/UBSan and TSan builds.
+# Every test: the C++ suite (fast and slow labels), the Python suite, `pip install .` from
+# scratch, then ASan/UBSan and TSan builds of the C++ suite.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800
 	$(MAKE) test-python
+	$(MAKE) test-pip
 	$(MAKE) sanitize
 
 # The Python package, ddp.torch, ddprun and the demo: real multi-process jobs (pytest).
 test-python: build
 	$(VENV)/bin/python -m pytest -q tests/python
+
+# `pip install .` from scratch in a clean virtual environment, then a 2-rank job (about 6 min).
+test-pip: deps
+	tests/pip_install_test.sh
 
 test-fast: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
@@ -69,14 +75,14 @@ sanitize: asan tsan
 
 asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
-	  -DDDP_BUILD_BENCHMARKS=OFF
+	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && DDP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L fast
 
 tsan: deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_SANITIZE=thread \
-	  -DDDP_BUILD_BENCHMARKS=OFF
+	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && DDP_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
 	  ctest --output-on-failure -j $(JOBS) -L fast

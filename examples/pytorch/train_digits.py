@@ -97,11 +97,11 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
     ddp.broadcast_parameters(model.state_dict(), root_rank=0)
     ddp.broadcast_optimizer_state(optimizer, root_rank=0)
-    # Cosine decay to zero over the run: the last epochs settle instead of bouncing.
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.epochs)
     compression = ddp.Compression.fp16 if args.fp16_allreduce else ddp.Compression.none
     optimizer = ddp.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                          compression=compression)
+    # Cosine decay to zero over the run: the last epochs settle instead of bouncing.
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, args.epochs)
     # Every rank runs the same number of steps per epoch (shards differ by at most one sample).
     steps = len(y_train) // size // args.batch_size
     if rank == 0:

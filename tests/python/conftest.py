@@ -1,6 +1,7 @@
 """Fixtures shared by the Python tests."""
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -34,8 +35,22 @@ def run_job(ddp_env, tmp_path):
         job_env = dict(ddp_env, **(env or {}))
         command = [sys.executable, "-m", "ddp.run", "-np", str(np), *launcher_args, sys.executable,
                    str(WORKERS / worker), *map(str, args)]
-        result = subprocess.run(command, env=job_env, cwd=str(tmp_path), capture_output=True,
-                                text=True, timeout=timeout)
+        launcher = subprocess.Popen(command, env=job_env, cwd=str(tmp_path), text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            stdout, stderr = launcher.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            # A hung job: Ctrl-C the launcher so that it stops its ranks (which run in their own
+            # sessions) instead of leaving them behind, then fail with what they printed.
+            launcher.send_signal(signal.SIGINT)
+            try:
+                stdout, stderr = launcher.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                stdout, stderr = launcher.communicate()
+            pytest.fail(f"{worker} on {np} ranks did not finish in {timeout} s\n--- stdout\n"
+                        f"{stdout}\n--- stderr\n{stderr}")
+        result = subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
         if check and result.returncode != 0:
             pytest.fail(f"{worker} on {np} ranks exited {result.returncode}\n--- stdout\n"
                         f"{result.stdout}\n--- stderr\n{result.stderr}")

@@ -13,6 +13,7 @@ engine, so ranks may submit in different orders. Errors are ddp.DDPError with th
 
 import atexit
 import pickle
+import sys
 
 import numpy as np
 
@@ -40,6 +41,19 @@ cross_size = _ddp.cross_size
 
 atexit.register(_ddp.shutdown)
 
+
+def _shutdown_on_uncaught_exception(hook):
+    """An exception that ends the main thread leaves the job at once: otherwise a non-daemon
+    thread still waiting on a collective would keep the process (and the job) alive, since
+    Python joins such threads before it runs atexit handlers."""
+    def excepthook(*args):
+        hook(*args)
+        _ddp.shutdown()
+    return excepthook
+
+
+sys.excepthook = _shutdown_on_uncaught_exception(sys.excepthook)
+
 _NUMPY_CODES = {
     np.dtype(np.float32): _ops.F32,
     np.dtype(np.float64): _ops.F64,
@@ -52,34 +66,35 @@ _NUMPY_CODES = {
 _CODE_DTYPES = {code: dtype for dtype, code in _NUMPY_CODES.items()}
 
 
-def _as_array(x, what, name):
+def _as_array(x, what, label):
     if isinstance(x, np.ndarray):
         return x
     try:
         return np.asarray(memoryview(x))  # any buffer-protocol object, viewed in place
     except TypeError:
-        raise error(f"ddp.{what}: '{name}' is a {type(x).__name__}, not a numpy array or an "
+        raise error(f"ddp.{what}: {label} is a {type(x).__name__}, not a numpy array or an "
                        f"object with the buffer protocol (for torch tensors use ddp.torch)"
                        ) from None
 
 
 class _NumpyAdapter:
     @staticmethod
-    def describe(x, what, name, writable):
-        array = _as_array(x, what, name)
+    def describe(x, what, label, writable):
+        array = _as_array(x, what, label)
         code = _NUMPY_CODES.get(array.dtype) if array.dtype.isnative else None
         if code is None:
-            raise error(f"ddp.{what}: '{name}' has dtype {array.dtype}, which libddp does not "
-                           f"reduce (supported: float32, float64, float16, int8, uint8, int32, "
-                           f"int64; bfloat16 through ddp.torch)")
+            raise error(f"ddp.{what}: {label} has dtype {array.dtype}, which libddp does not "
+                        f"reduce (supported: float32, float64, float16, int8, uint8, int32, "
+                        f"int64; bfloat16 through ddp.torch)")
         if not array.flags.c_contiguous:
-            raise error(f"ddp.{what}: '{name}' is not contiguous (shape {array.shape}, strides "
-                           f"{array.strides}); pass numpy.ascontiguousarray(x)")
+            raise error(f"ddp.{what}: {label} is not contiguous (shape {array.shape}, strides "
+                        f"{array.strides}); pass numpy.ascontiguousarray(x)")
         if not array.flags.aligned:
-            raise error(f"ddp.{what}: '{name}' is not aligned to its element size")
+            raise error(f"ddp.{what}: {label} is not aligned to its element size")
         if writable and not array.flags.writeable:
-            raise error(f"ddp.{what}: '{name}' is read-only and this operation writes to it")
-        return array.__array_interface__["data"][0], code, array.shape
+            raise error(f"ddp.{what}: {label} is read-only and this operation writes to it")
+        # The array holds the buffer export: a bytearray cannot be resized while it is alive.
+        return _ops.Buffer(array.__array_interface__["data"][0], code, array.shape, array)
 
     @staticmethod
     def empty_like(x):
@@ -92,6 +107,10 @@ class _NumpyAdapter:
     @staticmethod
     def view(native, code, shape):
         return np.frombuffer(native, dtype=_CODE_DTYPES[code]).reshape(shape)
+
+    @staticmethod
+    def check(buffers, name):
+        del buffers, name  # exported buffers cannot move
 
 
 _numpy = _ops.Ops(_NumpyAdapter)

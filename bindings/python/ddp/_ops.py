@@ -7,6 +7,7 @@ tensor (allreduce without the trailing underscore, broadcast), and the engine-al
 allgather, alltoall and reducescatter are returned as views of the engine's memory.
 """
 
+import collections
 import enum
 import itertools
 import threading
@@ -30,6 +31,10 @@ F32, F64, F16, BF16, I8, U8, I32, I64 = range(8)
 DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
 
 WORLD = 0  # the process set of every rank
+
+# A tensor as the engine sees it; `owner` keeps its memory alive (and, for buffer-protocol
+# objects, exported, so that they cannot be resized) until the operation has finished.
+Buffer = collections.namedtuple("Buffer", "address code shape owner")
 
 
 def error(message, code="INVALID_ARGUMENT"):
@@ -87,7 +92,8 @@ def check_scale(value, what, which):
 
 class Handle:
     """An operation in flight. ddp.synchronize(handle) / handle.wait() returns its result;
-    ddp.poll(handle) / handle.poll() says whether it has finished."""
+    ddp.poll(handle) / handle.poll() says whether it has finished. Dropping a handle does not
+    cancel the operation: its buffers stay alive until it finishes."""
 
     __slots__ = ("_native", "_finish", "_result", "_done", "__weakref__")
 
@@ -105,9 +111,9 @@ class Handle:
         return self._done or self._native.poll()
 
     def wait(self, timeout=None):
-        """Blocks (without the GIL) until finished and returns the result; raises DDPError with
-        the engine's message if the operation failed, or DEADLINE_EXCEEDED after `timeout`
-        seconds (the operation goes on)."""
+        """Blocks (without the GIL; Ctrl-C interrupts it) until finished and returns the result.
+        Raises DDPError with the engine's message if the operation failed, or TimeoutError if
+        `timeout` seconds pass first (the operation goes on; wait again)."""
         if not self._done:
             self._native.wait(timeout)
             self._result = self._finish(self._native)
@@ -132,15 +138,30 @@ def poll(handle):
     return handle.poll()
 
 
+def _label(name):
+    """How error messages call a tensor before it has its (automatic) name."""
+    return name if isinstance(name, str) and name else "the input"
+
+
 class Ops:
     """The collectives over one adapter. The adapter provides:
-      describe(x, what, writable) -> (address, dtype code, shape tuple)
+      describe(x, what, label, writable) -> Buffer (address, dtype code, shape, owner: what keeps
+        the memory alive and in place while the engine uses it)
       empty_like(x), copy(x)
       view(native_handle, code, shape) -> a tensor viewing the handle's output
+      check(buffers, name) -> raises if a tensor's memory moved while the operation ran
+    Automatic names are drawn only once the arguments have been checked, so a rejected call does
+    not put this rank's later unnamed calls out of step with the other ranks'.
     """
 
     def __init__(self, adapter):
         self.a = adapter
+
+    def _handle(self, native, buffers, result):
+        def finish(h):
+            self.a.check(buffers, h.name)
+            return result(h)
+        return Handle(native, finish)
 
     # allreduce ---------------------------------------------------------------------------------
     def allreduce_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
@@ -150,16 +171,16 @@ class Ops:
         op = check_op(op, what)
         pre = check_scale(prescale_factor, what, "prescale_factor")
         post = check_scale(postscale_factor, what, "postscale_factor")
-        name = auto_name("allreduce", name)
-        address, code, shape = self.a.describe(x, what, name, writable=inplace)
+        src = self.a.describe(x, what, _label(name), writable=inplace)
         if inplace:
-            out, out_address = x, address
+            out, dst = x, src
         else:
             out = self.a.empty_like(x) if output is None else output
-            out_address = self.a.describe(out, what, name, writable=True)[0]
-        native = _ddp.allreduce_async(name, address, out_address, code, list(shape), int(op), pre,
-                                      post, process_set, (x, out))
-        return Handle(native, lambda _: out)
+            dst = self.a.describe(out, what, _label(name), writable=True)
+        name = auto_name("allreduce", name)
+        native = _ddp.allreduce_async(name, src.address, dst.address, src.code, list(src.shape),
+                                      int(op), pre, post, process_set, (src.owner, dst.owner))
+        return self._handle(native, (src, dst), lambda _: out)
 
     def allreduce(self, x, **kwargs):
         return self.allreduce_async(x, **kwargs).wait()
@@ -174,62 +195,68 @@ class Ops:
         xs = list(xs)
         if not xs:
             raise error(f"ddp.{what}: needs at least one tensor")
-        name = auto_name("grouped_allreduce", name)
-        members, outs, code = [], [], None
+        buffers, outs, code = [], [], None
         for i, x in enumerate(xs):
-            member = f"{name}.{i}"
-            address, c, shape = self.a.describe(x, what, member, writable=inplace)
-            if code is not None and c != code:
-                raise error(f"ddp.{what}: every tensor of group '{name}' must have the same "
-                               f"dtype ({DTYPE_NAMES[code]} and {DTYPE_NAMES[c]} given)")
-            code = c
+            label = f"{_label(name)}[{i}]"
+            src = self.a.describe(x, what, label, writable=inplace)
+            if code is not None and src.code != code:
+                raise error(f"ddp.{what}: every tensor of a group must have the same dtype "
+                            f"({DTYPE_NAMES[code]} and {DTYPE_NAMES[src.code]} given)")
+            code = src.code
             out = x if inplace else self.a.empty_like(x)
-            out_address = address if inplace else self.a.describe(out, what, member, True)[0]
-            members.append((member, address, out_address, list(shape)))
+            dst = src if inplace else self.a.describe(out, what, label, True)
+            buffers.append((src, dst))
             outs.append(out)
+        name = auto_name("grouped_allreduce", name)
+        members = [(f"{name}.{i}", src.address, dst.address, list(src.shape))
+                   for i, (src, dst) in enumerate(buffers)]
+        owners = [(src.owner, dst.owner) for src, dst in buffers]
         native = _ddp.grouped_allreduce_async(name, members, code, int(op), pre, post,
-                                              process_set, (xs, outs))
-        return Handle(native, lambda _: outs)
+                                              process_set, owners)
+        return self._handle(native, [b for pair in buffers for b in pair], lambda _: outs)
 
     # broadcast ---------------------------------------------------------------------------------
     def broadcast_async(self, x, root_rank, name=None, process_set=WORLD, inplace=False):
         what = "broadcast_" if inplace else "broadcast"
         require_init(what + "_async")
         check_root(root_rank, process_set, what)
-        name = auto_name("broadcast", name)
+        self.a.describe(x, what, _label(name), writable=inplace)  # checks before copying
         out = x if inplace else self.a.copy(x)
-        address, code, shape = self.a.describe(out, what, name, writable=True)
-        native = _ddp.broadcast_async(name, address, code, list(shape), root_rank, process_set,
-                                      out)
-        return Handle(native, lambda _: out)
+        buf = self.a.describe(out, what, _label(name), writable=True)
+        name = auto_name("broadcast", name)
+        native = _ddp.broadcast_async(name, buf.address, buf.code, list(buf.shape), root_rank,
+                                      process_set, buf.owner)
+        return self._handle(native, (buf,), lambda _: out)
 
     def broadcast(self, x, root_rank, **kwargs):
         return self.broadcast_async(x, root_rank, **kwargs).wait()
 
     # engine-allocated outputs ------------------------------------------------------------------
-    def _check_rank1(self, shape, what, name):
-        if len(shape) == 0:
-            raise error(f"ddp.{what}: tensor '{name}' is a scalar; it needs at least one "
-                           f"dimension (the one that is split or concatenated)")
+    def _input(self, x, what, name):
+        buf = self.a.describe(x, what, _label(name), writable=False)
+        if len(buf.shape) == 0:
+            raise error(f"ddp.{what}: {_label(name)} is a scalar; it needs at least one "
+                        f"dimension (the one that is split or concatenated)")
+        return buf
 
     def allgather_async(self, x, name=None, process_set=WORLD):
         require_init("allgather_async")
+        buf = self._input(x, "allgather", name)
         name = auto_name("allgather", name)
-        address, code, shape = self.a.describe(x, "allgather", name, writable=False)
-        self._check_rank1(shape, "allgather", name)
-        native = _ddp.allgather_async(name, address, code, list(shape), process_set, x)
-        return Handle(native, lambda h: self.a.view(h, code, h.output_shape))
+        native = _ddp.allgather_async(name, buf.address, buf.code, list(buf.shape), process_set,
+                                      buf.owner)
+        return self._handle(native, (buf,), lambda h: self.a.view(h, buf.code, h.output_shape))
 
     def allgather(self, x, **kwargs):
         return self.allgather_async(x, **kwargs).wait()
 
     def alltoall_async(self, x, name=None, process_set=WORLD):
         require_init("alltoall_async")
+        buf = self._input(x, "alltoall", name)
         name = auto_name("alltoall", name)
-        address, code, shape = self.a.describe(x, "alltoall", name, writable=False)
-        self._check_rank1(shape, "alltoall", name)
-        native = _ddp.alltoall_async(name, address, code, list(shape), process_set, x)
-        return Handle(native, lambda h: self.a.view(h, code, h.output_shape))
+        native = _ddp.alltoall_async(name, buf.address, buf.code, list(buf.shape), process_set,
+                                     buf.owner)
+        return self._handle(native, (buf,), lambda h: self.a.view(h, buf.code, h.output_shape))
 
     def alltoall(self, x, **kwargs):
         return self.alltoall_async(x, **kwargs).wait()
@@ -240,12 +267,11 @@ class Ops:
         op = check_op(op, "reducescatter")
         pre = check_scale(prescale_factor, "reducescatter", "prescale_factor")
         post = check_scale(postscale_factor, "reducescatter", "postscale_factor")
+        buf = self._input(x, "reducescatter", name)
         name = auto_name("reducescatter", name)
-        address, code, shape = self.a.describe(x, "reducescatter", name, writable=False)
-        self._check_rank1(shape, "reducescatter", name)
-        native = _ddp.reducescatter_async(name, address, code, list(shape), int(op), pre, post,
-                                          process_set, x)
-        return Handle(native, lambda h: self.a.view(h, code, h.output_shape))
+        native = _ddp.reducescatter_async(name, buf.address, buf.code, list(buf.shape), int(op),
+                                          pre, post, process_set, buf.owner)
+        return self._handle(native, (buf,), lambda h: self.a.view(h, buf.code, h.output_shape))
 
     def reducescatter(self, x, **kwargs):
         return self.reducescatter_async(x, **kwargs).wait()

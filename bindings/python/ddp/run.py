@@ -263,7 +263,9 @@ class _Job:
         if threading.current_thread() is not threading.main_thread():
             return {}
         previous = {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
+        # SIGHUP too (a closed terminal or ssh session): the ranks run in their own sessions and
+        # would not get it, so they would outlive the launcher.
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             handler = signal.signal(signum, lambda s, _: self._events.put(("signal", s, None)))
             if handler is not None:
                 previous[signum] = handler
@@ -313,11 +315,12 @@ class _Job:
                 if second != 0 and self._code is None:
                     self._fail(first, second)
                     deadline = time.monotonic() + GRACE_SECONDS
-            elif self._code is None:  # the first SIGINT/SIGTERM to the launcher
+            elif self._code is None:  # the first SIGINT/SIGTERM/SIGHUP to the launcher
                 self._code = 128 + first
-                verb = "interrupted" if first == signal.SIGINT else "terminated"
+                verb = {signal.SIGINT: "interrupted", signal.SIGHUP: "hung up"}.get(first,
+                                                                                 "terminated")
                 self.say(f"{verb}, stopping {_ranks(len(self._alive))}")
-                self._signal(first)
+                self._signal(signal.SIGTERM if first == signal.SIGHUP else first)
                 deadline = time.monotonic() + GRACE_SECONDS
             else:  # a second signal: no more waiting
                 self._signal(signal.SIGKILL)

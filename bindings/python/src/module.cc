@@ -11,6 +11,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -34,6 +35,7 @@ namespace py = pybind11;
 namespace {
 
 PyObject* g_ddp_error = nullptr;  // ddp.DDPError, created at import
+uint64_t g_barriers = 0;          // names of barriers (guarded by the GIL)
 
 [[noreturn]] void Raise(const absl::Status& status) {
   std::string message(status.message());
@@ -52,6 +54,7 @@ void ThrowIfError(const absl::Status& status) {
 // so that a concurrent shutdown() cannot free it under them.
 std::mutex g_mu;
 std::shared_ptr<ddp::Context> g_context;
+std::mutex g_init_mu;  // one init() at a time, held across the rendezvous (without the GIL)
 
 std::shared_ptr<ddp::Context> Current(const char* what) {
   std::lock_guard<std::mutex> lock(g_mu);
@@ -63,6 +66,11 @@ std::shared_ptr<ddp::Context> Current(const char* what) {
 }
 
 void Init() {
+  std::unique_lock<std::mutex> init_lock(g_init_mu, std::defer_lock);
+  {
+    py::gil_scoped_release release;
+    init_lock.lock();
+  }
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_context != nullptr) return;
@@ -77,15 +85,63 @@ void Init() {
   if (g_context == nullptr) g_context = std::move(*created);
 }
 
+// Waits for `handle` without the GIL, in slices, so that Ctrl-C (a pending signal) interrupts
+// the wait with KeyboardInterrupt instead of being held until the peers answer. `timeout` < 0:
+// forever. Returns the operation's status, or nullopt when the timeout expired first.
+std::optional<absl::Status> WaitInterruptibly(const ddp::Handle& handle, double timeout) {
+  const absl::Duration slice = absl::Milliseconds(100);
+  const absl::Time deadline =
+      timeout < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout);
+  while (true) {
+    absl::Status status;
+    bool finished;
+    {
+      py::gil_scoped_release release;
+      status =
+          handle.WaitFor(std::min(slice, std::max(deadline - absl::Now(), absl::ZeroDuration())));
+      finished = handle.Poll();
+    }
+    if (finished) return status;
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
+    if (absl::Now() >= deadline) return std::nullopt;
+  }
+}
+
+// Handles dropped while their operation was still running: their buffers must stay alive until
+// it finishes, but dropping a handle must not block (the operation may wait for peers for a
+// long time). Kept here and swept on every submission and at shutdown. Guarded by the GIL.
+struct Orphan {
+  ddp::Handle handle;
+  py::object keep;
+  std::shared_ptr<ddp::Context> context;
+};
+std::vector<Orphan>* g_orphans = new std::vector<Orphan>();  // never freed: outlives the module
+
+void SweepOrphans() {
+  auto& orphans = *g_orphans;
+  orphans.erase(std::remove_if(orphans.begin(), orphans.end(),
+                               [](const Orphan& o) { return o.handle.Poll(); }),
+                orphans.end());
+}
+
 void Shutdown() {
+  std::unique_lock<std::mutex> init_lock(g_init_mu, std::defer_lock);
+  {
+    py::gil_scoped_release release;
+    init_lock.lock();
+  }
   std::shared_ptr<ddp::Context> context;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     context = std::move(g_context);
   }
   if (context == nullptr) return;
+  {
+    py::gil_scoped_release release;
+    context->Shutdown().IgnoreError();  // fails whatever is still pending
+  }
+  SweepOrphans();
   py::gil_scoped_release release;
-  context->Shutdown().IgnoreError();
   context.reset();  // joins the engine thread and closes connections without the GIL
 }
 
@@ -115,26 +171,28 @@ class PyHandle {
   PyHandle(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context)
       : handle_(std::move(handle)), keep_(std::move(keep)), context_(std::move(context)) {}
 
-  // Dropping a handle whose operation is still running must not free buffers the engine is
-  // using, so the destructor waits for it (the engine always finishes an operation: with its
-  // result, an error, or a timeout).
+  // Dropping a handle whose operation is still running must not free the buffers the engine is
+  // using: they are handed to the orphan list until the operation finishes.
   ~PyHandle() {
     if (handle_.valid() && !handle_.Poll()) {
-      py::gil_scoped_release release;
-      handle_.Wait().IgnoreError();
+      g_orphans->push_back({std::move(handle_), std::move(keep_), std::move(context_)});
     }
   }
 
   bool Poll() const { return handle_.Poll(); }
 
-  // Waits (without the GIL) and raises DDPError on failure. timeout in seconds, None = forever.
+  // Waits (without the GIL; Ctrl-C interrupts it) and raises DDPError if the operation failed,
+  // or TimeoutError if `timeout` seconds passed first (the operation goes on).
   void Wait(std::optional<double> timeout) {
-    absl::Status status;
-    {
-      py::gil_scoped_release release;
-      status = timeout ? handle_.WaitFor(absl::Seconds(*timeout)) : handle_.Wait();
+    std::optional<absl::Status> status = WaitInterruptibly(handle_, timeout ? *timeout : -1);
+    if (!status) {
+      PyErr_SetString(PyExc_TimeoutError,
+                      absl::StrCat("'", handle_.name(), "' has not finished after ", *timeout,
+                                   " s; it is still running")
+                          .c_str());
+      throw py::error_already_set();
     }
-    ThrowIfError(status);
+    ThrowIfError(*status);
   }
 
   std::string name() const { return handle_.name(); }
@@ -157,7 +215,10 @@ class PyHandle {
 
   // Drops the references to the buffers once the result has been taken.
   void Release() {
-    if (handle_.Poll()) keep_ = py::none();
+    if (handle_.Poll()) {
+      keep_ = py::none();
+      context_.reset();  // an output may outlive the context; it belongs to the handle's state
+    }
   }
 
  private:
@@ -169,6 +230,7 @@ class PyHandle {
 using HandlePtr = std::unique_ptr<PyHandle>;
 
 HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context) {
+  SweepOrphans();
   return std::make_unique<PyHandle>(std::move(handle), std::move(keep), std::move(context));
 }
 
@@ -226,12 +288,11 @@ PYBIND11_MODULE(_ddp, m) {
 
   m.def("barrier", [] {
     auto context = Current("barrier");
-    absl::Status status;
-    {
-      py::gil_scoped_release release;
-      status = context->Barrier();
-    }
-    ThrowIfError(status);
+    // Through the engine (an agreed allreduce of nothing) so that the wait can be interrupted.
+    ddp::Handle handle =
+        context->engine().AllreduceAsync(absl::StrCat("barrier.", g_barriers++), nullptr, nullptr,
+                                         ddp::DataType::kUInt8, {0}, ddp::ReduceOp::kSum);
+    ThrowIfError(*WaitInterruptibly(handle, -1));
   });
 
   m.def(

@@ -21,28 +21,33 @@ _TORCH_CODES = {
 _CODE_DTYPES = {code: dtype for dtype, code in _TORCH_CODES.items()}
 
 
+def _storage(t):
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
+
 class _TorchAdapter:
     @staticmethod
-    def describe(t, what, name, writable):
+    def describe(t, what, label, writable):
         del writable  # torch tensors are always writable
         if not isinstance(t, torch.Tensor):
-            raise error(f"ddp.torch.{what}: '{name}' is a {type(t).__name__}, not a torch.Tensor "
+            raise error(f"ddp.torch.{what}: {label} is a {type(t).__name__}, not a torch.Tensor "
                         f"(for numpy arrays use ddp)")
         if t.layout != torch.strided:
-            raise error(f"ddp.torch.{what}: '{name}' is a {t.layout} tensor; only dense tensors "
+            raise error(f"ddp.torch.{what}: {label} is a {t.layout} tensor; only dense tensors "
                         f"are supported")
         if t.device.type != "cpu":
-            raise error(f"ddp.torch.{what}: '{name}' is on {t.device}; this build of libddp "
+            raise error(f"ddp.torch.{what}: {label} is on {t.device}; this build of libddp "
                         f"reduces CPU tensors only (GPU tensors need the NCCL backend)")
         code = _TORCH_CODES.get(t.dtype)
         if code is None:
-            raise error(f"ddp.torch.{what}: '{name}' has dtype {t.dtype}, which libddp does not "
+            raise error(f"ddp.torch.{what}: {label} has dtype {t.dtype}, which libddp does not "
                         f"reduce (supported: float32, float64, float16, bfloat16, int8, uint8, "
                         f"int32, int64)")
         if not t.is_contiguous():
-            raise error(f"ddp.torch.{what}: '{name}' is not contiguous (shape {tuple(t.shape)}, "
+            raise error(f"ddp.torch.{what}: {label} is not contiguous (shape {tuple(t.shape)}, "
                         f"stride {t.stride()}); pass t.contiguous()")
-        return t.data_ptr(), code, tuple(t.shape)
+        # The storage too: t.set_() during the operation must not free the memory in use.
+        return _ops.Buffer(t.data_ptr(), code, tuple(t.shape), (t, _storage(t)))
 
     @staticmethod
     def empty_like(t):
@@ -56,6 +61,23 @@ class _TorchAdapter:
     def view(native, code, shape):
         raw = torch.from_numpy(np.frombuffer(native, dtype=np.uint8))
         return raw.view(_CODE_DTYPES[code]).reshape(shape)
+
+    @staticmethod
+    def check(buffers, name):
+        for buf in buffers:
+            if buf.owner[0].data_ptr() != buf.address:
+                raise error(f"ddp.torch: the memory of '{name}' was replaced (set_, resize_) while "
+                            f"the operation ran; its result went to the old memory",
+                            "FAILED_PRECONDITION")
+
+
+def _no_grad_input(tensor, what):
+    """Only allreduce is differentiable: refuse to cut the graph silently."""
+    tensors = tensor if isinstance(tensor, (list, tuple)) else [tensor]
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in tensors):
+        raise error(f"ddp.torch.{what} is not differentiable (only allreduce is); pass a "
+                    f"detached tensor (t.detach()) or call it under torch.no_grad()")
 
 
 _torch = _ops.Ops(_TorchAdapter)
@@ -111,6 +133,7 @@ def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fac
 
 def grouped_allreduce_async(tensors, name=None, op=Average, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=0):
+    _no_grad_input(tensors, "grouped_allreduce")
     return _torch.grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
                                           process_set)
 
@@ -134,6 +157,7 @@ def grouped_allreduce_(tensors, op=Average, name=None, prescale_factor=1.0,
 
 
 def allgather_async(tensor, name=None, process_set=0):
+    _no_grad_input(tensor, "allgather")
     return _torch.allgather_async(tensor, name, process_set)
 
 
@@ -142,6 +166,7 @@ def allgather(tensor, name=None, process_set=0):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=0):
+    _no_grad_input(tensor, "broadcast")
     return _torch.broadcast_async(tensor, root_rank, name, process_set)
 
 
@@ -159,6 +184,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=0):
 
 def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
                         process_set=0):
+    _no_grad_input(tensor, "reducescatter")
     return _torch.reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
                                       process_set)
 
@@ -170,6 +196,7 @@ def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_
 
 
 def alltoall_async(tensor, name=None, process_set=0):
+    _no_grad_input(tensor, "alltoall")
     return _torch.alltoall_async(tensor, name, process_set)
 
 

@@ -7,7 +7,9 @@ backward passes are accumulated locally and reduced once.
 """
 
 import contextlib
+import itertools
 import warnings
+import weakref
 
 import torch
 
@@ -15,6 +17,11 @@ from .. import _ddp, _ops, broadcast_object
 from .._ops import ReduceOp, error
 from . import functions
 from .compression import Compression
+
+
+# Optimizers are numbered in creation order (the same on every rank) so that two of them (a GAN's
+# generator and discriminator) never submit gradients under the same names.
+_instances = itertools.count()
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -29,21 +36,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._op = op
         self._predivide = gradient_predivide_factor
         self._process_set = process_set
+        instance = next(_instances)
+        self._prefix = "grad." if instance == 0 else f"opt{instance}.grad."
         self._names = self._parameter_names(named_parameters)
-        self._params = [p for group in self.param_groups for p in group["params"]
-                        if p.requires_grad]
-        self._delay = {p: self._passes for p in self._params}
+        self._params = []  # the parameters with a gradient hook, in a rank-independent order
+        self._delay = {}
         # p -> None (accumulating locally) or (handle, compression context, reduced tensor)
         self._handles = {}
         self._synchronized = False
         self._should_synchronize = True
         self._hooks = []
-        self._register_hooks()
+        self._register_hooks(p for group in self.param_groups for p in group["params"])
 
     def _parameter_names(self, named_parameters):
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is None:
-            return {p: f"grad.noname.{i}" for i, p in enumerate(all_params)}
+            return {p: f"{self._prefix}noname.{i}" for i, p in enumerate(all_params)}
         named = list(named_parameters)
         if any(not isinstance(item, tuple) or len(item) != 2 for item in named):
             raise error("DistributedOptimizer: named_parameters must be an iterable of "
@@ -53,7 +61,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         if duplicates:
             raise error(f"DistributedOptimizer: parameter names must be unique; repeated: "
                         f"{', '.join(duplicates)}")
-        by_param = {p: f"grad.{name}" for name, p in named}
+        by_param = {p: f"{self._prefix}{name}" for name, p in named}
         unnamed = [i for i, p in enumerate(all_params) if p not in by_param]
         if unnamed:
             raise error(f"DistributedOptimizer: named_parameters does not name {len(unnamed)} "
@@ -61,27 +69,61 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         f"named_parameters() of the model the optimizer was built from")
         return by_param
 
-    def _register_hooks(self):
+    def _register_hooks(self, params):
+        with torch.enable_grad():  # expand_as needs autograd even if built under no_grad()
+            for p in params:
+                if not p.requires_grad or p in self._delay:
+                    continue
+                self._params.append(p)
+                self._delay[p] = self._passes
+                if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch >= 2.1
+                    self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+                else:
+                    # The node that accumulates p's gradient; its hook runs once p.grad is final.
+                    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+                    self._hooks.append(accumulator.register_hook(self._make_hook(p)))
+                    self._hooks.append(accumulator)  # keeps the node (and its hook) alive
+
+    def remove_hooks(self):
+        """Stops submitting gradients (the hooks of PyTorch >= 2.1 live on the parameters)."""
+        for hook in self._hooks:
+            if hasattr(hook, "remove"):
+                hook.remove()
+        self._hooks = []
+
+    def add_param_group(self, param_group):
+        super(self.__class__, self).add_param_group(param_group)
+        if hasattr(self, "_hooks"):  # not while the base class's __init__ adds the first groups
+            params = self.param_groups[-1]["params"]
+            offset = len(self._names)
+            for i, p in enumerate(params):
+                self._names.setdefault(p, f"{self._prefix}noname.{offset + i}")
+            self._register_hooks(params)
+
+    def load_state_dict(self, state_dict):
+        self._handles.clear()
         for p in self._params:
-            if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch >= 2.1
-                self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
-            else:
-                # The node that accumulates p's gradient; its hook runs once p.grad is final.
-                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                self._hooks.append(accumulator.register_hook(self._make_hook(p)))
-                self._hooks.append(accumulator)  # keeps the node (and its hook) alive
+            self._delay[p] = self._passes
+        return super(self.__class__, self).load_state_dict(state_dict)
 
     def _make_hook(self, p):
+        owner = weakref.ref(self)  # a hook on a parameter must not keep the optimizer alive
+
         def hook(*_):
-            if self._handles.get(p) is not None and self._delay[p] <= 0:
-                raise error(
-                    f"DistributedOptimizer: the gradient of '{self._names[p]}' was computed "
-                    f"more than backward_passes_per_step={self._passes} times before step(); "
-                    f"raise backward_passes_per_step to accumulate gradients locally",
-                    "FAILED_PRECONDITION")
-            self._delay[p] -= 1
-            self._handles[p] = self._submit(p) if self._delay[p] == 0 else None
+            optimizer = owner()
+            if optimizer is not None:
+                optimizer._on_gradient(p)
         return hook
+
+    def _on_gradient(self, p):
+        if self._handles.get(p) is not None and self._delay[p] <= 0:
+            raise error(
+                f"DistributedOptimizer: the gradient of '{self._names[p]}' was computed "
+                f"more than backward_passes_per_step={self._passes} times before step(); "
+                f"raise backward_passes_per_step to accumulate gradients locally",
+                "FAILED_PRECONDITION")
+        self._delay[p] -= 1
+        self._handles[p] = self._submit(p) if self._delay[p] == 0 else None
 
     def _submit(self, p):
         if p.grad is None:
@@ -100,9 +142,19 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Waits for every gradient's reduction (submitting the ones no hook submitted: unused
-        parameters, or fewer than backward_passes_per_step passes)."""
+        parameters, or fewer than backward_passes_per_step passes). A parameter that had no
+        gradient on this rank contributes zeros, so every rank applies the same update."""
+        hooked = set(self._delay)
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None and p.requires_grad and p not in hooked:
+                    raise error(
+                        f"DistributedOptimizer: '{self._names.get(p, '?')}' has a gradient but "
+                        f"no reduction hook (it did not require grad when the optimizer was "
+                        f"wrapped); its ranks would diverge. Wrap the optimizer after setting "
+                        f"requires_grad.", "FAILED_PRECONDITION")
         for p in self._params:
-            if self._handles.get(p) is None:
+            if self._handles.get(p) is None and p.requires_grad:
                 self._handles[p] = self._submit(p)
         first_error = None
         for p, (handle, ctx, tensor) in self._handles.items():
@@ -185,8 +237,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                dict(_DistributedOptimizer.__dict__))
     wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
                   op, predivide, process_set)
-    if optimizer.state:  # e.g. momentum restored from a checkpoint before wrapping
-        wrapped.load_state_dict(optimizer.state_dict())
+    # Share the original's state (e.g. momentum restored from a checkpoint) and defaults (used
+    # by add_param_group); param_groups are already the same dicts, so LR schedulers built on
+    # the original keep working.
+    wrapped.state = optimizer.state
+    wrapped.defaults = optimizer.defaults
     return wrapped
 
 
@@ -218,4 +273,10 @@ def broadcast_optimizer_state(optimizer, root_rank=0):
     state = broadcast_object(optimizer.state_dict() if _ddp.rank() == root_rank else None,
                              root_rank)
     if _ddp.rank() != root_rank:
+        # load_state_dict replaces the param_group dicts; keep the existing ones (LR schedulers
+        # and the wrapped optimizer hold them) and copy the values in.
+        groups = optimizer.param_groups
         optimizer.load_state_dict(state)
+        for old, new in zip(groups, optimizer.param_groups):
+            old.update(new)
+        optimizer.param_groups = groups
