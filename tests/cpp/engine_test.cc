@@ -122,8 +122,12 @@ TEST_P(EngineMixed, RandomOrdersMixedDtypesAndCacheHitsFromTheSecondStep) {
     CHECK_OK(Expect(
         s.cache_misses == cases.size() && s.cache_hits == 3 * cases.size(),
         absl::StrCat("after 4 steps: ", s.cache_hits, " hits, ", s.cache_misses, " misses")));
-    CHECK_OK(Expect(s.fused_tensors > 0 && s.collectives < s.tensors,
-                    absl::StrCat(s.collectives, " collectives for ", s.tensors, " tensors")));
+    // Alone, a rank's engine may run each tensor before the next is even filled (a loaded
+    // machine makes that likely), so fusion is only required where peers make tensors wait.
+    if (ctx.size() > 1) {
+      CHECK_OK(Expect(s.fused_tensors > 0 && s.collectives < s.tensors,
+                      absl::StrCat(s.collectives, " collectives for ", s.tensors, " tensors")));
+    }
     return absl::OkStatus();
   });
   EXPECT_FALSE(job.hung) << job.Summary();
