@@ -175,7 +175,9 @@ class TorchDdpBackend:
 
     def wrap(self, model, optimizer):
         # DistributedDataParallel broadcasts rank 0's parameters and buffers when it is built.
-        model = nn.parallel.DistributedDataParallel(model)
+        # broadcast_buffers=False: like ddp (and Horovod), no buffer broadcast before every
+        # forward, so both backends exchange the same bytes per step.
+        model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
         if self.args.fp16_allreduce:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)
