@@ -112,102 +112,34 @@ class _NumpyAdapter:
     def check(buffers, name):
         del buffers, name  # exported buffers cannot move
 
+    @staticmethod
+    def refuse_grad(xs, what):
+        del xs, what  # numpy has no autograd
+
 
 _numpy = _ops.Ops(_NumpyAdapter)
 
 
-def allreduce_async(x, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=0):
-    """Starts an allreduce into a new array; ddp.synchronize(handle) returns it."""
-    return _numpy.allreduce_async(x, name, op, prescale_factor, postscale_factor, process_set)
-
-
-def allreduce_async_(x, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=0):
-    """Starts an in-place allreduce of x; ddp.synchronize(handle) returns x."""
-    return _numpy.allreduce_async(x, name, op, prescale_factor, postscale_factor, process_set,
-                                  inplace=True)
-
-
-def allreduce(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=0):
-    """op over all ranks of x, as a new array (Average by default, like Horovod)."""
-    return allreduce_async(x, name, op, prescale_factor, postscale_factor, process_set).wait()
-
-
-def allreduce_(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=0):
-    """In-place allreduce; returns x."""
-    return allreduce_async_(x, name, op, prescale_factor, postscale_factor, process_set).wait()
-
-
-def grouped_allreduce_async(xs, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                            process_set=0):
-    """Reduces a list of same-dtype arrays as one unit (one negotiation, one fused collective)."""
-    return _numpy.grouped_allreduce_async(xs, name, op, prescale_factor, postscale_factor,
-                                          process_set)
-
-
-def grouped_allreduce(xs, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                      process_set=0):
-    return grouped_allreduce_async(xs, name, op, prescale_factor, postscale_factor,
-                                   process_set).wait()
-
-
-def allgather_async(x, name=None, process_set=0):
-    return _numpy.allgather_async(x, name, process_set)
-
-
-def allgather(x, name=None, process_set=0):
-    """Concatenation of every rank's x along the first dimension (which may differ by rank)."""
-    return _numpy.allgather(x, name=name, process_set=process_set)
-
-
-def broadcast_async(x, root_rank, name=None, process_set=0):
-    return _numpy.broadcast_async(x, root_rank, name, process_set)
-
-
-def broadcast_async_(x, root_rank, name=None, process_set=0):
-    return _numpy.broadcast_async(x, root_rank, name, process_set, inplace=True)
-
-
-def broadcast(x, root_rank, name=None, process_set=0):
-    """root_rank's x, as a new array on every rank."""
-    return broadcast_async(x, root_rank, name, process_set).wait()
-
-
-def broadcast_(x, root_rank, name=None, process_set=0):
-    """Overwrites x with root_rank's x; returns x."""
-    return broadcast_async_(x, root_rank, name, process_set).wait()
-
-
-def reducescatter_async(x, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                        process_set=0):
-    return _numpy.reducescatter_async(x, name, op, prescale_factor, postscale_factor,
-                                      process_set)
-
-
-def reducescatter(x, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                  process_set=0):
-    """Reduces x over ranks and returns this rank's rows of the first dimension (the first
-    shape[0] % size ranks get one row more)."""
-    return reducescatter_async(x, name, op, prescale_factor, postscale_factor,
-                               process_set).wait()
-
-
-def alltoall_async(x, name=None, process_set=0):
-    return _numpy.alltoall_async(x, name, process_set)
-
-
-def alltoall(x, name=None, process_set=0):
-    """Splits x's first dimension into size() equal blocks, sends block j to rank j; returns the
-    blocks received, rank i's first."""
-    return alltoall_async(x, name, process_set).wait()
-
-
-def barrier():
-    """Returns once every rank has called barrier()."""
-    _ddp.barrier()
+# The collectives: one implementation for every kind of tensor (see _ops.Ops).
+allreduce = _numpy.allreduce
+allreduce_ = _numpy.allreduce_
+allreduce_async = _numpy.allreduce_async
+allreduce_async_ = _numpy.allreduce_async_
+grouped_allreduce = _numpy.grouped_allreduce
+grouped_allreduce_ = _numpy.grouped_allreduce_
+grouped_allreduce_async = _numpy.grouped_allreduce_async
+grouped_allreduce_async_ = _numpy.grouped_allreduce_async_
+allgather = _numpy.allgather
+allgather_async = _numpy.allgather_async
+broadcast = _numpy.broadcast
+broadcast_ = _numpy.broadcast_
+broadcast_async = _numpy.broadcast_async
+broadcast_async_ = _numpy.broadcast_async_
+reducescatter = _numpy.reducescatter
+reducescatter_async = _numpy.reducescatter_async
+alltoall = _numpy.alltoall
+alltoall_async = _numpy.alltoall_async
+barrier = _ops.barrier
 
 
 def join():
@@ -261,7 +193,8 @@ __all__ = [
     "DDPError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "init",
     "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
     "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "grouped_allreduce", "grouped_allreduce_async", "allgather", "allgather_async", "broadcast",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async",
     "alltoall", "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
     "engine_stats", "broadcast_object", "allgather_object",

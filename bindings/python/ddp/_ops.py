@@ -144,12 +144,14 @@ def _label(name):
 
 
 class Ops:
-    """The collectives over one adapter. The adapter provides:
+    """The public collectives over one adapter; `ddp` and `ddp.torch` export these bound methods
+    as their module-level functions. The adapter provides:
       describe(x, what, label, writable) -> Buffer (address, dtype code, shape, owner: what keeps
         the memory alive and in place while the engine uses it)
       empty_like(x), copy(x)
       view(native_handle, code, shape) -> a tensor viewing the handle's output
       check(buffers, name) -> raises if a tensor's memory moved while the operation ran
+      refuse_grad(xs, what) -> raises where a result would silently leave an autograd graph
     Automatic names are drawn only once the arguments have been checked, so a rejected call does
     not put this rank's later unnamed calls out of step with the other ranks'.
     """
@@ -163,36 +165,58 @@ class Ops:
             return result(h)
         return Handle(native, finish)
 
+    @staticmethod
+    def _scales(what, prescale_factor, postscale_factor):
+        return (check_scale(prescale_factor, what, "prescale_factor"),
+                check_scale(postscale_factor, what, "postscale_factor"))
+
     # allreduce ---------------------------------------------------------------------------------
-    def allreduce_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=WORLD, inplace=False, output=None):
+    def _allreduce(self, x, name, op, prescale_factor, postscale_factor, process_set, inplace):
         what = "allreduce_" if inplace else "allreduce"
         require_init(what + "_async")
         op = check_op(op, what)
-        pre = check_scale(prescale_factor, what, "prescale_factor")
-        post = check_scale(postscale_factor, what, "postscale_factor")
+        pre, post = self._scales(what, prescale_factor, postscale_factor)
         src = self.a.describe(x, what, _label(name), writable=inplace)
         if inplace:
             out, dst = x, src
         else:
-            out = self.a.empty_like(x) if output is None else output
+            out = self.a.empty_like(x)
             dst = self.a.describe(out, what, _label(name), writable=True)
         name = auto_name("allreduce", name)
         native = _ddp.allreduce_async(name, src.address, dst.address, src.code, list(src.shape),
                                       int(op), pre, post, process_set, (src.owner, dst.owner))
         return self._handle(native, (src, dst), lambda _: out)
 
-    def allreduce(self, x, **kwargs):
-        return self.allreduce_async(x, **kwargs).wait()
+    def allreduce_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=WORLD):
+        """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
+        return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set, False)
 
-    def grouped_allreduce_async(self, xs, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
-                                postscale_factor=1.0, process_set=WORLD, inplace=False):
+    def allreduce_async_(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
+                         postscale_factor=1.0, process_set=WORLD):
+        """Starts an in-place allreduce of x; synchronize(handle) returns x."""
+        return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set, True)
+
+    def allreduce(self, x, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
+                  postscale_factor=1.0, process_set=WORLD):
+        """op over all ranks of x, as a new tensor (Average by default, like Horovod)."""
+        return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
+                               False).wait()
+
+    def allreduce_(self, x, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
+                   postscale_factor=1.0, process_set=WORLD):
+        """In-place allreduce; returns x."""
+        return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
+                               True).wait()
+
+    def _grouped(self, xs, name, op, prescale_factor, postscale_factor, process_set, inplace):
         what = "grouped_allreduce_" if inplace else "grouped_allreduce"
         require_init(what + "_async")
-        op = check_op(op, what)
-        pre = check_scale(prescale_factor, what, "prescale_factor")
-        post = check_scale(postscale_factor, what, "postscale_factor")
         xs = list(xs)
+        if not inplace:
+            self.a.refuse_grad(xs, what)
+        op = check_op(op, what)
+        pre, post = self._scales(what, prescale_factor, postscale_factor)
         if not xs:
             raise error(f"ddp.{what}: needs at least one tensor")
         buffers, outs, code = [], [], None
@@ -215,10 +239,32 @@ class Ops:
                                               process_set, owners)
         return self._handle(native, [b for pair in buffers for b in pair], lambda _: outs)
 
+    def grouped_allreduce_async(self, xs, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
+                                postscale_factor=1.0, process_set=WORLD):
+        """Reduces a list of same-dtype tensors as one unit (one negotiation, one fused
+        collective) into new tensors."""
+        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, False)
+
+    def grouped_allreduce_async_(self, xs, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
+                                 postscale_factor=1.0, process_set=WORLD):
+        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, True)
+
+    def grouped_allreduce(self, xs, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
+                          postscale_factor=1.0, process_set=WORLD):
+        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set,
+                             False).wait()
+
+    def grouped_allreduce_(self, xs, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
+                           postscale_factor=1.0, process_set=WORLD):
+        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set,
+                             True).wait()
+
     # broadcast ---------------------------------------------------------------------------------
-    def broadcast_async(self, x, root_rank, name=None, process_set=WORLD, inplace=False):
+    def _broadcast(self, x, root_rank, name, process_set, inplace):
         what = "broadcast_" if inplace else "broadcast"
         require_init(what + "_async")
+        if not inplace:
+            self.a.refuse_grad([x], what)
         check_root(root_rank, process_set, what)
         self.a.describe(x, what, _label(name), writable=inplace)  # checks before copying
         out = x if inplace else self.a.copy(x)
@@ -228,50 +274,70 @@ class Ops:
                                       process_set, buf.owner)
         return self._handle(native, (buf,), lambda _: out)
 
-    def broadcast(self, x, root_rank, **kwargs):
-        return self.broadcast_async(x, root_rank, **kwargs).wait()
+    def broadcast_async(self, x, root_rank, name=None, process_set=WORLD):
+        return self._broadcast(x, root_rank, name, process_set, False)
 
-    # engine-allocated outputs ------------------------------------------------------------------
-    def _input(self, x, what, name):
-        buf = self.a.describe(x, what, _label(name), writable=False)
+    def broadcast_async_(self, x, root_rank, name=None, process_set=WORLD):
+        return self._broadcast(x, root_rank, name, process_set, True)
+
+    def broadcast(self, x, root_rank, name=None, process_set=WORLD):
+        """root_rank's x, as a new tensor on every rank."""
+        return self._broadcast(x, root_rank, name, process_set, False).wait()
+
+    def broadcast_(self, x, root_rank, name=None, process_set=WORLD):
+        """Overwrites x with root_rank's x; returns x."""
+        return self._broadcast(x, root_rank, name, process_set, True).wait()
+
+    # engine-allocated outputs: allgather, alltoall, reducescatter ------------------------------
+    def _engine_output(self, kind, x, name, submit):
+        """Checks x, names the call and submits it with submit(name, buffer); the result views
+        the engine's output."""
+        require_init(kind + "_async")
+        self.a.refuse_grad([x], kind)
+        buf = self.a.describe(x, kind, _label(name), writable=False)
         if len(buf.shape) == 0:
-            raise error(f"ddp.{what}: {_label(name)} is a scalar; it needs at least one "
+            raise error(f"ddp.{kind}: {_label(name)} is a scalar; it needs at least one "
                         f"dimension (the one that is split or concatenated)")
-        return buf
+        native = submit(auto_name(kind, name), buf)
+        return self._handle(native, (buf,), lambda h: self.a.view(h, buf.code, h.output_shape))
 
     def allgather_async(self, x, name=None, process_set=WORLD):
-        require_init("allgather_async")
-        buf = self._input(x, "allgather", name)
-        name = auto_name("allgather", name)
-        native = _ddp.allgather_async(name, buf.address, buf.code, list(buf.shape), process_set,
-                                      buf.owner)
-        return self._handle(native, (buf,), lambda h: self.a.view(h, buf.code, h.output_shape))
+        return self._engine_output("allgather", x, name, lambda n, b: _ddp.allgather_async(
+            n, b.address, b.code, list(b.shape), process_set, b.owner))
 
-    def allgather(self, x, **kwargs):
-        return self.allgather_async(x, **kwargs).wait()
+    def allgather(self, x, name=None, process_set=WORLD):
+        """Concatenation of every rank's x along the first dimension (which may differ by
+        rank)."""
+        return self.allgather_async(x, name, process_set).wait()
 
     def alltoall_async(self, x, name=None, process_set=WORLD):
-        require_init("alltoall_async")
-        buf = self._input(x, "alltoall", name)
-        name = auto_name("alltoall", name)
-        native = _ddp.alltoall_async(name, buf.address, buf.code, list(buf.shape), process_set,
-                                     buf.owner)
-        return self._handle(native, (buf,), lambda h: self.a.view(h, buf.code, h.output_shape))
+        return self._engine_output("alltoall", x, name, lambda n, b: _ddp.alltoall_async(
+            n, b.address, b.code, list(b.shape), process_set, b.owner))
 
-    def alltoall(self, x, **kwargs):
-        return self.alltoall_async(x, **kwargs).wait()
+    def alltoall(self, x, name=None, process_set=WORLD):
+        """Splits x's first dimension into size() equal blocks, sends block j to rank j; returns
+        the blocks received, rank i's first."""
+        return self.alltoall_async(x, name, process_set).wait()
 
     def reducescatter_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=WORLD):
-        require_init("reducescatter_async")
         op = check_op(op, "reducescatter")
-        pre = check_scale(prescale_factor, "reducescatter", "prescale_factor")
-        post = check_scale(postscale_factor, "reducescatter", "postscale_factor")
-        buf = self._input(x, "reducescatter", name)
-        name = auto_name("reducescatter", name)
-        native = _ddp.reducescatter_async(name, buf.address, buf.code, list(buf.shape), int(op),
-                                          pre, post, process_set, buf.owner)
-        return self._handle(native, (buf,), lambda h: self.a.view(h, buf.code, h.output_shape))
+        pre, post = self._scales("reducescatter", prescale_factor, postscale_factor)
+        return self._engine_output("reducescatter", x, name, lambda n, b: _ddp.reducescatter_async(
+            n, b.address, b.code, list(b.shape), int(op), pre, post, process_set, b.owner))
 
-    def reducescatter(self, x, **kwargs):
-        return self.reducescatter_async(x, **kwargs).wait()
+    def reducescatter(self, x, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=WORLD):
+        """Reduces x over ranks and returns this rank's rows of the first dimension (the first
+        shape[0] % size ranks get one row more)."""
+        return self.reducescatter_async(x, name, op, prescale_factor, postscale_factor,
+                                        process_set).wait()
+
+
+def barrier():
+    """Returns once every rank has called barrier(): an agreed empty allreduce through the engine,
+    so that the wait honours Ctrl-C like every other."""
+    require_init("barrier")
+    native = _ddp.allreduce_async(auto_name("barrier", None), 0, 0, U8, [0],
+                                  int(ReduceOp.SUM), 1.0, 1.0, WORLD, None)
+    Handle(native, lambda _: None).wait()

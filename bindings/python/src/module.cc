@@ -35,7 +35,6 @@ namespace py = pybind11;
 namespace {
 
 PyObject* g_ddp_error = nullptr;  // ddp.DDPError, created at import
-uint64_t g_barriers = 0;          // names of barriers (guarded by the GIL)
 
 [[noreturn]] void Raise(const absl::Status& status) {
   std::string message(status.message());
@@ -285,15 +284,6 @@ PYBIND11_MODULE(_ddp, m) {
   m.def("cross_rank", [] { return Current("cross_rank")->cross_rank(); });
   m.def("cross_size", [] { return Current("cross_size")->cross_size(); });
   m.def("dtype_size", [](int code) { return ddp::DataTypeSize(ToType(code)); });
-
-  m.def("barrier", [] {
-    auto context = Current("barrier");
-    // Through the engine (an agreed allreduce of nothing) so that the wait can be interrupted.
-    ddp::Handle handle =
-        context->engine().AllreduceAsync(absl::StrCat("barrier.", g_barriers++), nullptr, nullptr,
-                                         ddp::DataType::kUInt8, {0}, ddp::ReduceOp::kSum);
-    ThrowIfError(*WaitInterruptibly(handle, -1));
-  });
 
   m.def(
       "allreduce_async",

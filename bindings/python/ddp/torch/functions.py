@@ -70,14 +70,13 @@ class _TorchAdapter:
                             f"the operation ran; its result went to the old memory",
                             "FAILED_PRECONDITION")
 
-
-def _no_grad_input(tensor, what):
-    """Only allreduce is differentiable: refuse to cut the graph silently."""
-    tensors = tensor if isinstance(tensor, (list, tuple)) else [tensor]
-    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
-                                       for t in tensors):
-        raise error(f"ddp.torch.{what} is not differentiable (only allreduce is); pass a "
-                    f"detached tensor (t.detach()) or call it under torch.no_grad()")
+    @staticmethod
+    def refuse_grad(tensors, what):
+        """Only allreduce is differentiable: refuse to cut the graph silently."""
+        if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                           for t in tensors):
+            raise error(f"ddp.torch.{what} is not differentiable (only allreduce is); pass a "
+                        f"detached tensor (t.detach()) or call it under torch.no_grad()")
 
 
 _torch = _ops.Ops(_TorchAdapter)
@@ -102,16 +101,23 @@ class _AllreduceFunction(torch.autograd.Function):
         return reduced, None, None, None, None, None
 
 
-def allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=0):
-    return _torch.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                                  process_set)
-
-
-def allreduce_async_(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=0):
-    return _torch.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                                  process_set, inplace=True)
+allreduce_async = _torch.allreduce_async
+allreduce_async_ = _torch.allreduce_async_
+allreduce_ = _torch.allreduce_
+grouped_allreduce = _torch.grouped_allreduce
+grouped_allreduce_ = _torch.grouped_allreduce_
+grouped_allreduce_async = _torch.grouped_allreduce_async
+grouped_allreduce_async_ = _torch.grouped_allreduce_async_
+allgather = _torch.allgather
+allgather_async = _torch.allgather_async
+broadcast = _torch.broadcast
+broadcast_ = _torch.broadcast_
+broadcast_async = _torch.broadcast_async
+broadcast_async_ = _torch.broadcast_async_
+reducescatter = _torch.reducescatter
+reducescatter_async = _torch.reducescatter_async
+alltoall = _torch.alltoall
+alltoall_async = _torch.alltoall_async
 
 
 def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -120,87 +126,4 @@ def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fact
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         return _AllreduceFunction.apply(tensor, _ops.auto_name("allreduce", name), op,
                                         prescale_factor, postscale_factor, process_set)
-    return allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                           process_set).wait()
-
-
-def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=0):
-    """In place (writes the tensor's storage, not tracked by autograd); returns tensor."""
-    return allreduce_async_(tensor, name, op, prescale_factor, postscale_factor,
-                            process_set).wait()
-
-
-def grouped_allreduce_async(tensors, name=None, op=Average, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=0):
-    _no_grad_input(tensors, "grouped_allreduce")
-    return _torch.grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
-                                          process_set)
-
-
-def grouped_allreduce_async_(tensors, name=None, op=Average, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=0):
-    return _torch.grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
-                                          process_set, inplace=True)
-
-
-def grouped_allreduce(tensors, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                      process_set=0):
-    return grouped_allreduce_async(tensors, name, op, prescale_factor, postscale_factor,
-                                   process_set).wait()
-
-
-def grouped_allreduce_(tensors, op=Average, name=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=0):
-    return grouped_allreduce_async_(tensors, name, op, prescale_factor, postscale_factor,
-                                    process_set).wait()
-
-
-def allgather_async(tensor, name=None, process_set=0):
-    _no_grad_input(tensor, "allgather")
-    return _torch.allgather_async(tensor, name, process_set)
-
-
-def allgather(tensor, name=None, process_set=0):
-    return allgather_async(tensor, name, process_set).wait()
-
-
-def broadcast_async(tensor, root_rank, name=None, process_set=0):
-    _no_grad_input(tensor, "broadcast")
-    return _torch.broadcast_async(tensor, root_rank, name, process_set)
-
-
-def broadcast_async_(tensor, root_rank, name=None, process_set=0):
-    return _torch.broadcast_async(tensor, root_rank, name, process_set, inplace=True)
-
-
-def broadcast(tensor, root_rank, name=None, process_set=0):
-    return broadcast_async(tensor, root_rank, name, process_set).wait()
-
-
-def broadcast_(tensor, root_rank, name=None, process_set=0):
-    return broadcast_async_(tensor, root_rank, name, process_set).wait()
-
-
-def reducescatter_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                        process_set=0):
-    _no_grad_input(tensor, "reducescatter")
-    return _torch.reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
-                                      process_set)
-
-
-def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                  process_set=0):
-    return reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
-                               process_set).wait()
-
-
-def alltoall_async(tensor, name=None, process_set=0):
-    _no_grad_input(tensor, "alltoall")
-    return _torch.alltoall_async(tensor, name, process_set)
-
-
-def alltoall(tensor, name=None, process_set=0):
-    return alltoall_async(tensor, name, process_set).wait()
-
-
+    return _torch.allreduce(tensor, op, name, prescale_factor, postscale_factor, process_set)

@@ -40,7 +40,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._prefix = "grad." if instance == 0 else f"opt{instance}.grad."
         self._names = self._parameter_names(named_parameters)
         self._params = []  # the parameters with a gradient hook, in a rank-independent order
-        self._delay = {}
+        self._delay = {}  # their backward passes left before the reduction (keys: hooked params)
         # p -> None (accumulating locally) or (handle, compression context, reduced tensor)
         self._handles = {}
         self._synchronized = False
@@ -144,10 +144,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         """Waits for every gradient's reduction (submitting the ones no hook submitted: unused
         parameters, or fewer than backward_passes_per_step passes). A parameter that had no
         gradient on this rank contributes zeros, so every rank applies the same update."""
-        hooked = set(self._delay)
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is not None and p.requires_grad and p not in hooked:
+                if p.grad is not None and p.requires_grad and p not in self._delay:
                     raise error(
                         f"DistributedOptimizer: '{self._names.get(p, '?')}' has a gradient but "
                         f"no reduction hook (it did not require grad when the optimizer was "
