@@ -216,11 +216,16 @@ def main():
     if size > 1:
         expect_error("alltoall split", lambda: ddp.alltoall(np.ones(size + 1)), "alltoall")
     expect_error("handle", lambda: ddp.synchronize(42), "expected a ddp handle")
-    # The same name twice while the first is in flight: only rank 0 submits it twice so the
-    # second fails at once and the first completes once every rank has submitted.
-    first = ddp.allreduce_async(np.ones(4), name="dup", op=ddp.Sum)
-    if rank == 0 and size > 1:  # alone, the first one may already have finished
-        expect_error("duplicate", lambda: ddp.allreduce(np.ones(4), name="dup"), "dup")
+    # The same name twice while the first is in flight: rank 0 submits it twice (the second
+    # fails at once) before the others submit it at all, so the first cannot have finished.
+    if rank == 0:
+        first = ddp.allreduce_async(np.ones(4), name="dup", op=ddp.Sum)
+        if size > 1:
+            expect_error("duplicate", lambda: ddp.allreduce(np.ones(4), name="dup"), "dup")
+        ddp.broadcast(np.zeros(1), 0, name="dup.tried")
+    else:
+        ddp.broadcast(np.zeros(1), 0, name="dup.tried")
+        first = ddp.allreduce_async(np.ones(4), name="dup", op=ddp.Sum)
     check("dup first", ddp.synchronize(first), np.full(4, size), np.float64)
     # Ranks that disagree on a tensor's shape all get an error naming the ranks.
     if size > 1:
