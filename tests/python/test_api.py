@@ -95,3 +95,18 @@ def test_demo_reaches_97_percent_on_4_ranks(run_job, tmp_path):
     result = run_job(4, str(EXAMPLES / "train_digits.py"), "--target-accuracy", "0.97",
                      "--checkpoint", checkpoint, timeout=300)
     assert "final test accuracy" in result.stdout and checkpoint.exists(), result.stdout
+
+
+def _gpus():
+    try:
+        import torch
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except ImportError:
+        return 0
+
+
+@pytest.mark.skipif(_gpus() == 0, reason="no GPU here (CUDA tensors go through NCCL on a GPU)")
+def test_torch_cuda_tensors_through_nccl(run_job):
+    """One rank per GPU (NCCL allows no more): a 1-GPU machine runs it as a 1-rank job."""
+    result = run_job(min(_gpus(), 4), "api_cuda.py", timeout=600)
+    assert "cuda api ok" in result.stdout

@@ -34,7 +34,10 @@ WORLD = 0  # the process set of every rank
 
 # A tensor as the engine sees it; `owner` keeps its memory alive (and, for buffer-protocol
 # objects, exported, so that they cannot be resized) until the operation has finished.
-Buffer = collections.namedtuple("Buffer", "address code shape owner")
+# device: -1 for CPU memory, else the CUDA device ordinal; stream: the cudaStream_t (as an int)
+# the tensor was produced on, which the collective waits for.
+Buffer = collections.namedtuple("Buffer", "address code shape owner device stream",
+                                defaults=(-1, 0))
 
 
 def error(message, code="INVALID_ARGUMENT"):
@@ -184,7 +187,8 @@ class Ops:
             dst = self.a.describe(out, what, _label(name), writable=True)
         name = auto_name("allreduce", name)
         native = _ddp.allreduce_async(name, src.address, dst.address, src.code, list(src.shape),
-                                      int(op), pre, post, process_set, (src.owner, dst.owner))
+                                      int(op), pre, post, process_set, (src.owner, dst.owner),
+                                      src.device, src.stream)
         return self._handle(native, (src, dst), lambda _: out)
 
     def allreduce_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
@@ -226,6 +230,8 @@ class Ops:
             if code is not None and src.code != code:
                 raise error(f"ddp.{what}: every tensor of a group must have the same dtype "
                             f"({DTYPE_NAMES[code]} and {DTYPE_NAMES[src.code]} given)")
+            if buffers and src.device != buffers[0][0].device:
+                raise error(f"ddp.{what}: every tensor of a group must be on the same device")
             code = src.code
             out = x if inplace else self.a.empty_like(x)
             dst = src if inplace else self.a.describe(out, what, label, True)
@@ -235,8 +241,9 @@ class Ops:
         members = [(f"{name}.{i}", src.address, dst.address, list(src.shape))
                    for i, (src, dst) in enumerate(buffers)]
         owners = [(src.owner, dst.owner) for src, dst in buffers]
+        first = buffers[0][0]
         native = _ddp.grouped_allreduce_async(name, members, code, int(op), pre, post,
-                                              process_set, owners)
+                                              process_set, owners, first.device, first.stream)
         return self._handle(native, [b for pair in buffers for b in pair], lambda _: outs)
 
     def grouped_allreduce_async(self, xs, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
@@ -271,7 +278,7 @@ class Ops:
         buf = self.a.describe(out, what, _label(name), writable=True)
         name = auto_name("broadcast", name)
         native = _ddp.broadcast_async(name, buf.address, buf.code, list(buf.shape), root_rank,
-                                      process_set, buf.owner)
+                                      process_set, buf.owner, buf.device, buf.stream)
         return self._handle(native, (buf,), lambda _: out)
 
     def broadcast_async(self, x, root_rank, name=None, process_set=WORLD):
@@ -303,7 +310,7 @@ class Ops:
 
     def allgather_async(self, x, name=None, process_set=WORLD):
         return self._engine_output("allgather", x, name, lambda n, b: _ddp.allgather_async(
-            n, b.address, b.code, list(b.shape), process_set, b.owner))
+            n, b.address, b.code, list(b.shape), process_set, b.owner, b.device, b.stream))
 
     def allgather(self, x, name=None, process_set=WORLD):
         """Concatenation of every rank's x along the first dimension (which may differ by
@@ -312,7 +319,7 @@ class Ops:
 
     def alltoall_async(self, x, name=None, process_set=WORLD):
         return self._engine_output("alltoall", x, name, lambda n, b: _ddp.alltoall_async(
-            n, b.address, b.code, list(b.shape), process_set, b.owner))
+            n, b.address, b.code, list(b.shape), process_set, b.owner, b.device, b.stream))
 
     def alltoall(self, x, name=None, process_set=WORLD):
         """Splits x's first dimension into size() equal blocks, sends block j to rank j; returns
@@ -324,7 +331,8 @@ class Ops:
         op = check_op(op, "reducescatter")
         pre, post = self._scales("reducescatter", prescale_factor, postscale_factor)
         return self._engine_output("reducescatter", x, name, lambda n, b: _ddp.reducescatter_async(
-            n, b.address, b.code, list(b.shape), int(op), pre, post, process_set, b.owner))
+            n, b.address, b.code, list(b.shape), int(op), pre, post, process_set, b.owner,
+            b.device, b.stream))
 
     def reducescatter(self, x, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=WORLD):

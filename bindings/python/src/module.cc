@@ -29,6 +29,7 @@
 #include "ddp/options.h"
 #include "ddp/types.h"
 #include "ddp/version.h"
+#include "nccl/device.h"
 
 namespace py = pybind11;
 
@@ -161,6 +162,11 @@ ddp::ReduceOp ToOp(int code) {
 }
 
 const void* Ptr(uintptr_t address) { return reinterpret_cast<const void*>(address); }
+// -1: CPU memory; else a CUDA device ordinal and the stream (cudaStream_t) it was produced on.
+ddp::Device ToDevice(int device, uintptr_t stream) {
+  if (device < 0) return ddp::Device::Cpu();
+  return ddp::Device::Cuda(device, reinterpret_cast<void*>(stream));
+}
 void* MutablePtr(uintptr_t address) { return reinterpret_cast<void*>(address); }
 
 // An operation in flight, seen from Python. Owns references to the buffers it reads and writes
@@ -196,6 +202,13 @@ class PyHandle {
 
   std::string name() const { return handle_.name(); }
   std::vector<int64_t> output_shape() const { return handle_.output_shape(); }
+  // Engine-allocated outputs of CUDA tensors live on the GPU: where, and at which address (for
+  // __cuda_array_interface__; the memory belongs to this handle).
+  int output_device() const { return handle_.output_device(); }
+  uintptr_t output_address() const {
+    return reinterpret_cast<uintptr_t>(handle_.Poll() ? handle_.output() : nullptr);
+  }
+  size_t output_bytes() const { return handle_.Poll() ? handle_.output_bytes() : 0; }
   int join_last_rank() const { return handle_.join_last_rank(); }
 
   // The engine-allocated output (allgather, alltoall, reduce-scatter) as a writable byte buffer;
@@ -204,6 +217,11 @@ class PyHandle {
     if (!handle_.Poll()) {
       Raise(absl::FailedPreconditionError(
           absl::StrCat("the output of '", handle_.name(), "' is not ready: synchronize first")));
+    }
+    if (handle_.output_device() >= 0) {
+      Raise(absl::FailedPreconditionError(absl::StrCat(
+          "the output of '", handle_.name(), "' is in GPU memory (cuda:", handle_.output_device(),
+          "), not a host buffer")));
     }
     void* data = handle_.mutable_output();
     auto bytes = static_cast<py::ssize_t>(handle_.output_bytes());
@@ -284,27 +302,33 @@ PYBIND11_MODULE(_ddp, m) {
   m.def("cross_rank", [] { return Current("cross_rank")->cross_rank(); });
   m.def("cross_size", [] { return Current("cross_size")->cross_size(); });
   m.def("dtype_size", [](int code) { return ddp::DataTypeSize(ToType(code)); });
+  m.def(
+      "nccl_built", [] { return ddp::nccl::Built(); },
+      "True when libddp's NCCL backend (libddp_nccl.so) loads: CUDA tensors can be reduced.");
+  m.def("nccl_version", [] { return ddp::nccl::VersionString(); });
 
   m.def(
       "allreduce_async",
       [](std::string name, uintptr_t input, uintptr_t output, int dtype, std::vector<int64_t> shape,
-         int op, double prescale, double postscale, int process_set, py::object keep) {
+         int op, double prescale, double postscale, int process_set, py::object keep, int device,
+         uintptr_t stream) {
         auto context = Current("allreduce");
         auto handle = context->engine().AllreduceAsync(
             std::move(name), Ptr(input), MutablePtr(output), ToType(dtype), std::move(shape),
-            ToOp(op), prescale, postscale, process_set);
+            ToOp(op), prescale, postscale, process_set, ToDevice(device, stream));
         return Wrap(std::move(handle), std::move(keep), std::move(context));
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
       py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("process_set"),
-      py::arg("keep"));
+      py::arg("keep"), py::arg("device") = -1, py::arg("stream") = 0);
 
   m.def("grouped_allreduce_async", [](std::string group,
                                       std::vector<std::tuple<std::string, uintptr_t, uintptr_t,
                                                              std::vector<int64_t>>>
                                           members,
                                       int dtype, int op, double prescale, double postscale,
-                                      int process_set, py::object keep) {
+                                      int process_set, py::object keep, int device,
+                                      uintptr_t stream) {
     auto context = Current("grouped_allreduce");
     std::vector<ddp::GroupMember> group_members;
     group_members.reserve(members.size());
@@ -313,44 +337,50 @@ PYBIND11_MODULE(_ddp, m) {
     }
     auto handle = context->engine().GroupedAllreduceAsync(
         std::move(group), std::move(group_members), ToType(dtype), ToOp(op), prescale, postscale,
-        process_set);
+        process_set, ToDevice(device, stream));
     return Wrap(std::move(handle), std::move(keep), std::move(context));
   });
 
-  m.def("allgather_async", [](std::string name, uintptr_t input, int dtype,
-                              std::vector<int64_t> shape, int process_set, py::object keep) {
-    auto context = Current("allgather");
-    auto handle = context->engine().AllgatherAsync(std::move(name), Ptr(input), ToType(dtype),
-                                                   std::move(shape), process_set);
-    return Wrap(std::move(handle), std::move(keep), std::move(context));
-  });
+  m.def("allgather_async",
+        [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape,
+           int process_set, py::object keep, int device, uintptr_t stream) {
+          auto context = Current("allgather");
+          auto handle = context->engine().AllgatherAsync(std::move(name), Ptr(input), ToType(dtype),
+                                                         std::move(shape), process_set,
+                                                         ToDevice(device, stream));
+          return Wrap(std::move(handle), std::move(keep), std::move(context));
+        });
 
-  m.def("broadcast_async", [](std::string name, uintptr_t buffer, int dtype,
-                              std::vector<int64_t> shape, int root, int process_set,
-                              py::object keep) {
-    auto context = Current("broadcast");
-    auto handle = context->engine().BroadcastAsync(
-        std::move(name), MutablePtr(buffer), ToType(dtype), std::move(shape), root, process_set);
-    return Wrap(std::move(handle), std::move(keep), std::move(context));
-  });
+  m.def("broadcast_async",
+        [](std::string name, uintptr_t buffer, int dtype, std::vector<int64_t> shape, int root,
+           int process_set, py::object keep, int device, uintptr_t stream) {
+          auto context = Current("broadcast");
+          auto handle = context->engine().BroadcastAsync(std::move(name), MutablePtr(buffer),
+                                                         ToType(dtype), std::move(shape), root,
+                                                         process_set, ToDevice(device, stream));
+          return Wrap(std::move(handle), std::move(keep), std::move(context));
+        });
 
-  m.def("alltoall_async", [](std::string name, uintptr_t input, int dtype,
-                             std::vector<int64_t> shape, int process_set, py::object keep) {
-    auto context = Current("alltoall");
-    auto handle = context->engine().AlltoallAsync(std::move(name), Ptr(input), ToType(dtype),
-                                                  std::move(shape), process_set);
-    return Wrap(std::move(handle), std::move(keep), std::move(context));
-  });
+  m.def("alltoall_async",
+        [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape,
+           int process_set, py::object keep, int device, uintptr_t stream) {
+          auto context = Current("alltoall");
+          auto handle = context->engine().AlltoallAsync(std::move(name), Ptr(input), ToType(dtype),
+                                                        std::move(shape), process_set,
+                                                        ToDevice(device, stream));
+          return Wrap(std::move(handle), std::move(keep), std::move(context));
+        });
 
-  m.def("reducescatter_async", [](std::string name, uintptr_t input, int dtype,
-                                  std::vector<int64_t> shape, int op, double prescale,
-                                  double postscale, int process_set, py::object keep) {
-    auto context = Current("reducescatter");
-    auto handle = context->engine().ReduceScatterAsync(std::move(name), Ptr(input), ToType(dtype),
-                                                       std::move(shape), ToOp(op), prescale,
-                                                       postscale, process_set);
-    return Wrap(std::move(handle), std::move(keep), std::move(context));
-  });
+  m.def("reducescatter_async",
+        [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape, int op,
+           double prescale, double postscale, int process_set, py::object keep, int device,
+           uintptr_t stream) {
+          auto context = Current("reducescatter");
+          auto handle = context->engine().ReduceScatterAsync(
+              std::move(name), Ptr(input), ToType(dtype), std::move(shape), ToOp(op), prescale,
+              postscale, process_set, ToDevice(device, stream));
+          return Wrap(std::move(handle), std::move(keep), std::move(context));
+        });
 
   m.def("join_async", [] {
     auto context = Current("join");
@@ -392,6 +422,9 @@ PYBIND11_MODULE(_ddp, m) {
       .def_property_readonly("name", &PyHandle::name)
       .def_property_readonly("output_shape", &PyHandle::output_shape)
       .def_property_readonly("join_last_rank", &PyHandle::join_last_rank)
+      .def_property_readonly("output_device", &PyHandle::output_device)
+      .def_property_readonly("output_address", &PyHandle::output_address)
+      .def_property_readonly("output_bytes", &PyHandle::output_bytes)
       .def_buffer(&PyHandle::OutputBuffer);
 
   py::class_<PyStoreServer>(m, "StoreServer")

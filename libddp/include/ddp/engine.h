@@ -5,6 +5,12 @@
 // every rank has submitted, checks that they agree on what each one is (dtype, shape, op, scale
 // factors, root, device), packs ready allreduces into one fusion buffer and reduces them with one
 // collective. Every call returns a Handle at once; buffers must stay valid until it completes.
+//
+// Every call takes a Device: CUDA tensors (Device::Cuda) are negotiated like CPU ones, fused only
+// with CUDA tensors, and reduced by the NCCL backend on its own stream, after the work queued on
+// the given stream at submission; when the handle finishes, the results are in place on the GPU.
+// Engine-allocated outputs (allgather, alltoall, reduce-scatter) are then in GPU memory owned by
+// the handle (Handle::output_device() says which).
 #pragma once
 
 #include <cstddef>
@@ -48,6 +54,8 @@ class Handle {
   const void* output() const;
   void* mutable_output();
   size_t output_bytes() const;
+  // Where output() lives: Device::kCpu or a CUDA device ordinal.
+  int output_device() const;
   // Join: the rank that joined last.
   int join_last_rank() const;
 
@@ -90,27 +98,33 @@ class Engine {
   // that contributed (see Join).
   virtual Handle AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                                 std::vector<int64_t> shape, ReduceOp op, double prescale = 1.0,
-                                double postscale = 1.0, int process_set = kWorld) = 0;
+                                double postscale = 1.0, int process_set = kWorld,
+                                Device device = {}) = 0;
   // All members are negotiated and reduced as one unit, in one fused collective.
   virtual Handle GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members,
                                        DataType type, ReduceOp op, double prescale = 1.0,
-                                       double postscale = 1.0, int process_set = kWorld) = 0;
+                                       double postscale = 1.0, int process_set = kWorld,
+                                       Device device = {}) = 0;
   // Concatenates every rank's input along the first dimension (which may differ per rank; the
   // other dimensions must agree). Output: Handle::output().
   virtual Handle AllgatherAsync(std::string name, const void* input, DataType type,
-                                std::vector<int64_t> shape, int process_set = kWorld) = 0;
+                                std::vector<int64_t> shape, int process_set = kWorld,
+                                Device device = {}) = 0;
   // In place: `buffer` on every rank receives root's. `root` is a rank of the process set.
   virtual Handle BroadcastAsync(std::string name, void* buffer, DataType type,
-                                std::vector<int64_t> shape, int root, int process_set = kWorld) = 0;
+                                std::vector<int64_t> shape, int root, int process_set = kWorld,
+                                Device device = {}) = 0;
   // The first dimension is split into equal blocks, block j going to rank j; the output (same
   // shape) holds block i from rank i.
   virtual Handle AlltoallAsync(std::string name, const void* input, DataType type,
-                               std::vector<int64_t> shape, int process_set = kWorld) = 0;
+                               std::vector<int64_t> shape, int process_set = kWorld,
+                               Device device = {}) = 0;
   // Reduces, then splits the first dimension across ranks (the first dim % size ranks get one
   // row more); this rank's rows are the output.
   virtual Handle ReduceScatterAsync(std::string name, const void* input, DataType type,
                                     std::vector<int64_t> shape, ReduceOp op, double prescale = 1.0,
-                                    double postscale = 1.0, int process_set = kWorld) = 0;
+                                    double postscale = 1.0, int process_set = kWorld,
+                                    Device device = {}) = 0;
   // This rank has no more data: until every rank has joined it takes part in the other ranks'
   // allreduces contributing the op's identity (and is not counted by Average). Finishes when all
   // ranks have joined; Handle::join_last_rank() says which joined last.

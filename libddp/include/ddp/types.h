@@ -44,4 +44,18 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 bool IsValid(DataType type);
 bool IsValid(ReduceOp op);
 
+// Where a tensor's memory lives. CPU memory goes through the transports; CUDA memory through the
+// NCCL backend (built with DDP_WITH_NCCL). All CUDA tensors of one rank must be on one device.
+struct Device {
+  static constexpr int kCpu = -1;
+  int index = kCpu;  // the CUDA device ordinal, or kCpu
+  // CUDA: the stream (a cudaStream_t) on which the inputs were produced; the collective starts
+  // once the work queued there so far is done. Null: the legacy default stream.
+  void* stream = nullptr;
+
+  bool is_cuda() const { return index >= 0; }
+  static Device Cpu() { return {}; }
+  static Device Cuda(int index, void* stream = nullptr) { return {index, stream}; }
+};
+
 }  // namespace ddp

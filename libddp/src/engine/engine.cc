@@ -129,6 +129,8 @@ void EngineImpl::Shutdown(const absl::Status& reason) {
   if (thread_.joinable()) thread_.join();
   FailEverything(reason);
   timeline_.reset();
+  std::lock_guard<std::mutex> lock(device_mu_);
+  device_backend_.reset();  // after the thread: it was the backend's only user
 }
 
 Handle EngineImpl::Failed(const std::string& name, absl::Status status) {
@@ -214,7 +216,8 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
 
 Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, void* output,
                              DataType type, std::vector<int64_t> shape, ReduceOp op, int root,
-                             double prescale, double postscale, int process_set) {
+                             double prescale, double postscale, int process_set,
+                             const Device& device) {
   const std::string what = absl::StrCat(OpKindName(kind), " '", name, "'");
   // The operations that split or concatenate along the first dimension need one.
   const bool needs_first_dim = kind != OpKind::kAllreduce && kind != OpKind::kBroadcast;
@@ -228,29 +231,35 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   auto local = std::make_unique<LocalOp>();
   local->name = std::move(name);
   local->process_set = process_set;
-  local->meta = TensorMeta{kind, type, op, root, -1, prescale, postscale, {std::move(shape)}};
+  local->meta =
+      TensorMeta{kind, type, op, root, kCpuMemory, prescale, postscale, {std::move(shape)}};
   local->inputs = {input};
   // Allreduce and broadcast write to the caller's buffer (which may be null when it is empty);
   // the other kinds get an output allocated by the engine.
   if (kind == OpKind::kAllreduce || kind == OpKind::kBroadcast) local->outputs = {output};
+  if (device.is_cuda()) {
+    if (absl::Status d = PrepareDeviceOp(*local, device); !d.ok()) {
+      return Failed(local->name, Annotate(d, what));
+    }
+  }
   return Submit(std::move(local));
 }
 
 Handle EngineImpl::AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                                   std::vector<int64_t> shape, ReduceOp op, double prescale,
-                                  double postscale, int process_set) {
+                                  double postscale, int process_set, Device device) {
   return SubmitOne(OpKind::kAllreduce, std::move(name), input, output, type, std::move(shape), op,
-                   -1, prescale, postscale, process_set);
+                   -1, prescale, postscale, process_set, device);
 }
 
 Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members,
                                          DataType type, ReduceOp op, double prescale,
-                                         double postscale, int process_set) {
+                                         double postscale, int process_set, Device device) {
   const std::string what = absl::StrCat("grouped allreduce '", group, "'");
   absl::Status s = CheckCommon(what, type, op, prescale, postscale);
   if (s.ok() && members.empty()) s = absl::InvalidArgumentError(what + ": no members");
   auto op_ = std::make_unique<LocalOp>();
-  op_->meta = TensorMeta{OpKind::kAllreduce, type, op, -1, -1, prescale, postscale, {}};
+  op_->meta = TensorMeta{OpKind::kAllreduce, type, op, -1, kCpuMemory, prescale, postscale, {}};
   for (auto& m : members) {
     if (!s.ok()) break;
     s = CheckShape(absl::StrCat(what, " member '", m.name, "'"), m.shape, type, false);
@@ -261,6 +270,7 @@ Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMem
     op_->inputs.push_back(m.input);
     op_->outputs.push_back(m.output);
   }
+  if (s.ok() && device.is_cuda()) s = Annotate(PrepareDeviceOp(*op_, device), what);
   if (!s.ok()) return Failed(group, s);
   op_->name = std::move(group);
   op_->process_set = process_set;
@@ -268,28 +278,29 @@ Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMem
 }
 
 Handle EngineImpl::AllgatherAsync(std::string name, const void* input, DataType type,
-                                  std::vector<int64_t> shape, int process_set) {
+                                  std::vector<int64_t> shape, int process_set, Device device) {
   return SubmitOne(OpKind::kAllgather, std::move(name), input, nullptr, type, std::move(shape),
-                   ReduceOp::kSum, -1, 1.0, 1.0, process_set);
+                   ReduceOp::kSum, -1, 1.0, 1.0, process_set, device);
 }
 
 Handle EngineImpl::BroadcastAsync(std::string name, void* buffer, DataType type,
-                                  std::vector<int64_t> shape, int root, int process_set) {
+                                  std::vector<int64_t> shape, int root, int process_set,
+                                  Device device) {
   return SubmitOne(OpKind::kBroadcast, std::move(name), buffer, buffer, type, std::move(shape),
-                   ReduceOp::kSum, root, 1.0, 1.0, process_set);
+                   ReduceOp::kSum, root, 1.0, 1.0, process_set, device);
 }
 
 Handle EngineImpl::AlltoallAsync(std::string name, const void* input, DataType type,
-                                 std::vector<int64_t> shape, int process_set) {
+                                 std::vector<int64_t> shape, int process_set, Device device) {
   return SubmitOne(OpKind::kAlltoall, std::move(name), input, nullptr, type, std::move(shape),
-                   ReduceOp::kSum, -1, 1.0, 1.0, process_set);
+                   ReduceOp::kSum, -1, 1.0, 1.0, process_set, device);
 }
 
 Handle EngineImpl::ReduceScatterAsync(std::string name, const void* input, DataType type,
                                       std::vector<int64_t> shape, ReduceOp op, double prescale,
-                                      double postscale, int process_set) {
+                                      double postscale, int process_set, Device device) {
   return SubmitOne(OpKind::kReduceScatter, std::move(name), input, nullptr, type, std::move(shape),
-                   op, -1, prescale, postscale, process_set);
+                   op, -1, prescale, postscale, process_set, device);
 }
 
 Handle EngineImpl::JoinAsync() {
@@ -320,7 +331,7 @@ absl::StatusOr<int> EngineImpl::AddProcessSet(std::vector<int> ranks) {
                         DataType::kInt64,
                         ReduceOp::kSum,
                         -1,
-                        -1,
+                        kCpuMemory,
                         1,
                         1,
                         {std::vector<int64_t>(ranks.begin(), ranks.end())}};

@@ -33,6 +33,7 @@
 #include "engine/message.h"
 #include "engine/response_cache.h"
 #include "engine/timeline.h"
+#include "nccl/device.h"
 #include "transport/subset.h"
 #include "transport/transport.h"
 
@@ -50,6 +51,7 @@ struct LocalOp {
   std::vector<const void*> inputs;  // one per shape
   std::vector<void*> outputs;       // allreduce/broadcast: one per shape
   std::shared_ptr<HandleState> handle;
+  nccl::ReadyPtr ready;  // CUDA tensors: when the inputs are ready on their stream
   absl::Time submitted;
   int64_t submitted_us = 0;  // timeline clock
   State state = State::kNew;
@@ -136,19 +138,19 @@ class EngineImpl final : public Engine {
 
   Handle AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                         std::vector<int64_t> shape, ReduceOp op, double prescale, double postscale,
-                        int process_set) override;
+                        int process_set, Device device) override;
   Handle GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members, DataType type,
-                               ReduceOp op, double prescale, double postscale,
-                               int process_set) override;
+                               ReduceOp op, double prescale, double postscale, int process_set,
+                               Device device) override;
   Handle AllgatherAsync(std::string name, const void* input, DataType type,
-                        std::vector<int64_t> shape, int process_set) override;
+                        std::vector<int64_t> shape, int process_set, Device device) override;
   Handle BroadcastAsync(std::string name, void* buffer, DataType type, std::vector<int64_t> shape,
-                        int root, int process_set) override;
+                        int root, int process_set, Device device) override;
   Handle AlltoallAsync(std::string name, const void* input, DataType type,
-                       std::vector<int64_t> shape, int process_set) override;
+                       std::vector<int64_t> shape, int process_set, Device device) override;
   Handle ReduceScatterAsync(std::string name, const void* input, DataType type,
                             std::vector<int64_t> shape, ReduceOp op, double prescale,
-                            double postscale, int process_set) override;
+                            double postscale, int process_set, Device device) override;
   Handle JoinAsync() override;
   absl::StatusOr<int> AddProcessSet(std::vector<int> ranks) override;
   EngineStats stats() const override;
@@ -159,7 +161,7 @@ class EngineImpl final : public Engine {
   // Checks and submits a single-tensor operation (output null: the engine allocates it).
   Handle SubmitOne(OpKind kind, std::string name, const void* input, void* output, DataType type,
                    std::vector<int64_t> shape, ReduceOp op, int root, double prescale,
-                   double postscale, int process_set);
+                   double postscale, int process_set, const Device& device);
   static Handle Failed(const std::string& name, absl::Status status);
   absl::Status CheckSet(int process_set, absl::string_view what) const;
 
@@ -199,6 +201,16 @@ class EngineImpl final : public Engine {
   absl::Status RunAlone(ProcessSet& set, Response& response, int active);
   absl::Status RunOther(ProcessSet& set, Response& response);
   void Finish(ProcessSet& set, const std::string& name, absl::Status status);
+
+  // --- CUDA tensors (device_execution.cc) ---
+  // The NCCL backend, created by the first CUDA submission (or a joined rank's first CUDA
+  // collective); its creation error is kept and given to every later CUDA submission.
+  absl::StatusOr<nccl::Backend*> DeviceBackend();
+  // Checks a CUDA submission and records its inputs' ready event.
+  absl::Status PrepareDeviceOp(LocalOp& op, const Device& device);
+  absl::Status EnsureDeviceComm(ProcessSet& set);
+  absl::Status RunDeviceAllreduce(ProcessSet& set, const std::vector<Response*>& batch, int active);
+  absl::Status RunDeviceOther(ProcessSet& set, Response& response, LocalOp& op);
   void FinishAllreduceOutput(DataType type, ReduceOp op, void* out, size_t count, double postscale,
                              int active);
   // NEGOTIATE (submitted to agreed) and QUEUE (agreed to started) of a local submission.
@@ -247,6 +259,9 @@ class EngineImpl final : public Engine {
   std::optional<Autotuner> autotuner_;
   std::unique_ptr<Timeline> timeline_;
   std::vector<char> fusion_buffer_;
+  std::mutex device_mu_;  // guards the two below
+  std::unique_ptr<nccl::Backend> device_backend_;
+  absl::Status device_backend_error_;
   uint64_t executed_bytes_ = 0;  // in the current cycle, for autotune
   uint64_t cycle_ = 0;
 };

@@ -59,7 +59,9 @@ absl::Status EngineImpl::Execute(ProcessSet& set, std::vector<Response>& respons
       batch.push_back(&responses[j]);
       ++j;
     }
-    if (batch.size() == 1 && r.meta.shapes.size() == 1) {
+    if (r.meta.device != kCpuMemory) {
+      DDP_RETURN_IF_ERROR(RunDeviceAllreduce(set, batch, active));
+    } else if (batch.size() == 1 && r.meta.shapes.size() == 1) {
       DDP_RETURN_IF_ERROR(RunAlone(set, r, active));  // no copy into the fusion buffer
     } else {
       DDP_RETURN_IF_ERROR(RunFused(set, batch, active));
@@ -224,6 +226,7 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
                                             "' was agreed without this rank's submission"));
   }
   LocalOp* op = local->second.get();
+  if (m.device != kCpuMemory) return RunDeviceOther(set, r, *op);
   HandleState& h = *op->handle;
   const int n = set.comm->size();
   const size_t es = DataTypeSize(m.type);

@@ -73,9 +73,19 @@ const std::string& Handle::name() const { return state_ ? state_->name : kNoName
 const std::vector<int64_t>& Handle::output_shape() const {
   return state_ ? state_->output_shape : kNoShape;
 }
-const void* Handle::output() const { return state_ ? state_->output.data() : nullptr; }
-void* Handle::mutable_output() { return state_ ? state_->output.data() : nullptr; }
-size_t Handle::output_bytes() const { return state_ ? state_->output.size() : 0; }
+const void* Handle::output() const {
+  if (state_ == nullptr) return nullptr;
+  return state_->device_output ? state_->device_output.get() : state_->output.data();
+}
+void* Handle::mutable_output() {
+  if (state_ == nullptr) return nullptr;
+  return state_->device_output ? state_->device_output.get() : state_->output.data();
+}
+size_t Handle::output_bytes() const {
+  if (state_ == nullptr) return 0;
+  return state_->output_device >= 0 ? state_->device_output_bytes : state_->output.size();
+}
+int Handle::output_device() const { return state_ ? state_->output_device : Device::kCpu; }
 int Handle::join_last_rank() const { return state_ ? state_->int_result : -1; }
 
 }  // namespace ddp

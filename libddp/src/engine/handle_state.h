@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -25,7 +26,11 @@ struct HandleState {
   absl::Status status;  // valid once done
   std::vector<std::function<void(const absl::Status&)>> callbacks;
 
-  std::vector<char> output;
+  std::vector<char> output;  // CPU outputs
+  // CUDA outputs (output_device >= 0): GPU memory, freed with the last reference.
+  std::shared_ptr<void> device_output;
+  size_t device_output_bytes = 0;
+  int output_device = -1;
   std::vector<int64_t> output_shape;
   int int_result = -1;  // join: the last rank to join; add_process_set: the id
 };

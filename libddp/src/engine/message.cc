@@ -55,6 +55,7 @@ bool ReadMeta(Reader& in, TensorMeta* meta) {
   meta->type = static_cast<DataType>(type);
   meta->op = static_cast<ReduceOp>(op);
   if (kind < 1 || kind > 6 || !IsValid(meta->type) || !IsValid(meta->op)) return false;
+  if (meta->device != kCpuMemory && meta->device != kCudaMemory) return false;
   meta->shapes.resize(nshapes);
   for (auto& shape : meta->shapes) {
     uint32_t ndims;
@@ -195,7 +196,12 @@ absl::Status CheckAgreement(absl::string_view name, const std::vector<int>& rank
       {"dtype", [](const TensorMeta& m) { return std::string(DataTypeName(m.type)); }},
       {"reduce op", [](const TensorMeta& m) { return std::string(ReduceOpName(m.op)); }},
       {"root rank", [](const TensorMeta& m) { return absl::StrCat(m.root); }},
-      {"device", [](const TensorMeta& m) { return absl::StrCat(m.device); }},
+      {"device",
+       [](const TensorMeta& m) {
+         return std::string(m.device == kCpuMemory    ? "cpu"
+                            : m.device == kCudaMemory ? "cuda"
+                                                      : "?");
+       }},
       {"prescale factor", [](const TensorMeta& m) { return absl::StrCat(m.prescale); }},
       {"postscale factor", [](const TensorMeta& m) { return absl::StrCat(m.postscale); }},
       {"number of tensors", [](const TensorMeta& m) { return absl::StrCat(m.shapes.size()); }},

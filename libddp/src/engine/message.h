@@ -22,6 +22,9 @@ enum class OpKind : uint8_t {
 };
 absl::string_view OpKindName(OpKind kind);
 
+inline constexpr int32_t kCpuMemory = -1;
+inline constexpr int32_t kCudaMemory = 1;
+
 // Everything every rank must agree on about one named operation (allgather: all but the first
 // dimension). A grouped allreduce has one shape per member.
 struct TensorMeta {
@@ -29,7 +32,7 @@ struct TensorMeta {
   DataType type = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   int32_t root = -1;
-  int32_t device = -1;  // -1: CPU memory
+  int32_t device = kCpuMemory;  // where the tensor lives (not which GPU: ranks use their own)
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<std::vector<int64_t>> shapes;

@@ -25,6 +25,20 @@ def _storage(t):
     return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
 
 
+class _CudaOutput:
+    """An engine-allocated GPU output as __cuda_array_interface__ bytes: torch.as_tensor views it
+    without a copy and keeps this object (and so the handle that owns the memory) alive. The
+    engine has waited for the operation, so no stream synchronisation is needed ("stream":
+    None)."""
+
+    def __init__(self, native):
+        self._native = native
+        self.__cuda_array_interface__ = {
+            "shape": (native.output_bytes,), "typestr": "|u1", "strides": None,
+            "data": (native.output_address, False), "version": 3, "stream": None,
+        }
+
+
 class _TorchAdapter:
     @staticmethod
     def describe(t, what, label, writable):
@@ -35,9 +49,9 @@ class _TorchAdapter:
         if t.layout != torch.strided:
             raise error(f"ddp.torch.{what}: {label} is a {t.layout} tensor; only dense tensors "
                         f"are supported")
-        if t.device.type != "cpu":
-            raise error(f"ddp.torch.{what}: {label} is on {t.device}; this build of libddp "
-                        f"reduces CPU tensors only (GPU tensors need the NCCL backend)")
+        if t.device.type not in ("cpu", "cuda"):
+            raise error(f"ddp.torch.{what}: {label} is on {t.device}; libddp reduces CPU "
+                        f"tensors (through its transports) and CUDA tensors (through NCCL)")
         code = _TORCH_CODES.get(t.dtype)
         if code is None:
             raise error(f"ddp.torch.{what}: {label} has dtype {t.dtype}, which libddp does not "
@@ -47,7 +61,14 @@ class _TorchAdapter:
             raise error(f"ddp.torch.{what}: {label} is not contiguous (shape {tuple(t.shape)}, "
                         f"stride {t.stride()}); pass t.contiguous()")
         # The storage too: t.set_() during the operation must not free the memory in use.
-        return _ops.Buffer(t.data_ptr(), code, tuple(t.shape), (t, _storage(t)))
+        owner = (t, _storage(t))
+        if t.device.type == "cuda":
+            # The collective runs on the NCCL backend's stream once the work queued so far on
+            # the current stream (which produced t) is done.
+            device = t.device.index if t.device.index is not None else torch.cuda.current_device()
+            stream = torch.cuda.current_stream(device).cuda_stream
+            return _ops.Buffer(t.data_ptr(), code, tuple(t.shape), owner, device, stream)
+        return _ops.Buffer(t.data_ptr(), code, tuple(t.shape), owner)
 
     @staticmethod
     def empty_like(t):
@@ -59,7 +80,13 @@ class _TorchAdapter:
 
     @staticmethod
     def view(native, code, shape):
-        raw = torch.from_numpy(np.frombuffer(native, dtype=np.uint8))
+        if native.output_device >= 0:
+            device = torch.device("cuda", native.output_device)
+            if native.output_bytes == 0:
+                return torch.empty(shape, dtype=_CODE_DTYPES[code], device=device)
+            raw = torch.as_tensor(_CudaOutput(native), device=device)
+        else:
+            raw = torch.from_numpy(np.frombuffer(native, dtype=np.uint8))
         return raw.view(_CODE_DTYPES[code]).reshape(shape)
 
     @staticmethod

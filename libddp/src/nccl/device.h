@@ -1,0 +1,105 @@
+// nccl/: the GPU path. Collectives on CUDA memory with NCCL communicators, on a stream of its own.
+//
+// This header is all the rest of the library sees of CUDA and NCCL: no CUDA type appears here,
+// and only the sources of this folder include CUDA headers: they form libddp_nccl.so, which
+// loader.cc (in libddp) opens on first use; without it every function below answers a clear
+// error (Unimplemented), so libddp never depends on CUDA at run time and callers never #ifdef.
+//
+// Threads: RecordReady may be called from any thread (the submitting one); everything else is
+// called from one thread, the engine's. Every collective enqueues its work on the backend's
+// stream after the inputs' ready events, then waits for it to finish while polling NCCL's
+// asynchronous error, the job's health and a deadline; on any of those it aborts the
+// communicators (ncclCommAbort) and that error, naming the operation, becomes the backend's for
+// good (a NCCL communicator cannot be reused after an abort).
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ddp/types.h"
+
+namespace ddp::nccl {
+
+// True when this build has the NCCL backend.
+bool Built();
+// CUDA devices visible to this process (0 without a driver, a GPU, or NCCL support).
+int DeviceCount();
+// "NCCL 2.28.9, CUDA runtime 13.0, driver 13.0" or why there is none.
+std::string VersionString();
+
+// Marks the moment a tensor was submitted on its producer's stream; opaque outside nccl/.
+struct ReadyEvent;
+using ReadyPtr = std::shared_ptr<ReadyEvent>;
+
+struct BackendOptions {
+  absl::Duration timeout = absl::Seconds(300);  // a collective taking longer is aborted
+  int default_device = 0;  // used when this rank must join a collective before any submission
+  // The job's CPU-side health (e.g. the transport's): an error aborts the GPU collective in flight
+  // instead of letting it wait on a peer that is gone.
+  std::function<absl::Status()> health;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // Any thread. Checks that `device` is this rank's device (the first CUDA device submitted
+  // fixes it) and records an event on `stream` (a cudaStream_t, null: the legacy default one).
+  virtual absl::StatusOr<ReadyPtr> RecordReady(int device, void* stream) = 0;
+
+  // --- engine thread ---
+  // Sends `bytes` at `data` from the set's first member to the others (over the CPU transport).
+  using IdBroadcast = std::function<absl::Status(void* data, size_t bytes)>;
+  // Creates the set's NCCL communicator on first use; every member calls it at the same point.
+  virtual absl::Status EnsureComm(int set, int size, int index, const IdBroadcast& broadcast) = 0;
+
+  // One tensor of a fused allreduce. A null input contributes the op's identity (a joined rank).
+  struct Piece {
+    const void* input = nullptr;
+    void* output = nullptr;
+    size_t count = 0;
+    double prescale = 1.0;
+    double postscale = 1.0;
+    ReadyPtr ready;
+  };
+  // Every output = op over ranks of its input (Average: the sum divided by `active`, with the
+  // postscale; for integers truncated). One piece goes in place without a copy; several are
+  // packed into the device fusion buffer and reduced by one NCCL call.
+  virtual absl::Status Allreduce(int set, const std::vector<Piece>& pieces, DataType type,
+                                 ReduceOp op, int active) = 0;
+  virtual absl::Status Broadcast(int set, void* buffer, size_t count, DataType type, int root,
+                                 const ReadyPtr& ready) = 0;
+  // Device memory owned by the returned pointer (null when empty).
+  using DeviceBuffer = std::shared_ptr<void>;
+  // Rank i's `counts[i]` elements, concatenated in rank order.
+  virtual absl::StatusOr<DeviceBuffer> Allgatherv(int set, const void* input,
+                                                  const std::vector<size_t>& counts, DataType type,
+                                                  const ReadyPtr& ready) = 0;
+  // Block j (`count` elements) of the input goes to rank j; block i of the output is rank i's.
+  virtual absl::StatusOr<DeviceBuffer> Alltoall(int set, const void* input, size_t count,
+                                                DataType type, const ReadyPtr& ready) = 0;
+  // Reduces over ranks, keeps this rank's block (counts[i] elements for rank i).
+  virtual absl::StatusOr<DeviceBuffer> ReduceScatterv(int set, const void* input,
+                                                      const std::vector<size_t>& counts,
+                                                      DataType type, ReduceOp op, double prescale,
+                                                      double postscale, int active,
+                                                      const ReadyPtr& ready) = 0;
+  // The device this rank uses (-1 before the first submission or collective).
+  virtual int device() const = 0;
+};
+
+// A backend, or Unimplemented (built without NCCL) / FailedPrecondition (no usable GPU).
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+// For tests and benchmarks: plain device memory and copies (synchronous).
+absl::StatusOr<std::shared_ptr<void>> DeviceAlloc(int device, size_t bytes);
+absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
+absl::Status CopyToHost(void* dst, const void* src, size_t bytes);
+
+}  // namespace ddp::nccl

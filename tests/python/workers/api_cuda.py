@@ -1,0 +1,116 @@
+"""ddp.torch on CUDA tensors (the NCCL backend): every collective, dtype and op, compared with the
+same collective on CPU copies through libddp's CPU path (which test_api checks against float64
+references), plus DistributedOptimizer on a CUDA model against the same training on CPU. One rank
+per GPU (NCCL allows no more)."""
+import torch
+
+import ddp.torch as ddp
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int32, torch.int64]
+OPS = [ddp.Sum, ddp.Average, ddp.Min, ddp.Max, ddp.Product]
+TOL = {torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float32: 1e-5, torch.float64: 1e-12}
+
+
+def data(rank, dtype, op, count):
+    g = torch.Generator().manual_seed(hash((rank, DTYPES.index(dtype), int(op), count)) % 2**31)
+    if op == ddp.Product:
+        values = torch.randint(1, 3, (count,), generator=g)
+    elif dtype == torch.uint8:
+        values = torch.randint(0, 50, (count,), generator=g)
+    elif not dtype.is_floating_point:
+        values = torch.randint(-25, 25, (count,), generator=g)
+    else:
+        values = torch.randn(count, generator=g, dtype=torch.float64) * 4
+    return values.to(dtype)
+
+
+def same(gpu, cpu, dtype, what):
+    assert gpu.is_cuda, f"{what}: the result is not on the GPU"
+    got = gpu.cpu()
+    assert got.shape == cpu.shape, f"{what}: shape {tuple(got.shape)} != {tuple(cpu.shape)}"
+    tol = TOL.get(dtype, 0)
+    diff = (got.to(torch.float64) - cpu.to(torch.float64)).abs()
+    bound = tol * (1 + cpu.to(torch.float64).abs())
+    assert bool((diff <= bound).all()), f"{what}: max diff {diff.max().item()}"
+
+
+def main():
+    ddp.init()
+    rank, size = ddp.rank(), ddp.size()
+    torch.cuda.set_device(ddp.local_rank())
+    dev = torch.device("cuda", ddp.local_rank())
+
+    # Every dtype x op, sync / async / in place, through fusion (submitted together).
+    handles = []
+    for dtype in DTYPES:
+        for op in OPS:
+            for count in (0, 1, 1000, 65537):
+                x = data(rank, dtype, op, count)
+                want = ddp.allreduce(x, op=op, name=f"cpu.{dtype}.{int(op)}.{count}")
+                # Produced on the current stream just before the submission: the collective
+                # must wait for it (the ready event), not read stale memory.
+                g = (x.to(dev, torch.float64) * 1).to(dtype)
+                handles.append((ddp.allreduce_async(g, op=op, name=f"gpu.{dtype}.{int(op)}.{count}"),
+                                want, dtype, f"allreduce {dtype} {op} {count}"))
+                g2 = x.to(dev)
+                handles.append((ddp.allreduce_async_(g2, op=op, name=f"ip.{dtype}.{int(op)}.{count}"),
+                                want, dtype, f"allreduce_ {dtype} {op} {count}"))
+    for h, want, dtype, what in handles:
+        same(ddp.synchronize(h), want, dtype, what)
+
+    # Scale factors, grouped, broadcast, allgather (uneven), alltoall, reducescatter (uneven).
+    x = data(rank, torch.float32, ddp.Sum, 777)
+    same(ddp.allreduce(x.to(dev), op=ddp.Average, prescale_factor=2.0, postscale_factor=0.5),
+         ddp.allreduce(x, op=ddp.Average, prescale_factor=2.0, postscale_factor=0.5),
+         torch.float32, "scaled allreduce")
+    xs = [data(rank, torch.bfloat16, ddp.Sum, n) for n in (3, 300, 30000)]
+    for g, c in zip(ddp.grouped_allreduce([t.to(dev) for t in xs], op=ddp.Sum),
+                    ddp.grouped_allreduce(xs, op=ddp.Sum)):
+        same(g, c, torch.bfloat16, "grouped allreduce")
+    b = torch.full((5, 3), float(rank), dtype=torch.float64)
+    same(ddp.broadcast(b.to(dev), root_rank=size - 1), ddp.broadcast(b, root_rank=size - 1),
+         torch.float64, "broadcast")
+    bd = b.to(dev)
+    ddp.broadcast_(bd, root_rank=0)
+    same(bd, torch.zeros(5, 3, dtype=torch.float64), torch.float64, "broadcast_")
+    rows = torch.arange((rank + 1) * 4, dtype=torch.int32).reshape(rank + 1, 4) + 100 * rank
+    same(ddp.allgather(rows.to(dev)), ddp.allgather(rows), torch.int32, "allgather (uneven)")
+    a = torch.arange(size * 2 * 3, dtype=torch.int64).reshape(size * 2, 3) + 1000 * rank
+    same(ddp.alltoall(a.to(dev)), ddp.alltoall(a), torch.int64, "alltoall")
+    r = data(rank, torch.float16, ddp.Sum, (2 * size + 1) * 6).reshape(2 * size + 1, 6)
+    same(ddp.reducescatter(r.to(dev), op=ddp.Sum), ddp.reducescatter(r, op=ddp.Sum),
+         torch.float16, "reducescatter (uneven)")
+    # An allgather result keeps its memory alive on its own (the handle owns it).
+    kept = ddp.allgather(rows.to(dev))
+    torch.cuda.synchronize()
+    del rows
+    assert int(kept[0, 0].item()) == 0
+
+    # DistributedOptimizer: a CUDA model and a CPU model with the same initial weights and
+    # batches end bit-for-bit close after a few steps.
+    def train(device):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.ReLU(),
+                                    torch.nn.Linear(64, 5)).to(device)
+        opt = ddp.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+        ddp.broadcast_parameters(model.state_dict(), root_rank=0)
+        g = torch.Generator().manual_seed(rank)
+        for _ in range(5):
+            inputs = torch.randn(16, 20, generator=g).to(device)
+            labels = torch.randint(0, 5, (16,), generator=g).to(device)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(inputs), labels).backward()
+            opt.step()
+        return [p.detach().cpu() for p in model.parameters()]
+
+    for pg, pc in zip(train(dev), train("cpu")):
+        assert torch.allclose(pg, pc, atol=1e-5), "CUDA and CPU training diverged"
+
+    ddp.shutdown()
+    print(f"rank {rank}: cuda api ok on {torch.cuda.get_device_name(dev)}")
+
+
+if __name__ == "__main__":
+    main()
