@@ -4,14 +4,18 @@
 
 #include <unistd.h>
 
+#include <array>
 #include <cstdint>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bootstrap/mpi.h"
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/topology.h"
 #include "collectives/collectives.h"
+#include "common/crypto.h"
 #include "common/log.h"
 #include "common/socket.h"
 #include "common/status.h"
@@ -32,6 +36,10 @@ class ContextImpl {
   bool shut_down = false;
 
   absl::Status Init();
+  absl::Status CreateTransport(const std::string& listen_ip, const std::string& host);
+  // Under mpirun: rank 0's token, every rank's host and listen address through MPI collectives.
+  absl::Status MpiBootstrap(const std::string& host, std::vector<std::string>& hosts,
+                            std::vector<std::string>& addresses);
   // Common checks; `what` names the call in errors.
   absl::Status Check(absl::string_view what) const;
   absl::Status CheckBuffer(absl::string_view what, absl::string_view name, const void* p,
@@ -89,7 +97,9 @@ absl::Status ContextImpl::Init() {
   const int n = options.size;
   std::vector<std::string> hosts(static_cast<size_t>(n), host);
   std::vector<std::string> addresses(static_cast<size_t>(n));
-  if (n > 1) {
+  if (n > 1 && options.bootstrap == BootstrapKind::kMpi) {
+    DDP_RETURN_IF_ERROR(Annotate(MpiBootstrap(host, hosts, addresses), "MPI bootstrap"));
+  } else if (n > 1) {
     const absl::Time deadline = absl::Now() + options.start_timeout;
     if (options.rank == 0 && !options.rendezvous_external) {
       DDP_ASSIGN_OR_RETURN(std::string ip, net::Resolve(options.rendezvous_addr));
@@ -113,16 +123,7 @@ absl::Status ContextImpl::Init() {
 
     DDP_ASSIGN_OR_RETURN(std::string listen_ip,
                          net::ChooseLocalAddress(options.iface, options.rendezvous_addr));
-    transport::tcp::TcpConfig config;
-    config.rank = options.rank;
-    config.size = n;
-    config.token = options.job_token;
-    config.listen_ip = listen_ip;
-    config.hostname = host;
-    config.streams = options.tcp_streams;
-    config.socket_buffer_bytes = options.socket_buffer_bytes;
-    config.timeout = options.timeout;
-    DDP_ASSIGN_OR_RETURN(transport, transport::tcp::TcpTransport::Create(config));
+    DDP_RETURN_IF_ERROR(CreateTransport(listen_ip, host));
     DDP_RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "host/", options.rank), host));
     DDP_RETURN_IF_ERROR(
         store->Set(absl::StrCat(prefix, "addr/", options.rank), transport->listen_address()));
@@ -162,6 +163,64 @@ absl::Status ContextImpl::Init() {
   DDP_LOG(kInfo, "joined job: rank %d of %d on %s (local %d/%d, cross %d/%d)", options.rank, n,
           host, topology.local_rank, topology.local_size, topology.cross_rank, topology.cross_size);
   return absl::OkStatus();
+}
+
+absl::Status ContextImpl::CreateTransport(const std::string& listen_ip, const std::string& host) {
+  transport::tcp::TcpConfig config;
+  config.rank = options.rank;
+  config.size = options.size;
+  config.token = options.job_token;
+  config.listen_ip = listen_ip;
+  config.hostname = host;
+  config.streams = options.tcp_streams;
+  config.socket_buffer_bytes = options.socket_buffer_bytes;
+  config.timeout = options.timeout;
+  DDP_ASSIGN_OR_RETURN(transport, transport::tcp::TcpTransport::Create(config));
+  return absl::OkStatus();
+}
+
+absl::Status ContextImpl::MpiBootstrap(const std::string& host, std::vector<std::string>& hosts,
+                                       std::vector<std::string>& addresses) {
+  int mpi_rank = -1;
+  int mpi_size = 0;
+  DDP_RETURN_IF_ERROR(bootstrap::mpi::Init(&mpi_rank, &mpi_size));
+  if (mpi_rank != options.rank || mpi_size != options.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("this process is rank ", options.rank, " of ", options.size,
+                     " by its variables (DDP_RANK/DDP_SIZE or the launcher's) but rank ", mpi_rank,
+                     " of ", mpi_size, " in MPI_COMM_WORLD"));
+  }
+  // Rank 0's token for everyone; rank 0 makes one when none was given.
+  std::array<char, 129> token{};
+  if (options.rank == 0) {
+    std::string t = options.job_token;
+    if (t.empty()) {
+      std::array<uint8_t, 16> random{};
+      DDP_RETURN_IF_ERROR(crypto::RandomBytes(absl::MakeSpan(random)));
+      for (uint8_t b : random) t += absl::StrFormat("%02x", b);
+    }
+    if (t.size() >= token.size()) {
+      return absl::InvalidArgumentError("DDP_JOB_TOKEN is too long (at most 128 characters)");
+    }
+    std::copy(t.begin(), t.end(), token.begin());
+  }
+  DDP_RETURN_IF_ERROR(bootstrap::mpi::Broadcast(token.data(), token.size(), 0));
+  token.back() = '\0';
+  options.job_token = token.data();
+  DDP_ASSIGN_OR_RETURN(hosts, bootstrap::mpi::Allgather(host));
+  // Listen where the other hosts can reach us: DDP_IFACE, else the address that routes to the
+  // first rank on another host, else (one host) loopback.
+  std::string toward = "127.0.0.1";
+  for (const std::string& h : hosts) {
+    if (h != host) {
+      toward = h;
+      break;
+    }
+  }
+  DDP_ASSIGN_OR_RETURN(std::string listen_ip, net::ChooseLocalAddress(options.iface, toward));
+  DDP_RETURN_IF_ERROR(CreateTransport(listen_ip, host));
+  DDP_ASSIGN_OR_RETURN(addresses, bootstrap::mpi::Allgather(transport->listen_address()));
+  return transport->ConnectAll(addresses, hosts, absl::Now() + options.start_timeout);
 }
 
 absl::Status ContextImpl::Check(absl::string_view what) const {

@@ -4,6 +4,7 @@
 #include <climits>
 
 #include "absl/strings/str_cat.h"
+#include "bootstrap/mpi.h"
 #include "common/env.h"
 #include "common/status.h"
 
@@ -91,6 +92,13 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   DDP_ASSIGN_OR_RETURN(auto external, env::GetBool("DDP_RENDEZVOUS_EXTERNAL"));
   if (external) o.rendezvous_external = *external;
   if (auto v = env::Get("DDP_JOB_TOKEN")) o.job_token = *v;
+  DDP_ASSIGN_OR_RETURN(auto bootstrap, env::GetChoice("DDP_BOOTSTRAP", {"auto", "store", "mpi"}));
+  if (bootstrap) o.bootstrap = static_cast<BootstrapKind>(*bootstrap);
+  if (o.bootstrap == BootstrapKind::kAuto) {
+    const bool mpi = o.size > 1 && bootstrap::mpi::LaunchedByMpi() &&
+                     !env::Get("DDP_RENDEZVOUS_ADDR") && bootstrap::mpi::Available();
+    o.bootstrap = mpi ? BootstrapKind::kMpi : BootstrapKind::kStore;
+  }
   DDP_ASSIGN_OR_RETURN(auto transport,
                        env::GetChoice("DDP_TRANSPORT", {"auto", "tcp", "shm", "mpi", "ofi"}));
   if (transport) o.transport = static_cast<TransportKind>(*transport);
@@ -131,13 +139,13 @@ absl::Status Options::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "DDP_CROSS_RANK=", cross_rank, " is out of range for DDP_CROSS_SIZE=", cross_size));
   }
-  if (size > 1 && job_token.empty()) {
+  if (size > 1 && job_token.empty() && bootstrap != BootstrapKind::kMpi) {
     return absl::InvalidArgumentError(
         "DDP_JOB_TOKEN is not set: every rank of a job with DDP_SIZE > 1 needs the same secret "
         "token (ddprun makes one; by hand: export DDP_JOB_TOKEN=$(head -c 16 /dev/urandom | "
         "od -An -tx1 | tr -d ' \\n'))");
   }
-  if (size > 1 && job_token.size() < 8) {
+  if (size > 1 && !job_token.empty() && job_token.size() < 8) {
     return absl::InvalidArgumentError("DDP_JOB_TOKEN is too short: use at least 8 characters");
   }
   if (transport == TransportKind::kShm || transport == TransportKind::kMpi ||

@@ -74,19 +74,48 @@ def test_start_timeout_names_the_missing_rank(run_job):
 
 
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
-def test_script_runs_unchanged_under_mpirun(ddp_env, tmp_path):
-    env = dict(ddp_env, DDP_JOB_TOKEN="mpirun-test-token-0123", DDP_RENDEZVOUS_PORT="29531",
-               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+def _mpirun_env(ddp_env, **extra):
+    env = dict(ddp_env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
-    for key in [k for k in env if k.startswith("DDP_") and k not in
-                ("DDP_JOB_TOKEN", "DDP_RENDEZVOUS_PORT")]:
+    for key in [k for k in env if k.startswith("DDP_")]:
         del env[key]
+    env.update(extra)
+    return env
+
+
+def test_script_runs_unchanged_under_mpirun(ddp_env, tmp_path):
+    """The MPI bootstrap: nothing exported, no store; rank 0's token goes through MPI."""
     result = subprocess.run(
-        ["mpirun", "-np", "2", "-x", "DDP_JOB_TOKEN", "-x", "DDP_RENDEZVOUS_PORT", "-x",
-         "PYTHONPATH", sys.executable, str(WORKERS / "api_numpy.py")],
+        ["mpirun", "-np", "3", "-x", "PYTHONPATH", sys.executable, str(WORKERS / "api_numpy.py")],
+        env=_mpirun_env(ddp_env), cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for r in range(3):
+        assert f"rank {r}: ok" in result.stdout, result.stdout + result.stderr
+
+
+def test_mpirun_with_the_store_bootstrap(ddp_env, tmp_path):
+    """DDP_BOOTSTRAP=store (or a DDP_RENDEZVOUS_ADDR) keeps the store: the token is exported."""
+    env = _mpirun_env(ddp_env, DDP_BOOTSTRAP="store", DDP_JOB_TOKEN="mpirun-test-token-0123",
+                      DDP_RENDEZVOUS_PORT="29531")
+    result = subprocess.run(
+        ["mpirun", "-np", "2", "-x", "DDP_BOOTSTRAP", "-x", "DDP_JOB_TOKEN", "-x",
+         "DDP_RENDEZVOUS_PORT", "-x", "PYTHONPATH", sys.executable,
+         str(WORKERS / "api_numpy.py")],
         env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "rank 0: ok" in result.stdout and "rank 1: ok" in result.stdout
+
+
+@pytest.mark.skipif(os.environ.get("DDP_SKIP_DEMO") == "1", reason="DDP_SKIP_DEMO=1")
+def test_demo_under_mpirun(ddp_env, tmp_path):
+    """`mpirun -np 4 python examples/pytorch/train_digits.py`, as the issue asks, unchanged."""
+    result = subprocess.run(
+        ["mpirun", "-np", "4", "-x", "PYTHONPATH", sys.executable,
+         str(EXAMPLES / "train_digits.py"), "--target-accuracy", "0.9"],
+        env=_mpirun_env(ddp_env), cwd=str(tmp_path), capture_output=True, text=True,
+        timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "test accuracy" in result.stdout.lower(), result.stdout
 
 
 @pytest.mark.skipif(os.environ.get("DDP_SKIP_DEMO") == "1", reason="DDP_SKIP_DEMO=1")

@@ -11,6 +11,10 @@ namespace ddp {
 
 enum class TransportKind { kAuto, kTcp, kShm, kMpi, kOfi };
 enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };
+// How ranks find each other: a TCP rendezvous store (ddprun, or rank 0 at DDP_RENDEZVOUS_ADDR),
+// or MPI collectives under mpirun (DDP_BOOTSTRAP; auto picks MPI when an MPI launcher started
+// the job, no DDP_RENDEZVOUS_ADDR is given and libddp was built with MPI).
+enum class BootstrapKind { kAuto, kStore, kMpi };
 enum class LogLevel { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4, kOff = 5 };
 
 struct Options {
@@ -30,7 +34,10 @@ struct Options {
   int rendezvous_port = 29400;
   bool rendezvous_external = false;
 
-  // Per-job secret proving membership; required when size > 1. Never sent over the wire.
+  BootstrapKind bootstrap = BootstrapKind::kAuto;
+
+  // Per-job secret proving membership; required when size > 1 (under the MPI bootstrap, rank 0's
+  // is sent to the others through MPI, and made up if it has none). Never sent over the wire.
   std::string job_token;
 
   TransportKind transport = TransportKind::kAuto;

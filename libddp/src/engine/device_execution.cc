@@ -10,7 +10,7 @@
 
 namespace ddp::engine {
 
-absl::StatusOr<nccl::Backend*> EngineImpl::DeviceBackend() {
+absl::StatusOr<std::shared_ptr<nccl::Backend>> EngineImpl::DeviceBackend() {
   std::lock_guard<std::mutex> lock(device_mu_);
   if (device_backend_ == nullptr && device_backend_error_.ok()) {
     nccl::BackendOptions o;
@@ -22,24 +22,24 @@ absl::StatusOr<nccl::Backend*> EngineImpl::DeviceBackend() {
     }
     auto created = nccl::CreateBackend(o);
     if (created.ok()) {
-      device_backend_ = *std::move(created);
+      device_backend_ = std::shared_ptr<nccl::Backend>(*std::move(created));
     } else {
       device_backend_error_ = created.status();
     }
   }
   if (device_backend_ == nullptr) return device_backend_error_;
-  return device_backend_.get();
+  return device_backend_;
 }
 
 absl::Status EngineImpl::PrepareDeviceOp(LocalOp& op, const Device& device) {
-  DDP_ASSIGN_OR_RETURN(nccl::Backend * backend, DeviceBackend());
+  DDP_ASSIGN_OR_RETURN(std::shared_ptr<nccl::Backend> backend, DeviceBackend());
   DDP_ASSIGN_OR_RETURN(op.ready, backend->RecordReady(device.index, device.stream));
   op.meta.device = kCudaMemory;
   return absl::OkStatus();
 }
 
 absl::Status EngineImpl::EnsureDeviceComm(ProcessSet& set) {
-  DDP_ASSIGN_OR_RETURN(nccl::Backend * backend, DeviceBackend());
+  DDP_ASSIGN_OR_RETURN(std::shared_ptr<nccl::Backend> backend, DeviceBackend());
   collectives::Communicator& comm = *set.comm;
   return backend->EnsureComm(set.id, comm.size(), set.my_index, [&comm](void* data, size_t n) {
     return collectives::Broadcast(comm, data, data, n, DataType::kUInt8, 0);
@@ -54,7 +54,7 @@ absl::Status EngineImpl::RunDeviceAllreduce(ProcessSet& set, const std::vector<R
       batch.size() > 1 ? "allreduce of fused CUDA tensors " : "allreduce of CUDA tensor ",
       absl::StrJoin(names, ", "));
   DDP_RETURN_IF_ERROR(Annotate(EnsureDeviceComm(set), what));
-  nccl::Backend* backend = *DeviceBackend();
+  const std::shared_ptr<nccl::Backend> backend = *DeviceBackend();
   const DataType type = batch[0]->meta.type;
   const ReduceOp op = batch[0]->meta.op;
   std::vector<nccl::Backend::Piece> pieces;
@@ -103,7 +103,7 @@ absl::Status EngineImpl::RunDeviceOther(ProcessSet& set, Response& r, LocalOp& o
   const TensorMeta& m = r.meta;
   const std::string what = absl::StrCat(OpKindName(m.kind), " of CUDA tensor '", r.name, "'");
   DDP_RETURN_IF_ERROR(Annotate(EnsureDeviceComm(set), what));
-  nccl::Backend* backend = *DeviceBackend();
+  const std::shared_ptr<nccl::Backend> backend = *DeviceBackend();
   HandleState& h = *op.handle;
   const int n = set.comm->size();
   const size_t es = DataTypeSize(m.type);

@@ -129,8 +129,13 @@ void EngineImpl::Shutdown(const absl::Status& reason) {
   if (thread_.joinable()) thread_.join();
   FailEverything(reason);
   timeline_.reset();
-  std::lock_guard<std::mutex> lock(device_mu_);
-  device_backend_.reset();  // after the thread: it was the backend's only user
+  std::shared_ptr<nccl::Backend> backend;
+  {
+    std::lock_guard<std::mutex> lock(device_mu_);
+    backend = std::move(device_backend_);  // after the thread; a late submission gets the error
+    if (device_backend_error_.ok()) device_backend_error_ = reason;
+  }
+  backend.reset();  // destroyed here unless a submitting thread still holds it (then there)
 }
 
 Handle EngineImpl::Failed(const std::string& name, absl::Status status) {

@@ -205,7 +205,7 @@ class EngineImpl final : public Engine {
   // --- CUDA tensors (device_execution.cc) ---
   // The NCCL backend, created by the first CUDA submission (or a joined rank's first CUDA
   // collective); its creation error is kept and given to every later CUDA submission.
-  absl::StatusOr<nccl::Backend*> DeviceBackend();
+  absl::StatusOr<std::shared_ptr<nccl::Backend>> DeviceBackend();
   // Checks a CUDA submission and records its inputs' ready event.
   absl::Status PrepareDeviceOp(LocalOp& op, const Device& device);
   absl::Status EnsureDeviceComm(ProcessSet& set);
@@ -260,7 +260,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<Timeline> timeline_;
   std::vector<char> fusion_buffer_;
   std::mutex device_mu_;  // guards the two below
-  std::unique_ptr<nccl::Backend> device_backend_;
+  std::shared_ptr<nccl::Backend> device_backend_;
   absl::Status device_backend_error_;
   uint64_t executed_bytes_ = 0;  // in the current cycle, for autotune
   uint64_t cycle_ = 0;

@@ -54,10 +54,10 @@ __global__ void ScaleKernel(T* dst, const T* src, size_t n, typename Arith<T>::C
 }
 
 template <typename T>
-__global__ void DivideKernel(T* buf, size_t n, T divisor) {
+__global__ void DivideKernel(T* buf, size_t n, int64_t divisor) {
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{blockDim.x} * gridDim.x) {
-    buf[i] = static_cast<T>(buf[i] / divisor);
+    buf[i] = static_cast<T>(static_cast<int64_t>(buf[i]) / divisor);  // truncates toward 0
   }
 }
 
@@ -80,7 +80,7 @@ int LaunchScale(void* dst, const void* src, size_t n, double factor, void* strea
 template <typename T>
 int LaunchDivide(void* buf, size_t n, int64_t divisor, void* stream) {
   DivideKernel<T><<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      static_cast<T*>(buf), n, static_cast<T>(divisor));
+      static_cast<T*>(buf), n, divisor);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -1,16 +1,11 @@
-// Part of libddp: finds and opens libddp_nccl.so (next to libddp.so, or DDP_NCCL_PLUGIN) the
+// Part of libddp: opens libddp_nccl.so (next to libddp.so, or DDP_NCCL_PLUGIN) the
 // first time the GPU path is needed, and forwards device.h's functions to it. Without the plugin
 // (built without DDP_WITH_NCCL, or its CUDA/NCCL libraries missing at run time) every function
 // answers a clear error and CPU work is unaffected.
-#include <dlfcn.h>
-
-#include <cstdlib>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "common/plugin.h"
 #include "nccl/device.h"
 #include "nccl/plugin.h"
 
@@ -22,43 +17,17 @@ struct Loaded {
   std::string error;  // why api is null
 };
 
-std::string LibddpDirectory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&Built), &info) == 0 || info.dli_fname == nullptr) return "";
-  std::string path = info.dli_fname;
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash);
-}
-
 Loaded Load() {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("DDP_NCCL_PLUGIN"); env != nullptr && env[0] != '\0') {
-    candidates.push_back(env);
-  } else {
-    const std::string dir = LibddpDirectory();
-    if (!dir.empty()) candidates.push_back(dir + "/libddp_nccl.so");
-    candidates.push_back("libddp_nccl.so");
+  std::string error;
+  const auto* api = static_cast<const PluginApi*>(
+      plugin::Load("libddp_nccl.so", "DDP_NCCL_PLUGIN", "ddp_nccl_plugin", &error));
+  if (api != nullptr && api->abi != kPluginAbi) {
+    api = nullptr;
+    error = "libddp_nccl.so is from another version of libddp";
   }
-  std::vector<std::string> errors;
-  for (const std::string& path : candidates) {
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      const char* e = dlerror();
-      errors.push_back(e != nullptr ? e : path + ": unknown error");
-      continue;
-    }
-    auto fn = reinterpret_cast<DdpNcclPluginFn>(dlsym(handle, "ddp_nccl_plugin"));
-    const PluginApi* api = fn != nullptr ? fn() : nullptr;
-    if (api == nullptr || api->abi != kPluginAbi) {
-      errors.push_back(absl::StrCat(path, ": not a libddp NCCL plugin of this version"));
-      dlclose(handle);
-      continue;
-    }
-    return {api, ""};  // never closed: backends and buffers from it live until exit
-  }
+  if (api != nullptr) return {api, ""};
   return {nullptr,
-          absl::StrCat("libddp's NCCL backend (libddp_nccl.so) could not be loaded: ",
-                       absl::StrJoin(errors, "; "),
+          absl::StrCat("libddp's NCCL backend (libddp_nccl.so) could not be loaded: ", error,
                        ". It is built when CUDA and NCCL are found (DDP_WITH_NCCL) and needs "
                        "libnccl.so.2 at run time")};
 }

@@ -45,6 +45,19 @@ absl::Status CudaError(cudaError_t e, absl::string_view what) {
     if (ddp_cuda_e != cudaSuccess) return CudaError(ddp_cuda_e, what); \
   } while (0)
 
+// Inside the backend's collectives: any CUDA error fails the backend for good (Fail aborts the
+// communicators and drains the stream, so nothing queued writes to a caller's buffer later).
+#define DDP_CUDA_FAIL(expr, what)                                            \
+  do {                                                                       \
+    const cudaError_t ddp_cuda_e = (expr);                                   \
+    if (ddp_cuda_e != cudaSuccess) return Fail(CudaError(ddp_cuda_e, what)); \
+  } while (0)
+#define DDP_RETURN_OR_FAIL(expr)         \
+  do {                                   \
+    absl::Status ddp_s = (expr);         \
+    if (!ddp_s.ok()) return Fail(ddp_s); \
+  } while (0)
+
 absl::Status KernelStatus(int e, absl::string_view what) {
   if (e == 0) return absl::OkStatus();
   return CudaError(static_cast<cudaError_t>(e), what);
@@ -165,6 +178,11 @@ class NcclBackend final : public Backend {
   absl::Status NcclError(Comm& c, ncclResult_t r, absl::string_view what);
   absl::Status ReserveFusion(size_t bytes);
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes);
+  absl::StatusOr<DeviceBuffer> AllocateOrFail(size_t bytes) {
+    auto b = Allocate(bytes);
+    if (!b.ok()) return Fail(b.status());
+    return b;
+  }
   absl::Status FinishOutput(DataType type, ReduceOp op, void* out, size_t count, double postscale,
                             int active);
 
@@ -232,7 +250,11 @@ absl::StatusOr<ReadyPtr> NcclBackend::RecordReady(int device, void* stream) {
 absl::Status NcclBackend::Prepare() {
   if (prepared_) return absl::OkStatus();
   int expected = -1;
-  device_.compare_exchange_strong(expected, options_.default_device);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+  // local_rank, unless each rank sees only its own GPU(s) (CUDA_VISIBLE_DEVICES per rank).
+  const int fallback = options_.default_device < count ? options_.default_device : 0;
+  device_.compare_exchange_strong(expected, fallback);
   DDP_CUDA_CHECK(cudaSetDevice(device_.load()), "selecting the rank's device");
   DDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "creating a stream");
   DDP_CUDA_CHECK(cudaEventCreateWithFlags(&done_, cudaEventDisableTiming), "creating an event");
@@ -243,6 +265,16 @@ absl::Status NcclBackend::Prepare() {
 absl::Status NcclBackend::Fail(absl::Status status) {
   for (auto& [set, c] : comms_) ncclCommAbort(c.comm);
   comms_.clear();
+  // Work queued behind the aborted NCCL call (unpacking into callers' buffers) must be over
+  // before their handles fail and the memory goes back to them. Bounded: a producer stream that
+  // never reaches its ready event would hold the stream forever.
+  if (stream_ != nullptr) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    Backoff backoff;
+    while (cudaStreamQuery(stream_) == cudaErrorNotReady && absl::Now() < deadline) {
+      backoff.Pause();
+    }
+  }
   if (failed_.ok()) failed_ = status;
   return status;
 }
@@ -288,7 +320,7 @@ absl::Status NcclBackend::Issue(Comm& c, ncclResult_t r, absl::string_view what)
 }
 
 absl::Status NcclBackend::Complete(Comm& c, absl::string_view what) {
-  DDP_CUDA_CHECK(cudaEventRecord(done_, stream_), "recording the done event");
+  DDP_CUDA_FAIL(cudaEventRecord(done_, stream_), "recording the done event");
   const absl::Time deadline = absl::Now() + options_.timeout;
   Backoff backoff;
   while (true) {
@@ -296,10 +328,9 @@ absl::Status NcclBackend::Complete(Comm& c, absl::string_view what) {
     if (q == cudaSuccess) return absl::OkStatus();
     if (q != cudaErrorNotReady) return Fail(CudaError(q, absl::StrCat("NCCL ", what)));
     ncclResult_t state = ncclSuccess;
-    if (ncclCommGetAsyncError(c.comm, &state) != ncclSuccess ||
-        (state != ncclSuccess && state != ncclInProgress)) {
-      return Fail(NcclError(c, state, what));
-    }
+    const ncclResult_t polled = ncclCommGetAsyncError(c.comm, &state);
+    if (polled != ncclSuccess) return Fail(NcclError(c, polled, what));
+    if (state != ncclSuccess && state != ncclInProgress) return Fail(NcclError(c, state, what));
     if (absl::Status s = Check(c, deadline, what); !s.ok()) return Fail(s);
     backoff.Pause();
   }
@@ -343,7 +374,7 @@ absl::StatusOr<Comm*> NcclBackend::Begin(int set, const char* what) {
 
 absl::Status NcclBackend::WaitReady(const ReadyPtr& ready) {
   if (ready == nullptr) return absl::OkStatus();
-  DDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready->event, 0), "waiting for the input's event");
+  DDP_CUDA_FAIL(cudaStreamWaitEvent(stream_, ready->event, 0), "waiting for the input's event");
   return absl::OkStatus();
 }
 
@@ -351,15 +382,15 @@ absl::Status NcclBackend::ReserveFusion(size_t bytes) {
   if (bytes <= fusion_bytes_) return absl::OkStatus();
   if (fusion_ != nullptr) {
     // The stream may still read the old buffer (an earlier operation's pack).
-    DDP_CUDA_CHECK(cudaStreamSynchronize(stream_), "draining the stream");
+    DDP_CUDA_FAIL(cudaStreamSynchronize(stream_), "draining the stream");
     cudaFree(fusion_);
     fusion_ = nullptr;
     fusion_bytes_ = 0;
   }
   // Grow geometrically so that a slowly rising threshold does not reallocate every cycle.
-  const size_t want = std::max(bytes, size_t{1} << 20);
-  DDP_CUDA_CHECK(cudaMalloc(&fusion_, want),
-                 absl::StrCat("allocating ", want, " bytes of device fusion buffer"));
+  const size_t want = std::max({bytes, 2 * fusion_bytes_, size_t{1} << 20});
+  DDP_CUDA_FAIL(cudaMalloc(&fusion_, want),
+                absl::StrCat("allocating ", want, " bytes of device fusion buffer"));
   fusion_bytes_ = want;
   return absl::OkStatus();
 }
@@ -367,7 +398,7 @@ absl::Status NcclBackend::ReserveFusion(size_t bytes) {
 absl::StatusOr<Backend::DeviceBuffer> NcclBackend::Allocate(size_t bytes) {
   if (bytes == 0) return DeviceBuffer();
   void* p = nullptr;
-  DDP_CUDA_CHECK(cudaMalloc(&p, bytes), absl::StrCat("allocating ", bytes, " bytes of output"));
+  DDP_CUDA_FAIL(cudaMalloc(&p, bytes), absl::StrCat("allocating ", bytes, " bytes of output"));
   const int device = device_.load();
   return DeviceBuffer(p, [device](void* q) {
     DeviceScope scope(device);
@@ -399,7 +430,7 @@ absl::Status NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces, D
   size_t total = 0;
   for (const Piece& p : pieces) {
     total += p.count;
-    DDP_RETURN_IF_ERROR(WaitReady(p.ready));
+    DDP_RETURN_OR_FAIL(WaitReady(p.ready));
   }
   if (total == 0) return absl::OkStatus();
   if (pieces.size() == 1 && pieces[0].input != nullptr) {
@@ -407,30 +438,30 @@ absl::Status NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces, D
     const Piece& p = pieces[0];
     const void* in = p.input;
     if (p.prescale != 1.0) {
-      DDP_RETURN_IF_ERROR(KernelStatus(
+      DDP_RETURN_OR_FAIL(KernelStatus(
           kernels::Scale(type, p.output, p.input, p.count, p.prescale, stream_), "prescaling"));
       in = p.output;
     }
     DDP_RETURN_IF_ERROR(Issue(
         *c, ncclAllReduce(in, p.output, p.count, NcclType(type), NcclOp(op), c->comm, stream_),
         "allreduce"));
-    DDP_RETURN_IF_ERROR(FinishOutput(type, op, p.output, p.count, p.postscale, active));
+    DDP_RETURN_OR_FAIL(FinishOutput(type, op, p.output, p.count, p.postscale, active));
     return Complete(*c, "allreduce");
   }
-  DDP_RETURN_IF_ERROR(ReserveFusion(total * es));
+  DDP_RETURN_OR_FAIL(ReserveFusion(total * es));
   char* buffer = static_cast<char*>(fusion_);
   size_t offset = 0;
   for (const Piece& p : pieces) {
     char* dst = buffer + offset * es;
     if (p.input == nullptr) {
-      DDP_RETURN_IF_ERROR(KernelStatus(kernels::FillIdentity(type, op, dst, p.count, stream_),
-                                       "filling the identity"));
+      DDP_RETURN_OR_FAIL(KernelStatus(kernels::FillIdentity(type, op, dst, p.count, stream_),
+                                      "filling the identity"));
     } else if (p.prescale != 1.0) {
-      DDP_RETURN_IF_ERROR(KernelStatus(
+      DDP_RETURN_OR_FAIL(KernelStatus(
           kernels::Scale(type, dst, p.input, p.count, p.prescale, stream_), "prescaling"));
     } else if (p.count > 0) {
-      DDP_CUDA_CHECK(cudaMemcpyAsync(dst, p.input, p.count * es, cudaMemcpyDeviceToDevice, stream_),
-                     "packing the fusion buffer");
+      DDP_CUDA_FAIL(cudaMemcpyAsync(dst, p.input, p.count * es, cudaMemcpyDeviceToDevice, stream_),
+                    "packing the fusion buffer");
     }
     offset += p.count;
   }
@@ -440,10 +471,10 @@ absl::Status NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces, D
   offset = 0;
   for (const Piece& p : pieces) {
     if (p.output != nullptr && p.count > 0) {
-      DDP_CUDA_CHECK(cudaMemcpyAsync(p.output, buffer + offset * es, p.count * es,
-                                     cudaMemcpyDeviceToDevice, stream_),
-                     "unpacking the fusion buffer");
-      DDP_RETURN_IF_ERROR(FinishOutput(type, op, p.output, p.count, p.postscale, active));
+      DDP_CUDA_FAIL(cudaMemcpyAsync(p.output, buffer + offset * es, p.count * es,
+                                    cudaMemcpyDeviceToDevice, stream_),
+                    "unpacking the fusion buffer");
+      DDP_RETURN_OR_FAIL(FinishOutput(type, op, p.output, p.count, p.postscale, active));
     }
     offset += p.count;
   }
@@ -453,7 +484,7 @@ absl::Status NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces, D
 absl::Status NcclBackend::Broadcast(int set, void* buffer, size_t count, DataType type, int root,
                                     const ReadyPtr& ready) {
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "broadcast"));
-  DDP_RETURN_IF_ERROR(WaitReady(ready));
+  DDP_RETURN_OR_FAIL(WaitReady(ready));
   if (count == 0) return absl::OkStatus();
   DDP_RETURN_IF_ERROR(
       Issue(*c, ncclBroadcast(buffer, buffer, count, NcclType(type), root, c->comm, stream_),
@@ -466,11 +497,11 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::Allgatherv(int set, const voi
                                                               DataType type,
                                                               const ReadyPtr& ready) {
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "allgather"));
-  DDP_RETURN_IF_ERROR(WaitReady(ready));
+  DDP_RETURN_OR_FAIL(WaitReady(ready));
   const size_t es = DataTypeSize(type);
   size_t total = 0;
   for (size_t n : counts) total += n;
-  DDP_ASSIGN_OR_RETURN(DeviceBuffer out, Allocate(total * es));
+  DDP_ASSIGN_OR_RETURN(DeviceBuffer out, AllocateOrFail(total * es));
   if (total == 0) return out;
   char* dst = static_cast<char*>(out.get());
   const bool equal =
@@ -501,16 +532,16 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::Alltoall(int set, const void*
                                                             size_t count, DataType type,
                                                             const ReadyPtr& ready) {
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "alltoall"));
-  DDP_RETURN_IF_ERROR(WaitReady(ready));
+  DDP_RETURN_OR_FAIL(WaitReady(ready));
   const size_t block = count * DataTypeSize(type);
-  DDP_ASSIGN_OR_RETURN(DeviceBuffer out, Allocate(block * static_cast<size_t>(c->size)));
+  DDP_ASSIGN_OR_RETURN(DeviceBuffer out, AllocateOrFail(block * static_cast<size_t>(c->size)));
   if (block == 0) return out;
   const char* in = static_cast<const char*>(input);
   char* dst = static_cast<char*>(out.get());
-  DDP_CUDA_CHECK(cudaMemcpyAsync(dst + block * static_cast<size_t>(c->index),
-                                 in + block * static_cast<size_t>(c->index), block,
-                                 cudaMemcpyDeviceToDevice, stream_),
-                 "alltoall's own block");
+  DDP_CUDA_FAIL(cudaMemcpyAsync(dst + block * static_cast<size_t>(c->index),
+                                in + block * static_cast<size_t>(c->index), block,
+                                cudaMemcpyDeviceToDevice, stream_),
+                "alltoall's own block");
   if (c->size > 1) {
     DDP_RETURN_IF_ERROR(Issue(*c, ncclGroupStart(), "alltoall"));
     ncclResult_t r = ncclSuccess;
@@ -531,16 +562,16 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::ReduceScatterv(
     int set, const void* input, const std::vector<size_t>& counts, DataType type, ReduceOp op,
     double prescale, double postscale, int active, const ReadyPtr& ready) {
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "reducescatter"));
-  DDP_RETURN_IF_ERROR(WaitReady(ready));
+  DDP_RETURN_OR_FAIL(WaitReady(ready));
   const size_t es = DataTypeSize(type);
   size_t total = 0;
   for (size_t n : counts) total += n;
   const size_t mine = counts[static_cast<size_t>(c->index)];
-  DDP_ASSIGN_OR_RETURN(DeviceBuffer out, Allocate(mine * es));
+  DDP_ASSIGN_OR_RETURN(DeviceBuffer out, AllocateOrFail(mine * es));
   if (total == 0) return out;
   const char* in = static_cast<const char*>(input);
   if (prescale != 1.0) {
-    DDP_RETURN_IF_ERROR(ReserveFusion(total * es));
+    DDP_RETURN_OR_FAIL(ReserveFusion(total * es));
     DDP_RETURN_IF_ERROR(
         KernelStatus(kernels::Scale(type, fusion_, input, total, prescale, stream_), "prescaling"));
     in = static_cast<const char*>(fusion_);
@@ -568,7 +599,7 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::ReduceScatterv(
     const ncclResult_t end = ncclGroupEnd();
     DDP_RETURN_IF_ERROR(Issue(*c, r != ncclSuccess ? r : end, "reducescatter (uneven)"));
   }
-  DDP_RETURN_IF_ERROR(FinishOutput(type, op, out.get(), mine, postscale, active));
+  DDP_RETURN_OR_FAIL(FinishOutput(type, op, out.get(), mine, postscale, active));
   DDP_RETURN_IF_ERROR(Complete(*c, "reducescatter"));
   return out;
 }
@@ -630,6 +661,6 @@ constexpr PluginApi kApi = {kPluginAbi, CountDevices, Version, Create, Alloc, To
 }  // namespace
 }  // namespace ddp::nccl
 
-extern "C" __attribute__((visibility("default"))) const ddp::nccl::PluginApi* ddp_nccl_plugin() {
+extern "C" __attribute__((visibility("default"))) const void* ddp_nccl_plugin() {
   return &ddp::nccl::kApi;
 }

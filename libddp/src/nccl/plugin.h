@@ -25,7 +25,3 @@ struct PluginApi {
 };
 
 }  // namespace ddp::nccl
-
-extern "C" {
-using DdpNcclPluginFn = const ddp::nccl::PluginApi* (*)();
-}

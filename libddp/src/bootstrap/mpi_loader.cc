@@ -1,0 +1,71 @@
+// libddp's side of the MPI bootstrap: opens libddp_mpi.so on first use and forwards to it.
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "bootstrap/mpi.h"
+#include "bootstrap/mpi/plugin_api.h"
+#include "common/plugin.h"
+
+namespace ddp::bootstrap::mpi {
+namespace {
+
+struct Loaded {
+  const MpiPluginApi* api = nullptr;
+  std::string error;
+};
+
+const Loaded& Plugin() {
+  static const Loaded* loaded = [] {
+    auto* l = new Loaded();
+    std::string error;
+    l->api = static_cast<const MpiPluginApi*>(
+        plugin::Load("libddp_mpi.so", "DDP_MPI_PLUGIN", "ddp_mpi_plugin", &error));
+    if (l->api != nullptr && l->api->abi != kMpiPluginAbi) {
+      l->api = nullptr;
+      error = "libddp_mpi.so is from another version of libddp";
+    }
+    if (l->api == nullptr) {
+      l->error = absl::StrCat("libddp's MPI bootstrap (libddp_mpi.so) could not be loaded: ", error,
+                              ". It is built when MPI is found (DDP_WITH_MPI)");
+    }
+    return l;
+  }();
+  return *loaded;
+}
+
+absl::Status Missing() { return absl::UnimplementedError(Plugin().error); }
+
+}  // namespace
+
+bool LaunchedByMpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"}) {
+    if (const char* s = std::getenv(v); s != nullptr && s[0] != '\0') return true;
+  }
+  return false;
+}
+
+bool Available(std::string* why) {
+  if (Plugin().api != nullptr) return true;
+  if (why != nullptr) *why = Plugin().error;
+  return false;
+}
+
+absl::Status Init(int* rank, int* size) {
+  if (!Available()) return Missing();
+  return Plugin().api->init(rank, size);
+}
+
+absl::Status Broadcast(void* data, size_t bytes, int root) {
+  if (!Available()) return Missing();
+  return Plugin().api->broadcast(data, bytes, root);
+}
+
+absl::StatusOr<std::vector<std::string>> Allgather(const std::string& mine) {
+  if (!Available()) return Missing();
+  return Plugin().api->allgather(mine);
+}
+
+std::string Version() { return Available() ? Plugin().api->version() : Plugin().error; }
+
+}  // namespace ddp::bootstrap::mpi
