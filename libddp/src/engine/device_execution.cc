@@ -107,8 +107,6 @@ absl::Status EngineImpl::RunDeviceOther(ProcessSet& set, Response& r, LocalOp& o
   HandleState& h = *op.handle;
   const int n = set.comm->size();
   const size_t es = DataTypeSize(m.type);
-  const std::vector<int64_t>& shape = m.shapes[0];
-  const uint64_t row = shape.empty() ? 1 : ElementCount({shape.begin() + 1, shape.end()});
   const int64_t start = timeline_ ? timeline_->NowMicros() : 0;
   TimelineWaited(op, r, start);
   absl::StatusOr<nccl::Backend::DeviceBuffer> out = nccl::Backend::DeviceBuffer();
@@ -121,36 +119,23 @@ absl::Status EngineImpl::RunDeviceOther(ProcessSet& set, Response& r, LocalOp& o
       break;
     }
     case OpKind::kAllgather: {
-      std::vector<size_t> counts;
-      int64_t rows = 0;
-      for (int64_t d : r.first_dims) {
-        counts.push_back(static_cast<size_t>(static_cast<uint64_t>(d) * row));
-        rows += d;
-      }
-      h.output_shape = shape;
-      h.output_shape[0] = rows;
-      out_bytes = static_cast<uint64_t>(rows) * row * es;
-      out = backend->Allgatherv(set.id, op.inputs[0], counts, m.type, op.ready);
+      SplitLayout layout = AllgatherLayout(m, r.first_dims);
+      h.output_shape = std::move(layout.output_shape);
+      out_bytes = ElementCount(h.output_shape) * es;
+      out = backend->Allgatherv(set.id, op.inputs[0], layout.counts, m.type, op.ready);
       break;
     }
     case OpKind::kAlltoall:
-      h.output_shape = shape;
+      h.output_shape = m.shapes[0];
       out_bytes = m.Bytes();
       out = backend->Alltoall(set.id, op.inputs[0], m.ElementCount() / static_cast<size_t>(n),
                               m.type, op.ready);
       break;
     case OpKind::kReduceScatter: {
-      std::vector<size_t> counts;
-      for (int i = 0; i < n; ++i) {
-        const int64_t rows = shape[0] / n + (i < shape[0] % n ? 1 : 0);
-        counts.push_back(static_cast<size_t>(static_cast<uint64_t>(rows) * row));
-        if (i == set.my_index) {
-          h.output_shape = shape;
-          h.output_shape[0] = rows;
-        }
-      }
-      out_bytes = counts[static_cast<size_t>(set.my_index)] * es;
-      out = backend->ReduceScatterv(set.id, op.inputs[0], counts, m.type, m.op, m.prescale,
+      SplitLayout layout = ReduceScatterLayout(m, n, set.my_index);
+      h.output_shape = std::move(layout.output_shape);
+      out_bytes = layout.counts[static_cast<size_t>(set.my_index)] * es;
+      out = backend->ReduceScatterv(set.id, op.inputs[0], layout.counts, m.type, m.op, m.prescale,
                                     m.postscale, n, op.ready);
       break;
     }
@@ -163,16 +148,8 @@ absl::Status EngineImpl::RunDeviceOther(ProcessSet& set, Response& r, LocalOp& o
     h.device_output_bytes = out_bytes;
     h.output_device = backend->device();
   }
-  std::string phase = absl::StrCat("NCCL_", OpKindName(m.kind));
-  std::transform(phase.begin(), phase.end(), phase.begin(), ::toupper);
-  TimelinePhase(r.name, phase.c_str(), start, timeline_ ? timeline_->NowMicros() : 0,
-                {{"transport", "nccl"}});
-  {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    ++stats_.collectives;
-  }
-  executed_bytes_ += m.kind == OpKind::kBroadcast ? m.Bytes() : out_bytes;
-  Finish(set, r.name, absl::OkStatus());
+  FinishOther(set, r, absl::StrCat("NCCL_", OpKindName(m.kind)), start, "nccl",
+              m.kind == OpKind::kBroadcast ? m.Bytes() : out_bytes);
   return absl::OkStatus();
 }
 

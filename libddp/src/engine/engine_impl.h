@@ -39,6 +39,17 @@
 
 namespace ddp::engine {
 
+// Per-rank element counts of an allgather or reduce-scatter, and this rank's output shape: the
+// same for the CPU and the CUDA path.
+struct SplitLayout {
+  std::vector<size_t> counts;
+  std::vector<int64_t> output_shape;
+};
+// Every member's first dimension concatenated (first_dims from the negotiation).
+SplitLayout AllgatherLayout(const TensorMeta& meta, const std::vector<int64_t>& first_dims);
+// The first dimension split over n ranks, the first dim % n ranks one row more; `me`'s rows.
+SplitLayout ReduceScatterLayout(const TensorMeta& meta, int n, int me);
+
 // Process set ids map to communicator ids 1..254 (0 and 255 are taken).
 inline constexpr int kMaxProcessSetId = 253;
 
@@ -201,6 +212,9 @@ class EngineImpl final : public Engine {
   absl::Status RunAlone(ProcessSet& set, Response& response, int active);
   absl::Status RunOther(ProcessSet& set, Response& response);
   void Finish(ProcessSet& set, const std::string& name, absl::Status status);
+  // A non-allreduce collective finished OK: its timeline phase, stats, bytes and handle.
+  void FinishOther(ProcessSet& set, const Response& r, const std::string& phase, int64_t start,
+                   const char* transport, uint64_t bytes);
 
   // --- CUDA tensors (device_execution.cc) ---
   // The NCCL backend, created by the first CUDA submission (or a joined rank's first CUDA

@@ -23,6 +23,49 @@ bool Fusible(const Response& a, const Response& b) {
 
 }  // namespace
 
+SplitLayout AllgatherLayout(const TensorMeta& meta, const std::vector<int64_t>& first_dims) {
+  const std::vector<int64_t>& shape = meta.shapes[0];
+  const uint64_t row = ElementCount({shape.begin() + 1, shape.end()});
+  SplitLayout layout;
+  int64_t rows = 0;
+  for (int64_t d : first_dims) {
+    layout.counts.push_back(static_cast<size_t>(static_cast<uint64_t>(d) * row));
+    rows += d;
+  }
+  layout.output_shape = shape;
+  layout.output_shape[0] = rows;
+  return layout;
+}
+
+SplitLayout ReduceScatterLayout(const TensorMeta& meta, int n, int me) {
+  const std::vector<int64_t>& shape = meta.shapes[0];
+  const uint64_t row = ElementCount({shape.begin() + 1, shape.end()});
+  SplitLayout layout;
+  for (int i = 0; i < n; ++i) {
+    const int64_t rows = shape[0] / n + (i < shape[0] % n ? 1 : 0);
+    layout.counts.push_back(static_cast<size_t>(static_cast<uint64_t>(rows) * row));
+    if (i == me) {
+      layout.output_shape = shape;
+      layout.output_shape[0] = rows;
+    }
+  }
+  return layout;
+}
+
+void EngineImpl::FinishOther(ProcessSet& set, const Response& r, const std::string& phase,
+                             int64_t start, const char* transport, uint64_t bytes) {
+  std::string upper = phase;
+  std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
+  TimelinePhase(r.name, upper.c_str(), start, timeline_ ? timeline_->NowMicros() : 0,
+                {{"transport", transport}});
+  {
+    std::lock_guard<std::mutex> lock(wake_->mu);
+    ++stats_.collectives;
+  }
+  executed_bytes_ += bytes;
+  Finish(set, r.name, absl::OkStatus());
+}
+
 void EngineImpl::TimelinePhase(const std::string& name, const char* phase, int64_t start,
                                int64_t end, std::vector<std::pair<std::string, std::string>> args) {
   if (timeline_ != nullptr) timeline_->Phase(name, phase, start, end, args);
@@ -230,25 +273,17 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
   HandleState& h = *op->handle;
   const int n = set.comm->size();
   const size_t es = DataTypeSize(m.type);
-  const std::vector<int64_t>& shape = m.shapes[0];
-  const uint64_t row = shape.empty() ? 1 : ElementCount({shape.begin() + 1, shape.end()});
   const int64_t start = timeline_ ? timeline_->NowMicros() : 0;
   TimelineWaited(*op, r, start);
   absl::Status s;
   uint64_t bytes = m.Bytes();
   switch (m.kind) {
     case OpKind::kAllgather: {
-      std::vector<size_t> counts;
-      int64_t rows = 0;
-      for (int64_t d : r.first_dims) {
-        counts.push_back(static_cast<size_t>(static_cast<uint64_t>(d) * row));
-        rows += d;
-      }
-      h.output_shape = shape;
-      h.output_shape[0] = rows;
-      h.output.resize(static_cast<size_t>(rows) * row * es);
+      SplitLayout layout = AllgatherLayout(m, r.first_dims);
+      h.output_shape = std::move(layout.output_shape);
+      h.output.resize(ElementCount(h.output_shape) * es);
       bytes = h.output.size();
-      s = collectives::Allgatherv(*set.comm, op->inputs[0], h.output.data(), counts, m.type);
+      s = collectives::Allgatherv(*set.comm, op->inputs[0], h.output.data(), layout.counts, m.type);
       break;
     }
     case OpKind::kBroadcast:
@@ -256,21 +291,15 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
                                  m.type, m.root);
       break;
     case OpKind::kAlltoall:
-      h.output_shape = shape;
+      h.output_shape = m.shapes[0];
       h.output.resize(m.ElementCount() * es);
       s = collectives::Alltoall(*set.comm, op->inputs[0], h.output.data(),
                                 m.ElementCount() / static_cast<size_t>(n), m.type);
       break;
     case OpKind::kReduceScatter: {
-      std::vector<size_t> counts;
-      for (int i = 0; i < n; ++i) {
-        const int64_t rows = shape[0] / n + (i < shape[0] % n ? 1 : 0);
-        counts.push_back(static_cast<size_t>(static_cast<uint64_t>(rows) * row));
-        if (i == set.my_index) {
-          h.output_shape = shape;
-          h.output_shape[0] = rows;
-        }
-      }
+      SplitLayout layout = ReduceScatterLayout(m, n, set.my_index);
+      const std::vector<size_t>& counts = layout.counts;
+      h.output_shape = layout.output_shape;
       h.output.resize(counts[static_cast<size_t>(set.my_index)] * es);
       const void* in = op->inputs[0];
       if (m.prescale != 1.0) {
@@ -289,16 +318,7 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
       s = absl::InternalError("unexpected operation");
   }
   if (!s.ok()) return Annotate(s, absl::StrCat(OpKindName(m.kind), " '", r.name, "'"));
-  std::string phase(OpKindName(m.kind));
-  std::transform(phase.begin(), phase.end(), phase.begin(), ::toupper);
-  TimelinePhase(r.name, phase.c_str(), start, timeline_ ? timeline_->NowMicros() : 0,
-                {{"transport", transport_ ? "tcp" : "none"}});
-  {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    ++stats_.collectives;
-  }
-  executed_bytes_ += bytes;
-  Finish(set, r.name, absl::OkStatus());
+  FinishOther(set, r, std::string(OpKindName(m.kind)), start, transport_ ? "tcp" : "none", bytes);
   return absl::OkStatus();
 }
 

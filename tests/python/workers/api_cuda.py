@@ -5,24 +5,7 @@ per GPU (NCCL allows no more)."""
 import torch
 
 import ddp.torch as ddp
-
-DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
-          torch.int32, torch.int64]
-OPS = [ddp.Sum, ddp.Average, ddp.Min, ddp.Max, ddp.Product]
-TOL = {torch.float16: 2e-2, torch.bfloat16: 5e-2, torch.float32: 1e-5, torch.float64: 1e-12}
-
-
-def data(rank, dtype, op, count):
-    g = torch.Generator().manual_seed(hash((rank, DTYPES.index(dtype), int(op), count)) % 2**31)
-    if op == ddp.Product:
-        values = torch.randint(1, 3, (count,), generator=g)
-    elif dtype == torch.uint8:
-        values = torch.randint(0, 50, (count,), generator=g)
-    elif not dtype.is_floating_point:
-        values = torch.randint(-25, 25, (count,), generator=g)
-    else:
-        values = torch.randn(count, generator=g, dtype=torch.float64) * 4
-    return values.to(dtype)
+from api_torch import DTYPES, OPS, TOL, data  # the same inputs as the CPU test
 
 
 def same(gpu, cpu, dtype, what):
