@@ -78,29 +78,31 @@ void EngineImpl::TimelineWaited(const LocalOp& op, const Response& r, int64_t st
 
 absl::Status EngineImpl::Execute(ProcessSet& set, std::vector<Response>& responses, int active) {
   const int64_t threshold = params_.fusion_threshold;
-  size_t i = 0;
-  while (i < responses.size()) {
+  std::vector<bool> taken(responses.size(), false);  // already run as part of an earlier batch
+  for (size_t i = 0; i < responses.size(); ++i) {
+    if (taken[i]) continue;
     Response& r = responses[i];
     if (!r.error.ok()) {
       Finish(set, r.name, r.error);
-      ++i;
       continue;
     }
     if (r.meta.kind != OpKind::kAllreduce) {
       DDP_RETURN_IF_ERROR(RunOther(set, r));
-      ++i;
       continue;
     }
-    // A batch: consecutive compatible allreduces up to the threshold. A group is one unit, fused
-    // even when it alone exceeds the threshold.
+    // A batch: this allreduce and every later compatible one of the round (same dtype, op and
+    // memory, wherever it stands in the list) that still fits under the threshold. Every rank
+    // has the same list, so every rank forms the same batches. A group is one unit, fused even
+    // when it alone exceeds the threshold.
     std::vector<Response*> batch = {&r};
     uint64_t bytes = r.meta.Bytes();
-    size_t j = i + 1;
-    while (j < responses.size() && Fusible(r, responses[j]) &&
-           bytes + responses[j].meta.Bytes() <= static_cast<uint64_t>(threshold)) {
-      bytes += responses[j].meta.Bytes();
-      batch.push_back(&responses[j]);
-      ++j;
+    for (size_t j = i + 1; j < responses.size(); ++j) {
+      if (!taken[j] && Fusible(r, responses[j]) &&
+          bytes + responses[j].meta.Bytes() <= static_cast<uint64_t>(threshold)) {
+        bytes += responses[j].meta.Bytes();
+        batch.push_back(&responses[j]);
+        taken[j] = true;
+      }
     }
     if (r.meta.device != kCpuMemory) {
       DDP_RETURN_IF_ERROR(RunDeviceAllreduce(set, batch, active));
@@ -109,7 +111,6 @@ absl::Status EngineImpl::Execute(ProcessSet& set, std::vector<Response>& respons
     } else {
       DDP_RETURN_IF_ERROR(RunFused(set, batch, active));
     }
-    i = j;
   }
   return absl::OkStatus();
 }
