@@ -75,6 +75,10 @@ std::vector<TensorCase> MixedTensors(uint64_t seed, int n) {
 }
 
 // Every rank submits all tensors in its own random order, then waits; checks every result.
+// Inputs are filled before any submission, and the last rank submits only once every other rank
+// has submitted all of its tensors (a blocking barrier, beside the engine): its tensors then meet
+// peers that have everything pending, so ready tensors do pile up and fusion is exercised
+// whatever the machine's load, instead of each rank's submissions trickling in one at a time.
 absl::Status RunMixedStep(Context& ctx, const std::vector<TensorCase>& cases, uint64_t seed,
                           uint64_t step) {
   std::vector<std::vector<char>> in(cases.size()), out(cases.size());
@@ -90,9 +94,15 @@ absl::Status RunMixedStep(Context& ctx, const std::vector<TensorCase>& cases, ui
     out[i].resize(bytes + 1);
     FillInput(DataGen{seed, step * 1000 + i}, c.type, c.op, ctx.rank(), in[i].data(), c.count);
     Poison(out[i].data(), bytes);
+  }
+  const bool last = ctx.rank() == ctx.size() - 1;
+  if (last && ctx.size() > 1) CHECK_OK(ctx.Barrier());
+  for (size_t i : order) {
+    const TensorCase& c = cases[i];
     handles[i] = ctx.engine().AllreduceAsync(c.name, in[i].data(), out[i].data(), c.type,
                                              {static_cast<int64_t>(c.count)}, c.op);
   }
+  if (!last) CHECK_OK(ctx.Barrier());
   for (size_t i : order) {
     const TensorCase& c = cases[i];
     CHECK_OK(handles[i].Wait());
