@@ -52,7 +52,7 @@ struct Config {
 constexpr const char* kUsage =
     "usage: ddp-bench [-np N] [--op allreduce|allgather|broadcast|reducescatter|alltoall]\n"
     "  [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [--dtype f32|f64|f16|bf16|i8|u8|i32|i64]\n"
-    "  [--redop sum|average|min|max|product] [--transport auto|tcp] [--algo auto|ring|rd]\n"
+    "  [--redop sum|average|min|max|product] [--transport auto|tcp|mpi|ofi] [--algo auto|ring|rd]\n"
     "  [-w WARMUP_ITERS] [-n ITERS] [-r REPEATS] [--inplace] [--check 0|1]\n"
     "Sizes take K, M, G suffixes (powers of 1024). Without -np it runs as one rank of a job\n"
     "described by DDP_* variables (or alone).\n";
@@ -118,7 +118,10 @@ std::string ApplyFlag(const std::string& flag, const std::string& v, Config* c) 
     if (!r.ok()) return "unknown --redop " + v;
     c->redop = *r;
   } else if (flag == "--transport") {
-    if (v != "auto" && v != "tcp") return "--transport wants auto or tcp";
+    if (v != "auto" && v != "tcp" && v != "mpi" && v != "ofi") {
+      return "--transport wants auto, tcp, mpi or ofi (mpi needs mpirun; ofi takes "
+             "DDP_OFI_PROVIDER)";
+    }
     c->transport = v;
   } else if (flag == "--algo") {
     if (v != "auto" && v != "ring" && v != "rd") return "--algo wants auto, ring or rd";
@@ -428,8 +431,16 @@ int RunRank(const Config& config) {
     return 1;
   }
   if (config.transport) {
-    options->transport =
-        *config.transport == "tcp" ? ddp::TransportKind::kTcp : ddp::TransportKind::kAuto;
+    const std::string& t = *config.transport;
+    options->transport = t == "tcp"   ? ddp::TransportKind::kTcp
+                         : t == "mpi" ? ddp::TransportKind::kMpi
+                         : t == "ofi" ? ddp::TransportKind::kOfi
+                                      : ddp::TransportKind::kAuto;
+    absl::Status valid = options->Validate();
+    if (!valid.ok()) {
+      std::fprintf(stderr, "ddp-bench: %s\n", valid.ToString().c_str());
+      return 1;
+    }
   }
   if (config.algo) {
     options->algorithm = *config.algo == "ring" ? ddp::Algorithm::kRing

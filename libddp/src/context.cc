@@ -20,7 +20,10 @@
 #include "common/socket.h"
 #include "common/status.h"
 #include "engine/engine_impl.h"
+#include "transport/mpi/mpi_wire.h"
+#include "transport/ofi/ofi_wire.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/wire/wire_transport.h"
 
 namespace ddp {
 
@@ -29,14 +32,23 @@ class ContextImpl {
   Options options;
   bootstrap::Topology topology;
   std::unique_ptr<bootstrap::TcpStoreServer> store_server;
-  std::unique_ptr<transport::tcp::TcpTransport> transport;
+  std::unique_ptr<transport::Transport> transport;
+  transport::tcp::TcpTransport* tcp = nullptr;   // `transport` when it is TCP
+  std::unique_ptr<transport::ofi::OfiWire> ofi;  // between PrepareTransport and ConnectTransport
+  std::unique_ptr<transport::wire::Wire> mpi_wire;
   std::unique_ptr<collectives::Communicator> comm;
   std::unique_ptr<engine::EngineImpl> engine;
   std::mutex mu;  // one collective at a time: ranks must issue them in the same order
   bool shut_down = false;
 
   absl::Status Init();
-  absl::Status CreateTransport(const std::string& listen_ip, const std::string& host);
+  // This rank's end of the transport (DDP_TRANSPORT); returns the address that the other ranks
+  // need (TCP: ip:port; libfabric: the endpoint name; MPI: nothing).
+  absl::StatusOr<std::string> PrepareTransport(const std::string& listen_ip,
+                                               const std::string& host);
+  // With every rank's address and host: connects (TCP) or fills the address vector (libfabric).
+  absl::Status ConnectTransport(const std::vector<std::string>& addresses,
+                                const std::vector<std::string>& hosts, absl::Time deadline);
   // Under mpirun: rank 0's token, every rank's host and listen address through MPI collectives.
   absl::Status MpiBootstrap(const std::string& host, std::vector<std::string>& hosts,
                             std::vector<std::string>& addresses);
@@ -123,10 +135,9 @@ absl::Status ContextImpl::Init() {
 
     DDP_ASSIGN_OR_RETURN(std::string listen_ip,
                          net::ChooseLocalAddress(options.iface, options.rendezvous_addr));
-    DDP_RETURN_IF_ERROR(CreateTransport(listen_ip, host));
+    DDP_ASSIGN_OR_RETURN(std::string address, PrepareTransport(listen_ip, host));
     DDP_RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "host/", options.rank), host));
-    DDP_RETURN_IF_ERROR(
-        store->Set(absl::StrCat(prefix, "addr/", options.rank), transport->listen_address()));
+    DDP_RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "addr/", options.rank), address));
     for (int r = 0; r < n; ++r) {
       const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
       auto h = store->Get(absl::StrCat(prefix, "host/", r), left);
@@ -141,7 +152,7 @@ absl::Status ContextImpl::Init() {
       hosts[static_cast<size_t>(r)] = *h;
       addresses[static_cast<size_t>(r)] = *a;
     }
-    DDP_RETURN_IF_ERROR(transport->ConnectAll(addresses, hosts, deadline));
+    DDP_RETURN_IF_ERROR(ConnectTransport(addresses, hosts, deadline));
     // Every rank has read the store by now (it dialled us or we dialled it after reading).
   }
   topology = bootstrap::ComputeTopology(hosts, options.rank);
@@ -165,7 +176,38 @@ absl::Status ContextImpl::Init() {
   return absl::OkStatus();
 }
 
-absl::Status ContextImpl::CreateTransport(const std::string& listen_ip, const std::string& host) {
+absl::StatusOr<std::string> ContextImpl::PrepareTransport(const std::string& listen_ip,
+                                                          const std::string& host) {
+  if (options.transport == TransportKind::kMpi) {
+    int mpi_rank = -1;
+    int mpi_size = 0;
+    DDP_RETURN_IF_ERROR(Annotate(bootstrap::mpi::Init(&mpi_rank, &mpi_size),
+                                 "DDP_TRANSPORT=mpi (launch with mpirun)"));
+    if (mpi_rank != options.rank || mpi_size != options.size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "DDP_TRANSPORT=mpi: this process is rank ", options.rank, " of ", options.size,
+          " but rank ", mpi_rank, " of ", mpi_size, " in MPI_COMM_WORLD"));
+    }
+    // Communicator ids 0 (the context's collectives) and 1 (the engine's world set) get an MPI
+    // communicator of their own for MPI_Allreduce.
+    std::vector<int> native;
+    if (options.mpi_allreduce) native = {0, 1};
+    DDP_ASSIGN_OR_RETURN(mpi_wire, transport::mpi::CreateWire(native));
+    return std::string();
+  }
+  if (options.transport == TransportKind::kOfi) {
+    transport::ofi::OfiConfig config;
+    config.rank = options.rank;
+    config.size = options.size;
+    config.provider = options.ofi_provider;
+    config.domain = options.ofi_domain;
+    config.source_ip = listen_ip;
+    config.force_mr_local = options.ofi_mr_local;
+    config.max_message_bytes = static_cast<size_t>(options.ofi_max_message_bytes);
+    DDP_ASSIGN_OR_RETURN(ofi, transport::ofi::CreateWire(config));
+    DDP_LOG(kInfo, "libfabric transport: %s, mr_mode %s", ofi->Name(), ofi->mr_mode());
+    return ofi->address();
+  }
   transport::tcp::TcpConfig config;
   config.rank = options.rank;
   config.size = options.size;
@@ -175,7 +217,37 @@ absl::Status ContextImpl::CreateTransport(const std::string& listen_ip, const st
   config.streams = options.tcp_streams;
   config.socket_buffer_bytes = options.socket_buffer_bytes;
   config.timeout = options.timeout;
-  DDP_ASSIGN_OR_RETURN(transport, transport::tcp::TcpTransport::Create(config));
+  DDP_ASSIGN_OR_RETURN(auto t, transport::tcp::TcpTransport::Create(config));
+  tcp = t.get();
+  transport = std::move(t);
+  return tcp->listen_address();
+}
+
+absl::Status ContextImpl::ConnectTransport(const std::vector<std::string>& addresses,
+                                           const std::vector<std::string>& hosts,
+                                           absl::Time deadline) {
+  if (tcp != nullptr) return tcp->ConnectAll(addresses, hosts, deadline);
+  transport::wire::WireConfig config;
+  config.rank = options.rank;
+  config.size = options.size;
+  config.hosts = hosts;
+  config.timeout = options.timeout;
+  config.inline_bytes = static_cast<size_t>(options.wire_inline_bytes);
+  std::unique_ptr<transport::wire::Wire> wire;
+  if (ofi != nullptr) {
+    DDP_RETURN_IF_ERROR(ofi->Connect(addresses));
+    config.kind = "ofi";
+    wire = std::move(ofi);
+  } else {
+    config.kind = "mpi";
+    if (options.mpi_allreduce) {
+      config.has_native_allreduce = transport::mpi::HasAllreduce;
+      config.native_allreduce = transport::mpi::Allreduce;
+    }
+    wire = std::move(mpi_wire);
+  }
+  DDP_ASSIGN_OR_RETURN(transport,
+                       transport::wire::WireTransport::Create(std::move(config), std::move(wire)));
   return absl::OkStatus();
 }
 
@@ -218,9 +290,9 @@ absl::Status ContextImpl::MpiBootstrap(const std::string& host, std::vector<std:
     }
   }
   DDP_ASSIGN_OR_RETURN(std::string listen_ip, net::ChooseLocalAddress(options.iface, toward));
-  DDP_RETURN_IF_ERROR(CreateTransport(listen_ip, host));
-  DDP_ASSIGN_OR_RETURN(addresses, bootstrap::mpi::Allgather(transport->listen_address()));
-  return transport->ConnectAll(addresses, hosts, absl::Now() + options.start_timeout);
+  DDP_ASSIGN_OR_RETURN(std::string address, PrepareTransport(listen_ip, host));
+  DDP_ASSIGN_OR_RETURN(addresses, bootstrap::mpi::Allgather(address));
+  return ConnectTransport(addresses, hosts, absl::Now() + options.start_timeout);
 }
 
 absl::Status ContextImpl::Check(absl::string_view what) const {

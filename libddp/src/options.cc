@@ -102,6 +102,16 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   DDP_ASSIGN_OR_RETURN(auto transport,
                        env::GetChoice("DDP_TRANSPORT", {"auto", "tcp", "shm", "mpi", "ofi"}));
   if (transport) o.transport = static_cast<TransportKind>(*transport);
+  DDP_ASSIGN_OR_RETURN(auto mpi_allreduce, env::GetBool("DDP_MPI_ALLREDUCE"));
+  if (mpi_allreduce) o.mpi_allreduce = *mpi_allreduce;
+  if (auto v = env::Get("DDP_OFI_PROVIDER")) o.ofi_provider = *v;
+  if (auto v = env::Get("DDP_OFI_DOMAIN")) o.ofi_domain = *v;
+  DDP_ASSIGN_OR_RETURN(auto ofi_mr, env::GetChoice("DDP_OFI_MR", {"auto", "local"}));
+  if (ofi_mr) o.ofi_mr_local = *ofi_mr == 1;
+  DDP_ASSIGN_OR_RETURN(auto ofi_max, env::GetBytes("DDP_OFI_MAX_MESSAGE_BYTES", 0, 1LL << 30));
+  if (ofi_max) o.ofi_max_message_bytes = *ofi_max;
+  DDP_ASSIGN_OR_RETURN(auto inline_bytes, env::GetBytes("DDP_WIRE_INLINE_BYTES", 0, 1LL << 14));
+  if (inline_bytes) o.wire_inline_bytes = *inline_bytes;
   if (auto v = env::Get("DDP_IFACE")) o.iface = *v;
   DDP_ASSIGN_OR_RETURN(auto algo, env::GetChoice("DDP_ALGO", {"auto", "ring", "rd", "hier"}));
   if (algo) o.algorithm = static_cast<Algorithm>(*algo);
@@ -148,11 +158,15 @@ absl::Status Options::Validate() const {
   if (size > 1 && !job_token.empty() && job_token.size() < 8) {
     return absl::InvalidArgumentError("DDP_JOB_TOKEN is too short: use at least 8 characters");
   }
-  if (transport == TransportKind::kShm || transport == TransportKind::kMpi ||
-      transport == TransportKind::kOfi) {
+  if (transport == TransportKind::kShm) {
     return absl::UnimplementedError(
-        absl::StrCat("DDP_TRANSPORT=", TransportKindName(transport),
-                     " is not available in this build (available: auto, tcp)"));
+        "DDP_TRANSPORT=shm is not available in this build (available: auto, tcp, mpi, ofi)");
+  }
+  if (mpi_allreduce && transport != TransportKind::kMpi) {
+    return absl::InvalidArgumentError("DDP_MPI_ALLREDUCE=1 needs DDP_TRANSPORT=mpi");
+  }
+  if (ofi_max_message_bytes != 0 && ofi_max_message_bytes < 4096) {
+    return absl::InvalidArgumentError("DDP_OFI_MAX_MESSAGE_BYTES must be 0 or at least 4096");
   }
   if (algorithm == Algorithm::kHierarchical) {
     return absl::UnimplementedError(

@@ -40,7 +40,22 @@ struct Options {
   // is sent to the others through MPI, and made up if it has none). Never sent over the wire.
   std::string job_token;
 
+  // DDP_TRANSPORT: auto (TCP), tcp, mpi (MPI point-to-point; needs mpirun), ofi (libfabric).
   TransportKind transport = TransportKind::kAuto;
+  // MPI transport: hand allreduces on the whole job to MPI_Allreduce itself
+  // (DDP_MPI_ALLREDUCE=1), for users of tuned HPC MPIs.
+  bool mpi_allreduce = false;
+  // libfabric transport: provider (DDP_OFI_PROVIDER: efa, "tcp;ofi_rxm", shm; empty = the first
+  // that offers FI_EP_RDM tagged messages), domain (DDP_OFI_DOMAIN), register every buffer even
+  // when the provider does not ask for it (DDP_OFI_MR=local, for tests), and segment messages
+  // above this size (DDP_OFI_MAX_MESSAGE_BYTES, 0 = the provider's limit).
+  std::string ofi_provider;
+  std::string ofi_domain;
+  bool ofi_mr_local = false;
+  int64_t ofi_max_message_bytes = 0;
+  // MPI and libfabric transports: payloads up to this size travel inside the message header
+  // (DDP_WIRE_INLINE_BYTES).
+  int64_t wire_inline_bytes = 8192;
   std::string iface;  // DDP_IFACE: listen only on this interface's address.
   Algorithm algorithm = Algorithm::kAuto;
 

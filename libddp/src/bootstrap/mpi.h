@@ -24,6 +24,10 @@ absl::Status Init(int* rank, int* size);
 // MPI_COMM_WORLD collectives (after Init; the calling thread only).
 absl::Status Broadcast(void* data, size_t bytes, int root);
 absl::StatusOr<std::vector<std::string>> Allgather(const std::string& mine);
+// The plugin's table (transport/mpi uses it), or null when it does not load.
+struct MpiPluginApi;
+const MpiPluginApi* Api();
+
 // "Open MPI v4.1.4, ..." (MPI_Get_library_version) or why there is none.
 std::string Version();
 

@@ -66,6 +66,8 @@ absl::StatusOr<std::vector<std::string>> Allgather(const std::string& mine) {
   return Plugin().api->allgather(mine);
 }
 
+const MpiPluginApi* Api() { return Plugin().api; }
+
 std::string Version() { return Available() ? Plugin().api->version() : Plugin().error; }
 
 }  // namespace ddp::bootstrap::mpi

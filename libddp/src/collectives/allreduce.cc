@@ -150,6 +150,9 @@ Algorithm ChooseAllreduce(const Communicator& comm, size_t bytes) {
 absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t count,
                        DataType type, ReduceOp op) {
   const size_t bytes = count * DataTypeSize(type);
+  if (comm.size() > 1 && comm.transport().HasNativeAllreduce(comm.id())) {
+    return comm.transport().NativeAllreduce(comm.id(), send, recv, count, type, op);
+  }
   // The ring needs a block per rank; recursive doubling handles any count, including zero (an
   // exchange of empty messages that still checks that the ranks agree).
   const Algorithm algorithm = count < static_cast<size_t>(comm.size())

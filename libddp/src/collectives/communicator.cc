@@ -75,10 +75,22 @@ std::string Communicator::Describe(const transport::Descriptor& descriptor) {
 char* Communicator::Scratch(size_t slot, size_t bytes) {
   if (scratch_.size() <= slot) scratch_.resize(slot + 1);
   if (scratch_[slot].size() < bytes) {
+    if (transport_ != nullptr && !scratch_[slot].empty()) {
+      transport_->ForgetMemory(scratch_[slot].data());
+    }
     scratch_[slot] = std::vector<char>();  // free before growing: these can be large
     scratch_[slot].resize(bytes);
+    // Reused by every later call: transports that register memory keep it registered.
+    if (transport_ != nullptr) transport_->RememberMemory(scratch_[slot].data(), bytes);
   }
   return scratch_[slot].data();
+}
+
+Communicator::~Communicator() {
+  if (transport_ == nullptr) return;
+  for (auto& s : scratch_) {
+    if (!s.empty()) transport_->ForgetMemory(s.data());
+  }
 }
 
 Transfers::~Transfers() {

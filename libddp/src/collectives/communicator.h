@@ -44,11 +44,15 @@ class Communicator {
   // a transport need distinct `id`s (0..255): the id is part of every tag, so their collectives
   // can be in flight at the same time without mixing.
   Communicator(int rank, int size, transport::Transport* transport, Tuning tuning, int id = 0);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
   int rank() const { return rank_; }
   int size() const { return size_; }
   transport::Transport& transport() { return *transport_; }
   const Tuning& tuning() const { return tuning_; }
+  int id() const { return static_cast<int>(id_); }
 
   // Starts a collective. `algorithm` is the one chosen (ranks must choose alike), `root` -1 when
   // not applicable, `count` the element count that every rank must agree on.

@@ -32,6 +32,20 @@ class SubsetTransport final : public Transport {
   void Abort(const absl::Status& reason) override { base_.Abort(reason); }
   absl::Status Shutdown() override { return absl::OkStatus(); }  // the base owns connections
   absl::Status health() const override { return base_.health(); }
+  void RememberMemory(const void* data, size_t bytes) override {
+    base_.RememberMemory(data, bytes);
+  }
+  void ForgetMemory(const void* data) override { base_.ForgetMemory(data); }
+  // Only a subset that is the whole job (the engine's world set) can use the base's own
+  // allreduce: its communicators span every rank.
+  bool HasNativeAllreduce(int comm_id) const override {
+    return members_.size() == static_cast<size_t>(base_.size()) &&
+           base_.HasNativeAllreduce(comm_id);
+  }
+  absl::Status NativeAllreduce(int comm_id, const void* send, void* recv, size_t count,
+                               DataType type, ReduceOp op) override {
+    return base_.NativeAllreduce(comm_id, send, recv, count, type, op);
+  }
   void SetDescriptorFormatter(DescriptorFormatter formatter) override {
     base_.SetDescriptorFormatter(std::move(formatter));
   }

@@ -24,6 +24,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "ddp/types.h"
 
 namespace ddp::transport {
 
@@ -99,6 +100,21 @@ class Transport {
   virtual absl::Status Shutdown() = 0;
   // OK, or the first error that failed the transport.
   virtual absl::Status health() const = 0;
+
+  // Long-lived buffers that will be sent from and received into again and again (the
+  // collectives' scratch memory); transports that register memory keep them registered until
+  // ForgetMemory. Must be called before the memory is freed.
+  virtual void RememberMemory(const void* /*data*/, size_t /*bytes*/) {}
+  virtual void ForgetMemory(const void* /*data*/) {}
+
+  // Whether this transport runs a whole allreduce on communicator `comm_id` itself (the MPI
+  // transport with DDP_MPI_ALLREDUCE=1 hands it to MPI_Allreduce); the collectives then skip
+  // their own algorithms. Ranks must agree on the arguments: no descriptor check happens.
+  virtual bool HasNativeAllreduce(int /*comm_id*/) const { return false; }
+  virtual absl::Status NativeAllreduce(int /*comm_id*/, const void* /*send*/, void* /*recv*/,
+                                       size_t /*count*/, DataType /*type*/, ReduceOp /*op*/) {
+    return absl::UnimplementedError("this transport has no allreduce of its own");
+  }
 
   // How to print a descriptor in mismatch errors (set by the layer that defines descriptors).
   using DescriptorFormatter = std::function<std::string(const Descriptor&)>;

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bootstrap/mpi/plugin_api.h"
+#include "transport/mpi/mpi_impl.h"
 
 namespace ddp::bootstrap::mpi {
 namespace {
@@ -94,7 +95,14 @@ std::string Version() {
   return newline == std::string::npos ? v : v.substr(0, newline);
 }
 
-constexpr MpiPluginApi kApi = {kMpiPluginAbi, Init, Broadcast, Allgather, Version};
+constexpr MpiPluginApi kApi = {kMpiPluginAbi,
+                               Init,
+                               Broadcast,
+                               Allgather,
+                               Version,
+                               transport::mpi::impl::CreateWire,
+                               transport::mpi::impl::HasAllreduce,
+                               transport::mpi::impl::Allreduce};
 
 }  // namespace
 }  // namespace ddp::bootstrap::mpi

@@ -1,0 +1,620 @@
+// WireTransport: matching, segmentation, heartbeats and failures over a Wire.
+#include "transport/wire/wire_transport.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace ddp::transport::wire {
+namespace {
+
+// Control message layout (little endian, as every supported platform is):
+//   u8 kind, u8 flags, u16 0, u32 0, u64 sequence, then by kind:
+//   kMessage: u64 tag, 16-byte descriptor, u64 length, u64 first data tag, [inline payload]
+//   kAbort:   the reason's text
+enum Kind : uint8_t { kMessage = 1, kHeartbeat = 2, kBye = 3, kAbort = 4 };
+constexpr uint8_t kInlineFlag = 1;
+constexpr uint8_t kWaitingFlag = 2;
+constexpr size_t kPrefix = 16;
+constexpr size_t kMessageHeader = kPrefix + 8 + 16 + 8 + 8;
+
+void Put64(std::string& s, size_t at, uint64_t v) { std::memcpy(s.data() + at, &v, 8); }
+uint64_t Get64(const std::string& s, size_t at) {
+  uint64_t v = 0;
+  std::memcpy(&v, s.data() + at, 8);
+  return v;
+}
+
+std::string Prefix(Kind kind, uint8_t flags, size_t total) {
+  std::string m(total, '\0');
+  m[0] = static_cast<char>(kind);
+  m[1] = static_cast<char>(flags);
+  return m;
+}
+
+uint64_t Group(uint64_t tag) { return tag >> kTagGroupShift; }
+
+size_t Segments(size_t bytes, size_t max) { return bytes == 0 ? 1 : (bytes + max - 1) / max; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<WireTransport>> WireTransport::Create(WireConfig config,
+                                                                     std::unique_ptr<Wire> wire) {
+  if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
+    return absl::InvalidArgumentError("wire transport: bad rank or size");
+  }
+  if (wire->max_control_bytes() < kMessageHeader + 64 || wire->max_data_bytes() == 0) {
+    return absl::InternalError(absl::StrCat(wire->Name(), ": message limits too small"));
+  }
+  config.inline_bytes = std::min(config.inline_bytes, wire->max_control_bytes() - kMessageHeader);
+  config.hosts.resize(static_cast<size_t>(config.size));
+  std::unique_ptr<WireTransport> t(new WireTransport(std::move(config), std::move(wire)));
+  t->thread_ = std::thread([p = t.get()] { p->Run(); });
+  return t;
+}
+
+WireTransport::WireTransport(WireConfig config, std::unique_ptr<Wire> wire)
+    : config_(std::move(config)),
+      wire_name_(wire->Name()),
+      wire_(std::move(wire)),
+      peers_(static_cast<size_t>(config_.size)) {
+  const absl::Time now = absl::Now();
+  for (Peer& p : peers_) {
+    p.last_heard = now;
+    p.last_progress = now;
+  }
+}
+
+WireTransport::~WireTransport() {
+  Shutdown().IgnoreError();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string WireTransport::PeerName(int peer) const {
+  if (peer < 0 || peer >= config_.size) return absl::StrCat("rank ", peer, " (not in the job)");
+  return absl::StrCat("rank ", peer, " (", config_.hosts[static_cast<size_t>(peer)], ", ",
+                      config_.kind, ")");
+}
+
+absl::Status WireTransport::PeerError(int peer, absl::StatusCode code,
+                                      absl::string_view what) const {
+  return absl::Status(code, absl::StrCat(PeerName(peer), ": ", what));
+}
+
+std::string WireTransport::Describe(const Descriptor& descriptor) const {
+  DescriptorFormatter formatter;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    formatter = formatter_;
+  }
+  if (formatter) return formatter(descriptor);
+  return absl::BytesToHexString(absl::string_view(
+      reinterpret_cast<const char*>(descriptor.bytes.data()), descriptor.bytes.size()));
+}
+
+void WireTransport::SetDescriptorFormatter(DescriptorFormatter formatter) {
+  std::lock_guard<std::mutex> lock(mu_);
+  formatter_ = std::move(formatter);
+}
+
+absl::Status WireTransport::health() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return failure_;
+}
+
+void WireTransport::RememberMemory(const void* data, size_t bytes) {
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  wire_->Remember(data, bytes);
+}
+
+void WireTransport::ForgetMemory(const void* data) {
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  wire_->Forget(data);
+}
+
+bool WireTransport::HasNativeAllreduce(int comm_id) const {
+  return config_.has_native_allreduce && config_.has_native_allreduce(comm_id);
+}
+
+absl::Status WireTransport::NativeAllreduce(int comm_id, const void* send, void* recv, size_t count,
+                                            DataType type, ReduceOp op) {
+  if (failed_.load()) return health();
+  absl::Status s = config_.native_allreduce(comm_id, send, recv, count, type, op);
+  if (!s.ok()) Fail(s);
+  return s;
+}
+
+void WireTransport::Wake() {
+  {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    kicked_ = true;
+  }
+  park_cv_.notify_one();
+}
+
+// ---- posting ----------------------------------------------------------------------------------
+
+void WireTransport::PostControlLocked(int peer, std::string message) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  Put64(message, 8, p.next_control_seq++);
+  absl::Status s = wire_->PostControl(peer, message);
+  if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
+}
+
+RequestPtr WireTransport::Isend(int peer, uint64_t tag, const Descriptor& descriptor,
+                                const void* data, size_t bytes) {
+  auto request = std::make_shared<Request>();
+  if (peer < 0 || peer >= config_.size || peer == config_.rank) {
+    request->Complete(absl::InvalidArgumentError(absl::StrCat("send to invalid peer ", peer)));
+    return request;
+  }
+  {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    if (failed_.load()) {
+      request->Complete(health());
+      return request;
+    }
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    const bool inline_payload = bytes <= config_.inline_bytes;
+    std::string m = Prefix(kMessage, inline_payload ? kInlineFlag : 0,
+                           kMessageHeader + (inline_payload ? bytes : 0));
+    Put64(m, kPrefix, tag);
+    std::memcpy(m.data() + kPrefix + 8, descriptor.bytes.data(), 16);
+    Put64(m, kPrefix + 24, bytes);
+    if (inline_payload) {
+      if (bytes > 0) std::memcpy(m.data() + kMessageHeader, data, bytes);
+      PostControlLocked(peer, std::move(m));
+      // The payload was copied: the caller's buffer is free at once.
+      request->Complete(failed_.load() ? health() : absl::OkStatus());
+      return request;
+    }
+    const size_t max = wire_->max_data_bytes();
+    const size_t n = Segments(bytes, max);
+    const uint64_t first = p.next_data_tag;
+    p.next_data_tag += n;
+    Put64(m, kPrefix + 32, first);
+    PostControlLocked(peer, std::move(m));
+    const uint64_t token = next_token_++;
+    Pending& op = pending_[token];
+    op.request = request;
+    op.peer = peer;
+    op.outstanding = n;
+    if (p.waiting_ops++ == 0) p.last_progress = absl::Now();
+    const char* src = static_cast<const char*>(data);
+    for (size_t i = 0; i < n && !failed_.load(); ++i) {
+      const size_t len = std::min(max, bytes - i * max);
+      absl::Status s = wire_->PostSend(peer, first + i, src + i * max, len, token);
+      if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
+    }
+  }
+  Wake();
+  return request;
+}
+
+RequestPtr WireTransport::Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
+                                size_t bytes) {
+  auto request = std::make_shared<Request>();
+  if (peer < 0 || peer >= config_.size || peer == config_.rank) {
+    request->Complete(absl::InvalidArgumentError(absl::StrCat("receive from invalid peer ", peer)));
+    return request;
+  }
+  {
+    std::lock_guard<std::mutex> lock(progress_mu_);
+    if (failed_.load()) {
+      request->Complete(health());
+      return request;
+    }
+    Peer& p = peers_[static_cast<size_t>(peer)];
+    RecvOp op{request, tag, descriptor, static_cast<char*>(data), bytes};
+    for (auto it = p.unexpected.begin(); it != p.unexpected.end(); ++it) {
+      if (it->tag != tag) continue;
+      Header h = std::move(*it);
+      p.unexpected.erase(it);
+      if (p.waiting_ops++ == 0) p.last_progress = absl::Now();
+      Match(peer, std::move(op), std::move(h));
+      return request;
+    }
+    for (const Header& h : p.unexpected) {
+      if (Group(h.tag) == Group(tag) && !(h.descriptor == descriptor)) {
+        absl::Status s = absl::InvalidArgumentError(absl::StrCat(
+            "ranks disagree: rank ", config_.rank, " is running ", Describe(descriptor), " but ",
+            PeerName(peer), " is running ", Describe(h.descriptor)));
+        request->Complete(s);
+        FailLocked(s);
+        return request;
+      }
+    }
+    if (p.bye) {
+      request->Complete(PeerError(peer, absl::StatusCode::kUnavailable,
+                                  "has shut down; nothing more will come from it"));
+      return request;
+    }
+    if (!IsNotificationTag(tag) && p.waiting_ops++ == 0) p.last_progress = absl::Now();
+    p.posted.push_back(std::move(op));
+  }
+  Wake();
+  return request;
+}
+
+// A header met its receive: copy the inline payload or post the data receives.
+void WireTransport::Match(int peer, RecvOp op, Header h) {
+  if (!(h.descriptor == op.descriptor)) {
+    absl::Status s = absl::InvalidArgumentError(
+        absl::StrCat("ranks disagree: rank ", config_.rank, " is running ", Describe(op.descriptor),
+                     " but ", PeerName(peer), " is running ", Describe(h.descriptor)));
+    CompleteRecv(peer, op.request, s);
+    FailLocked(s);
+    return;
+  }
+  if (h.bytes != op.bytes) {
+    absl::Status s = PeerError(peer, absl::StatusCode::kInvalidArgument,
+                               absl::StrCat("sent ", h.bytes, " bytes where this rank expects ",
+                                            op.bytes, " (", Describe(op.descriptor), ")"));
+    CompleteRecv(peer, op.request, s);
+    FailLocked(s);
+    return;
+  }
+  if (h.has_inline) {
+    if (op.bytes > 0) std::memcpy(op.data, h.payload.data(), op.bytes);
+    CompleteRecv(peer, op.request, absl::OkStatus());
+    return;
+  }
+  const size_t max = wire_->max_data_bytes();
+  const size_t n = Segments(op.bytes, max);
+  const uint64_t token = next_token_++;
+  Pending& pending = pending_[token];
+  pending.request = op.request;
+  pending.peer = peer;
+  pending.receive = true;
+  pending.outstanding = n;
+  for (size_t i = 0; i < n && !failed_.load(); ++i) {
+    const size_t len = std::min(max, op.bytes - i * max);
+    absl::Status s = wire_->PostRecv(peer, h.data_tag + i, op.data + i * max, len, token);
+    if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
+  }
+}
+
+void WireTransport::CompleteRecv(int peer, const RequestPtr& request, absl::Status status) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.waiting_ops > 0) --p.waiting_ops;
+  p.last_progress = absl::Now();
+  request->Complete(std::move(status));
+}
+
+// ---- progress ---------------------------------------------------------------------------------
+
+bool WireTransport::ProgressLocked() {
+  events_.clear();
+  absl::Status s = wire_->Poll(&events_);
+  if (!s.ok()) FailLocked(absl::UnavailableError(absl::StrCat(wire_name_, ": ", s.message())));
+  for (Event& e : events_) {
+    if (e.kind == Event::Kind::kDone) {
+      SegmentsDone(e.token, e.status);
+    } else if (e.peer >= 0 && e.peer < config_.size && e.peer != config_.rank) {
+      HandleControl(e.peer, std::move(e.payload));
+    }
+  }
+  const absl::Time now = absl::Now();
+  if (now - last_check_ > absl::Milliseconds(50)) {
+    last_check_ = now;
+    SendHeartbeats(now);
+    CheckDeadlines(now);
+  }
+  return !events_.empty();
+}
+
+void WireTransport::SegmentsDone(uint64_t token, const absl::Status& status) {
+  auto it = pending_.find(token);
+  if (it == pending_.end()) return;  // failed earlier
+  Pending& op = it->second;
+  Peer& p = peers_[static_cast<size_t>(op.peer)];
+  p.last_progress = absl::Now();
+  if (!status.ok() && op.status.ok()) {
+    op.status =
+        PeerError(op.peer, absl::StatusCode::kUnavailable,
+                  absl::StrCat(op.receive ? "receiving from it failed: " : "sending to it failed: ",
+                               status.message()));
+  }
+  if (--op.outstanding > 0) return;
+  RequestPtr request = std::move(op.request);
+  absl::Status result = op.status;
+  pending_.erase(it);
+  if (p.waiting_ops > 0) --p.waiting_ops;
+  request->Complete(result);
+  if (!result.ok()) FailLocked(result);
+}
+
+void WireTransport::HandleControl(int peer, std::string payload) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  p.last_heard = absl::Now();
+  if (payload.size() < kPrefix) {
+    FailLocked(PeerError(peer, absl::StatusCode::kInternal, "sent a malformed control message"));
+    return;
+  }
+  const uint64_t seq = Get64(payload, 8);
+  if (seq != p.expected_seq) {
+    if (seq > p.expected_seq) p.early.emplace(seq, std::move(payload));
+    return;
+  }
+  HandleInOrder(peer, payload);
+  ++p.expected_seq;
+  for (auto it = p.early.begin(); it != p.early.end() && it->first == p.expected_seq;
+       it = p.early.erase(it)) {
+    HandleInOrder(peer, it->second);
+    ++p.expected_seq;
+  }
+}
+
+void WireTransport::HandleInOrder(int peer, const std::string& m) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  const auto kind = static_cast<Kind>(m[0]);
+  const auto flags = static_cast<uint8_t>(m[1]);
+  switch (kind) {
+    case kHeartbeat:
+      p.remote_waiting = (flags & kWaitingFlag) != 0;
+      return;
+    case kAbort:
+      FailLocked(PeerError(peer, absl::StatusCode::kAborted,
+                           absl::StrCat("aborted the job: ", m.substr(kPrefix))));
+      return;
+    case kBye: {
+      p.bye = true;
+      for (auto it = p.posted.begin(); it != p.posted.end();) {
+        if (!IsNotificationTag(it->tag)) {
+          ++it;
+          continue;
+        }
+        it->request->Complete(PeerError(peer, absl::StatusCode::kUnavailable, "has shut down"));
+        it = p.posted.erase(it);
+      }
+      if (!p.posted.empty()) {
+        FailLocked(PeerError(peer, absl::StatusCode::kUnavailable,
+                             "shut down while this rank still expects data from it"));
+      }
+      return;
+    }
+    case kMessage:
+      break;
+    default:
+      FailLocked(PeerError(peer, absl::StatusCode::kInternal, "sent an unknown control message"));
+      return;
+  }
+  if (m.size() < kMessageHeader) {
+    FailLocked(PeerError(peer, absl::StatusCode::kInternal, "sent a truncated message header"));
+    return;
+  }
+  Header h;
+  h.tag = Get64(m, kPrefix);
+  std::memcpy(h.descriptor.bytes.data(), m.data() + kPrefix + 8, 16);
+  h.bytes = Get64(m, kPrefix + 24);
+  h.data_tag = Get64(m, kPrefix + 32);
+  h.has_inline = (flags & kInlineFlag) != 0;
+  if (h.has_inline) {
+    if (m.size() != kMessageHeader + h.bytes) {
+      FailLocked(PeerError(peer, absl::StatusCode::kInternal, "sent a truncated message"));
+      return;
+    }
+    h.payload = m.substr(kMessageHeader);
+  }
+  for (auto it = p.posted.begin(); it != p.posted.end(); ++it) {
+    if (it->tag != h.tag) continue;
+    RecvOp op = std::move(*it);
+    p.posted.erase(it);
+    if (IsNotificationTag(op.tag) && p.waiting_ops++ == 0) p.last_progress = absl::Now();
+    Match(peer, std::move(op), std::move(h));
+    return;
+  }
+  for (const RecvOp& op : p.posted) {
+    if (Group(op.tag) == Group(h.tag) && !(op.descriptor == h.descriptor)) {
+      FailLocked(absl::InvalidArgumentError(absl::StrCat(
+          "ranks disagree: rank ", config_.rank, " is running ", Describe(op.descriptor), " but ",
+          PeerName(peer), " is running ", Describe(h.descriptor))));
+      return;
+    }
+  }
+  p.unexpected.push_back(std::move(h));
+}
+
+// ---- liveness -----------------------------------------------------------------------------
+
+bool WireTransport::AnyWaiting() const {
+  return std::any_of(peers_.begin(), peers_.end(), [this](const Peer& p) { return WaitingOn(p); });
+}
+
+void WireTransport::SendHeartbeats(absl::Time now) {
+  const absl::Duration interval =
+      std::clamp(config_.timeout / 5, absl::Milliseconds(50), absl::Seconds(5));
+  if (now - last_heartbeat_ < interval || failed_.load() || bye_sent_) return;
+  last_heartbeat_ = now;
+  const uint8_t flags = AnyWaiting() ? kWaitingFlag : 0;
+  for (int r = 0; r < config_.size; ++r) {
+    if (r == config_.rank || peers_[static_cast<size_t>(r)].bye) continue;
+    PostControlLocked(r, Prefix(kHeartbeat, flags, kPrefix));
+  }
+}
+
+void WireTransport::CheckDeadlines(absl::Time now) {
+  if (failed_.load()) return;
+  for (int r = 0; r < config_.size; ++r) {
+    const Peer& p = peers_[static_cast<size_t>(r)];
+    if (r == config_.rank || !WaitingOn(p)) continue;
+    const absl::Duration silent = now - std::max(p.last_heard, p.last_progress);
+    const absl::Duration stalled = now - p.last_progress;
+    const std::string limit =
+        absl::StrCat(" (DDP_TIMEOUT_SECONDS=", absl::ToDoubleSeconds(config_.timeout), ")");
+    std::string blame;
+    if (silent > config_.timeout) {
+      blame = absl::StrCat("silent for ", absl::FormatDuration(silent),
+                           ", not even a heartbeat, while this rank waits on it", limit,
+                           "; is that process stopped, dead or cut off?");
+    } else if (stalled > config_.timeout && !p.remote_waiting) {
+      blame = absl::StrCat("is alive but has not taken part for ", absl::FormatDuration(stalled),
+                           " while this rank waits on it", limit,
+                           "; is it stuck or busy outside libddp, or did it skip this call?");
+    } else if (stalled > 3 * config_.timeout) {
+      blame = absl::StrCat("made no progress for ", absl::FormatDuration(stalled),
+                           " while both wait", limit, "; the ranks may be waiting on each other");
+    }
+    if (!blame.empty()) {
+      FailLocked(PeerError(r, absl::StatusCode::kDeadlineExceeded, blame));
+      return;
+    }
+  }
+}
+
+// ---- waiting ----------------------------------------------------------------------------------
+
+absl::Status WireTransport::Wait(Request* request) {
+  if (request->Test()) return request->status();
+  pollers_.fetch_add(1);
+  int idle = 0;
+  while (!request->Test()) {
+    bool progressed = false;
+    if (progress_mu_.try_lock()) {
+      progressed = ProgressLocked();
+      progress_mu_.unlock();
+    }
+    if (progressed) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    if (idle < 200) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else if (idle < 2000) {
+      sched_yield();
+    } else {
+      // Long waits (a peer still computing) cost almost nothing.
+      std::this_thread::sleep_for(std::chrono::microseconds(std::min(20 * (idle - 1999), 500)));
+    }
+  }
+  pollers_.fetch_sub(1);
+  Wake();  // the background thread takes over
+  return request->status();
+}
+
+void WireTransport::Run() {
+  int idle = 0;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stopping_) break;
+    }
+    bool progressed = false;
+    if (pollers_.load() == 0 && progress_mu_.try_lock()) {
+      progressed = ProgressLocked();
+      progress_mu_.unlock();
+    }
+    if (progressed) {
+      idle = 0;
+      continue;
+    }
+    ++idle;
+    if (idle < 4) {
+      sched_yield();
+      continue;
+    }
+    // Back off to at most 0.5 ms between polls (doorbells and unwaited sends complete here).
+    const auto pause = std::chrono::microseconds(std::min(10 << std::min(idle - 4, 10), 500));
+    std::unique_lock<std::mutex> lock(park_mu_);
+    park_cv_.wait_for(lock, pause, [this] { return kicked_; });
+    if (kicked_) idle = 0;
+    kicked_ = false;
+  }
+}
+
+// ---- failure and shutdown -----------------------------------------------------------------
+
+void WireTransport::Fail(const absl::Status& status) {
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  FailLocked(status);
+}
+
+void WireTransport::FailLocked(const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failure_.ok()) return;
+    failure_ = status;
+    failed_.store(true);
+  }
+  DDP_LOG(kDebug, "%s transport failed: %s", config_.kind, status.ToString());
+  // Tell the peers why (best effort), then give up on everything in flight.
+  if (!bye_sent_) {
+    for (int r = 0; r < config_.size; ++r) {
+      if (r == config_.rank || peers_[static_cast<size_t>(r)].bye) continue;
+      std::string m = Prefix(kAbort, 0, kPrefix);
+      m += std::string(status.message()).substr(0, 4000);
+      Peer& p = peers_[static_cast<size_t>(r)];
+      Put64(m, 8, p.next_control_seq++);
+      wire_->PostControl(r, m).IgnoreError();
+    }
+  }
+  wire_->Cancel();
+  for (auto& [token, op] : pending_) op.request->Complete(status);
+  pending_.clear();
+  for (Peer& p : peers_) {
+    for (RecvOp& op : p.posted) op.request->Complete(status);
+    p.posted.clear();
+    p.waiting_ops = 0;
+  }
+}
+
+void WireTransport::Abort(const absl::Status& reason) { Fail(reason); }
+
+absl::Status WireTransport::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return absl::OkStatus();
+    stopping_ = true;
+  }
+  Wake();
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> lock(progress_mu_);
+  const absl::Time deadline = absl::Now() + std::min(config_.timeout, absl::Seconds(30));
+  auto sends_pending = [this] {
+    return std::any_of(pending_.begin(), pending_.end(),
+                       [](const auto& kv) { return !kv.second.receive; });
+  };
+  while (!failed_.load() && sends_pending() && absl::Now() < deadline) {
+    if (!ProgressLocked()) sched_yield();
+  }
+  if (!failed_.load()) {
+    for (int r = 0; r < config_.size; ++r) {
+      if (r != config_.rank) PostControlLocked(r, Prefix(kBye, 0, kPrefix));
+    }
+    bye_sent_ = true;
+    // Take the peers' goodbyes too when they come soon, so nothing is left in the library's
+    // queues (MPI_Finalize wants that), then let the wire finish sending ours.
+    const absl::Time grace = std::min(deadline, absl::Now() + absl::Seconds(1));
+    auto all_bye = [this] {
+      for (int r = 0; r < config_.size; ++r) {
+        if (r != config_.rank && !peers_[static_cast<size_t>(r)].bye) return false;
+      }
+      return true;
+    };
+    while (!failed_.load() && !all_bye() && absl::Now() < grace) {
+      if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+  while (wire_->Busy() && absl::Now() < deadline) {
+    if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  // Anything still pending now can never complete.
+  const absl::Status closed = absl::CancelledError("the transport was shut down");
+  for (auto& [token, op] : pending_) op.request->Complete(closed);
+  pending_.clear();
+  for (Peer& p : peers_) {
+    for (RecvOp& op : p.posted) op.request->Complete(closed);
+    p.posted.clear();
+  }
+  return health();
+}
+
+}  // namespace ddp::transport::wire

@@ -1,0 +1,169 @@
+// WireTransport: the Transport contract on top of any Wire (MPI, libfabric).
+//
+// Every message starts with a control message to its receiver: a header with the 64-bit tag,
+// the descriptor, the length and, for small messages, the payload itself (one message, one
+// copy on each side). Larger payloads follow as data messages straight from the sender's
+// buffer into the receiver's: the receiver posts them when the header meets a matching receive,
+// and the sender posts them at once (the library keeps an early one until it is matched).
+// Payloads above the wire's maximum go as several data messages.
+//
+// Control messages carry a per-pair sequence number and are handled in order, so a receive
+// matches the first message from that peer with its tag, as over TCP. They also carry
+// heartbeats (with "this rank is waiting" so a silent peer is named the same way as over TCP),
+// goodbyes (a peer that leaves completes notification receives with Unavailable) and aborts
+// (the peer's reason reaches every rank).
+//
+// Progress: whichever thread holds the progress lock polls the wire. A caller in Wait() polls
+// itself, tightly at first and then with short sleeps; a background thread polls when nobody
+// else does (completing requests that nobody waits on, such as the engine's doorbells), and
+// sends heartbeats and checks deadlines.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/transport.h"
+#include "transport/wire/wire.h"
+
+namespace ddp::transport::wire {
+
+struct WireConfig {
+  int rank = 0;
+  int size = 1;
+  std::vector<std::string> hosts;  // hosts[r]: for PeerName
+  absl::Duration timeout = absl::Seconds(300);
+  // Payloads up to this size travel inside the control message.
+  size_t inline_bytes = 8192;
+  // How the transport is named in errors: "mpi", "ofi".
+  std::string kind = "wire";
+  // Optional: the wire's own allreduce (MPI_Allreduce), by communicator id.
+  std::function<bool(int comm_id)> has_native_allreduce;
+  std::function<absl::Status(int comm_id, const void* send, void* recv, size_t count, DataType type,
+                             ReduceOp op)>
+      native_allreduce;
+};
+
+class WireTransport final : public Transport {
+ public:
+  static absl::StatusOr<std::unique_ptr<WireTransport>> Create(WireConfig config,
+                                                               std::unique_ptr<Wire> wire);
+  ~WireTransport() override;
+
+  std::string wire_name() const { return wire_name_; }
+
+  int rank() const override { return config_.rank; }
+  int size() const override { return config_.size; }
+  std::string PeerName(int peer) const override;
+  RequestPtr Isend(int peer, uint64_t tag, const Descriptor& descriptor, const void* data,
+                   size_t bytes) override;
+  RequestPtr Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
+                   size_t bytes) override;
+  absl::Status Wait(Request* request) override;
+  void Abort(const absl::Status& reason) override;
+  absl::Status Shutdown() override;
+  absl::Status health() const override;
+  void SetDescriptorFormatter(DescriptorFormatter formatter) override;
+  void RememberMemory(const void* data, size_t bytes) override;
+  void ForgetMemory(const void* data) override;
+  bool HasNativeAllreduce(int comm_id) const override;
+  absl::Status NativeAllreduce(int comm_id, const void* send, void* recv, size_t count,
+                               DataType type, ReduceOp op) override;
+
+ private:
+  // A message header that arrived before its receive was posted.
+  struct Header {
+    uint64_t tag = 0;
+    Descriptor descriptor;
+    uint64_t bytes = 0;
+    uint64_t data_tag = 0;  // first data message (payloads above the inline limit)
+    bool has_inline = false;
+    std::string payload;  // the inline payload
+  };
+  struct RecvOp {
+    RequestPtr request;
+    uint64_t tag = 0;
+    Descriptor descriptor;
+    char* data = nullptr;
+    size_t bytes = 0;
+  };
+  // An operation made of several wire operations (segments): done when all are.
+  struct Pending {
+    RequestPtr request;
+    int peer = -1;
+    bool receive = false;
+    size_t outstanding = 0;
+    absl::Status status;
+  };
+  struct Peer {
+    uint64_t next_control_seq = 0;          // to send
+    uint64_t expected_seq = 0;              // to receive
+    std::map<uint64_t, std::string> early;  // control messages that overtook others
+    uint64_t next_data_tag = 1;
+    std::deque<RecvOp> posted;      // receives not yet matched, in posting order
+    std::deque<Header> unexpected;  // headers not yet matched, in arrival order
+    bool bye = false;
+    bool remote_waiting = false;
+    absl::Time last_heard = absl::InfinitePast();
+    absl::Time last_progress = absl::InfinitePast();
+    int waiting_ops = 0;  // receives from it not complete (posted or data in flight)
+  };
+
+  WireTransport(WireConfig config, std::unique_ptr<Wire> wire);
+  void Run();
+  // With progress_mu_ held.
+  bool ProgressLocked();
+  void HandleControl(int peer, std::string payload);
+  void HandleInOrder(int peer, const std::string& payload);
+  void Match(int peer, RecvOp op, Header h);
+  void PostControlLocked(int peer, std::string message);
+  void SegmentsDone(uint64_t token, const absl::Status& status);
+  void CompleteRecv(int peer, const RequestPtr& request, absl::Status status);
+  void CheckDeadlines(absl::Time now);
+  void SendHeartbeats(absl::Time now);
+  bool WaitingOn(const Peer& p) const { return p.waiting_ops > 0; }
+  bool AnyWaiting() const;
+  absl::Status PeerError(int peer, absl::StatusCode code, absl::string_view what) const;
+  std::string Describe(const Descriptor& descriptor) const;
+  void Fail(const absl::Status& status);
+  void FailLocked(const absl::Status& status);
+  void Wake();
+
+  const WireConfig config_;
+  const std::string wire_name_;
+
+  // Everything below is guarded by progress_mu_, held by whichever thread drives the wire.
+  std::mutex progress_mu_;
+  std::unique_ptr<Wire> wire_;
+  std::vector<Peer> peers_;
+  std::map<uint64_t, Pending> pending_;  // by token
+  uint64_t next_token_ = 1;
+  std::vector<Event> events_;
+  absl::Time last_heartbeat_ = absl::InfinitePast();
+  absl::Time last_check_ = absl::InfinitePast();
+  bool bye_sent_ = false;
+
+  // Small shared state.
+  mutable std::mutex mu_;
+  absl::Status failure_;  // first error
+  std::atomic<bool> failed_{false};
+  bool stopping_ = false;
+  DescriptorFormatter formatter_;
+
+  std::atomic<int> pollers_{0};
+  std::mutex park_mu_;
+  std::condition_variable park_cv_;
+  bool kicked_ = false;  // guarded by park_mu_
+  std::thread thread_;
+};
+
+}  // namespace ddp::transport::wire
