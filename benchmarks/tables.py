@@ -85,6 +85,34 @@ def compare(raw_dir, ranks, runs):
         "\n".join(latency) + "\n"
 
 
+TRANSPORTS = (("tcp", "tcp"), ("ofi_rxm", "ofi tcp;ofi_rxm"), ("ofi_shm", "ofi shm"),
+              ("mpi", "mpi"))
+
+
+def transports(raw_dir, ranks, runs):
+    """The compare_transports table: ddp's allreduce over each transport, ratios against tcp."""
+    head = " | ".join(f"{label} busbw" for _, label in TRANSPORTS)
+    ratios = " | ".join(f"{label}/tcp" for _, label in TRANSPORTS[1:])
+    lines = [f"| ranks | size | {head} | {ratios} |",
+             "|---:|---:|" + "---:|" * (2 * len(TRANSPORTS) - 1)]
+    latency = []
+    for n in ranks:
+        tables = {name: merge_runs([os.path.join(raw_dir, f"{name}-{n}-{r}.txt")
+                                    for r in range(1, runs + 1)])
+                  for name, _ in TRANSPORTS}
+        sizes = sorted(set().union(*tables.values()))
+        for size in sizes:
+            bw = [tables[name].get(size, (None, None))[1] for name, _ in TRANSPORTS]
+            cells = " | ".join(fmt(b, ".3f") for b in bw)
+            rel = " | ".join(ratio(b, bw[0]) for b in bw[1:])
+            lines.append(f"| {n} | {human_bytes(size)} | {cells} | {rel} |")
+        times = [tables[name].get(LATENCY_BYTES, (None, None))[0] for name, _ in TRANSPORTS]
+        latency.append(f"- {n} ranks: " + ", ".join(
+            f"{label} {fmt(t, '.1f')} us" for (_, label), t in zip(TRANSPORTS, times)))
+    return "\n".join(lines) + f"\n\nTime at {human_bytes(LATENCY_BYTES)}:\n\n" + \
+        "\n".join(latency) + "\n"
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -92,11 +120,18 @@ def main(argv):
     c.add_argument("--raw", required=True, help="folder of raw outputs")
     c.add_argument("--ranks", type=int, nargs="+", required=True)
     c.add_argument("--runs", type=int, default=1)
+    t = sub.add_parser("transports", help="the compare_transports table from "
+                       "RAW/{tcp,ofi_rxm,ofi_shm,mpi}-N-RUN.txt")
+    t.add_argument("--raw", required=True, help="folder of raw outputs")
+    t.add_argument("--ranks", type=int, nargs="+", required=True)
+    t.add_argument("--runs", type=int, default=1)
     s = sub.add_parser("show", help="size, time and busbw of one output, for a quick look")
     s.add_argument("file")
     args = p.parse_args(argv)
     if args.command == "compare":
         sys.stdout.write(compare(args.raw, args.ranks, args.runs))
+    elif args.command == "transports":
+        sys.stdout.write(transports(args.raw, args.ranks, args.runs))
     else:
         for size, (time_us, busbw) in sorted(parse_table(args.file).items()):
             print(f"{human_bytes(size):>10}  {time_us:12.2f} us  {busbw:8.3f} GB/s")

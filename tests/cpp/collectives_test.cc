@@ -1,7 +1,9 @@
 // Conformance: every collective x dtype x op x count x placement, for N = 1..8 real processes,
 // against references in higher precision, fresh random data each run, outputs poisoned first.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -12,201 +14,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "ddp/context.h"
+#include "support/conformance.h"
 #include "support/data.h"
 #include "support/multiprocess.h"
+#include "transport/ofi/ofi_wire.h"
 
 namespace ddp::testing {
 namespace {
-
-constexpr DataType kTypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
-                               DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
-                               DataType::kInt32,    DataType::kInt64};
-constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
-                             ReduceOp::kProduct};
-
-std::string Name(absl::string_view coll, DataType t, ReduceOp op, size_t count, bool in_place) {
-  return absl::StrCat(coll, " ", DataTypeName(t), " ", ReduceOpName(op), " count ", count,
-                      in_place ? " in-place" : " out-of-place");
-}
-
-#define RETURN_IF_ERROR(expr) \
-  do {                        \
-    absl::Status s_ = (expr); \
-    if (!s_.ok()) return s_;  \
-  } while (0)
-
-struct Suite {
-  Context& ctx;
-  uint64_t seed;
-  uint64_t call = 0;
-  uint64_t digest = 1469598103934665603ULL;
-  int n() const { return ctx.size(); }
-  int r() const { return ctx.rank(); }
-
-  absl::Status Allreduce(DataType t, ReduceOp op, size_t count, bool in_place) {
-    const DataGen g{seed, ++call};
-    const size_t es = DataTypeSize(t);
-    const std::string what = Name("allreduce", t, op, count, in_place);
-    std::vector<char> in(count * es + 1), out(count * es + 1);
-    FillInput(g, t, op, r(), in.data(), count);
-    std::vector<char> pristine = in;
-    Poison(out.data(), out.size());
-    if (in_place) {
-      std::memcpy(out.data(), in.data(), count * es);
-      RETURN_IF_ERROR(ctx.Allreduce(out.data(), out.data(), count, t, op));
-    } else {
-      RETURN_IF_ERROR(ctx.Allreduce(in.data(), out.data(), count, t, op));
-      if (in != pristine) return absl::InternalError(what + ": the send buffer was modified");
-    }
-    if (static_cast<unsigned char>(out[count * es]) != 0xCD) {
-      return absl::InternalError(what + ": wrote past the end of the receive buffer");
-    }
-    digest = Digest(out.data(), count * es, digest);
-    return CheckReduced(g, t, op, n(), out.data(), count, 0, what);
-  }
-
-  absl::Status Allgatherv(DataType t, size_t count, bool uneven, bool in_place) {
-    const DataGen g{seed, ++call};
-    const size_t es = DataTypeSize(t);
-    std::vector<size_t> counts(static_cast<size_t>(n()), count);
-    if (uneven) {
-      for (int j = 0; j < n(); ++j) counts[static_cast<size_t>(j)] = j == 1 ? 0 : count / 2 + j;
-    }
-    std::vector<size_t> offsets;
-    size_t total = 0;
-    for (size_t c : counts) {
-      offsets.push_back(total);
-      total += c;
-    }
-    const std::string what =
-        Name(uneven ? "allgatherv" : "allgather", t, ReduceOp::kSum, count, in_place);
-    const size_t mine = counts[static_cast<size_t>(r())];
-    std::vector<char> in(mine * es + 1), out(total * es + 1);
-    Poison(out.data(), out.size());
-    FillInput(g, t, ReduceOp::kSum, r(), in.data(), mine);
-    char* slot = out.data() + offsets[static_cast<size_t>(r())] * es;
-    const void* send = in.data();
-    if (in_place) {
-      std::memcpy(slot, in.data(), mine * es);
-      send = slot;
-    }
-    if (uneven) {
-      RETURN_IF_ERROR(ctx.Allgatherv(send, out.data(), counts, t));
-    } else {
-      RETURN_IF_ERROR(ctx.Allgather(send, out.data(), count, t));
-    }
-    for (int j = 0; j < n(); ++j) {
-      RETURN_IF_ERROR(CheckCopied(g, t, ReduceOp::kSum, j,
-                                  out.data() + offsets[static_cast<size_t>(j)] * es,
-                                  counts[static_cast<size_t>(j)], 0, what));
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Broadcast(DataType t, size_t count, bool in_place) {
-    const DataGen g{seed, ++call};
-    const size_t es = DataTypeSize(t);
-    const int root = static_cast<int>(call % static_cast<uint64_t>(n()));
-    const std::string what =
-        absl::StrCat(Name("broadcast", t, ReduceOp::kSum, count, in_place), " root ", root);
-    std::vector<char> in(count * es + 1), out(count * es + 1);
-    Poison(out.data(), out.size());
-    const void* send = nullptr;
-    if (r() == root) {
-      FillInput(g, t, ReduceOp::kSum, root, in.data(), count);
-      if (in_place) {
-        std::memcpy(out.data(), in.data(), count * es);
-        send = out.data();
-      } else {
-        send = in.data();
-      }
-    }
-    RETURN_IF_ERROR(ctx.Broadcast(send, out.data(), count, t, root));
-    return CheckCopied(g, t, ReduceOp::kSum, root, out.data(), count, 0, what);
-  }
-
-  absl::Status ReduceScatterv(DataType t, ReduceOp op, size_t count, bool uneven, bool in_place) {
-    const DataGen g{seed, ++call};
-    const size_t es = DataTypeSize(t);
-    std::vector<size_t> counts(static_cast<size_t>(n()), count);
-    if (uneven) {
-      for (int j = 0; j < n(); ++j) counts[static_cast<size_t>(j)] = j == 0 ? 0 : count / 2 + j;
-    }
-    size_t total = 0, offset = 0;
-    for (int j = 0; j < n(); ++j) {
-      if (j == r()) offset = total;
-      total += counts[static_cast<size_t>(j)];
-    }
-    const size_t mine = counts[static_cast<size_t>(r())];
-    const std::string what =
-        Name(uneven ? "reducescatterv" : "reducescatter", t, op, count, in_place);
-    std::vector<char> in(total * es + 1), out(mine * es + 1);
-    FillInput(g, t, op, r(), in.data(), total);
-    Poison(out.data(), out.size());
-    const char* result = out.data();
-    if (in_place) {
-      RETURN_IF_ERROR(uneven ? ctx.ReduceScatterv(in.data(), in.data(), counts, t, op)
-                             : ctx.ReduceScatter(in.data(), in.data(), count, t, op));
-      result = in.data();
-    } else {
-      RETURN_IF_ERROR(uneven ? ctx.ReduceScatterv(in.data(), out.data(), counts, t, op)
-                             : ctx.ReduceScatter(in.data(), out.data(), count, t, op));
-      if (static_cast<unsigned char>(out[mine * es]) != 0xCD) {
-        return absl::InternalError(what + ": wrote past the end of the receive buffer");
-      }
-    }
-    return CheckReduced(g, t, op, n(), result, mine, offset, what);
-  }
-
-  absl::Status Alltoall(DataType t, size_t count, bool in_place) {
-    const DataGen g{seed, ++call};
-    const size_t es = DataTypeSize(t);
-    const size_t total = count * static_cast<size_t>(n());
-    const std::string what = Name("alltoall", t, ReduceOp::kSum, count, in_place);
-    std::vector<char> in(total * es + 1), out(total * es + 1);
-    FillInput(g, t, ReduceOp::kSum, r(), in.data(), total);
-    Poison(out.data(), out.size());
-    char* result = out.data();
-    if (in_place) {
-      RETURN_IF_ERROR(ctx.Alltoall(in.data(), in.data(), count, t));
-      result = in.data();
-    } else {
-      RETURN_IF_ERROR(ctx.Alltoall(in.data(), out.data(), count, t));
-    }
-    for (int j = 0; j < n(); ++j) {
-      RETURN_IF_ERROR(CheckCopied(g, t, ReduceOp::kSum, j,
-                                  result + static_cast<size_t>(j) * count * es, count,
-                                  static_cast<size_t>(r()) * count, what));
-    }
-    return absl::OkStatus();
-  }
-};
-
-// Runs the whole matrix on one rank; the digest line lets the parent compare results bitwise.
-absl::Status RunMatrix(Context& ctx, uint64_t seed, const std::vector<size_t>& reduce_counts,
-                       const std::vector<size_t>& block_counts) {
-  Suite s{ctx, seed};
-  for (bool in_place : {false, true}) {
-    for (DataType t : kTypes) {
-      for (size_t count : reduce_counts) {
-        for (ReduceOp op : kOps) RETURN_IF_ERROR(s.Allreduce(t, op, count, in_place));
-      }
-      for (size_t count : block_counts) {
-        RETURN_IF_ERROR(s.Allgatherv(t, count, /*uneven=*/false, in_place));
-        RETURN_IF_ERROR(s.Allgatherv(t, count, /*uneven=*/true, in_place));
-        RETURN_IF_ERROR(s.Broadcast(t, count * 3 + 1, in_place));
-        RETURN_IF_ERROR(s.Alltoall(t, count, in_place));
-        for (ReduceOp op : kOps) {
-          RETURN_IF_ERROR(s.ReduceScatterv(t, op, count, /*uneven=*/false, in_place));
-          RETURN_IF_ERROR(s.ReduceScatterv(t, op, count, /*uneven=*/true, in_place));
-        }
-      }
-    }
-  }
-  for (int i = 0; i < 3; ++i) RETURN_IF_ERROR(ctx.Barrier());
-  std::printf("digest=%016llx\n", static_cast<unsigned long long>(s.digest));
-  return absl::OkStatus();
-}
 
 void ExpectAllOkAndIdentical(const JobResult& job, uint64_t seed) {
   ASSERT_FALSE(job.hung) << "seed " << seed << "\n" << job.Summary();
@@ -257,6 +71,7 @@ struct Variant {
   int n;
   std::map<std::string, std::string> env;
   bool rank0_hosts_store = false;
+  bool needs_ofi = false;
 };
 
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
@@ -265,6 +80,8 @@ class Variants : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(Variants, AllCollectivesAllTypesAllOps) {
   const Variant& v = GetParam();
+  std::string why;
+  if (v.needs_ofi && !transport::ofi::Available(&why)) GTEST_SKIP() << why;
   const uint64_t seed = TestSeed();
   RecordProperty("seed", std::to_string(seed));
   JobSpec spec;
@@ -289,6 +106,88 @@ INSTANTIATE_TEST_SUITE_P(
                       Variant{"ThreeStreams3", 3, {{"DDP_TCP_STREAMS", "3"}}},
                       Variant{"RankZeroHostsStore2", 2, {}, true}),
     [](const ::testing::TestParamInfo<Variant>& p) { return std::string(p.param.name); });
+
+// The same matrix over the libfabric transport: the socket provider behind RxM, the shared
+// memory provider, and RxM with every buffer registered (the FI_MR_LOCAL path EFA takes), no
+// inline payloads and 16 KiB messages (segmentation, many data messages per transfer).
+INSTANTIATE_TEST_SUITE_P(
+    Ofi, Variants,
+    ::testing::Values(
+        Variant{"TcpRxm3",
+                3,
+                {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "tcp;ofi_rxm"}},
+                false,
+                true},
+        Variant{"Shm4", 4, {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "shm"}}, false, true},
+        Variant{"TcpRxmRegisteredSegmented3",
+                3,
+                {{"DDP_TRANSPORT", "ofi"},
+                 {"DDP_OFI_PROVIDER", "tcp;ofi_rxm"},
+                 {"DDP_OFI_MR", "local"},
+                 {"DDP_OFI_MAX_MESSAGE_BYTES", "16384"},
+                 {"DDP_WIRE_INLINE_BYTES", "0"}},
+                false,
+                true},
+        Variant{"ShmRegistered2",
+                2,
+                {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "shm"}, {"DDP_OFI_MR", "local"}},
+                false,
+                true}),
+    [](const ::testing::TestParamInfo<Variant>& p) { return std::string(p.param.name); });
+
+// The MPI transport needs ranks that mpirun started: the matrix runs as the ddp-conformance
+// program under mpirun, and every rank must report OK with the same digest.
+struct MpiVariant {
+  const char* name;
+  int n;
+  std::vector<std::string> env;  // NAME=VALUE for every rank
+};
+
+void PrintTo(const MpiVariant& v, std::ostream* os) { *os << v.name; }
+
+class MpiConformance : public ::testing::TestWithParam<MpiVariant> {};
+
+TEST_P(MpiConformance, AllCollectivesAllTypesAllOps) {
+#if !defined(DDP_MPIEXEC) || !defined(DDP_CONFORMANCE_BIN)
+  GTEST_SKIP() << "built without MPI (DDP_WITH_MPI)";
+#else
+  const MpiVariant& v = GetParam();
+  const uint64_t seed = TestSeed();
+  RecordProperty("seed", std::to_string(seed));
+  std::string command = absl::StrCat("timeout -s KILL 900 ", DDP_MPIEXEC, " --tag-output -np ", v.n,
+                                     " --oversubscribe");
+  if (::geteuid() == 0) absl::StrAppend(&command, " --allow-run-as-root");
+  for (const std::string& e : v.env) absl::StrAppend(&command, " -x ", e);
+  absl::StrAppend(&command, " ", DDP_CONFORMANCE_BIN, " --seed ", seed,
+                  std::getenv("DDP_TEST_QUICK") != nullptr ? " --quick" : "", " 2>&1");
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr) << command;
+  std::string output;
+  char buf[4096];
+  while (size_t got = std::fread(buf, 1, sizeof(buf), pipe)) output.append(buf, got);
+  const int rc = ::pclose(pipe);
+  std::set<std::string> digests;
+  int ok = 0;
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    const size_t at = line.find("digest=");
+    if (at != absl::string_view::npos) digests.insert(std::string(line.substr(at)));
+    if (absl::StrContains(line, "status=OK")) ++ok;
+  }
+  EXPECT_EQ(rc, 0) << command << "\n" << output;
+  EXPECT_EQ(ok, v.n) << "seed " << seed << "\n" << command << "\n" << output;
+  EXPECT_EQ(digests.size(), 1u) << "ranks computed different allreduce bits\n" << output;
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Mpi, MpiConformance,
+    ::testing::Values(MpiVariant{"PointToPoint3", 3, {"DDP_TRANSPORT=mpi"}},
+                      MpiVariant{"PointToPointSmallSegments4",
+                                 4,
+                                 {"DDP_TRANSPORT=mpi", "DDP_SEGMENT_BYTES=4096",
+                                  "DDP_WIRE_INLINE_BYTES=0"}},
+                      MpiVariant{"MpiAllreduce3", 3, {"DDP_TRANSPORT=mpi", "DDP_MPI_ALLREDUCE=1"}}),
+    [](const ::testing::TestParamInfo<MpiVariant>& p) { return std::string(p.param.name); });
 
 }  // namespace
 }  // namespace ddp::testing

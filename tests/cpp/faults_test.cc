@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "common/socket.h"
 #include "ddp/context.h"
 #include "support/multiprocess.h"
+#include "transport/ofi/ofi_wire.h"
 #include "transport/tcp/frame.h"
 
 namespace ddp::testing {
@@ -369,6 +371,128 @@ TEST(Faults, RankBusyElsewhereIsNamedAfterTheTimeout) {
   }
   std::printf("%s", job.Summary().c_str());
 }
+
+// ---- the same promises over the libfabric transport ---------------------------------------
+
+struct WireFaultCase {
+  const char* name;
+  std::map<std::string, std::string> env;
+};
+void PrintTo(const WireFaultCase& c, std::ostream* os) { *os << c.name; }
+
+class WireFaults : public ::testing::TestWithParam<WireFaultCase> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!transport::ofi::Available(&why)) GTEST_SKIP() << why;
+  }
+  JobSpec Spec(int n, const std::map<std::string, std::string>& extra) const {
+    JobSpec spec;
+    spec.size = n;
+    spec.env = GetParam().env;
+    for (const auto& [k, v] : extra) spec.env[k] = v;
+    spec.hang_limit = absl::Seconds(90);
+    return spec;
+  }
+};
+
+// A killed rank is named on every survivor: by the provider's error where it reports one, by
+// the heartbeat silence otherwise (shared memory says nothing when a peer dies).
+TEST_P(WireFaults, RankKilledMidAllreduceIsNamed) {
+  JobResult job =
+      RunWithContext(Spec(3, {{"DDP_TIMEOUT_SECONDS", "3"}}), [](Context& ctx) -> absl::Status {
+        if (ctx.rank() == 1) {
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            ::raise(SIGKILL);
+          }).detach();
+        }
+        absl::Status s = AllreduceUntilError(ctx, 1 << 18, 1000000);
+        if (s.ok()) return absl::InternalError("allreduce kept succeeding after rank 1 died");
+        return s;
+      });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
+  for (int r : {0, 2}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    // Either an error naming rank 1, or (when the dead rank took a lock of libfabric's shm
+    // provider with it, so that the provider never returns) the watchdog's message naming it.
+    EXPECT_TRUE(absl::StrContains(rr.status, "rank 1") ||
+                (absl::StrContains(rr.output, "has not returned from a call") &&
+                 absl::StrContains(rr.output, "rank 1")))
+        << job.Summary();
+    EXPECT_EQ(rr.exit_code, 1) << job.Summary();
+  }
+}
+
+TEST_P(WireFaults, AbortReachesThePeersWithItsReason) {
+  JobResult job = RunWithContext(Spec(3, {}), [](Context& ctx) -> absl::Status {
+    if (ctx.rank() == 2) {
+      ctx.Abort(absl::CancelledError("loss became NaN"));
+      return absl::CancelledError("aborted");
+    }
+    return AllreduceUntilError(ctx, 1000, 100000);
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 1}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    EXPECT_TRUE(absl::StrContains(rr.status, "loss became NaN")) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "rank 2")) << job.Summary();
+  }
+}
+
+TEST_P(WireFaults, RanksThatDisagreeGetAnErrorNotAHang) {
+  JobResult job =
+      RunWithContext(Spec(2, {{"DDP_TIMEOUT_SECONDS", "5"}}), [](Context& ctx) -> absl::Status {
+        std::vector<float> v(100000, 1.0f);
+        // Rank 0 reduces 100000 floats, rank 1 only 1000.
+        const size_t count = ctx.rank() == 0 ? 100000 : 1000;
+        absl::Status s =
+            ctx.Allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum);
+        return s.ok() ? absl::InternalError("no error") : s;
+      });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& rr : job.ranks) {
+    ASSERT_TRUE(rr.status_reported) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "disagree") || absl::StrContains(rr.status, "rank"))
+        << job.Summary();
+  }
+}
+
+TEST_P(WireFaults, StoppedRankTimesOutNamingIt) {
+  const std::string pid_file = TempPath(absl::StrCat("wire-stopped-", GetParam().name));
+  JobResult job =
+      RunWithContext(Spec(3, {{"DDP_TIMEOUT_SECONDS", "2"}}), [&](Context& ctx) -> absl::Status {
+        if (ctx.rank() == 1) {
+          std::ofstream(pid_file) << ::getpid();
+          std::thread([] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(300));
+            ::raise(SIGSTOP);
+          }).detach();
+        }
+        absl::Status s = AllreduceUntilError(ctx, 1 << 16, 1000000);
+        if (ctx.rank() == 0) {
+          int pid = 0;
+          std::ifstream(pid_file) >> pid;
+          if (pid > 0) ::kill(pid, SIGKILL);
+        }
+        return s.ok() ? absl::InternalError("no error from a stopped peer") : s;
+      });
+  std::remove(pid_file.c_str());
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 2}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    ASSERT_TRUE(rr.status_reported) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "rank 1")) << job.Summary();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ofi, WireFaults,
+    ::testing::Values(
+        WireFaultCase{"TcpRxm", {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "tcp;ofi_rxm"}}},
+        WireFaultCase{"Shm", {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "shm"}}}),
+    [](const ::testing::TestParamInfo<WireFaultCase>& p) { return std::string(p.param.name); });
 
 }  // namespace
 }  // namespace ddp::testing

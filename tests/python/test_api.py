@@ -2,6 +2,7 @@
 
 Each test runs a worker under ddprun; the workers check every rank's results against numpy/torch
 references and exit non-zero on the first mismatch, naming it."""
+import json
 import os
 import shutil
 import subprocess
@@ -73,7 +74,18 @@ def test_start_timeout_names_the_missing_rank(run_job):
     assert "DDPError" in result.stderr and "rank" in result.stderr, result.stderr
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+needs_mpirun = pytest.mark.skipif(shutil.which("mpirun") is None,
+                                  reason="Open MPI's mpirun is not installed")
+
+
+def _transports(ddp_env):
+    """{name: library} of the transports this installation has."""
+    code = "import ddp._ddp, json; print(json.dumps(dict(ddp._ddp.transports())))"
+    out = subprocess.run([sys.executable, "-c", code], env=ddp_env, capture_output=True,
+                         text=True, check=True).stdout
+    return json.loads(out)
+
+
 def _mpirun_env(ddp_env, **extra):
     env = dict(ddp_env, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1")
@@ -83,6 +95,7 @@ def _mpirun_env(ddp_env, **extra):
     return env
 
 
+@needs_mpirun
 def test_script_runs_unchanged_under_mpirun(ddp_env, tmp_path):
     """The MPI bootstrap: nothing exported, no store; rank 0's token goes through MPI."""
     result = subprocess.run(
@@ -93,6 +106,7 @@ def test_script_runs_unchanged_under_mpirun(ddp_env, tmp_path):
         assert f"rank {r}: ok" in result.stdout, result.stdout + result.stderr
 
 
+@needs_mpirun
 def test_mpirun_with_the_store_bootstrap(ddp_env, tmp_path):
     """DDP_BOOTSTRAP=store (or a DDP_RENDEZVOUS_ADDR) keeps the store: the token is exported."""
     env = _mpirun_env(ddp_env, DDP_BOOTSTRAP="store", DDP_JOB_TOKEN="mpirun-test-token-0123",
@@ -106,6 +120,7 @@ def test_mpirun_with_the_store_bootstrap(ddp_env, tmp_path):
     assert "rank 0: ok" in result.stdout and "rank 1: ok" in result.stdout
 
 
+@needs_mpirun
 @pytest.mark.skipif(os.environ.get("DDP_SKIP_DEMO") == "1", reason="DDP_SKIP_DEMO=1")
 def test_demo_under_mpirun(ddp_env, tmp_path):
     """`mpirun -np 4 python examples/pytorch/train_digits.py`, as the issue asks, unchanged."""
@@ -116,6 +131,41 @@ def test_demo_under_mpirun(ddp_env, tmp_path):
         timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "test accuracy" in result.stdout.lower(), result.stdout
+
+
+@needs_mpirun
+@pytest.mark.parametrize("extra", [[], ["DDP_MPI_ALLREDUCE=1"]], ids=["point-to-point", "mpi-allreduce"])
+def test_engine_over_the_mpi_transport(ddp_env, tmp_path, extra):
+    """DDP_TRANSPORT=mpi: the engine (every collective, dtype and op) over MPI_Isend/MPI_Irecv, or
+    with allreduce handed to MPI_Allreduce."""
+    if "mpi" not in _transports(ddp_env):
+        pytest.skip("built without MPI")
+    command = ["mpirun", "-np", "3", "-x", "PYTHONPATH", "-x", "DDP_TRANSPORT=mpi"]
+    for e in extra:
+        command += ["-x", e]
+    result = subprocess.run(
+        command + [sys.executable, str(WORKERS / "api_numpy.py")],
+        env=_mpirun_env(ddp_env), cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    for r in range(3):
+        assert f"rank {r}: ok" in result.stdout, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("provider", ["tcp;ofi_rxm", "shm"])
+def test_engine_over_the_libfabric_transport(run_job, ddp_env, provider):
+    """DDP_TRANSPORT=ofi: the engine over libfabric's socket and shared-memory providers."""
+    if "ofi" not in _transports(ddp_env):
+        pytest.skip("built without libfabric")
+    result = run_job(3, "api_numpy.py", env={"DDP_TRANSPORT": "ofi", "DDP_OFI_PROVIDER": provider})
+    assert result.stdout.count(": ok") == 3
+
+
+def test_distributed_optimizer_over_libfabric(run_job, ddp_env):
+    if "ofi" not in _transports(ddp_env):
+        pytest.skip("built without libfabric")
+    result = run_job(2, "optimizer.py", "plain",
+                     env={"DDP_TRANSPORT": "ofi", "DDP_OFI_PROVIDER": "tcp;ofi_rxm"})
+    assert result.stdout.count("plain ok") == 2
 
 
 @pytest.mark.skipif(os.environ.get("DDP_SKIP_DEMO") == "1", reason="DDP_SKIP_DEMO=1")

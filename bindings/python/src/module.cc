@@ -23,6 +23,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bootstrap/mpi.h"
 #include "bootstrap/tcp_store.h"
 #include "ddp/context.h"
 #include "ddp/engine.h"
@@ -30,6 +31,7 @@
 #include "ddp/types.h"
 #include "ddp/version.h"
 #include "nccl/device.h"
+#include "transport/ofi/ofi_wire.h"
 
 namespace py = pybind11;
 
@@ -306,6 +308,18 @@ PYBIND11_MODULE(_ddp, m) {
       "nccl_built", [] { return ddp::nccl::Built(); },
       "True when libddp's NCCL backend (libddp_nccl.so) loads: CUDA tensors can be reduced.");
   m.def("nccl_version", [] { return ddp::nccl::VersionString(); });
+  m.def(
+      "transports",
+      [] {
+        // What DDP_TRANSPORT may name in this installation, with the library behind each.
+        std::vector<std::pair<std::string, std::string>> out = {{"tcp", "built in"}};
+        if (ddp::bootstrap::mpi::Available())
+          out.emplace_back("mpi", ddp::bootstrap::mpi::Version());
+        if (ddp::transport::ofi::Available())
+          out.emplace_back("ofi", ddp::transport::ofi::Version());
+        return out;
+      },
+      "[(name, library)] for each transport this installation has (DDP_TRANSPORT).");
 
   m.def(
       "allreduce_async",

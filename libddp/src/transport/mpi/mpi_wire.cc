@@ -50,7 +50,7 @@ class MpiWire final : public wire::Wire {
   size_t max_data_bytes() const override { return kMaxData; }
   size_t max_control_bytes() const override { return size_t{1} << 20; }
 
-  absl::Status PostControl(int peer, const std::string& payload) override {
+  absl::Status PostControl(int peer, const std::string& payload, bool /*tracked*/) override {
     auto buffer = std::make_unique<std::string>(payload);
     MPI_Request request = MPI_REQUEST_NULL;
     DDP_MPI_CHECK(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE, peer, 0,

@@ -244,11 +244,11 @@ class OfiWireImpl final : public OfiWire {
   size_t max_data_bytes() const override { return max_data_; }
   size_t max_control_bytes() const override { return control_bytes_; }
 
-  absl::Status PostControl(int peer, const std::string& payload) override {
+  absl::Status PostControl(int peer, const std::string& payload, bool tracked) override {
     if (payload.size() > control_bytes_) return absl::InternalError("control message too large");
     const uint64_t tag = static_cast<uint64_t>(config_.rank) & kRankMask;
     // Small ones are injected: the provider copies them, no completion to wait for.
-    if (payload.size() <= inject_bytes_ && retry_.empty()) {
+    if (!tracked && payload.size() <= inject_bytes_ && retry_.empty()) {
       const ssize_t rc = fi_tinject(ep_, payload.data(), payload.size(), Addr(peer), tag);
       if (rc == 0) return absl::OkStatus();
       if (rc != -FI_EAGAIN) return FiError(static_cast<int>(rc), "fi_tinject");
@@ -321,7 +321,16 @@ class OfiWireImpl final : public OfiWire {
     for (auto& op : ops_) {
       if (op->posted && op->kind == Op::Kind::kDataRecv) fi_cancel(&ep_->fid, &op->context);
     }
-    retry_.clear();
+    // Data not yet handed to the provider is dropped; control messages (aborts) still go.
+    std::deque<Op*> keep;
+    for (Op* op : retry_) {
+      if (op->kind == Op::Kind::kControlSend || op->kind == Op::Kind::kControlRecv) {
+        keep.push_back(op);
+      } else {
+        ReleaseOp(op);
+      }
+    }
+    retry_.swap(keep);
   }
 
   bool Busy() const override {
@@ -455,11 +464,12 @@ class OfiWireImpl final : public OfiWire {
       if (op->kind == Op::Kind::kDataRecv) ReleaseOp(op);
       return absl::OkStatus();
     }
-    if (op->kind == Op::Kind::kControlRecv || op->kind == Op::Kind::kControlSend) {
-      return absl::UnavailableError(absl::StrCat("control message: ", why));
+    if (op->kind == Op::Kind::kControlRecv) {
+      return absl::UnavailableError(absl::StrCat("receiving a control message: ", why));
     }
     wire::Event e;
-    e.token = op->token;
+    e.token = op->token;  // 0 for control messages
+    e.peer = op->peer;
     e.status = absl::UnavailableError(why);
     events->push_back(std::move(e));
     ReleaseOp(op);

@@ -25,7 +25,8 @@ struct Event {
   // kDone: the token given when the operation was posted, and its outcome.
   uint64_t token = 0;
   absl::Status status;
-  // kControl: who sent it and what.
+  // kControl: who sent it (with `payload`). kDone: the peer, where the wire knows it; a failed
+  // control message is a kDone with token 0 and its peer.
   int peer = -1;
   std::string payload;
 };
@@ -41,8 +42,10 @@ class Wire {
   // The largest control message.
   virtual size_t max_control_bytes() const = 0;
 
-  // Control messages are copied before the call returns. Their completion is not reported.
-  virtual absl::Status PostControl(int peer, const std::string& payload) = 0;
+  // Control messages are copied before the call returns. Their completion is not reported, but
+  // with `tracked` the wire stays Busy() until the message has left (goodbyes and aborts, which
+  // must not be lost when the process exits right after).
+  virtual absl::Status PostControl(int peer, const std::string& payload, bool tracked) = 0;
   // `data` stays valid until the kDone event for `token`.
   virtual absl::Status PostSend(int peer, uint64_t data_tag, const void* data, size_t bytes,
                                 uint64_t token) = 0;

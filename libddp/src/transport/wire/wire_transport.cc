@@ -4,6 +4,8 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/escaping.h"
@@ -41,7 +43,16 @@ uint64_t Group(uint64_t tag) { return tag >> kTagGroupShift; }
 
 size_t Segments(size_t bytes, size_t max) { return bytes == 0 ? 1 : (bytes + max - 1) / max; }
 
+int64_t NowNs() { return absl::ToUnixNanos(absl::Now()); }
+
 }  // namespace
+
+// Marks the time spent inside the wire's library, for the watchdog.
+struct WireTransport::WireCall {
+  explicit WireCall(WireTransport* t) : t_(t) { t_->wire_call_since_ns_.store(NowNs()); }
+  ~WireCall() { t_->wire_call_since_ns_.store(0); }
+  WireTransport* t_;
+};
 
 absl::StatusOr<std::unique_ptr<WireTransport>> WireTransport::Create(WireConfig config,
                                                                      std::unique_ptr<Wire> wire) {
@@ -55,6 +66,14 @@ absl::StatusOr<std::unique_ptr<WireTransport>> WireTransport::Create(WireConfig 
   config.hosts.resize(static_cast<size_t>(config.size));
   std::unique_ptr<WireTransport> t(new WireTransport(std::move(config), std::move(wire)));
   t->thread_ = std::thread([p = t.get()] { p->Run(); });
+  // Its own thread: the progress thread may be the one stuck inside the library.
+  t->watchdog_ = std::thread([p = t.get()] {
+    std::unique_lock<std::mutex> lock(p->watchdog_mu_);
+    while (!p->watchdog_stop_) {
+      p->watchdog_cv_.wait_for(lock, std::chrono::milliseconds(500));
+      if (!p->watchdog_stop_) p->Watchdog();
+    }
+  });
   return t;
 }
 
@@ -62,8 +81,10 @@ WireTransport::WireTransport(WireConfig config, std::unique_ptr<Wire> wire)
     : config_(std::move(config)),
       wire_name_(wire->Name()),
       wire_(std::move(wire)),
-      peers_(static_cast<size_t>(config_.size)) {
+      peers_(static_cast<size_t>(config_.size)),
+      heard_ns_(new std::atomic<int64_t>[static_cast<size_t>(config_.size)]) {
   const absl::Time now = absl::Now();
+  for (int r = 0; r < config_.size; ++r) heard_ns_[static_cast<size_t>(r)].store(NowNs());
   for (Peer& p : peers_) {
     p.last_heard = now;
     p.last_progress = now;
@@ -73,6 +94,12 @@ WireTransport::WireTransport(WireConfig config, std::unique_ptr<Wire> wire)
 WireTransport::~WireTransport() {
   Shutdown().IgnoreError();
   if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(watchdog_mu_);
+    watchdog_stop_ = true;
+  }
+  watchdog_cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
 }
 
 std::string WireTransport::PeerName(int peer) const {
@@ -139,10 +166,11 @@ void WireTransport::Wake() {
 
 // ---- posting ----------------------------------------------------------------------------------
 
-void WireTransport::PostControlLocked(int peer, std::string message) {
+void WireTransport::PostControlLocked(int peer, std::string message, bool tracked) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   Put64(message, 8, p.next_control_seq++);
-  absl::Status s = wire_->PostControl(peer, message);
+  WireCall call(this);
+  absl::Status s = wire_->PostControl(peer, message, tracked);
   if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
 }
 
@@ -188,6 +216,7 @@ RequestPtr WireTransport::Isend(int peer, uint64_t tag, const Descriptor& descri
     const char* src = static_cast<const char*>(data);
     for (size_t i = 0; i < n && !failed_.load(); ++i) {
       const size_t len = std::min(max, bytes - i * max);
+      WireCall call(this);
       absl::Status s = wire_->PostSend(peer, first + i, src + i * max, len, token);
       if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
     }
@@ -274,6 +303,7 @@ void WireTransport::Match(int peer, RecvOp op, Header h) {
   pending.outstanding = n;
   for (size_t i = 0; i < n && !failed_.load(); ++i) {
     const size_t len = std::min(max, op.bytes - i * max);
+    WireCall call(this);
     absl::Status s = wire_->PostRecv(peer, h.data_tag + i, op.data + i * max, len, token);
     if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
   }
@@ -290,16 +320,28 @@ void WireTransport::CompleteRecv(int peer, const RequestPtr& request, absl::Stat
 
 bool WireTransport::ProgressLocked() {
   events_.clear();
-  absl::Status s = wire_->Poll(&events_);
+  absl::Status s;
+  {
+    WireCall call(this);
+    s = wire_->Poll(&events_);
+  }
   if (!s.ok()) FailLocked(absl::UnavailableError(absl::StrCat(wire_name_, ": ", s.message())));
   for (Event& e : events_) {
-    if (e.kind == Event::Kind::kDone) {
+    if (e.kind == Event::Kind::kDone && e.token == 0) {
+      // A control message failed: the peer is gone (unless it said goodbye first).
+      if (!e.status.ok() && e.peer >= 0 && e.peer < config_.size &&
+          !peers_[static_cast<size_t>(e.peer)].bye) {
+        FailSoon(PeerError(e.peer, absl::StatusCode::kUnavailable,
+                           absl::StrCat("sending to it failed: ", e.status.message())));
+      }
+    } else if (e.kind == Event::Kind::kDone) {
       SegmentsDone(e.token, e.status);
     } else if (e.peer >= 0 && e.peer < config_.size && e.peer != config_.rank) {
       HandleControl(e.peer, std::move(e.payload));
     }
   }
   const absl::Time now = absl::Now();
+  if (!soon_.ok() && now >= soon_deadline_) FailLocked(soon_);
   if (now - last_check_ > absl::Milliseconds(50)) {
     last_check_ = now;
     SendHeartbeats(now);
@@ -320,18 +362,23 @@ void WireTransport::SegmentsDone(uint64_t token, const absl::Status& status) {
                   absl::StrCat(op.receive ? "receiving from it failed: " : "sending to it failed: ",
                                status.message()));
   }
+  if (!op.status.ok()) {
+    // Failed: the transport fails with it shortly (the request with it), unless the peer's own
+    // abort, which says why, arrives first.
+    FailSoon(op.status);
+    return;
+  }
   if (--op.outstanding > 0) return;
   RequestPtr request = std::move(op.request);
-  absl::Status result = op.status;
   pending_.erase(it);
   if (p.waiting_ops > 0) --p.waiting_ops;
-  request->Complete(result);
-  if (!result.ok()) FailLocked(result);
+  request->Complete(absl::OkStatus());
 }
 
 void WireTransport::HandleControl(int peer, std::string payload) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   p.last_heard = absl::Now();
+  heard_ns_[static_cast<size_t>(peer)].store(NowNs());
   if (payload.size() < kPrefix) {
     FailLocked(PeerError(peer, absl::StatusCode::kInternal, "sent a malformed control message"));
     return;
@@ -530,7 +577,42 @@ void WireTransport::Run() {
   }
 }
 
+void WireTransport::Watchdog() {
+  const int64_t since = wire_call_since_ns_.load();
+  if (since == 0) return;
+  const int64_t now = NowNs();
+  const absl::Duration limit = std::max(2 * config_.timeout, absl::Seconds(2));
+  if (absl::Nanoseconds(now - since) < limit) return;
+  std::string silent;
+  for (int r = 0; r < config_.size; ++r) {
+    const absl::Duration quiet = absl::Nanoseconds(now - heard_ns_[static_cast<size_t>(r)].load());
+    if (r != config_.rank && quiet > config_.timeout) {
+      absl::StrAppend(&silent, silent.empty() ? "" : ", ", PeerName(r), " silent for ",
+                      absl::FormatDuration(absl::Trunc(quiet, absl::Milliseconds(100))));
+    }
+  }
+  const std::string text = absl::StrCat(
+      "rank ", config_.rank, ": ", wire_name_, " has not returned from a call for ",
+      absl::FormatDuration(absl::Trunc(absl::Nanoseconds(now - since), absl::Milliseconds(100))),
+      " (2x DDP_TIMEOUT_SECONDS)",
+      silent.empty() ? ""
+                     : absl::StrCat("; ", silent,
+                                    ": it probably died in the middle of a "
+                                    "transfer, holding the library's lock"),
+      ". The library cannot be made to return, so this process exits (status 1).");
+  DDP_LOG(kError, "%s", text);
+  std::fprintf(stderr, "ddp: %s\n", text.c_str());
+  std::fflush(stderr);
+  std::_Exit(1);
+}
+
 // ---- failure and shutdown -----------------------------------------------------------------
+
+void WireTransport::FailSoon(const absl::Status& status) {
+  if (!soon_.ok()) return;
+  soon_ = status;
+  soon_deadline_ = absl::Now() + absl::Milliseconds(250);
+}
 
 void WireTransport::Fail(const absl::Status& status) {
   std::lock_guard<std::mutex> lock(progress_mu_);
@@ -553,7 +635,7 @@ void WireTransport::FailLocked(const absl::Status& status) {
       m += std::string(status.message()).substr(0, 4000);
       Peer& p = peers_[static_cast<size_t>(r)];
       Put64(m, 8, p.next_control_seq++);
-      wire_->PostControl(r, m).IgnoreError();
+      wire_->PostControl(r, m, /*tracked=*/true).IgnoreError();
     }
   }
   wire_->Cancel();
@@ -587,7 +669,7 @@ absl::Status WireTransport::Shutdown() {
   }
   if (!failed_.load()) {
     for (int r = 0; r < config_.size; ++r) {
-      if (r != config_.rank) PostControlLocked(r, Prefix(kBye, 0, kPrefix));
+      if (r != config_.rank) PostControlLocked(r, Prefix(kBye, 0, kPrefix), /*tracked=*/true);
     }
     bye_sent_ = true;
     // Take the peers' goodbyes too when they come soon, so nothing is left in the library's
@@ -603,7 +685,10 @@ absl::Status WireTransport::Shutdown() {
       if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
   }
-  while (wire_->Busy() && absl::Now() < deadline) {
+  // After a failure, only the aborts are still worth sending: a dead peer never takes them.
+  const absl::Time flush_deadline =
+      failed_.load() ? std::min(deadline, absl::Now() + absl::Seconds(2)) : deadline;
+  while (wire_->Busy() && absl::Now() < flush_deadline) {
     if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   // Anything still pending now can never complete.

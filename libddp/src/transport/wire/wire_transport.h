@@ -125,7 +125,7 @@ class WireTransport final : public Transport {
   void HandleControl(int peer, std::string payload);
   void HandleInOrder(int peer, const std::string& payload);
   void Match(int peer, RecvOp op, Header h);
-  void PostControlLocked(int peer, std::string message);
+  void PostControlLocked(int peer, std::string message, bool tracked = false);
   void SegmentsDone(uint64_t token, const absl::Status& status);
   void CompleteRecv(int peer, const RequestPtr& request, absl::Status status);
   void CheckDeadlines(absl::Time now);
@@ -135,6 +135,8 @@ class WireTransport final : public Transport {
   absl::Status PeerError(int peer, absl::StatusCode code, absl::string_view what) const;
   std::string Describe(const Descriptor& descriptor) const;
   void Fail(const absl::Status& status);
+  // A peer's transfer failed: fail in a moment, so that its abort (which says why) can win.
+  void FailSoon(const absl::Status& status);
   void FailLocked(const absl::Status& status);
   void Wake();
 
@@ -151,6 +153,8 @@ class WireTransport final : public Transport {
   absl::Time last_heartbeat_ = absl::InfinitePast();
   absl::Time last_check_ = absl::InfinitePast();
   bool bye_sent_ = false;
+  absl::Status soon_;
+  absl::Time soon_deadline_ = absl::InfiniteFuture();
 
   // Small shared state.
   mutable std::mutex mu_;
@@ -158,6 +162,19 @@ class WireTransport final : public Transport {
   std::atomic<bool> failed_{false};
   bool stopping_ = false;
   DescriptorFormatter formatter_;
+
+  // Watchdog: when the wire's library has not returned from a call for 2x the timeout (a peer
+  // that died holding a lock in shared memory leaves libfabric's shm provider spinning forever),
+  // the background thread says so, naming the silent peers, and ends the process: nothing can
+  // make that call return.
+  struct WireCall;
+  std::atomic<int64_t> wire_call_since_ns_{0};
+  std::unique_ptr<std::atomic<int64_t>[]> heard_ns_;
+  void Watchdog();
+  std::thread watchdog_;
+  std::mutex watchdog_mu_;
+  std::condition_variable watchdog_cv_;
+  bool watchdog_stop_ = false;  // guarded by watchdog_mu_
 
   std::atomic<int> pollers_{0};
   std::mutex park_mu_;
