@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,7 @@ class MpiWire final : public wire::Wire {
       : control_(control), data_(data), tag_mask_(tag_mask), version_(std::move(version)) {}
   ~MpiWire() override {
     Cancel();
+    Abandon();
     // MPI_Comm_free is collective in spirit; the communicators die with MPI_Finalize.
   }
 
@@ -58,6 +60,7 @@ class MpiWire final : public wire::Wire {
                   "MPI_Isend");
     control_requests_.push_back(request);
     control_buffers_.push_back(std::move(buffer));
+    control_peers_.push_back(peer);
     return absl::OkStatus();
   }
 
@@ -69,6 +72,7 @@ class MpiWire final : public wire::Wire {
         "MPI_Isend");
     data_requests_.push_back(request);
     tokens_.push_back(token);
+    is_receive_.push_back(false);
     return absl::OkStatus();
   }
 
@@ -80,6 +84,7 @@ class MpiWire final : public wire::Wire {
         "MPI_Irecv");
     data_requests_.push_back(request);
     tokens_.push_back(token);
+    is_receive_.push_back(true);
     return absl::OkStatus();
   }
 
@@ -117,6 +122,9 @@ class MpiWire final : public wire::Wire {
           const int err =
               rc == MPI_ERR_IN_STATUS ? statuses_[static_cast<size_t>(i)].MPI_ERROR : MPI_SUCCESS;
           if (err != MPI_SUCCESS) e.status = absl::UnavailableError(MpiText(err));
+          int cancelled = 0;
+          MPI_Test_cancelled(&statuses_[static_cast<size_t>(i)], &cancelled);
+          if (cancelled && e.status.ok()) e.status = absl::CancelledError("cancelled");
           events->push_back(std::move(e));
         }
         // Completed requests are MPI_REQUEST_NULL now: drop them, keeping the order.
@@ -125,35 +133,67 @@ class MpiWire final : public wire::Wire {
           if (data_requests_[k] == MPI_REQUEST_NULL) continue;
           data_requests_[w] = data_requests_[k];
           tokens_[w] = tokens_[k];
+          is_receive_[w] = is_receive_[k];
           ++w;
         }
         data_requests_.resize(w);
         tokens_.resize(w);
+        is_receive_.resize(w);
       }
     }
     if (!control_requests_.empty()) {
-      int all = 0;
-      DDP_MPI_CHECK(MPI_Testall(static_cast<int>(control_requests_.size()),
-                                control_requests_.data(), &all, MPI_STATUSES_IGNORE),
-                    "MPI_Testall");
-      if (all) {
-        control_requests_.clear();
-        control_buffers_.clear();
+      // Finished control sends free their buffers; a failed one is reported with its peer.
+      int done = 0;
+      indices_.resize(control_requests_.size());
+      statuses_.resize(control_requests_.size());
+      const int rc =
+          MPI_Testsome(static_cast<int>(control_requests_.size()), control_requests_.data(), &done,
+                       indices_.data(), statuses_.data());
+      if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return MpiError(rc, "MPI_Testsome");
+      if (done != MPI_UNDEFINED && done > 0) {
+        for (int i = 0; i < done; ++i) {
+          const int err =
+              rc == MPI_ERR_IN_STATUS ? statuses_[static_cast<size_t>(i)].MPI_ERROR : MPI_SUCCESS;
+          if (err == MPI_SUCCESS) continue;
+          wire::Event e;
+          e.token = 0;
+          e.peer = control_peers_[static_cast<size_t>(indices_[static_cast<size_t>(i)])];
+          e.status = absl::UnavailableError(MpiText(err));
+          events->push_back(std::move(e));
+        }
+        size_t w = 0;
+        for (size_t k = 0; k < control_requests_.size(); ++k) {
+          if (control_requests_[k] == MPI_REQUEST_NULL) continue;
+          control_requests_[w] = control_requests_[k];
+          control_buffers_[w] = std::move(control_buffers_[k]);
+          control_peers_[w] = control_peers_[k];
+          ++w;
+        }
+        control_requests_.resize(w);
+        control_buffers_.resize(w);
+        control_peers_.resize(w);
       }
     }
     return absl::OkStatus();
   }
 
   void Cancel() override {
-    // Receives can be cancelled (then their buffers are not written); a send cannot, so it is
-    // released and MPI finishes it on its own.
+    // Receives are cancelled; they (and the sends) still complete through MPI_Testsome, which
+    // tells the transport when MPI has let go of each buffer.
+    for (size_t k = 0; k < data_requests_.size(); ++k) {
+      if (data_requests_[k] != MPI_REQUEST_NULL && is_receive_[k]) MPI_Cancel(&data_requests_[k]);
+    }
+  }
+
+  void Abandon() override {
+    // MPI has no way to take back a started send: the requests are freed and MPI finishes them
+    // on its own (a receive that was matched may still be written; see the README).
     for (MPI_Request& r : data_requests_) {
-      if (r == MPI_REQUEST_NULL) continue;
-      MPI_Cancel(&r);
-      MPI_Request_free(&r);
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     }
     data_requests_.clear();
     tokens_.clear();
+    is_receive_.clear();
   }
 
   bool Busy() const override { return !data_requests_.empty() || !control_requests_.empty(); }
@@ -167,8 +207,10 @@ class MpiWire final : public wire::Wire {
   std::string version_;
   std::vector<MPI_Request> control_requests_;
   std::vector<std::unique_ptr<std::string>> control_buffers_;
+  std::vector<int> control_peers_;
   std::vector<MPI_Request> data_requests_;
   std::vector<uint64_t> tokens_;
+  std::vector<bool> is_receive_;
   std::vector<int> indices_;
   std::vector<MPI_Status> statuses_;
 };
@@ -187,6 +229,9 @@ void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
 }
 
 absl::StatusOr<MPI_Op> HalfOpFor(DataType type, ReduceOp op) {
+  // The context's and the engine's allreduces run in different threads.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   static std::map<std::pair<int, int>, MPI_Op>* ops = new std::map<std::pair<int, int>, MPI_Op>();
   const auto key = std::make_pair(static_cast<int>(type), static_cast<int>(op));
   if (auto it = ops->find(key); it != ops->end()) return it->second;

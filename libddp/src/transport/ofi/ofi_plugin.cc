@@ -112,6 +112,11 @@ class OfiWireImpl final : public OfiWire {
 
   absl::Status Open(const OfiConfig& config) {
     config_ = config;
+    // Tests: treat every Nth post as refused with -FI_EAGAIN, to run the retry queue on
+    // providers that rarely push back.
+    if (const char* e = std::getenv("DDP_OFI_TEST_EAGAIN_EVERY"); e != nullptr) {
+      eagain_every_ = std::strtoull(e, nullptr, 10);
+    }
     fi_info* hints = fi_allocinfo();
     if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo");
     hints->caps = FI_TAGGED | FI_SEND | FI_RECV;
@@ -246,18 +251,21 @@ class OfiWireImpl final : public OfiWire {
 
   absl::Status PostControl(int peer, const std::string& payload, bool tracked) override {
     if (payload.size() > control_bytes_) return absl::InternalError("control message too large");
+    // Always fi_tsend with a context of ours (never fi_tinject, whose failures come back without
+    // one): a failed control message then names its peer.
+    (void)tracked;
+    if (ep_ == nullptr) return absl::UnavailableError("the endpoint was closed");
     const uint64_t tag = static_cast<uint64_t>(config_.rank) & kRankMask;
-    // Small ones are injected: the provider copies them, no completion to wait for.
-    if (!tracked && payload.size() <= inject_bytes_ && retry_.empty()) {
-      const ssize_t rc = fi_tinject(ep_, payload.data(), payload.size(), Addr(peer), tag);
-      if (rc == 0) return absl::OkStatus();
-      if (rc != -FI_EAGAIN) return FiError(static_cast<int>(rc), "fi_tinject");
-    }
     Op* op = NewOp();
     op->kind = Op::Kind::kControlSend;
     op->peer = peer;
     op->tag = tag;
-    op->buffer = TakeControlBuffer(&op->desc);
+    auto buffer = TakeControlBuffer(&op->desc);
+    if (!buffer.ok()) {
+      free_ops_.push_back(op);
+      return buffer.status();
+    }
+    op->buffer = *buffer;
     op->bytes = payload.size();
     std::memcpy(op->buffer, payload.data(), payload.size());
     return PostOrQueue(op);
@@ -265,6 +273,7 @@ class OfiWireImpl final : public OfiWire {
 
   absl::Status PostSend(int peer, uint64_t data_tag, const void* data, size_t bytes,
                         uint64_t token) override {
+    if (ep_ == nullptr) return absl::UnavailableError("the endpoint was closed");
     Op* op = NewOp();
     op->kind = Op::Kind::kDataSend;
     op->peer = peer;
@@ -279,6 +288,7 @@ class OfiWireImpl final : public OfiWire {
 
   absl::Status PostRecv(int peer, uint64_t data_tag, void* data, size_t bytes,
                         uint64_t token) override {
+    if (ep_ == nullptr) return absl::UnavailableError("the endpoint was closed");
     Op* op = NewOp();
     op->kind = Op::Kind::kDataRecv;
     op->peer = peer;
@@ -292,6 +302,7 @@ class OfiWireImpl final : public OfiWire {
   }
 
   absl::Status Poll(std::vector<wire::Event>* events) override {
+    if (ep_ == nullptr) return absl::OkStatus();
     fi_cq_tagged_entry entries[64];
     for (;;) {
       const ssize_t n = fi_cq_read(cq_, entries, 64);
@@ -317,7 +328,19 @@ class OfiWireImpl final : public OfiWire {
     return absl::OkStatus();
   }
 
+  bool eager_data() const override { return false; }
+
+  void Abandon() override {
+    // Closing the endpoint is the one way to make the provider let go of posted buffers.
+    if (ep_ != nullptr) {
+      fi_close(&ep_->fid);
+      ep_ = nullptr;
+    }
+    retry_.clear();
+  }
+
   void Cancel() override {
+    if (ep_ == nullptr) return;
     for (auto& op : ops_) {
       if (op->posted && op->kind == Op::Kind::kDataRecv) fi_cancel(&ep_->fid, &op->context);
     }
@@ -361,7 +384,7 @@ class OfiWireImpl final : public OfiWire {
     free_ops_.push_back(op);
   }
 
-  char* TakeControlBuffer(void** desc) {
+  absl::StatusOr<char*> TakeControlBuffer(void** desc) {
     if (control_free_.empty()) {
       // A slab of send buffers, registered once and kept.
       constexpr size_t kSlab = 32;
@@ -370,7 +393,11 @@ class OfiWireImpl final : public OfiWire {
       Registration* reg = nullptr;
       if (register_) {
         auto r = RegisterRange(base, kSlab * control_bytes_, /*remembered=*/true);
-        if (r.ok()) reg = *r;
+        if (!r.ok()) {
+          send_slabs_.pop_back();
+          return r.status();
+        }
+        reg = *r;
       }
       for (size_t i = 0; i < kSlab; ++i) {
         control_free_.push_back(base + i * control_bytes_);
@@ -390,6 +417,7 @@ class OfiWireImpl final : public OfiWire {
   }
 
   ssize_t Post(Op* op) {
+    if (eagain_every_ > 0 && ++posts_ % eagain_every_ == 0) return -FI_EAGAIN;
     switch (op->kind) {
       case Op::Kind::kControlSend:
       case Op::Kind::kDataSend:
@@ -460,10 +488,7 @@ class OfiWireImpl final : public OfiWire {
         absl::StrCat(fi_strerror(err.err), " (", provider_, ": ",
                      provider_text != nullptr ? provider_text : "no detail", ")");
     if (op == nullptr) return absl::UnavailableError(why);
-    if (err.err == FI_ECANCELED) {
-      if (op->kind == Op::Kind::kDataRecv) ReleaseOp(op);
-      return absl::OkStatus();
-    }
+    if (err.err == FI_ECANCELED && op->kind == Op::Kind::kControlRecv) return absl::OkStatus();
     if (op->kind == Op::Kind::kControlRecv) {
       return absl::UnavailableError(absl::StrCat("receiving a control message: ", why));
     }
@@ -624,6 +649,8 @@ class OfiWireImpl final : public OfiWire {
   std::list<std::unique_ptr<Registration>> private_;
   std::map<const void*, Registration*> remembered_;
   uint64_t next_key_ = 1;
+  uint64_t eagain_every_ = 0;
+  uint64_t posts_ = 0;
 };
 
 absl::StatusOr<std::unique_ptr<OfiWire>> Create(const OfiConfig& config) {

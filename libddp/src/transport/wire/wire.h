@@ -54,9 +54,16 @@ class Wire {
   // Never blocks: drives progress and appends what completed and the control messages that
   // arrived. An error fails the wire as a whole (a failed operation is a kDone event instead).
   virtual absl::Status Poll(std::vector<Event>* events) = 0;
-  // After a failure: cancels what can be cancelled, so that posted receive buffers are not
-  // written any more where the library can promise that.
+  // Whether sends may be posted before the receiver has posted its receive. When false, the
+  // transport posts a large send only after the receiver's clear-to-send (libfabric: providers
+  // handle unexpected large messages poorly or not at all, e.g. libfabric 1.17's shm).
+  virtual bool eager_data() const { return true; }
+  // After a failure: cancels what can be cancelled. Cancelled operations are still reported
+  // (kDone, any status), so the transport knows when the library has let go of their buffers.
   virtual void Cancel() = 0;
+  // Last resort when cancelled operations do not come back: the library must not touch any
+  // posted buffer after this returns (libfabric closes the endpoint; MPI cannot promise it).
+  virtual void Abandon() = 0;
   // Long-lived memory that will be passed again and again (the collectives' scratch): a wire
   // that registers memory registers it once, until Forget.
   virtual void Remember(const void* /*data*/, size_t /*bytes*/) {}

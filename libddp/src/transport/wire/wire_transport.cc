@@ -4,9 +4,11 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
@@ -16,10 +18,12 @@ namespace ddp::transport::wire {
 namespace {
 
 // Control message layout (little endian, as every supported platform is):
-//   u8 kind, u8 flags, u16 0, u32 0, u64 sequence, then by kind:
+//   u8 kind, u8 flags, u16 0, u32 segment size (kMessage), u64 sequence, then by kind:
 //   kMessage: u64 tag, 16-byte descriptor, u64 length, u64 first data tag, [inline payload]
 //   kAbort:   the reason's text
-enum Kind : uint8_t { kMessage = 1, kHeartbeat = 2, kBye = 3, kAbort = 4 };
+//   kClearToSend: u64 first data tag (the receiver has posted the data receives)
+// Heartbeats and aborts take effect on arrival; the others in sequence order.
+enum Kind : uint8_t { kMessage = 1, kHeartbeat = 2, kBye = 3, kAbort = 4, kClearToSend = 5 };
 constexpr uint8_t kInlineFlag = 1;
 constexpr uint8_t kWaitingFlag = 2;
 constexpr size_t kPrefix = 16;
@@ -29,6 +33,12 @@ void Put64(std::string& s, size_t at, uint64_t v) { std::memcpy(s.data() + at, &
 uint64_t Get64(const std::string& s, size_t at) {
   uint64_t v = 0;
   std::memcpy(&v, s.data() + at, 8);
+  return v;
+}
+void Put32(std::string& s, size_t at, uint32_t v) { std::memcpy(s.data() + at, &v, 4); }
+uint32_t Get32(const std::string& s, size_t at) {
+  uint32_t v = 0;
+  std::memcpy(&v, s.data() + at, 4);
   return v;
 }
 
@@ -43,7 +53,11 @@ uint64_t Group(uint64_t tag) { return tag >> kTagGroupShift; }
 
 size_t Segments(size_t bytes, size_t max) { return bytes == 0 ? 1 : (bytes + max - 1) / max; }
 
-int64_t NowNs() { return absl::ToUnixNanos(absl::Now()); }
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
@@ -168,7 +182,10 @@ void WireTransport::Wake() {
 
 void WireTransport::PostControlLocked(int peer, std::string message, bool tracked) {
   Peer& p = peers_[static_cast<size_t>(peer)];
-  Put64(message, 8, p.next_control_seq++);
+  // Heartbeats and aborts act on arrival and take no sequence number.
+  const auto kind = static_cast<Kind>(message[0]);
+  const bool sequenced = kind != kHeartbeat && kind != kAbort;
+  Put64(message, 8, sequenced ? p.next_control_seq++ : ~uint64_t{0});
   WireCall call(this);
   absl::Status s = wire_->PostControl(peer, message, tracked);
   if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
@@ -188,6 +205,11 @@ RequestPtr WireTransport::Isend(int peer, uint64_t tag, const Descriptor& descri
       return request;
     }
     Peer& p = peers_[static_cast<size_t>(peer)];
+    if (p.bye) {
+      request->Complete(PeerError(peer, absl::StatusCode::kFailedPrecondition,
+                                  "has shut down; cannot send to it"));
+      return request;
+    }
     const bool inline_payload = bytes <= config_.inline_bytes;
     std::string m = Prefix(kMessage, inline_payload ? kInlineFlag : 0,
                            kMessageHeader + (inline_payload ? bytes : 0));
@@ -205,20 +227,27 @@ RequestPtr WireTransport::Isend(int peer, uint64_t tag, const Descriptor& descri
     const size_t n = Segments(bytes, max);
     const uint64_t first = p.next_data_tag;
     p.next_data_tag += n;
+    Put32(m, 4, static_cast<uint32_t>(max));
     Put64(m, kPrefix + 32, first);
     PostControlLocked(peer, std::move(m));
+    if (failed_.load()) {
+      request->Complete(health());
+      return request;
+    }
     const uint64_t token = next_token_++;
     Pending& op = pending_[token];
     op.request = request;
     op.peer = peer;
-    op.outstanding = n;
+    op.remaining = n;
+    op.data = static_cast<const char*>(data);
+    op.bytes = bytes;
+    op.segment = max;
+    op.first = first;
     if (p.waiting_ops++ == 0) p.last_progress = absl::Now();
-    const char* src = static_cast<const char*>(data);
-    for (size_t i = 0; i < n && !failed_.load(); ++i) {
-      const size_t len = std::min(max, bytes - i * max);
-      WireCall call(this);
-      absl::Status s = wire_->PostSend(peer, first + i, src + i * max, len, token);
-      if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
+    if (wire_->eager_data()) {
+      PostSegments(token, op);
+    } else {
+      p.awaiting_cts[first] = token;
     }
   }
   Wake();
@@ -270,6 +299,23 @@ RequestPtr WireTransport::Irecv(int peer, uint64_t tag, const Descriptor& descri
   return request;
 }
 
+void WireTransport::PostSegments(uint64_t token, Pending& op) {
+  for (size_t i = 0; i < op.remaining && !failed_.load(); ++i) {
+    const size_t len = std::min(op.segment, op.bytes - i * op.segment);
+    absl::Status s;
+    {
+      WireCall call(this);
+      s = wire_->PostSend(op.peer, op.first + i, op.data + i * op.segment, len, token);
+    }
+    if (!s.ok()) {
+      FailLocked(absl::UnavailableError(
+          absl::StrCat(wire_name_, ": posting a send to ", PeerName(op.peer), ": ", s.message())));
+      return;
+    }
+    ++op.in_wire;
+  }
+}
+
 // A header met its receive: copy the inline payload or post the data receives.
 void WireTransport::Match(int peer, RecvOp op, Header h) {
   if (!(h.descriptor == op.descriptor)) {
@@ -293,19 +339,43 @@ void WireTransport::Match(int peer, RecvOp op, Header h) {
     CompleteRecv(peer, op.request, absl::OkStatus());
     return;
   }
-  const size_t max = wire_->max_data_bytes();
+  // Segments as the sender cut them (ranks may have different limits configured).
+  const size_t max = h.segment;
+  if (max == 0 || max > wire_->max_data_bytes()) {
+    absl::Status s =
+        PeerError(peer, absl::StatusCode::kInvalidArgument,
+                  absl::StrCat("sends messages of up to ", max,
+                               " bytes but this rank takes at most ", wire_->max_data_bytes(),
+                               " (set DDP_OFI_MAX_MESSAGE_BYTES alike on every rank)"));
+    CompleteRecv(peer, op.request, s);
+    FailLocked(s);
+    return;
+  }
   const size_t n = Segments(op.bytes, max);
   const uint64_t token = next_token_++;
   Pending& pending = pending_[token];
   pending.request = op.request;
   pending.peer = peer;
   pending.receive = true;
-  pending.outstanding = n;
+  pending.remaining = n;
   for (size_t i = 0; i < n && !failed_.load(); ++i) {
     const size_t len = std::min(max, op.bytes - i * max);
-    WireCall call(this);
-    absl::Status s = wire_->PostRecv(peer, h.data_tag + i, op.data + i * max, len, token);
-    if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
+    absl::Status s;
+    {
+      WireCall call(this);
+      s = wire_->PostRecv(peer, h.data_tag + i, op.data + i * max, len, token);
+    }
+    if (!s.ok()) {
+      FailLocked(absl::UnavailableError(absl::StrCat(wire_name_, ": posting a receive from ",
+                                                     PeerName(peer), ": ", s.message())));
+      return;
+    }
+    ++pending.in_wire;
+  }
+  if (!wire_->eager_data() && !failed_.load()) {
+    std::string cts = Prefix(kClearToSend, 0, kPrefix + 8);
+    Put64(cts, kPrefix, h.data_tag);
+    PostControlLocked(peer, std::move(cts));
   }
 }
 
@@ -332,7 +402,8 @@ bool WireTransport::ProgressLocked() {
       if (!e.status.ok() && e.peer >= 0 && e.peer < config_.size &&
           !peers_[static_cast<size_t>(e.peer)].bye) {
         FailSoon(PeerError(e.peer, absl::StatusCode::kUnavailable,
-                           absl::StrCat("sending to it failed: ", e.status.message())));
+                           absl::StrCat("sending to it failed: ", e.status.message())),
+                 e.peer);
       }
     } else if (e.kind == Event::Kind::kDone) {
       SegmentsDone(e.token, e.status);
@@ -341,7 +412,16 @@ bool WireTransport::ProgressLocked() {
     }
   }
   const absl::Time now = absl::Now();
-  if (!soon_.ok() && now >= soon_deadline_) FailLocked(soon_);
+  if (!soon_.ok() && now >= soon_deadline_) {
+    // A peer that said goodbye in the meantime left on purpose: its send failures do not count.
+    if (soon_peer_ >= 0 && peers_[static_cast<size_t>(soon_peer_)].bye) {
+      soon_ = absl::OkStatus();
+      soon_deadline_ = absl::InfiniteFuture();
+    } else {
+      FailLocked(soon_);
+    }
+  }
+  if (failed_.load()) DrainLocked(now);
   if (now - last_check_ > absl::Milliseconds(50)) {
     last_check_ = now;
     SendHeartbeats(now);
@@ -352,27 +432,50 @@ bool WireTransport::ProgressLocked() {
 
 void WireTransport::SegmentsDone(uint64_t token, const absl::Status& status) {
   auto it = pending_.find(token);
-  if (it == pending_.end()) return;  // failed earlier
+  if (it == pending_.end()) return;  // completed already (the wire was abandoned)
   Pending& op = it->second;
   Peer& p = peers_[static_cast<size_t>(op.peer)];
   p.last_progress = absl::Now();
-  if (!status.ok() && op.status.ok()) {
+  if (op.in_wire > 0) --op.in_wire;
+  if (status.ok()) {
+    if (op.remaining > 0) --op.remaining;
+  } else if (op.status.ok()) {
     op.status =
         PeerError(op.peer, absl::StatusCode::kUnavailable,
                   absl::StrCat(op.receive ? "receiving from it failed: " : "sending to it failed: ",
                                status.message()));
   }
-  if (!op.status.ok()) {
-    // Failed: the transport fails with it shortly (the request with it), unless the peer's own
-    // abort, which says why, arrives first.
-    FailSoon(op.status);
+  if (failed_.load()) {
+    // Complete once the wire has let go of every segment.
+    if (op.in_wire == 0) CompletePending(it, health());
     return;
   }
-  if (--op.outstanding > 0) return;
+  if (!op.status.ok()) {
+    // The transport fails with it shortly (unless the peer's own abort, which says why, comes
+    // first); the request completes then.
+    FailSoon(op.status, op.peer);
+    return;
+  }
+  if (op.remaining == 0) CompletePending(it, absl::OkStatus());
+}
+
+void WireTransport::CompletePending(std::map<uint64_t, Pending>::iterator it, absl::Status status) {
+  Pending& op = it->second;
+  Peer& p = peers_[static_cast<size_t>(op.peer)];
+  if (p.waiting_ops > 0) --p.waiting_ops;
+  if (!op.receive) p.awaiting_cts.erase(op.first);
   RequestPtr request = std::move(op.request);
   pending_.erase(it);
-  if (p.waiting_ops > 0) --p.waiting_ops;
-  request->Complete(absl::OkStatus());
+  request->Complete(std::move(status));
+}
+
+void WireTransport::DrainLocked(absl::Time now) {
+  if (pending_.empty()) return;
+  if (now < drain_deadline_) return;
+  // The wire did not give everything back in time: make it let go, then complete.
+  wire_->Abandon();
+  const absl::Status failure = health();
+  while (!pending_.empty()) CompletePending(pending_.begin(), failure);
 }
 
 void WireTransport::HandleControl(int peer, std::string payload) {
@@ -381,6 +484,17 @@ void WireTransport::HandleControl(int peer, std::string payload) {
   heard_ns_[static_cast<size_t>(peer)].store(NowNs());
   if (payload.size() < kPrefix) {
     FailLocked(PeerError(peer, absl::StatusCode::kInternal, "sent a malformed control message"));
+    return;
+  }
+  const auto kind = static_cast<Kind>(payload[0]);
+  if (kind == kHeartbeat) {
+    p.remote_waiting = (static_cast<uint8_t>(payload[1]) & kWaitingFlag) != 0;
+    return;
+  }
+  if (kind == kAbort) {
+    // At once: a gap in the sequence (a control message lost with the failure) must not hide it.
+    FailLocked(PeerError(peer, absl::StatusCode::kAborted,
+                         absl::StrCat("aborted the job: ", payload.substr(kPrefix))));
     return;
   }
   const uint64_t seq = Get64(payload, 8);
@@ -403,12 +517,21 @@ void WireTransport::HandleInOrder(int peer, const std::string& m) {
   const auto flags = static_cast<uint8_t>(m[1]);
   switch (kind) {
     case kHeartbeat:
-      p.remote_waiting = (flags & kWaitingFlag) != 0;
-      return;
     case kAbort:
-      FailLocked(PeerError(peer, absl::StatusCode::kAborted,
-                           absl::StrCat("aborted the job: ", m.substr(kPrefix))));
+      return;  // handled on arrival
+    case kClearToSend: {
+      if (m.size() < kPrefix + 8) {
+        FailLocked(PeerError(peer, absl::StatusCode::kInternal, "sent a truncated message"));
+        return;
+      }
+      auto it = p.awaiting_cts.find(Get64(m, kPrefix));
+      if (it == p.awaiting_cts.end()) return;  // failed meanwhile
+      const uint64_t token = it->second;
+      p.awaiting_cts.erase(it);
+      auto op = pending_.find(token);
+      if (op != pending_.end()) PostSegments(token, op->second);
       return;
+    }
     case kBye: {
       p.bye = true;
       for (auto it = p.posted.begin(); it != p.posted.end();) {
@@ -440,6 +563,7 @@ void WireTransport::HandleInOrder(int peer, const std::string& m) {
   std::memcpy(h.descriptor.bytes.data(), m.data() + kPrefix + 8, 16);
   h.bytes = Get64(m, kPrefix + 24);
   h.data_tag = Get64(m, kPrefix + 32);
+  h.segment = Get32(m, 4);
   h.has_inline = (flags & kInlineFlag) != 0;
   if (h.has_inline) {
     if (m.size() != kMessageHeader + h.bytes) {
@@ -579,10 +703,17 @@ void WireTransport::Run() {
 
 void WireTransport::Watchdog() {
   const int64_t since = wire_call_since_ns_.load();
-  if (since == 0) return;
+  if (since == 0 || since != watched_since_ns_) {
+    watched_since_ns_ = since;
+    watched_ticks_ = 0;
+    return;
+  }
+  // The same call seen on consecutive ticks of this thread (so a process that was stopped, or a
+  // machine that slept, does not count the pause).
+  ++watched_ticks_;
+  const absl::Duration limit = std::max(2 * config_.timeout, absl::Seconds(10));
+  if (watched_ticks_ * absl::Milliseconds(500) < limit) return;
   const int64_t now = NowNs();
-  const absl::Duration limit = std::max(2 * config_.timeout, absl::Seconds(2));
-  if (absl::Nanoseconds(now - since) < limit) return;
   std::string silent;
   for (int r = 0; r < config_.size; ++r) {
     const absl::Duration quiet = absl::Nanoseconds(now - heard_ns_[static_cast<size_t>(r)].load());
@@ -608,9 +739,10 @@ void WireTransport::Watchdog() {
 
 // ---- failure and shutdown -----------------------------------------------------------------
 
-void WireTransport::FailSoon(const absl::Status& status) {
+void WireTransport::FailSoon(const absl::Status& status, int peer) {
   if (!soon_.ok()) return;
   soon_ = status;
+  soon_peer_ = peer;
   soon_deadline_ = absl::Now() + absl::Milliseconds(250);
 }
 
@@ -633,22 +765,31 @@ void WireTransport::FailLocked(const absl::Status& status) {
       if (r == config_.rank || peers_[static_cast<size_t>(r)].bye) continue;
       std::string m = Prefix(kAbort, 0, kPrefix);
       m += std::string(status.message()).substr(0, 4000);
-      Peer& p = peers_[static_cast<size_t>(r)];
-      Put64(m, 8, p.next_control_seq++);
+      Put64(m, 8, ~uint64_t{0});  // unsequenced: acts on arrival
       wire_->PostControl(r, m, /*tracked=*/true).IgnoreError();
     }
   }
   wire_->Cancel();
-  for (auto& [token, op] : pending_) op.request->Complete(status);
-  pending_.clear();
+  // Receives never matched touched nothing: they complete now. Operations with segments in the
+  // wire complete as the wire reports them back (cancelled or finished), or when the wire is
+  // abandoned after a short grace.
   for (Peer& p : peers_) {
     for (RecvOp& op : p.posted) op.request->Complete(status);
     p.posted.clear();
-    p.waiting_ops = 0;
+    p.awaiting_cts.clear();
   }
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    auto next = std::next(it);
+    if (it->second.in_wire == 0) CompletePending(it, status);
+    it = next;
+  }
+  for (Peer& p : peers_) p.waiting_ops = 0;
+  drain_deadline_ = absl::Now() + absl::Seconds(2);
 }
 
-void WireTransport::Abort(const absl::Status& reason) { Fail(reason); }
+void WireTransport::Abort(const absl::Status& reason) {
+  Fail(reason.ok() ? absl::AbortedError("aborted by the application") : reason);
+}
 
 absl::Status WireTransport::Shutdown() {
   {
@@ -691,15 +832,32 @@ absl::Status WireTransport::Shutdown() {
   while (wire_->Busy() && absl::Now() < flush_deadline) {
     if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  // Anything still pending now can never complete.
-  const absl::Status closed = absl::CancelledError("the transport was shut down");
-  for (auto& [token, op] : pending_) op.request->Complete(closed);
-  pending_.clear();
+  // Anything still pending now can never complete: cancel it, give the wire a moment to hand
+  // the buffers back, then abandon it.
+  const absl::Status result = health();
+  {
+    std::lock_guard<std::mutex> state(mu_);
+    if (failure_.ok()) {
+      failure_ = absl::FailedPreconditionError("the transport is shut down");
+      failed_.store(true);
+    }
+  }
+  const absl::Status closed = health();
   for (Peer& p : peers_) {
     for (RecvOp& op : p.posted) op.request->Complete(closed);
     p.posted.clear();
+    p.awaiting_cts.clear();
   }
-  return health();
+  if (!pending_.empty()) {
+    wire_->Cancel();
+    const absl::Time drain = absl::Now() + absl::Seconds(1);
+    while (!pending_.empty() && absl::Now() < drain) {
+      if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    if (!pending_.empty()) wire_->Abandon();
+    while (!pending_.empty()) CompletePending(pending_.begin(), closed);
+  }
+  return result;
 }
 
 }  // namespace ddp::transport::wire

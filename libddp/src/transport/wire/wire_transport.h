@@ -86,6 +86,7 @@ class WireTransport final : public Transport {
     Descriptor descriptor;
     uint64_t bytes = 0;
     uint64_t data_tag = 0;  // first data message (payloads above the inline limit)
+    size_t segment = 0;     // the sender's segment size
     bool has_inline = false;
     std::string payload;  // the inline payload
   };
@@ -97,20 +98,30 @@ class WireTransport final : public Transport {
     size_t bytes = 0;
   };
   // An operation made of several wire operations (segments): done when all are.
+  // An operation made of data messages (segments). Succeeds when every segment has; after a
+  // failure it completes only once the wire has let go of every posted segment (or the wire was
+  // abandoned), so that the library never touches a buffer its owner got back.
   struct Pending {
     RequestPtr request;
     int peer = -1;
     bool receive = false;
-    size_t outstanding = 0;
+    size_t remaining = 0;  // segments not yet done
+    size_t in_wire = 0;    // segments posted to the wire and not reported back
     absl::Status status;
+    // A send waiting for the receiver's clear-to-send (wires without eager data).
+    const char* data = nullptr;
+    size_t bytes = 0;
+    size_t segment = 0;
+    uint64_t first = 0;
   };
   struct Peer {
     uint64_t next_control_seq = 0;          // to send
     uint64_t expected_seq = 0;              // to receive
     std::map<uint64_t, std::string> early;  // control messages that overtook others
     uint64_t next_data_tag = 1;
-    std::deque<RecvOp> posted;      // receives not yet matched, in posting order
-    std::deque<Header> unexpected;  // headers not yet matched, in arrival order
+    std::map<uint64_t, uint64_t> awaiting_cts;  // first data tag -> token of the send
+    std::deque<RecvOp> posted;                  // receives not yet matched, in posting order
+    std::deque<Header> unexpected;              // headers not yet matched, in arrival order
     bool bye = false;
     bool remote_waiting = false;
     absl::Time last_heard = absl::InfinitePast();
@@ -127,6 +138,8 @@ class WireTransport final : public Transport {
   void Match(int peer, RecvOp op, Header h);
   void PostControlLocked(int peer, std::string message, bool tracked = false);
   void SegmentsDone(uint64_t token, const absl::Status& status);
+  void PostSegments(uint64_t token, Pending& op);
+  void CompletePending(std::map<uint64_t, Pending>::iterator it, absl::Status status);
   void CompleteRecv(int peer, const RequestPtr& request, absl::Status status);
   void CheckDeadlines(absl::Time now);
   void SendHeartbeats(absl::Time now);
@@ -136,7 +149,7 @@ class WireTransport final : public Transport {
   std::string Describe(const Descriptor& descriptor) const;
   void Fail(const absl::Status& status);
   // A peer's transfer failed: fail in a moment, so that its abort (which says why) can win.
-  void FailSoon(const absl::Status& status);
+  void FailSoon(const absl::Status& status, int peer);
   void FailLocked(const absl::Status& status);
   void Wake();
 
@@ -154,7 +167,11 @@ class WireTransport final : public Transport {
   absl::Time last_check_ = absl::InfinitePast();
   bool bye_sent_ = false;
   absl::Status soon_;
+  int soon_peer_ = -1;
   absl::Time soon_deadline_ = absl::InfiniteFuture();
+  // After a failure: when to stop waiting for the wire to give buffers back.
+  absl::Time drain_deadline_ = absl::InfiniteFuture();
+  void DrainLocked(absl::Time now);
 
   // Small shared state.
   mutable std::mutex mu_;
@@ -169,6 +186,8 @@ class WireTransport final : public Transport {
   // make that call return.
   struct WireCall;
   std::atomic<int64_t> wire_call_since_ns_{0};
+  int64_t watched_since_ns_ = 0;  // watchdog thread only
+  int watched_ticks_ = 0;
   std::unique_ptr<std::atomic<int64_t>[]> heard_ns_;
   void Watchdog();
   std::thread watchdog_;
