@@ -77,16 +77,18 @@ sanitize: asan tsan
 
 asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
-	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF
+	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && DDP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L fast
 
 tsan: deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_SANITIZE=thread \
-	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF
+	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && DDP_TEST_QUICK=1 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+	cd build-tsan && DDP_TEST_QUICK=1 \
+	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -L fast
 
 bench: build
