@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "transport/liveness.h"
 #include "transport/tcp/tcp_state.h"
 
 namespace ddp::transport::tcp {
@@ -413,21 +414,7 @@ void TcpTransport::CheckDeadlines(absl::Time now) {
     if (!WaitingOn(p)) continue;
     const absl::Duration silent = now - std::max(p.last_heard, p.last_progress);
     const absl::Duration stalled = now - p.last_progress;
-    const std::string limit =
-        absl::StrCat(" (DDP_TIMEOUT_SECONDS=", absl::ToDoubleSeconds(config_.timeout), ")");
-    std::string blame;
-    if (silent > config_.timeout) {
-      blame = absl::StrCat("silent for ", absl::FormatDuration(silent),
-                           ", not even a heartbeat, while this rank waits on it", limit,
-                           "; is that process stopped, dead or cut off?");
-    } else if (stalled > config_.timeout && !p.remote_waiting) {
-      blame = absl::StrCat("is alive but has not taken part for ", absl::FormatDuration(stalled),
-                           " while this rank waits on it", limit,
-                           "; is it stuck or busy outside libddp, or did it skip this call?");
-    } else if (stalled > 3 * config_.timeout) {
-      blame = absl::StrCat("made no progress for ", absl::FormatDuration(stalled),
-                           " while both wait", limit, "; the ranks may be waiting on each other");
-    }
+    const std::string blame = Blame(silent, stalled, p.remote_waiting, config_.timeout);
     if (!blame.empty()) {
       Fail(PeerError(r, absl::StatusCode::kDeadlineExceeded, blame));
       return;

@@ -13,7 +13,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
-
+#include "transport/liveness.h"
 namespace ddp::transport::wire {
 namespace {
 
@@ -616,21 +616,7 @@ void WireTransport::CheckDeadlines(absl::Time now) {
     if (r == config_.rank || !WaitingOn(p)) continue;
     const absl::Duration silent = now - std::max(p.last_heard, p.last_progress);
     const absl::Duration stalled = now - p.last_progress;
-    const std::string limit =
-        absl::StrCat(" (DDP_TIMEOUT_SECONDS=", absl::ToDoubleSeconds(config_.timeout), ")");
-    std::string blame;
-    if (silent > config_.timeout) {
-      blame = absl::StrCat("silent for ", absl::FormatDuration(silent),
-                           ", not even a heartbeat, while this rank waits on it", limit,
-                           "; is that process stopped, dead or cut off?");
-    } else if (stalled > config_.timeout && !p.remote_waiting) {
-      blame = absl::StrCat("is alive but has not taken part for ", absl::FormatDuration(stalled),
-                           " while this rank waits on it", limit,
-                           "; is it stuck or busy outside libddp, or did it skip this call?");
-    } else if (stalled > 3 * config_.timeout) {
-      blame = absl::StrCat("made no progress for ", absl::FormatDuration(stalled),
-                           " while both wait", limit, "; the ranks may be waiting on each other");
-    }
+    const std::string blame = Blame(silent, stalled, p.remote_waiting, config_.timeout);
     if (!blame.empty()) {
       FailLocked(PeerError(r, absl::StatusCode::kDeadlineExceeded, blame));
       return;
