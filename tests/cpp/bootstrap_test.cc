@@ -117,6 +117,16 @@ TEST(Options, ValidateCatchesInconsistency) {
   o.job_token = "0123456789abcdef";
   EXPECT_TRUE(o.Validate().ok());
   o.transport = TransportKind::kOfi;
+  EXPECT_TRUE(o.Validate().ok());
+  o.ofi_max_message_bytes = 100;
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "DDP_OFI_MAX_MESSAGE_BYTES"));
+  o.ofi_max_message_bytes = 0;
+  o.mpi_allreduce = true;  // only with the MPI transport
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "DDP_MPI_ALLREDUCE"));
+  o.transport = TransportKind::kMpi;
+  EXPECT_TRUE(o.Validate().ok());
+  o.transport = TransportKind::kShm;  // the next issue
+  o.mpi_allreduce = false;
   EXPECT_EQ(o.Validate().code(), absl::StatusCode::kUnimplemented);
 }
 
