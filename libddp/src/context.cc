@@ -49,6 +49,8 @@ class ContextImpl {
   // With every rank's address and host: connects (TCP) or fills the address vector (libfabric).
   absl::Status ConnectTransport(const std::vector<std::string>& addresses,
                                 const std::vector<std::string>& hosts, absl::Time deadline);
+  // Initialises MPI (if nobody has) and checks that MPI numbers this process as it does.
+  absl::Status InitMpi();
   // Under mpirun: rank 0's token, every rank's host and listen address through MPI collectives.
   absl::Status MpiBootstrap(const std::string& host, std::vector<std::string>& hosts,
                             std::vector<std::string>& addresses);
@@ -176,18 +178,23 @@ absl::Status ContextImpl::Init() {
   return absl::OkStatus();
 }
 
+absl::Status ContextImpl::InitMpi() {
+  int mpi_rank = -1;
+  int mpi_size = 0;
+  DDP_RETURN_IF_ERROR(bootstrap::mpi::Init(&mpi_rank, &mpi_size));
+  if (mpi_rank != options.rank || mpi_size != options.size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("this process is rank ", options.rank, " of ", options.size,
+                     " by its variables (DDP_RANK/DDP_SIZE or the launcher's) but rank ", mpi_rank,
+                     " of ", mpi_size, " in MPI_COMM_WORLD"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ContextImpl::PrepareTransport(const std::string& listen_ip,
                                                           const std::string& host) {
   if (options.transport == TransportKind::kMpi) {
-    int mpi_rank = -1;
-    int mpi_size = 0;
-    DDP_RETURN_IF_ERROR(Annotate(bootstrap::mpi::Init(&mpi_rank, &mpi_size),
-                                 "DDP_TRANSPORT=mpi (launch with mpirun)"));
-    if (mpi_rank != options.rank || mpi_size != options.size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DDP_TRANSPORT=mpi: this process is rank ", options.rank, " of ", options.size,
-          " but rank ", mpi_rank, " of ", mpi_size, " in MPI_COMM_WORLD"));
-    }
+    DDP_RETURN_IF_ERROR(Annotate(InitMpi(), "DDP_TRANSPORT=mpi (launch with mpirun)"));
     // Communicator ids 0 (the context's collectives) and 1 (the engine's world set) get an MPI
     // communicator of their own for MPI_Allreduce.
     std::vector<int> native;
@@ -253,15 +260,7 @@ absl::Status ContextImpl::ConnectTransport(const std::vector<std::string>& addre
 
 absl::Status ContextImpl::MpiBootstrap(const std::string& host, std::vector<std::string>& hosts,
                                        std::vector<std::string>& addresses) {
-  int mpi_rank = -1;
-  int mpi_size = 0;
-  DDP_RETURN_IF_ERROR(bootstrap::mpi::Init(&mpi_rank, &mpi_size));
-  if (mpi_rank != options.rank || mpi_size != options.size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("this process is rank ", options.rank, " of ", options.size,
-                     " by its variables (DDP_RANK/DDP_SIZE or the launcher's) but rank ", mpi_rank,
-                     " of ", mpi_size, " in MPI_COMM_WORLD"));
-  }
+  DDP_RETURN_IF_ERROR(InitMpi());
   // Rank 0's token for everyone; rank 0 makes one when none was given.
   std::array<char, 129> token{};
   if (options.rank == 0) {

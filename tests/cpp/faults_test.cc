@@ -42,44 +42,26 @@ std::string TempPath(absl::string_view name) {
   return absl::StrCat(::testing::TempDir(), "/ddp-", name, "-", ::getpid());
 }
 
-TEST(Faults, RankKilledMidAllreduceNamesItOnEverySurvivor) {
-  for (int n : {2, 4}) {
-    SCOPED_TRACE(absl::StrCat("N=", n));
-    JobSpec spec;
-    spec.size = n;
-    spec.env = {{"DDP_TIMEOUT_SECONDS", "60"}};
-    spec.hang_limit = absl::Seconds(120);
-    JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
-      if (ctx.rank() == 1) {
-        // Die from another thread while the main thread is inside allreduces.
-        std::thread([] {
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-          ::raise(SIGKILL);
-        }).detach();
-      }
-      absl::Status s = AllreduceUntilError(ctx, 1 << 20, 1000000);
-      if (s.ok()) return absl::InternalError("allreduce kept succeeding after rank 1 died");
-      return s;
-    });
-    ASSERT_FALSE(job.hung) << job.Summary();
-    EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
-    for (int r = 0; r < n; ++r) {
-      if (r == 1) continue;
-      const RankResult& rr = job.ranks[static_cast<size_t>(r)];
-      ASSERT_TRUE(rr.status_reported) << job.Summary();
-      EXPECT_TRUE(absl::StrContains(rr.status, "rank 1")) << job.Summary();
-      EXPECT_TRUE(absl::StrContains(rr.status, "allreduce")) << job.Summary();
-      EXPECT_EQ(rr.exit_code, 1) << job.Summary();
+// Jobs shared by the TCP tests and their libfabric counterparts below.
+
+// Rank 1 SIGKILLs itself (from another thread) while every rank runs allreduces of `count`
+// floats until one fails; each survivor reports that error.
+JobResult RunWithRankOneKilled(const JobSpec& spec, size_t count) {
+  return RunWithContext(spec, [count](Context& ctx) -> absl::Status {
+    if (ctx.rank() == 1) {
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        ::raise(SIGKILL);
+      }).detach();
     }
-  }
+    absl::Status s = AllreduceUntilError(ctx, count, 1000000);
+    if (s.ok()) return absl::InternalError("allreduce kept succeeding after rank 1 died");
+    return s;
+  });
 }
 
-TEST(Faults, StoppedRankTimesOutNamingIt) {
-  const std::string pid_file = TempPath("stopped-pid");
-  JobSpec spec;
-  spec.size = 3;
-  spec.env = {{"DDP_TIMEOUT_SECONDS", "2"}};
-  spec.hang_limit = absl::Seconds(90);
+// Rank 1 SIGSTOPs itself during allreduces; rank 0 kills it once it has seen the error.
+JobResult RunWithRankOneStopped(const JobSpec& spec, const std::string& pid_file) {
   JobResult job = RunWithContext(spec, [&](Context& ctx) -> absl::Status {
     if (ctx.rank() == 1) {
       std::ofstream(pid_file) << ::getpid();
@@ -98,6 +80,47 @@ TEST(Faults, StoppedRankTimesOutNamingIt) {
     return s.ok() ? absl::InternalError("no error from a stopped peer") : s;
   });
   std::remove(pid_file.c_str());
+  return job;
+}
+
+// Rank 2 aborts with "loss became NaN" while the others run allreduces.
+JobResult RunWithRankTwoAborting(const JobSpec& spec) {
+  return RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    if (ctx.rank() == 2) {
+      ctx.Abort(absl::CancelledError("loss became NaN"));
+      return absl::CancelledError("aborted");
+    }
+    return AllreduceUntilError(ctx, 1000, 100000);
+  });
+}
+
+TEST(Faults, RankKilledMidAllreduceNamesItOnEverySurvivor) {
+  for (int n : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat("N=", n));
+    JobSpec spec;
+    spec.size = n;
+    spec.env = {{"DDP_TIMEOUT_SECONDS", "60"}};
+    spec.hang_limit = absl::Seconds(120);
+    JobResult job = RunWithRankOneKilled(spec, 1 << 20);
+    ASSERT_FALSE(job.hung) << job.Summary();
+    EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
+    for (int r = 0; r < n; ++r) {
+      if (r == 1) continue;
+      const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+      ASSERT_TRUE(rr.status_reported) << job.Summary();
+      EXPECT_TRUE(absl::StrContains(rr.status, "rank 1")) << job.Summary();
+      EXPECT_TRUE(absl::StrContains(rr.status, "allreduce")) << job.Summary();
+      EXPECT_EQ(rr.exit_code, 1) << job.Summary();
+    }
+  }
+}
+
+TEST(Faults, StoppedRankTimesOutNamingIt) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "2"}};
+  spec.hang_limit = absl::Seconds(90);
+  JobResult job = RunWithRankOneStopped(spec, TempPath("stopped-pid"));
   std::printf("%s", job.Summary().c_str());
   ASSERT_FALSE(job.hung) << job.Summary();
   for (int r : {0, 2}) {
@@ -311,13 +334,7 @@ TEST(Faults, AbortReachesThePeersWithItsReason) {
   JobSpec spec;
   spec.size = 3;
   spec.hang_limit = absl::Seconds(60);
-  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
-    if (ctx.rank() == 2) {
-      ctx.Abort(absl::CancelledError("loss became NaN"));
-      return absl::CancelledError("aborted");
-    }
-    return AllreduceUntilError(ctx, 1000, 100000);
-  });
+  JobResult job = RunWithRankTwoAborting(spec);
   ASSERT_FALSE(job.hung) << job.Summary();
   for (int r : {0, 1}) {
     const RankResult& rr = job.ranks[static_cast<size_t>(r)];
@@ -399,18 +416,7 @@ class WireFaults : public ::testing::TestWithParam<WireFaultCase> {
 // A killed rank is named on every survivor: by the provider's error where it reports one, by
 // the heartbeat silence otherwise (shared memory says nothing when a peer dies).
 TEST_P(WireFaults, RankKilledMidAllreduceIsNamed) {
-  JobResult job =
-      RunWithContext(Spec(3, {{"DDP_TIMEOUT_SECONDS", "3"}}), [](Context& ctx) -> absl::Status {
-        if (ctx.rank() == 1) {
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(300));
-            ::raise(SIGKILL);
-          }).detach();
-        }
-        absl::Status s = AllreduceUntilError(ctx, 1 << 18, 1000000);
-        if (s.ok()) return absl::InternalError("allreduce kept succeeding after rank 1 died");
-        return s;
-      });
+  JobResult job = RunWithRankOneKilled(Spec(3, {{"DDP_TIMEOUT_SECONDS", "3"}}), 1 << 18);
   ASSERT_FALSE(job.hung) << job.Summary();
   EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
   for (int r : {0, 2}) {
@@ -426,13 +432,7 @@ TEST_P(WireFaults, RankKilledMidAllreduceIsNamed) {
 }
 
 TEST_P(WireFaults, AbortReachesThePeersWithItsReason) {
-  JobResult job = RunWithContext(Spec(3, {}), [](Context& ctx) -> absl::Status {
-    if (ctx.rank() == 2) {
-      ctx.Abort(absl::CancelledError("loss became NaN"));
-      return absl::CancelledError("aborted");
-    }
-    return AllreduceUntilError(ctx, 1000, 100000);
-  });
+  JobResult job = RunWithRankTwoAborting(Spec(3, {}));
   ASSERT_FALSE(job.hung) << job.Summary();
   for (int r : {0, 1}) {
     const RankResult& rr = job.ranks[static_cast<size_t>(r)];
@@ -460,25 +460,8 @@ TEST_P(WireFaults, RanksThatDisagreeGetAnErrorNotAHang) {
 }
 
 TEST_P(WireFaults, StoppedRankTimesOutNamingIt) {
-  const std::string pid_file = TempPath(absl::StrCat("wire-stopped-", GetParam().name));
-  JobResult job =
-      RunWithContext(Spec(3, {{"DDP_TIMEOUT_SECONDS", "2"}}), [&](Context& ctx) -> absl::Status {
-        if (ctx.rank() == 1) {
-          std::ofstream(pid_file) << ::getpid();
-          std::thread([] {
-            std::this_thread::sleep_for(std::chrono::milliseconds(300));
-            ::raise(SIGSTOP);
-          }).detach();
-        }
-        absl::Status s = AllreduceUntilError(ctx, 1 << 16, 1000000);
-        if (ctx.rank() == 0) {
-          int pid = 0;
-          std::ifstream(pid_file) >> pid;
-          if (pid > 0) ::kill(pid, SIGKILL);
-        }
-        return s.ok() ? absl::InternalError("no error from a stopped peer") : s;
-      });
-  std::remove(pid_file.c_str());
+  JobResult job = RunWithRankOneStopped(Spec(3, {{"DDP_TIMEOUT_SECONDS", "2"}}),
+                                        TempPath(absl::StrCat("wire-stopped-", GetParam().name)));
   ASSERT_FALSE(job.hung) << job.Summary();
   for (int r : {0, 2}) {
     const RankResult& rr = job.ranks[static_cast<size_t>(r)];

@@ -2,7 +2,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "bootstrap/mpi.h"
 #include "bootstrap/mpi/plugin_api.h"
 #include "common/plugin.h"
@@ -10,27 +9,10 @@
 namespace ddp::bootstrap::mpi {
 namespace {
 
-struct Loaded {
-  const MpiPluginApi* api = nullptr;
-  std::string error;
-};
-
-const Loaded& Plugin() {
-  static const Loaded* loaded = [] {
-    auto* l = new Loaded();
-    std::string error;
-    l->api = static_cast<const MpiPluginApi*>(
-        plugin::Load("libddp_mpi.so", "DDP_MPI_PLUGIN", "ddp_mpi_plugin", &error));
-    if (l->api != nullptr && l->api->abi != kMpiPluginAbi) {
-      l->api = nullptr;
-      error = "libddp_mpi.so is from another version of libddp";
-    }
-    if (l->api == nullptr) {
-      l->error = absl::StrCat("libddp's MPI bootstrap (libddp_mpi.so) could not be loaded: ", error,
-                              ". It is built when MPI is found (DDP_WITH_MPI)");
-    }
-    return l;
-  }();
+const plugin::Table<MpiPluginApi>& Plugin() {
+  static const auto* loaded = new plugin::Table<MpiPluginApi>(plugin::LoadTable<MpiPluginApi>(
+      "libddp_mpi.so", "DDP_MPI_PLUGIN", "ddp_mpi_plugin", kMpiPluginAbi, "MPI bootstrap",
+      "It is built when MPI is found (DDP_WITH_MPI)"));
   return *loaded;
 }
 

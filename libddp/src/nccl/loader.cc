@@ -4,7 +4,6 @@
 // answers a clear error and CPU work is unaffected.
 #include <string>
 
-#include "absl/strings/str_cat.h"
 #include "common/plugin.h"
 #include "nccl/device.h"
 #include "nccl/plugin.h"
@@ -12,28 +11,11 @@
 namespace ddp::nccl {
 namespace {
 
-struct Loaded {
-  const PluginApi* api = nullptr;
-  std::string error;  // why api is null
-};
-
-Loaded Load() {
-  std::string error;
-  const auto* api = static_cast<const PluginApi*>(
-      plugin::Load("libddp_nccl.so", "DDP_NCCL_PLUGIN", "ddp_nccl_plugin", &error));
-  if (api != nullptr && api->abi != kPluginAbi) {
-    api = nullptr;
-    error = "libddp_nccl.so is from another version of libddp";
-  }
-  if (api != nullptr) return {api, ""};
-  return {nullptr,
-          absl::StrCat("libddp's NCCL backend (libddp_nccl.so) could not be loaded: ", error,
-                       ". It is built when CUDA and NCCL are found (DDP_WITH_NCCL) and needs "
-                       "libnccl.so.2 at run time")};
-}
-
-const Loaded& Plugin() {
-  static const Loaded* loaded = new Loaded(Load());
+const plugin::Table<PluginApi>& Plugin() {
+  static const auto* loaded = new plugin::Table<PluginApi>(plugin::LoadTable<PluginApi>(
+      "libddp_nccl.so", "DDP_NCCL_PLUGIN", "ddp_nccl_plugin", kPluginAbi, "NCCL backend",
+      "It is built when CUDA and NCCL are found (DDP_WITH_NCCL) and needs libnccl.so.2 at run "
+      "time"));
   return *loaded;
 }
 

@@ -38,10 +38,73 @@ absl::Status MpiError(int code, const char* what) {
 // The largest message MPI's int counts carry comfortably.
 constexpr size_t kMaxData = size_t{1} << 30;
 
+// Requests in flight, each with what the wire needs to know of it.
+template <class Info>
+class InFlight {
+ public:
+  void Add(MPI_Request request, Info info) {
+    requests_.push_back(request);
+    info_.push_back(std::move(info));
+  }
+  bool empty() const { return requests_.empty(); }
+
+  // Tests them all; calls done(info, error) for each that finished (error: MPI_SUCCESS, an MPI
+  // error code, or -1 when it was cancelled), then forgets those, keeping the order.
+  template <class Done>
+  absl::Status Reap(Done&& done) {
+    if (requests_.empty()) return absl::OkStatus();
+    int count = 0;
+    indices_.resize(requests_.size());
+    statuses_.resize(requests_.size());
+    const int rc = MPI_Testsome(static_cast<int>(requests_.size()), requests_.data(), &count,
+                                indices_.data(), statuses_.data());
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return MpiError(rc, "MPI_Testsome");
+    if (count == MPI_UNDEFINED || count == 0) return absl::OkStatus();
+    for (int i = 0; i < count; ++i) {
+      MPI_Status& status = statuses_[static_cast<size_t>(i)];
+      int error = rc == MPI_ERR_IN_STATUS ? status.MPI_ERROR : MPI_SUCCESS;
+      int cancelled = 0;
+      MPI_Test_cancelled(&status, &cancelled);
+      if (cancelled && error == MPI_SUCCESS) error = -1;
+      done(info_[static_cast<size_t>(indices_[static_cast<size_t>(i)])], error);
+    }
+    // Finished requests are MPI_REQUEST_NULL now.
+    size_t w = 0;
+    for (size_t k = 0; k < requests_.size(); ++k) {
+      if (requests_[k] == MPI_REQUEST_NULL) continue;
+      requests_[w] = requests_[k];
+      info_[w] = std::move(info_[k]);
+      ++w;
+    }
+    requests_.resize(w);
+    info_.resize(w);
+    return absl::OkStatus();
+  }
+
+  // Calls fn(request, info) for each in flight.
+  template <class Fn>
+  void ForEach(Fn&& fn) {
+    for (size_t k = 0; k < requests_.size(); ++k) fn(requests_[k], info_[k]);
+  }
+  void Clear() {
+    requests_.clear();
+    info_.clear();
+  }
+
+ private:
+  std::vector<MPI_Request> requests_;
+  std::vector<Info> info_;
+  std::vector<int> indices_;
+  std::vector<MPI_Status> statuses_;
+};
+
 class MpiWire final : public wire::Wire {
  public:
   MpiWire(MPI_Comm control, MPI_Comm data, uint64_t tag_mask, std::string version)
-      : control_(control), data_(data), tag_mask_(tag_mask), version_(std::move(version)) {}
+      : control_comm_(control),
+        data_comm_(data),
+        tag_mask_(tag_mask),
+        version_(std::move(version)) {}
   ~MpiWire() override {
     Cancel();
     Abandon();
@@ -52,39 +115,33 @@ class MpiWire final : public wire::Wire {
   size_t max_data_bytes() const override { return kMaxData; }
   size_t max_control_bytes() const override { return size_t{1} << 20; }
 
-  absl::Status PostControl(int peer, const std::string& payload, bool /*tracked*/) override {
-    auto buffer = std::make_unique<std::string>(payload);
+  absl::Status PostControl(int peer, std::string payload) override {
+    auto buffer = std::make_unique<std::string>(std::move(payload));
     MPI_Request request = MPI_REQUEST_NULL;
     DDP_MPI_CHECK(MPI_Isend(buffer->data(), static_cast<int>(buffer->size()), MPI_BYTE, peer, 0,
-                            control_, &request),
+                            control_comm_, &request),
                   "MPI_Isend");
-    control_requests_.push_back(request);
-    control_buffers_.push_back(std::move(buffer));
-    control_peers_.push_back(peer);
+    control_.Add(request, ControlSend{peer, std::move(buffer)});
     return absl::OkStatus();
   }
 
   absl::Status PostSend(int peer, uint64_t data_tag, const void* data, size_t bytes,
                         uint64_t token) override {
     MPI_Request request = MPI_REQUEST_NULL;
-    DDP_MPI_CHECK(
-        MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, Tag(data_tag), data_, &request),
-        "MPI_Isend");
-    data_requests_.push_back(request);
-    tokens_.push_back(token);
-    is_receive_.push_back(false);
+    DDP_MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, Tag(data_tag),
+                            data_comm_, &request),
+                  "MPI_Isend");
+    data_.Add(request, Transfer{token, false});
     return absl::OkStatus();
   }
 
   absl::Status PostRecv(int peer, uint64_t data_tag, void* data, size_t bytes,
                         uint64_t token) override {
     MPI_Request request = MPI_REQUEST_NULL;
-    DDP_MPI_CHECK(
-        MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, Tag(data_tag), data_, &request),
-        "MPI_Irecv");
-    data_requests_.push_back(request);
-    tokens_.push_back(token);
-    is_receive_.push_back(true);
+    DDP_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, Tag(data_tag),
+                            data_comm_, &request),
+                  "MPI_Irecv");
+    data_.Add(request, Transfer{token, true});
     return absl::OkStatus();
   }
 
@@ -94,7 +151,7 @@ class MpiWire final : public wire::Wire {
       int flag = 0;
       MPI_Message message = MPI_MESSAGE_NULL;
       MPI_Status status;
-      DDP_MPI_CHECK(MPI_Improbe(MPI_ANY_SOURCE, 0, control_, &flag, &message, &status),
+      DDP_MPI_CHECK(MPI_Improbe(MPI_ANY_SOURCE, 0, control_comm_, &flag, &message, &status),
                     "MPI_Improbe");
       if (!flag) break;
       int count = 0;
@@ -107,112 +164,65 @@ class MpiWire final : public wire::Wire {
                     "MPI_Mrecv");
       events->push_back(std::move(e));
     }
-    if (!data_requests_.empty()) {
-      int done = 0;
-      indices_.resize(data_requests_.size());
-      statuses_.resize(data_requests_.size());
-      const int rc = MPI_Testsome(static_cast<int>(data_requests_.size()), data_requests_.data(),
-                                  &done, indices_.data(), statuses_.data());
-      if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return MpiError(rc, "MPI_Testsome");
-      if (done != MPI_UNDEFINED && done > 0) {
-        for (int i = 0; i < done; ++i) {
-          const auto k = static_cast<size_t>(indices_[static_cast<size_t>(i)]);
-          wire::Event e;
-          e.token = tokens_[k];
-          const int err =
-              rc == MPI_ERR_IN_STATUS ? statuses_[static_cast<size_t>(i)].MPI_ERROR : MPI_SUCCESS;
-          if (err != MPI_SUCCESS) e.status = absl::UnavailableError(MpiText(err));
-          int cancelled = 0;
-          MPI_Test_cancelled(&statuses_[static_cast<size_t>(i)], &cancelled);
-          if (cancelled && e.status.ok()) e.status = absl::CancelledError("cancelled");
-          events->push_back(std::move(e));
-        }
-        // Completed requests are MPI_REQUEST_NULL now: drop them, keeping the order.
-        size_t w = 0;
-        for (size_t k = 0; k < data_requests_.size(); ++k) {
-          if (data_requests_[k] == MPI_REQUEST_NULL) continue;
-          data_requests_[w] = data_requests_[k];
-          tokens_[w] = tokens_[k];
-          is_receive_[w] = is_receive_[k];
-          ++w;
-        }
-        data_requests_.resize(w);
-        tokens_.resize(w);
-        is_receive_.resize(w);
+    absl::Status s = data_.Reap([events](const Transfer& t, int error) {
+      wire::Event e;
+      e.token = t.token;
+      if (error == -1) {
+        e.status = absl::CancelledError("cancelled");
+      } else if (error != MPI_SUCCESS) {
+        e.status = absl::UnavailableError(MpiText(error));
       }
-    }
-    if (!control_requests_.empty()) {
-      // Finished control sends free their buffers; a failed one is reported with its peer.
-      int done = 0;
-      indices_.resize(control_requests_.size());
-      statuses_.resize(control_requests_.size());
-      const int rc =
-          MPI_Testsome(static_cast<int>(control_requests_.size()), control_requests_.data(), &done,
-                       indices_.data(), statuses_.data());
-      if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) return MpiError(rc, "MPI_Testsome");
-      if (done != MPI_UNDEFINED && done > 0) {
-        for (int i = 0; i < done; ++i) {
-          const int err =
-              rc == MPI_ERR_IN_STATUS ? statuses_[static_cast<size_t>(i)].MPI_ERROR : MPI_SUCCESS;
-          if (err == MPI_SUCCESS) continue;
-          wire::Event e;
-          e.token = 0;
-          e.peer = control_peers_[static_cast<size_t>(indices_[static_cast<size_t>(i)])];
-          e.status = absl::UnavailableError(MpiText(err));
-          events->push_back(std::move(e));
-        }
-        size_t w = 0;
-        for (size_t k = 0; k < control_requests_.size(); ++k) {
-          if (control_requests_[k] == MPI_REQUEST_NULL) continue;
-          control_requests_[w] = control_requests_[k];
-          control_buffers_[w] = std::move(control_buffers_[k]);
-          control_peers_[w] = control_peers_[k];
-          ++w;
-        }
-        control_requests_.resize(w);
-        control_buffers_.resize(w);
-        control_peers_.resize(w);
-      }
-    }
-    return absl::OkStatus();
+      events->push_back(std::move(e));
+    });
+    if (!s.ok()) return s;
+    // Finished control sends free their buffers; a failed one is reported with its peer.
+    return control_.Reap([events](const ControlSend& c, int error) {
+      if (error == MPI_SUCCESS || error == -1) return;
+      wire::Event e;
+      e.token = 0;
+      e.peer = c.peer;
+      e.status = absl::UnavailableError(MpiText(error));
+      events->push_back(std::move(e));
+    });
   }
 
   void Cancel() override {
     // Receives are cancelled; they (and the sends) still complete through MPI_Testsome, which
     // tells the transport when MPI has let go of each buffer.
-    for (size_t k = 0; k < data_requests_.size(); ++k) {
-      if (data_requests_[k] != MPI_REQUEST_NULL && is_receive_[k]) MPI_Cancel(&data_requests_[k]);
-    }
+    data_.ForEach([](MPI_Request& r, const Transfer& t) {
+      if (r != MPI_REQUEST_NULL && t.receive) MPI_Cancel(&r);
+    });
   }
 
   void Abandon() override {
     // MPI has no way to take back a started send: the requests are freed and MPI finishes them
     // on its own (a receive that was matched may still be written; see the README).
-    for (MPI_Request& r : data_requests_) {
+    data_.ForEach([](MPI_Request& r, const Transfer&) {
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
-    }
-    data_requests_.clear();
-    tokens_.clear();
-    is_receive_.clear();
+    });
+    data_.Clear();
   }
 
-  bool Busy() const override { return !data_requests_.empty() || !control_requests_.empty(); }
+  bool Busy() const override { return !data_.empty() || !control_.empty(); }
 
  private:
+  struct ControlSend {
+    int peer = -1;
+    std::unique_ptr<std::string> buffer;  // what MPI sends from
+  };
+  struct Transfer {
+    uint64_t token = 0;
+    bool receive = false;
+  };
+
   int Tag(uint64_t data_tag) const { return static_cast<int>(data_tag & tag_mask_); }
 
-  MPI_Comm control_;
-  MPI_Comm data_;
+  MPI_Comm control_comm_;
+  MPI_Comm data_comm_;
   uint64_t tag_mask_;
   std::string version_;
-  std::vector<MPI_Request> control_requests_;
-  std::vector<std::unique_ptr<std::string>> control_buffers_;
-  std::vector<int> control_peers_;
-  std::vector<MPI_Request> data_requests_;
-  std::vector<uint64_t> tokens_;
-  std::vector<bool> is_receive_;
-  std::vector<int> indices_;
-  std::vector<MPI_Status> statuses_;
+  InFlight<ControlSend> control_;
+  InFlight<Transfer> data_;
 };
 
 // ---- MPI_Allreduce ---------------------------------------------------------------------------

@@ -156,7 +156,6 @@ class OfiWireImpl final : public OfiWire {
     register_ = (mr_mode_ & FI_MR_LOCAL) != 0 || config.force_mr_local;
     provider_ = info->fabric_attr->prov_name != nullptr ? info->fabric_attr->prov_name : "?";
     domain_name_ = info->domain_attr->name != nullptr ? info->domain_attr->name : "?";
-    inject_bytes_ = info->tx_attr->inject_size;
     size_t max = info->ep_attr->max_msg_size;
     if (max == 0) max = size_t{1} << 30;
     max_data_ = std::min<size_t>(max, size_t{1} << 30);
@@ -249,11 +248,10 @@ class OfiWireImpl final : public OfiWire {
   size_t max_data_bytes() const override { return max_data_; }
   size_t max_control_bytes() const override { return control_bytes_; }
 
-  absl::Status PostControl(int peer, const std::string& payload, bool tracked) override {
+  absl::Status PostControl(int peer, std::string payload) override {
     if (payload.size() > control_bytes_) return absl::InternalError("control message too large");
     // Always fi_tsend with a context of ours (never fi_tinject, whose failures come back without
     // one): a failed control message then names its peer.
-    (void)tracked;
     if (ep_ == nullptr) return absl::UnavailableError("the endpoint was closed");
     const uint64_t tag = static_cast<uint64_t>(config_.rank) & kRankMask;
     Op* op = NewOp();
@@ -380,7 +378,7 @@ class OfiWireImpl final : public OfiWire {
     op->posted = false;
     if (op->registration != nullptr) Unuse(op->registration);
     op->registration = nullptr;
-    if (op->kind == Op::Kind::kControlSend) control_free_.push_back(op->buffer);
+    if (op->kind == Op::Kind::kControlSend) control_free_.push_back({op->buffer, op->desc});
     free_ops_.push_back(op);
   }
 
@@ -400,15 +398,13 @@ class OfiWireImpl final : public OfiWire {
         reg = *r;
       }
       for (size_t i = 0; i < kSlab; ++i) {
-        control_free_.push_back(base + i * control_bytes_);
-        if (reg != nullptr) slab_desc_[base + i * control_bytes_] = reg->desc;
+        control_free_.push_back({base + i * control_bytes_, reg != nullptr ? reg->desc : nullptr});
       }
     }
-    char* b = control_free_.back();
+    const auto [buffer, buffer_desc] = control_free_.back();
     control_free_.pop_back();
-    auto it = slab_desc_.find(b);
-    *desc = it == slab_desc_.end() ? nullptr : it->second;
-    return b;
+    *desc = buffer_desc;
+    return buffer;
   }
 
   static const char* PostName(const Op* op) {
@@ -632,7 +628,6 @@ class OfiWireImpl final : public OfiWire {
   bool register_ = false;
   std::string provider_;
   std::string domain_name_;
-  size_t inject_bytes_ = 0;
   size_t max_data_ = 0;
   size_t control_bytes_ = kControlBytes;
   std::string address_;
@@ -640,8 +635,7 @@ class OfiWireImpl final : public OfiWire {
   std::vector<char> control_pool_;
   std::vector<Op> control_recvs_;
   std::list<std::vector<char>> send_slabs_;
-  std::vector<char*> control_free_;
-  std::map<char*, void*> slab_desc_;
+  std::vector<std::pair<char*, void*>> control_free_;  // send buffers and their descriptors
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<Op*> free_ops_;
   std::deque<Op*> retry_;

@@ -42,10 +42,10 @@ class Wire {
   // The largest control message.
   virtual size_t max_control_bytes() const = 0;
 
-  // Control messages are copied before the call returns. Their completion is not reported, but
-  // with `tracked` the wire stays Busy() until the message has left (goodbyes and aborts, which
-  // must not be lost when the process exits right after).
-  virtual absl::Status PostControl(int peer, const std::string& payload, bool tracked) = 0;
+  // Control messages are copied before the call returns. Only a failure is reported (a kDone
+  // with token 0 and the peer); the wire stays Busy() until each has left, so that goodbyes and
+  // aborts are not lost when the process exits right after.
+  virtual absl::Status PostControl(int peer, std::string payload) = 0;
   // `data` stays valid until the kDone event for `token`.
   virtual absl::Status PostSend(int peer, uint64_t data_tag, const void* data, size_t bytes,
                                 uint64_t token) = 0;

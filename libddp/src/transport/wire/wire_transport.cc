@@ -180,30 +180,48 @@ void WireTransport::Wake() {
 
 // ---- posting ----------------------------------------------------------------------------------
 
-void WireTransport::PostControlLocked(int peer, std::string message, bool tracked) {
+void WireTransport::PostControlLocked(int peer, std::string message) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   // Heartbeats and aborts act on arrival and take no sequence number.
   const auto kind = static_cast<Kind>(message[0]);
   const bool sequenced = kind != kHeartbeat && kind != kAbort;
   Put64(message, 8, sequenced ? p.next_control_seq++ : ~uint64_t{0});
   WireCall call(this);
-  absl::Status s = wire_->PostControl(peer, message, tracked);
+  absl::Status s = wire_->PostControl(peer, std::move(message));
   if (!s.ok()) FailLocked(PeerError(peer, absl::StatusCode::kUnavailable, s.message()));
+}
+
+RequestPtr WireTransport::RefusedLocked(int peer, absl::string_view what) {
+  if (peer < 0 || peer >= config_.size || peer == config_.rank) {
+    auto request = std::make_shared<Request>();
+    request->Complete(absl::InvalidArgumentError(absl::StrCat(what, " invalid peer ", peer)));
+    return request;
+  }
+  if (failed_.load()) {
+    auto request = std::make_shared<Request>();
+    request->Complete(health());
+    return request;
+  }
+  return nullptr;
+}
+
+absl::Status WireTransport::Disagreement(int peer, const Descriptor& mine,
+                                         const Descriptor& theirs) const {
+  return absl::InvalidArgumentError(absl::StrCat("ranks disagree: rank ", config_.rank,
+                                                 " is running ", Describe(mine), " but ",
+                                                 PeerName(peer), " is running ", Describe(theirs)));
+}
+
+void WireTransport::StartWaiting(Peer& p) {
+  if (p.waiting_ops++ == 0) p.last_progress = absl::Now();
 }
 
 RequestPtr WireTransport::Isend(int peer, uint64_t tag, const Descriptor& descriptor,
                                 const void* data, size_t bytes) {
   auto request = std::make_shared<Request>();
-  if (peer < 0 || peer >= config_.size || peer == config_.rank) {
-    request->Complete(absl::InvalidArgumentError(absl::StrCat("send to invalid peer ", peer)));
-    return request;
-  }
   {
     std::lock_guard<std::mutex> lock(progress_mu_);
-    if (failed_.load()) {
-      request->Complete(health());
-      return request;
-    }
+    if (RequestPtr refused = RefusedLocked(peer, "send to")) return refused;
     Peer& p = peers_[static_cast<size_t>(peer)];
     if (p.bye) {
       request->Complete(PeerError(peer, absl::StatusCode::kFailedPrecondition,
@@ -243,7 +261,7 @@ RequestPtr WireTransport::Isend(int peer, uint64_t tag, const Descriptor& descri
     op.bytes = bytes;
     op.segment = max;
     op.first = first;
-    if (p.waiting_ops++ == 0) p.last_progress = absl::Now();
+    StartWaiting(p);
     if (wire_->eager_data()) {
       PostSegments(token, op);
     } else {
@@ -257,31 +275,22 @@ RequestPtr WireTransport::Isend(int peer, uint64_t tag, const Descriptor& descri
 RequestPtr WireTransport::Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
                                 size_t bytes) {
   auto request = std::make_shared<Request>();
-  if (peer < 0 || peer >= config_.size || peer == config_.rank) {
-    request->Complete(absl::InvalidArgumentError(absl::StrCat("receive from invalid peer ", peer)));
-    return request;
-  }
   {
     std::lock_guard<std::mutex> lock(progress_mu_);
-    if (failed_.load()) {
-      request->Complete(health());
-      return request;
-    }
+    if (RequestPtr refused = RefusedLocked(peer, "receive from")) return refused;
     Peer& p = peers_[static_cast<size_t>(peer)];
     RecvOp op{request, tag, descriptor, static_cast<char*>(data), bytes};
     for (auto it = p.unexpected.begin(); it != p.unexpected.end(); ++it) {
       if (it->tag != tag) continue;
       Header h = std::move(*it);
       p.unexpected.erase(it);
-      if (p.waiting_ops++ == 0) p.last_progress = absl::Now();
+      StartWaiting(p);
       Match(peer, std::move(op), std::move(h));
       return request;
     }
     for (const Header& h : p.unexpected) {
       if (Group(h.tag) == Group(tag) && !(h.descriptor == descriptor)) {
-        absl::Status s = absl::InvalidArgumentError(absl::StrCat(
-            "ranks disagree: rank ", config_.rank, " is running ", Describe(descriptor), " but ",
-            PeerName(peer), " is running ", Describe(h.descriptor)));
+        absl::Status s = Disagreement(peer, descriptor, h.descriptor);
         request->Complete(s);
         FailLocked(s);
         return request;
@@ -292,7 +301,7 @@ RequestPtr WireTransport::Irecv(int peer, uint64_t tag, const Descriptor& descri
                                   "has shut down; nothing more will come from it"));
       return request;
     }
-    if (!IsNotificationTag(tag) && p.waiting_ops++ == 0) p.last_progress = absl::Now();
+    if (!IsNotificationTag(tag)) StartWaiting(p);
     p.posted.push_back(std::move(op));
   }
   Wake();
@@ -319,9 +328,7 @@ void WireTransport::PostSegments(uint64_t token, Pending& op) {
 // A header met its receive: copy the inline payload or post the data receives.
 void WireTransport::Match(int peer, RecvOp op, Header h) {
   if (!(h.descriptor == op.descriptor)) {
-    absl::Status s = absl::InvalidArgumentError(
-        absl::StrCat("ranks disagree: rank ", config_.rank, " is running ", Describe(op.descriptor),
-                     " but ", PeerName(peer), " is running ", Describe(h.descriptor)));
+    absl::Status s = Disagreement(peer, op.descriptor, h.descriptor);
     CompleteRecv(peer, op.request, s);
     FailLocked(s);
     return;
@@ -576,15 +583,13 @@ void WireTransport::HandleInOrder(int peer, const std::string& m) {
     if (it->tag != h.tag) continue;
     RecvOp op = std::move(*it);
     p.posted.erase(it);
-    if (IsNotificationTag(op.tag) && p.waiting_ops++ == 0) p.last_progress = absl::Now();
+    if (IsNotificationTag(op.tag)) StartWaiting(p);
     Match(peer, std::move(op), std::move(h));
     return;
   }
   for (const RecvOp& op : p.posted) {
     if (Group(op.tag) == Group(h.tag) && !(op.descriptor == h.descriptor)) {
-      FailLocked(absl::InvalidArgumentError(absl::StrCat(
-          "ranks disagree: rank ", config_.rank, " is running ", Describe(op.descriptor), " but ",
-          PeerName(peer), " is running ", Describe(h.descriptor))));
+      FailLocked(Disagreement(peer, op.descriptor, h.descriptor));
       return;
     }
   }
@@ -749,10 +754,9 @@ void WireTransport::FailLocked(const absl::Status& status) {
   if (!bye_sent_) {
     for (int r = 0; r < config_.size; ++r) {
       if (r == config_.rank || peers_[static_cast<size_t>(r)].bye) continue;
-      std::string m = Prefix(kAbort, 0, kPrefix);
-      m += std::string(status.message()).substr(0, 4000);
-      Put64(m, 8, ~uint64_t{0});  // unsequenced: acts on arrival
-      wire_->PostControl(r, m, /*tracked=*/true).IgnoreError();
+      // A failure to post it finds the transport failed already and changes nothing.
+      PostControlLocked(r,
+                        Prefix(kAbort, 0, kPrefix) + std::string(status.message()).substr(0, 4000));
     }
   }
   wire_->Cancel();
@@ -796,7 +800,7 @@ absl::Status WireTransport::Shutdown() {
   }
   if (!failed_.load()) {
     for (int r = 0; r < config_.size; ++r) {
-      if (r != config_.rank) PostControlLocked(r, Prefix(kBye, 0, kPrefix), /*tracked=*/true);
+      if (r != config_.rank) PostControlLocked(r, Prefix(kBye, 0, kPrefix));
     }
     bye_sent_ = true;
     // Take the peers' goodbyes too when they come soon, so nothing is left in the library's

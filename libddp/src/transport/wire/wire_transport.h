@@ -136,7 +136,13 @@ class WireTransport final : public Transport {
   void HandleControl(int peer, std::string payload);
   void HandleInOrder(int peer, const std::string& payload);
   void Match(int peer, RecvOp op, Header h);
-  void PostControlLocked(int peer, std::string message, bool tracked = false);
+  // A request already completed because `peer` is not valid or the transport has failed; null
+  // when the operation may go ahead.
+  RequestPtr RefusedLocked(int peer, absl::string_view what);
+  absl::Status Disagreement(int peer, const Descriptor& mine, const Descriptor& theirs) const;
+  // A transfer with `p` starts: its deadline clock runs from the first one.
+  static void StartWaiting(Peer& p);
+  void PostControlLocked(int peer, std::string message);
   void SegmentsDone(uint64_t token, const absl::Status& status);
   void PostSegments(uint64_t token, Pending& op);
   void CompletePending(std::map<uint64_t, Pending>::iterator it, absl::Status status);
