@@ -1,6 +1,7 @@
 // EngineImpl's background thread: the cycle loop, sleeping and waking by doorbells, stopping.
 #include <algorithm>
 #include <chrono>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -110,10 +111,32 @@ void EngineImpl::PostDoorbells() {
 // ordinary collective, with the usual timeouts naming a rank that does not come.
 absl::Status EngineImpl::Wake() {
   if (size_ == 1) return absl::OkStatus();
-  for (auto& bell : doorbells_) {
-    if (bell->Test() && !bell->status().ok()) {
-      return Annotate(bell->status(), "engine: a rank left the job");
+  // Name every rank that has left, not only the first found: when one rank leaves, another may
+  // fail because of it and leave too, and the rank that left first is the real cause.
+  absl::Status left;
+  std::vector<std::string> reasons;
+  auto scan = [&] {
+    left = absl::OkStatus();
+    reasons.clear();
+    for (auto& bell : doorbells_) {
+      if (bell->Test() && !bell->status().ok()) {
+        if (left.ok()) left = bell->status();
+        reasons.emplace_back(bell->status().message());
+      }
     }
+  };
+  scan();
+  if (!left.ok()) {
+    // A goodbye that caused this one may still be on its way over another socket: give it a
+    // moment, so that the rank that left first is named too.
+    absl::SleepFor(absl::Milliseconds(50));
+    scan();
+  }
+  if (!left.ok()) {
+    return absl::Status(left.code(),
+                        absl::StrCat(reasons.size() == 1 ? "engine: a rank left the job: "
+                                                         : "engine: ranks left the job: ",
+                                     absl::StrJoin(reasons, "; ")));
   }
   const transport::Descriptor descriptor{};
   const uint64_t tag = DoorbellTag(epoch_);
