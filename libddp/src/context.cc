@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +23,9 @@
 #include "engine/engine_impl.h"
 #include "transport/mpi/mpi_wire.h"
 #include "transport/ofi/ofi_wire.h"
+#include "transport/routed.h"
+#include "transport/shm/shm_allreduce.h"
+#include "transport/shm/shm_wire.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/wire/wire_transport.h"
 
@@ -36,6 +40,10 @@ class ContextImpl {
   transport::tcp::TcpTransport* tcp = nullptr;   // `transport` when it is TCP
   std::unique_ptr<transport::ofi::OfiWire> ofi;  // between PrepareTransport and ConnectTransport
   std::unique_ptr<transport::wire::Wire> mpi_wire;
+  // Shared memory with the other ranks of this host, between PrepareShm and ConnectTransport.
+  std::shared_ptr<transport::shm::ShmDomain> shm;
+  std::vector<int> local_ranks;  // the ranks on this host, in order
+  absl::Status shm_error;        // PrepareShm failed (reported at ConnectTransport)
   std::unique_ptr<collectives::Communicator> comm;
   std::unique_ptr<engine::EngineImpl> engine;
   std::mutex mu;  // one collective at a time: ranks must issue them in the same order
@@ -46,9 +54,29 @@ class ContextImpl {
   // need (TCP: ip:port; libfabric: the endpoint name; MPI: nothing).
   absl::StatusOr<std::string> PrepareTransport(const std::string& listen_ip,
                                                const std::string& host);
-  // With every rank's address and host: connects (TCP) or fills the address vector (libfabric).
+  // Which transports this rank needs, from every rank's host: the network one (TCP, MPI or
+  // libfabric) unless all ranks share this host and shared memory may carry everything; shared
+  // memory when other ranks share this host (DDP_TRANSPORT=auto or shm). `shm_anywhere`: some
+  // host has several ranks (every rank takes part in exchanging segment names then).
+  struct Plan {
+    bool net = true;
+    bool shm = false;
+    bool shm_anywhere = false;
+  };
+  Plan PlanTransports(const std::vector<std::string>& hosts, const std::string& host);
+  // Creates this rank's shared-memory segment; returns its name for the other local ranks, or
+  // "!" and the reason it failed (so that they fail at once, saying why).
+  std::string PrepareShm(const std::vector<std::string>& hosts, const std::string& host);
+  // With every rank's address and host (and the local ranks' segment names): connects (TCP),
+  // fills the address vector (libfabric), maps the segments (shared memory).
   absl::Status ConnectTransport(const std::vector<std::string>& addresses,
-                                const std::vector<std::string>& hosts, absl::Time deadline);
+                                const std::vector<std::string>& hosts,
+                                const std::vector<std::string>& shm_names, absl::Time deadline);
+  absl::Status ConnectNet(const std::vector<std::string>& addresses,
+                          const std::vector<std::string>& hosts, absl::Time deadline);
+  absl::Status ConnectShm(const std::vector<std::string>& hosts,
+                          const std::vector<std::string>& shm_names, absl::Time deadline,
+                          std::unique_ptr<transport::Transport>* out);
   // Initialises MPI (if nobody has) and checks that MPI numbers this process as it does.
   absl::Status InitMpi();
   // Under mpirun: rank 0's token, every rank's host and listen address through MPI collectives.
@@ -135,26 +163,43 @@ absl::Status ContextImpl::Init() {
                          store->Add(absl::StrCat("ddp/init/", options.rank), 1));
     const std::string prefix = absl::StrCat("ddp/", generation, "/");
 
-    DDP_ASSIGN_OR_RETURN(std::string listen_ip,
-                         net::ChooseLocalAddress(options.iface, options.rendezvous_addr));
-    DDP_ASSIGN_OR_RETURN(std::string address, PrepareTransport(listen_ip, host));
+    auto left = [&] { return std::max(deadline - absl::Now(), absl::ZeroDuration()); };
+    auto missing = [&](const absl::Status& s, int r) {
+      return Annotate(s, absl::StrCat("rank ", r, " did not join within the start timeout (",
+                                      absl::FormatDuration(options.start_timeout),
+                                      ", DDP_START_TIMEOUT_SECONDS); is it running with the "
+                                      "same DDP_SIZE and rendezvous address?"));
+    };
+    // Hosts first: they decide which transports to set up.
     DDP_RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "host/", options.rank), host));
-    DDP_RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "addr/", options.rank), address));
     for (int r = 0; r < n; ++r) {
-      const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-      auto h = store->Get(absl::StrCat(prefix, "host/", r), left);
-      auto a = h.ok() ? store->Get(absl::StrCat(prefix, "addr/", r), left) : h;
-      if (!h.ok() || !a.ok()) {
-        const absl::Status& s = h.ok() ? a.status() : h.status();
-        return Annotate(s, absl::StrCat("rank ", r, " did not join within the start timeout (",
-                                        absl::FormatDuration(options.start_timeout),
-                                        ", DDP_START_TIMEOUT_SECONDS); is it running with the "
-                                        "same DDP_SIZE and rendezvous address?"));
-      }
+      auto h = store->Get(absl::StrCat(prefix, "host/", r), left());
+      if (!h.ok()) return missing(h.status(), r);
       hosts[static_cast<size_t>(r)] = *h;
-      addresses[static_cast<size_t>(r)] = *a;
     }
-    DDP_RETURN_IF_ERROR(ConnectTransport(addresses, hosts, deadline));
+    const Plan plan = PlanTransports(hosts, host);
+    if (plan.net) {
+      DDP_ASSIGN_OR_RETURN(std::string listen_ip,
+                           net::ChooseLocalAddress(options.iface, options.rendezvous_addr));
+      DDP_ASSIGN_OR_RETURN(std::string address, PrepareTransport(listen_ip, host));
+      DDP_RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "addr/", options.rank), address));
+      for (int r = 0; r < n; ++r) {
+        auto a = store->Get(absl::StrCat(prefix, "addr/", r), left());
+        if (!a.ok()) return missing(a.status(), r);
+        addresses[static_cast<size_t>(r)] = *a;
+      }
+    }
+    std::vector<std::string> shm_names(static_cast<size_t>(n));
+    if (plan.shm) {
+      const std::string mine = PrepareShm(hosts, host);
+      DDP_RETURN_IF_ERROR(store->Set(absl::StrCat(prefix, "shm/", options.rank), mine));
+      for (int r : local_ranks) {
+        auto a = store->Get(absl::StrCat(prefix, "shm/", r), left());
+        if (!a.ok()) return missing(a.status(), r);
+        shm_names[static_cast<size_t>(r)] = *a;
+      }
+    }
+    DDP_RETURN_IF_ERROR(ConnectTransport(addresses, hosts, shm_names, deadline));
     // Every rank has read the store by now (it dialled us or we dialled it after reading).
   }
   topology = bootstrap::ComputeTopology(hosts, options.rank);
@@ -230,9 +275,127 @@ absl::StatusOr<std::string> ContextImpl::PrepareTransport(const std::string& lis
   return tcp->listen_address();
 }
 
+ContextImpl::Plan ContextImpl::PlanTransports(const std::vector<std::string>& hosts,
+                                              const std::string& host) {
+  Plan plan;
+  const bool shm_allowed =
+      options.transport == TransportKind::kAuto || options.transport == TransportKind::kShm;
+  std::map<std::string, int> per_host;
+  for (const std::string& h : hosts) ++per_host[h];
+  for (const auto& [h, count] : per_host) plan.shm_anywhere = plan.shm_anywhere || count > 1;
+  plan.shm_anywhere = plan.shm_anywhere && shm_allowed;
+  plan.shm = shm_allowed && per_host[host] > 1;
+  plan.net = !shm_allowed || per_host.size() > 1;
+  local_ranks.clear();
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    if (hosts[r] == host) local_ranks.push_back(static_cast<int>(r));
+  }
+  return plan;
+}
+
+std::string ContextImpl::PrepareShm(const std::vector<std::string>& hosts,
+                                    const std::string& host) {
+  transport::shm::ShmConfig config;
+  config.local_size = static_cast<int>(local_ranks.size());
+  for (size_t i = 0; i < local_ranks.size(); ++i) {
+    if (local_ranks[i] == options.rank) config.local_rank = static_cast<int>(i);
+    config.hosts.push_back(hosts[static_cast<size_t>(local_ranks[i])]);
+  }
+  config.ranks = local_ranks;
+  config.token = options.job_token;
+  config.ring_bytes = static_cast<size_t>(options.shm_ring_bytes);
+  config.chunk_bytes = static_cast<size_t>(options.shm_chunk_bytes);
+  config.slots = static_cast<size_t>(options.shm_slots);
+  config.small_bytes = static_cast<size_t>(options.shm_small_bytes);
+  config.timeout = options.timeout;
+  // The allreduce of shared memory alone runs when this host holds the whole job; with other
+  // hosts, the hierarchical algorithm uses the point-to-point path. DDP_ALGO=ring or rd asks for
+  // those algorithms over shared memory.
+  config.native_allreduce =
+      local_ranks.size() == hosts.size() &&
+      (options.algorithm == Algorithm::kAuto || options.algorithm == Algorithm::kHierarchical);
+  auto domain = transport::shm::ShmDomain::Create(std::move(config));
+  if (!domain.ok()) {
+    shm_error = domain.status();
+    return absl::StrCat("!", host, ": ", domain.status().message());
+  }
+  shm = std::move(*domain);
+  return shm->name();
+}
+
+absl::Status ContextImpl::ConnectShm(const std::vector<std::string>& hosts,
+                                     const std::vector<std::string>& shm_names, absl::Time deadline,
+                                     std::unique_ptr<transport::Transport>* out) {
+  if (!shm_error.ok()) return Annotate(shm_error, "shared memory (DDP_TRANSPORT=tcp avoids it)");
+  std::vector<std::string> names;
+  for (int r : local_ranks) {
+    const std::string& name = shm_names[static_cast<size_t>(r)];
+    if (!name.empty() && name[0] == '!') {
+      return absl::UnavailableError(
+          absl::StrCat("rank ", r, " could not set up shared memory (", name.substr(1), ")"));
+    }
+    names.push_back(name);
+  }
+  DDP_RETURN_IF_ERROR(shm->Connect(names, deadline));
+  transport::wire::WireConfig config;
+  config.rank = shm->local_rank();
+  config.size = shm->local_size();
+  config.ranks = local_ranks;
+  for (int r : local_ranks) config.hosts.push_back(hosts[static_cast<size_t>(r)]);
+  config.timeout = options.timeout;
+  config.inline_bytes = static_cast<size_t>(options.wire_inline_bytes);
+  config.kind = "shm";
+  // The allreduce through the shared reduction areas (communicators 0 and 1: the context's and
+  // the engine's). It reports failures through the transport that carries everything else.
+  struct Link {
+    transport::Transport* transport = nullptr;
+  };
+  auto link = std::make_shared<Link>();
+  auto allreduce = std::make_shared<transport::shm::ShmAllreduce>(
+      shm, [link] { return link->transport ? link->transport->health() : absl::OkStatus(); },
+      [link](const absl::Status& s) {
+        if (link->transport) link->transport->Abort(s);
+      });
+  config.has_native_allreduce = [allreduce](int comm_id) { return allreduce->Has(comm_id); };
+  config.native_allreduce = [allreduce](int comm_id, const void* send, void* recv, size_t count,
+                                        DataType type, ReduceOp op) {
+    return allreduce->Run(comm_id, send, recv, count, type, op);
+  };
+  DDP_ASSIGN_OR_RETURN(auto t,
+                       transport::wire::WireTransport::Create(
+                           std::move(config), std::make_unique<transport::shm::ShmWire>(shm)));
+  link->transport = t.get();
+  DDP_LOG(kInfo, "shared memory with %d local ranks: %s", shm->local_size(), t->wire_name());
+  *out = std::move(t);
+  return absl::OkStatus();
+}
+
 absl::Status ContextImpl::ConnectTransport(const std::vector<std::string>& addresses,
                                            const std::vector<std::string>& hosts,
+                                           const std::vector<std::string>& shm_names,
                                            absl::Time deadline) {
+  std::unique_ptr<transport::Transport> local;
+  if (shm != nullptr || !shm_error.ok()) {
+    DDP_RETURN_IF_ERROR(ConnectShm(hosts, shm_names, deadline, &local));
+  }
+  if (transport == nullptr && mpi_wire == nullptr && ofi == nullptr) {
+    transport = std::move(local);  // one host: shared memory carries everything
+    return absl::OkStatus();
+  }
+  DDP_RETURN_IF_ERROR(ConnectNet(addresses, hosts, deadline));
+  if (local != nullptr) {
+    std::vector<int> index(hosts.size(), -1);
+    for (size_t i = 0; i < local_ranks.size(); ++i) {
+      index[static_cast<size_t>(local_ranks[i])] = static_cast<int>(i);
+    }
+    transport = std::make_unique<transport::RoutedTransport>(
+        options.rank, options.size, std::move(transport), std::move(local), std::move(index));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ContextImpl::ConnectNet(const std::vector<std::string>& addresses,
+                                     const std::vector<std::string>& hosts, absl::Time deadline) {
   if (tcp != nullptr) return tcp->ConnectAll(addresses, hosts, deadline);
   transport::wire::WireConfig config;
   config.rank = options.rank;
@@ -288,10 +451,19 @@ absl::Status ContextImpl::MpiBootstrap(const std::string& host, std::vector<std:
       break;
     }
   }
-  DDP_ASSIGN_OR_RETURN(std::string listen_ip, net::ChooseLocalAddress(options.iface, toward));
-  DDP_ASSIGN_OR_RETURN(std::string address, PrepareTransport(listen_ip, host));
-  DDP_ASSIGN_OR_RETURN(addresses, bootstrap::mpi::Allgather(address));
-  return ConnectTransport(addresses, hosts, absl::Now() + options.start_timeout);
+  const Plan plan = PlanTransports(hosts, host);
+  // Collective calls: every rank makes the same ones (the plan's flags that decide are global).
+  if (plan.net) {
+    DDP_ASSIGN_OR_RETURN(std::string listen_ip, net::ChooseLocalAddress(options.iface, toward));
+    DDP_ASSIGN_OR_RETURN(std::string address, PrepareTransport(listen_ip, host));
+    DDP_ASSIGN_OR_RETURN(addresses, bootstrap::mpi::Allgather(address));
+  }
+  std::vector<std::string> shm_names(hosts.size());
+  if (plan.shm_anywhere) {
+    DDP_ASSIGN_OR_RETURN(shm_names,
+                         bootstrap::mpi::Allgather(plan.shm ? PrepareShm(hosts, host) : ""));
+  }
+  return ConnectTransport(addresses, hosts, shm_names, absl::Now() + options.start_timeout);
 }
 
 absl::Status ContextImpl::Check(absl::string_view what) const {

@@ -112,6 +112,14 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   if (ofi_max) o.ofi_max_message_bytes = *ofi_max;
   DDP_ASSIGN_OR_RETURN(auto inline_bytes, env::GetBytes("DDP_WIRE_INLINE_BYTES", 0, 1LL << 14));
   if (inline_bytes) o.wire_inline_bytes = *inline_bytes;
+  DDP_ASSIGN_OR_RETURN(auto ring, env::GetBytes("DDP_SHM_RING_BYTES", 4096, 1LL << 30));
+  if (ring) o.shm_ring_bytes = *ring;
+  DDP_ASSIGN_OR_RETURN(auto chunk, env::GetBytes("DDP_SHM_CHUNK_BYTES", 4096, 1LL << 28));
+  if (chunk) o.shm_chunk_bytes = *chunk;
+  DDP_ASSIGN_OR_RETURN(auto slots, env::GetInt("DDP_SHM_SLOTS", 2, 16));
+  if (slots) o.shm_slots = static_cast<int>(*slots);
+  DDP_ASSIGN_OR_RETURN(auto shm_small, env::GetBytes("DDP_SHM_SMALL_BYTES", 0, 1LL << 28));
+  if (shm_small) o.shm_small_bytes = *shm_small;
   if (auto v = env::Get("DDP_IFACE")) o.iface = *v;
   DDP_ASSIGN_OR_RETURN(auto algo, env::GetChoice("DDP_ALGO", {"auto", "ring", "rd", "hier"}));
   if (algo) o.algorithm = static_cast<Algorithm>(*algo);
@@ -158,19 +166,17 @@ absl::Status Options::Validate() const {
   if (size > 1 && !job_token.empty() && job_token.size() < 8) {
     return absl::InvalidArgumentError("DDP_JOB_TOKEN is too short: use at least 8 characters");
   }
-  if (transport == TransportKind::kShm) {
-    return absl::UnimplementedError(
-        "DDP_TRANSPORT=shm is not available in this build (available: auto, tcp, mpi, ofi)");
-  }
   if (mpi_allreduce && transport != TransportKind::kMpi) {
     return absl::InvalidArgumentError("DDP_MPI_ALLREDUCE=1 needs DDP_TRANSPORT=mpi");
   }
   if (ofi_max_message_bytes != 0 && ofi_max_message_bytes < 4096) {
     return absl::InvalidArgumentError("DDP_OFI_MAX_MESSAGE_BYTES must be 0 or at least 4096");
   }
-  if (algorithm == Algorithm::kHierarchical) {
-    return absl::UnimplementedError(
-        "DDP_ALGO=hier is not available in this build (available: auto, ring, rd)");
+  if (algorithm == Algorithm::kHierarchical &&
+      (transport == TransportKind::kMpi || transport == TransportKind::kOfi)) {
+    return absl::InvalidArgumentError(
+        "DDP_ALGO=hier runs over shared memory within hosts and TCP between them: use "
+        "DDP_TRANSPORT=auto, shm or tcp with it");
   }
   if (rendezvous_port < 1 || rendezvous_port > 65535) {
     return absl::InvalidArgumentError(

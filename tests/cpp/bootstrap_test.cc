@@ -125,9 +125,13 @@ TEST(Options, ValidateCatchesInconsistency) {
   EXPECT_TRUE(absl::StrContains(o.Validate().message(), "DDP_MPI_ALLREDUCE"));
   o.transport = TransportKind::kMpi;
   EXPECT_TRUE(o.Validate().ok());
-  o.transport = TransportKind::kShm;  // the next issue
+  o.transport = TransportKind::kShm;
   o.mpi_allreduce = false;
-  EXPECT_EQ(o.Validate().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(o.Validate().ok());
+  o.algorithm = Algorithm::kHierarchical;  // shm within hosts, TCP between them
+  EXPECT_TRUE(o.Validate().ok());
+  o.transport = TransportKind::kMpi;
+  EXPECT_TRUE(absl::StrContains(o.Validate().message(), "DDP_ALGO=hier"));
 }
 
 TEST(Topology, LocalAndCrossRanksFromHostNames) {

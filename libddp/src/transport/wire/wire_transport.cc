@@ -118,7 +118,8 @@ WireTransport::~WireTransport() {
 
 std::string WireTransport::PeerName(int peer) const {
   if (peer < 0 || peer >= config_.size) return absl::StrCat("rank ", peer, " (not in the job)");
-  return absl::StrCat("rank ", peer, " (", config_.hosts[static_cast<size_t>(peer)], ", ",
+  const int rank = config_.ranks.empty() ? peer : config_.ranks[static_cast<size_t>(peer)];
+  return absl::StrCat("rank ", rank, " (", config_.hosts[static_cast<size_t>(peer)], ", ",
                       config_.kind, ")");
 }
 

@@ -41,6 +41,9 @@ struct WireConfig {
   int rank = 0;
   int size = 1;
   std::vector<std::string> hosts;  // hosts[r]: for PeerName
+  // The job rank of each of this wire's ranks, for PeerName, when the wire connects only some
+  // ranks of the job (shared memory: the ranks of one host). Empty: the same numbers.
+  std::vector<int> ranks;
   absl::Duration timeout = absl::Seconds(300);
   // Payloads up to this size travel inside the control message.
   size_t inline_bytes = 8192;

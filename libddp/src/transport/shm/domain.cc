@@ -1,0 +1,141 @@
+#include "transport/shm/domain.h"
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <ctime>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/crypto.h"
+
+namespace ddp::transport::shm {
+namespace {
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+constexpr size_t kPage = 4096;
+
+}  // namespace
+
+void Publish(AreaControl* control) {
+  control->word.fetch_add(1);
+  if (control->sleepers.load() > 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control->word), FUTEX_WAKE, INT32_MAX, nullptr,
+            nullptr, 0);
+  }
+}
+
+bool SleepOn(AreaControl* control, uint32_t seen, absl::Duration max) {
+  const timespec ts = absl::ToTimespec(max);
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control->word), FUTEX_WAIT, seen, &ts,
+                 nullptr, 0) == 0;
+}
+
+ShmDomain::ShmDomain(ShmConfig config) : config_(std::move(config)) {
+  const size_t n = static_cast<size_t>(config_.local_size);
+  ring_stride_ = RoundUp(sizeof(RingControl) + config_.ring_bytes, kPage);
+  area_stride_ = RoundUp(sizeof(AreaControl), kPage) + config_.slots * group_bytes() +
+                 config_.slots * config_.chunk_bytes;
+  area_stride_ = RoundUp(area_stride_, kPage);
+  bytes_ = kPage + n * ring_stride_ + static_cast<size_t>(config_.areas) * area_stride_;
+  const std::string layout =
+      absl::StrCat(n, "|", config_.ring_bytes, "|", config_.chunk_bytes, "|", config_.slots, "|",
+                   config_.small_bytes, "|", config_.areas, "|", config_.native_allreduce);
+  const crypto::Digest d = crypto::Sha256(
+      absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(layout.data()), layout.size()));
+  for (size_t i = 0; i < 8; ++i) layout_ = (layout_ << 8) | d[i];
+  bases_.assign(n, nullptr);
+  pids_.assign(n, 0);
+}
+
+ShmDomain::~ShmDomain() = default;
+
+absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
+  if (config.local_size < 1 || config.local_rank < 0 || config.local_rank >= config.local_size ||
+      config.ring_bytes < 4096 || config.chunk_bytes < 64 || config.slots < 2 ||
+      config.slots > kMaxSlots) {
+    return absl::InvalidArgumentError("shared memory: bad configuration");
+  }
+  config.ranks.resize(static_cast<size_t>(config.local_size), -1);
+  config.hosts.resize(static_cast<size_t>(config.local_size));
+  std::shared_ptr<ShmDomain> d(new ShmDomain(std::move(config)));
+  const int me = d->config_.local_rank;
+  auto seg = Segment::Create(d->config_.token, d->config_.ranks[static_cast<size_t>(me)],
+                             d->layout_, d->bytes_);
+  if (!seg.ok()) return seg.status();
+  d->own_ = std::move(*seg);
+  d->bases_[static_cast<size_t>(me)] = d->own_.base();
+  d->pids_[static_cast<size_t>(me)] = getpid();
+  return d;
+}
+
+absl::Status ShmDomain::Connect(const std::vector<std::string>& names, absl::Time deadline) {
+  const int n = config_.local_size;
+  peers_.resize(static_cast<size_t>(n));
+  for (int p = 0; p < n; ++p) {
+    if (p == config_.local_rank) continue;
+    auto seg = Segment::Attach(names[static_cast<size_t>(p)], config_.token,
+                               config_.ranks[static_cast<size_t>(p)], layout_, bytes_);
+    if (!seg.ok()) return seg.status();
+    peers_[static_cast<size_t>(p)] = std::move(*seg);
+    bases_[static_cast<size_t>(p)] = peers_[static_cast<size_t>(p)].base();
+    pids_[static_cast<size_t>(p)] = peers_[static_cast<size_t>(p)].header()->creator_pid;
+  }
+  // Every peer maps this segment right after reading its name; then nobody needs the name.
+  while (own_.header()->attached.load() < static_cast<uint32_t>(n - 1)) {
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("shared memory: only ", own_.header()->attached.load(), " of the ", n - 1,
+                       " other ranks on this host attached to ", kDevShm, own_.name(),
+                       " within the start timeout"));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  own_.Unlink();
+  return absl::OkStatus();
+}
+
+bool ShmDomain::Alive(int local) const {
+  const int64_t pid = pids_[static_cast<size_t>(local)];
+  return pid <= 0 || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+}
+
+std::string ShmDomain::PeerName(int local) const {
+  return absl::StrCat("rank ", config_.ranks[static_cast<size_t>(local)], " (",
+                      config_.hosts[static_cast<size_t>(local)], ", shm)");
+}
+
+size_t ShmDomain::RingOffset(int from) const {
+  return kPage + static_cast<size_t>(from) * ring_stride_;
+}
+
+size_t ShmDomain::AreaOffset(int area) const {
+  return kPage + static_cast<size_t>(config_.local_size) * ring_stride_ +
+         static_cast<size_t>(area) * area_stride_;
+}
+
+RingControl* ShmDomain::ring_control(int to, int from) const {
+  return reinterpret_cast<RingControl*>(bases_[static_cast<size_t>(to)] + RingOffset(from));
+}
+
+AreaControl* ShmDomain::area_control(int owner, int area) const {
+  return reinterpret_cast<AreaControl*>(bases_[static_cast<size_t>(owner)] + AreaOffset(area));
+}
+
+char* ShmDomain::in_stage(int owner, int area, size_t slot) const {
+  return bases_[static_cast<size_t>(owner)] + AreaOffset(area) +
+         RoundUp(sizeof(AreaControl), kPage) + slot * group_bytes();
+}
+
+char* ShmDomain::out_stage(int owner, int area, size_t slot) const {
+  return bases_[static_cast<size_t>(owner)] + AreaOffset(area) +
+         RoundUp(sizeof(AreaControl), kPage) + config_.slots * group_bytes() +
+         slot * config_.chunk_bytes;
+}
+
+}  // namespace ddp::transport::shm

@@ -1,0 +1,148 @@
+// ShmDomain: the shared memory of the ranks on one host. Every local rank creates one segment
+// (segment.h) holding what the others write to it: one inbound byte ring per local peer (the
+// point-to-point path, shm_wire.h) and one reduction area per native communicator (the
+// allreduce path, shm_allreduce.h). Peers map each other's segments and write into them.
+#pragma once
+
+#include <sched.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "transport/shm/segment.h"
+
+namespace ddp::transport::shm {
+
+struct ShmConfig {
+  int local_rank = 0;
+  int local_size = 1;
+  std::vector<int> ranks;          // global rank of each local index
+  std::vector<std::string> hosts;  // by local index, for names
+  std::string token;
+  size_t ring_bytes = 256 << 10;  // each inbound point-to-point ring
+  size_t chunk_bytes = 64 << 10;  // allreduce: each rank's slice of one pipeline step
+  size_t slots = 4;               // allreduce: pipeline steps in flight
+  size_t small_bytes = 32 << 10;  // allreduce: at most this, every rank reduces it all
+  int areas = 2;                  // native communicators (ids 0..areas-1)
+  absl::Duration timeout = absl::Seconds(300);
+  bool native_allreduce = true;
+};
+
+// A cache line of its own: flags written by one rank and read by others must not share one.
+struct alignas(64) Line {
+  std::atomic<uint64_t> value{0};
+};
+
+struct alignas(64) RingControl {
+  Line head;  // bytes written in all (by the writer)
+  Line tail;  // bytes consumed in all (by the reader)
+};
+
+inline constexpr size_t kMaxSlots = 16;
+
+struct alignas(64) AreaControl {
+  Line in;    // last step whose input this rank has staged
+  Line red;   // last step whose slice this rank has reduced
+  Line done;  // last step this rank has finished reading everyone's stages of
+  alignas(64) std::atomic<uint32_t> word{0};  // futex word: bumped on every publish
+  std::atomic<uint32_t> sleepers{0};          // ranks asleep on `word`
+  // What each step in flight belongs to (by slot), so that ranks disagreeing about a call fail.
+  struct Call {
+    std::atomic<uint64_t> step{0};
+    uint64_t count = 0;
+    uint32_t type = 0;
+    uint32_t op = 0;
+  };
+  alignas(64) Call calls[kMaxSlots];
+};
+
+class ShmDomain {
+ public:
+  // Creates this rank's segment. Its name goes to the other local ranks through the bootstrap.
+  static absl::StatusOr<std::shared_ptr<ShmDomain>> Create(ShmConfig config);
+  ~ShmDomain();
+
+  const std::string& name() const { return own_.name(); }
+  // Maps the peers' segments (names by local index) and waits until all have mapped this one,
+  // then unlinks its name: from then on nothing is left in /dev/shm, whatever happens.
+  absl::Status Connect(const std::vector<std::string>& names, absl::Time deadline);
+
+  const ShmConfig& config() const { return config_; }
+  int local_rank() const { return config_.local_rank; }
+  int local_size() const { return config_.local_size; }
+  int64_t pid(int local) const { return pids_[static_cast<size_t>(local)]; }
+  // Whether the process of local peer `local` still runs.
+  bool Alive(int local) const;
+  // "rank 3 (host, shm)".
+  std::string PeerName(int local) const;
+
+  // The ring that `from` writes and `to` reads (it lives in `to`'s segment).
+  RingControl* ring_control(int to, int from) const;
+  char* ring_data(int to, int from) const {
+    return reinterpret_cast<char*>(ring_control(to, from) + 1);
+  }
+  // The reduction area `area` of local rank `owner`.
+  AreaControl* area_control(int owner, int area) const;
+  char* in_stage(int owner, int area, size_t slot) const;
+  char* out_stage(int owner, int area, size_t slot) const;
+  size_t group_bytes() const {
+    return config_.chunk_bytes * static_cast<size_t>(config_.local_size);
+  }
+
+ private:
+  explicit ShmDomain(ShmConfig config);
+  size_t RingOffset(int from) const;
+  size_t AreaOffset(int area) const;
+
+  ShmConfig config_;
+  size_t ring_stride_ = 0;
+  size_t area_stride_ = 0;
+  size_t bytes_ = 0;
+  uint64_t layout_ = 0;
+  Segment own_;
+  std::vector<Segment> peers_;  // by local index; own slot empty
+  std::vector<char*> bases_;
+  std::vector<int64_t> pids_;
+};
+
+// Waits until `ready()`: spins briefly, then yields, then sleeps on `control`'s futex word, so
+// that ranks sharing cores hand the CPU to the rank they wait for. Every `check_every`, `check()`
+// may end the wait with an error.
+template <typename Ready, typename Check>
+absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check);
+
+// Wakes the ranks asleep on `control` (after a publish).
+void Publish(AreaControl* control);
+bool SleepOn(AreaControl* control, uint32_t seen, absl::Duration max);
+
+template <typename Ready, typename Check>
+absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check) {
+  for (int i = 0; i < 4000; ++i) {
+    if (ready()) return absl::OkStatus();
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  for (int i = 0; i < 4; ++i) {
+    if (ready()) return absl::OkStatus();
+    sched_yield();
+  }
+  for (;;) {
+    control->sleepers.fetch_add(1);
+    const uint32_t seen = control->word.load();
+    bool done = ready();
+    if (!done) SleepOn(control, seen, absl::Milliseconds(20));
+    control->sleepers.fetch_sub(1);
+    if (done || ready()) return absl::OkStatus();
+    absl::Status s = check();
+    if (!s.ok()) return s;
+  }
+}
+
+}  // namespace ddp::transport::shm

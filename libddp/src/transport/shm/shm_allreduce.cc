@@ -1,0 +1,252 @@
+#include "transport/shm/shm_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "reduce/reduce.h"
+
+namespace ddp::transport::shm {
+namespace {
+
+// Element ranges of a group split among `n` ranks (sizes differ by at most one element).
+void Split(size_t total, int n, std::vector<size_t>& offset, std::vector<size_t>& count) {
+  offset.resize(static_cast<size_t>(n));
+  count.resize(static_cast<size_t>(n));
+  const size_t base = total / static_cast<size_t>(n);
+  const size_t extra = total % static_cast<size_t>(n);
+  size_t at = 0;
+  for (size_t p = 0; p < static_cast<size_t>(n); ++p) {
+    offset[p] = at;
+    count[p] = base + (p < extra ? 1 : 0);
+    at += count[p];
+  }
+}
+
+std::string CallText(size_t count, uint32_t type, uint32_t op) {
+  return absl::StrCat("allreduce(count ", count, ", ", DataTypeName(static_cast<DataType>(type)),
+                      ", ", ReduceOpName(static_cast<ReduceOp>(op)), ")");
+}
+
+}  // namespace
+
+ShmAllreduce::ShmAllreduce(std::shared_ptr<ShmDomain> domain, std::function<absl::Status()> health,
+                           std::function<void(const absl::Status&)> abort)
+    : domain_(std::move(domain)),
+      health_(std::move(health)),
+      abort_(std::move(abort)),
+      areas_(static_cast<size_t>(domain_->config().areas)) {}
+
+absl::Status ShmAllreduce::Fail(int area, absl::Status status) {
+  AreaState& st = areas_[static_cast<size_t>(area)];
+  st.failed = true;
+  st.failure = status;
+  // The peers may be waiting for this rank's next step: the abort tells them why it won't come.
+  if (abort_) abort_(status);
+  return status;
+}
+
+absl::Status ShmAllreduce::Check(int peer, absl::Time deadline, const char* what, uint64_t step) {
+  absl::Status h = health_ ? health_() : absl::OkStatus();
+  if (!h.ok()) return h;
+  if (!domain_->Alive(peer)) {
+    return absl::UnavailableError(absl::StrCat(domain_->PeerName(peer), ": its process (pid ",
+                                               domain_->pid(peer),
+                                               ") has exited in the middle of an allreduce"));
+  }
+  if (absl::Now() > deadline) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "shared-memory allreduce: timed out after ",
+        absl::FormatDuration(domain_->config().timeout), " (DDP_TIMEOUT_SECONDS) waiting for ",
+        domain_->PeerName(peer), " to ", what, " step ", step,
+        "; it is alive but not taking part (busy elsewhere, stopped, or in a different call)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::WaitAll(int area, Line AreaControl::*flag, uint64_t step,
+                                   const char* what) {
+  const int me = domain_->local_rank();
+  const absl::Time deadline = absl::Now() + domain_->config().timeout;
+  for (int p = 0; p < domain_->local_size(); ++p) {
+    if (p == me) continue;
+    AreaControl* c = domain_->area_control(p, area);
+    std::atomic<uint64_t>& value = (c->*flag).value;
+    if (value.load(std::memory_order_acquire) >= step) continue;
+    absl::Time next_check = absl::InfinitePast();
+    absl::Status s = SpinThenSleep(
+        c, [&] { return value.load(std::memory_order_acquire) >= step; },
+        [&]() -> absl::Status {
+          const absl::Time now = absl::Now();
+          if (now < next_check) return absl::OkStatus();
+          next_check = now + absl::Milliseconds(20);
+          return Check(p, deadline, what, step);
+        });
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void ShmAllreduce::Stamp(int area, uint64_t step, size_t count, DataType type, ReduceOp op) {
+  AreaControl* c = domain_->area_control(domain_->local_rank(), area);
+  AreaControl::Call& call = c->calls[step % domain_->config().slots];
+  call.count = count;
+  call.type = static_cast<uint32_t>(type);
+  call.op = static_cast<uint32_t>(op);
+  call.step.store(step, std::memory_order_release);
+}
+
+absl::Status ShmAllreduce::CheckCalls(int area, uint64_t step, size_t count, DataType type,
+                                      ReduceOp op) {
+  const int me = domain_->local_rank();
+  for (int p = 0; p < domain_->local_size(); ++p) {
+    if (p == me) continue;
+    const AreaControl::Call& call =
+        domain_->area_control(p, area)->calls[step % domain_->config().slots];
+    if (call.step.load(std::memory_order_acquire) != step || call.count != count ||
+        call.type != static_cast<uint32_t>(type) || call.op != static_cast<uint32_t>(op)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ranks disagree: this rank runs ",
+          CallText(count, static_cast<uint32_t>(type), static_cast<uint32_t>(op)), " but ",
+          domain_->PeerName(p), " runs ", CallText(call.count, call.type, call.op),
+          " (every rank must make the same collective calls in the same order)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::Run(int area, const void* send, void* recv, size_t count, DataType type,
+                               ReduceOp op) {
+  AreaState& st = areas_[static_cast<size_t>(area)];
+  if (st.failed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared-memory allreduce: an earlier allreduce failed: ", st.failure.message()));
+  }
+  const size_t es = DataTypeSize(type);
+  const size_t bytes = count * es;
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  const ShmConfig& cfg = domain_->config();
+  absl::Status s;
+  if (bytes <= std::min(cfg.small_bytes, domain_->group_bytes())) {
+    s = Small(area, ++st.step, in, out, count, type, op);
+  } else {
+    const size_t group =
+        std::max<size_t>(1, cfg.chunk_bytes / es) * static_cast<size_t>(domain_->local_size());
+    const uint64_t steps = (count + group - 1) / group;
+    const uint64_t first = st.step + 1;
+    st.step += steps;
+    s = Large(area, first, in, out, count, type, op);
+  }
+  if (!s.ok()) return Fail(area, s);
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::Small(int area, uint64_t step, const char* in, char* out, size_t count,
+                                 DataType type, ReduceOp op) {
+  const int me = domain_->local_rank();
+  const int n = domain_->local_size();
+  const size_t slots = domain_->config().slots;
+  const size_t slot = step % slots;
+  const size_t bytes = count * DataTypeSize(type);
+  AreaControl* mine = domain_->area_control(me, area);
+  if (step > slots) DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::done, step - slots, "finish"));
+  if (bytes > 0) std::memcpy(domain_->in_stage(me, area, slot), in, bytes);
+  Stamp(area, step, count, type, op);
+  mine->in.value.store(step, std::memory_order_release);
+  Publish(mine);
+  DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::in, step, "stage its input for"));
+  DDP_RETURN_IF_ERROR(CheckCalls(area, step, count, type, op));
+  // Everyone reduces the whole buffer in rank order: the same bits on every rank.
+  const ReduceOp combine = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+  if (count > 0) {
+    reduce::Combine(type, combine, out, domain_->in_stage(0, area, slot),
+                    domain_->in_stage(1, area, slot), count);
+    for (int p = 2; p < n; ++p) {
+      reduce::Combine(type, combine, out, out, domain_->in_stage(p, area, slot), count);
+    }
+    if (op == ReduceOp::kAverage) reduce::DivideBy(type, out, count, n);
+  }
+  mine->red.value.store(step, std::memory_order_release);
+  mine->done.value.store(step, std::memory_order_release);
+  Publish(mine);
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char* out, size_t count,
+                                 DataType type, ReduceOp op) {
+  const int me = domain_->local_rank();
+  const int n = domain_->local_size();
+  const size_t es = DataTypeSize(type);
+  const size_t slots = domain_->config().slots;
+  const size_t group =
+      std::max<size_t>(1, domain_->config().chunk_bytes / es) * static_cast<size_t>(n);
+  const uint64_t steps = (count + group - 1) / group;
+  const ReduceOp combine = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+  AreaControl* mine = domain_->area_control(me, area);
+  std::vector<size_t> offset;
+  std::vector<size_t> part;
+  std::vector<size_t> prev_offset;
+  std::vector<size_t> prev_part;
+
+  // Copies the others' reduced slices of step `s` (group starting at element `base`) out.
+  auto gather = [&](uint64_t s, size_t base, const std::vector<size_t>& off,
+                    const std::vector<size_t>& cnt) -> absl::Status {
+    DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::red, s, "reduce its slice of"));
+    for (int p = 0; p < n; ++p) {
+      const auto q = static_cast<size_t>(p);
+      if (p == me || cnt[q] == 0) continue;
+      std::memcpy(out + (base + off[q]) * es, domain_->out_stage(p, area, s % slots), cnt[q] * es);
+    }
+    mine->done.value.store(s, std::memory_order_release);
+    Publish(mine);
+    return absl::OkStatus();
+  };
+
+  size_t prev_base = 0;
+  for (uint64_t g = 0; g < steps; ++g) {
+    const uint64_t s = first + g;
+    const size_t slot = s % slots;
+    const size_t base = g * group;
+    const size_t elems = std::min(group, count - base);
+    Split(elems, n, offset, part);
+    // The slot is free once everyone has finished the step that used it last.
+    if (s > slots) DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::done, s - slots, "finish"));
+    char* stage = domain_->in_stage(me, area, slot);
+    for (int p = 0; p < n; ++p) {
+      const auto q = static_cast<size_t>(p);
+      if (p == me || part[q] == 0) continue;
+      std::memcpy(stage + offset[q] * es, in + (base + offset[q]) * es, part[q] * es);
+    }
+    Stamp(area, s, count, type, op);
+    mine->in.value.store(s, std::memory_order_release);
+    Publish(mine);
+    DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::in, s, "stage its input for"));
+    if (g == 0) DDP_RETURN_IF_ERROR(CheckCalls(area, s, count, type, op));
+    // This rank's slice, reduced in rank order into its published stage, then into the output.
+    const auto m = static_cast<size_t>(me);
+    char* acc = domain_->out_stage(me, area, slot);
+    auto source = [&](int p) -> const char* {
+      return p == me ? in + (base + offset[m]) * es
+                     : domain_->in_stage(p, area, slot) + offset[m] * es;
+    };
+    if (part[m] > 0) {
+      reduce::Combine(type, combine, acc, source(0), source(1), part[m]);
+      for (int p = 2; p < n; ++p) reduce::Combine(type, combine, acc, acc, source(p), part[m]);
+      if (op == ReduceOp::kAverage) reduce::DivideBy(type, acc, part[m], n);
+      std::memcpy(out + (base + offset[m]) * es, acc, part[m] * es);
+    }
+    mine->red.value.store(s, std::memory_order_release);
+    Publish(mine);
+    // While the others reduce this step, gather the previous one.
+    if (g > 0) DDP_RETURN_IF_ERROR(gather(s - 1, prev_base, prev_offset, prev_part));
+    prev_base = base;
+    prev_offset = offset;
+    prev_part = part;
+  }
+  return gather(first + steps - 1, prev_base, prev_offset, prev_part);
+}
+
+}  // namespace ddp::transport::shm

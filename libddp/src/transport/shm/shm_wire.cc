@@ -1,0 +1,326 @@
+#include "transport/shm/shm_wire.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddp::transport::shm {
+namespace {
+
+// Copies into / out of a ring at stream position `pos`, wrapping around its end.
+void CopyIn(char* ring, size_t size, uint64_t pos, const char* src, size_t n) {
+  const size_t at = static_cast<size_t>(pos % size);
+  const size_t first = std::min(n, size - at);
+  std::memcpy(ring + at, src, first);
+  if (first < n) std::memcpy(ring, src + first, n - first);
+}
+
+void CopyOut(char* dst, const char* ring, size_t size, uint64_t pos, size_t n) {
+  const size_t at = static_cast<size_t>(pos % size);
+  const size_t first = std::min(n, size - at);
+  std::memcpy(dst, ring + at, first);
+  if (first < n) std::memcpy(dst + first, ring, n - first);
+}
+
+}  // namespace
+
+ShmWire::ShmWire(std::shared_ptr<ShmDomain> domain)
+    : domain_(std::move(domain)),
+      me_(domain_->local_rank()),
+      ring_bytes_(domain_->config().ring_bytes),
+      peers_(static_cast<size_t>(domain_->local_size())) {}
+
+std::string ShmWire::Name() const {
+  return absl::StrCat("shm (", domain_->local_size(), " ranks on this host, ", ring_bytes_ >> 10,
+                      " KiB rings)");
+}
+
+absl::Status ShmWire::PostControl(int peer, std::string payload) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.dead || abandoned_) {
+    deferred_.push_back(
+        {wire::Event::Kind::kDone, 0, absl::UnavailableError("its process has exited"), peer, {}});
+    return absl::OkStatus();
+  }
+  Outgoing o;
+  o.record.kind = kControl;
+  o.record.bytes = payload.size();
+  o.control = std::move(payload);
+  p.out.push_back(std::move(o));
+  Write(peer, &deferred_);
+  return absl::OkStatus();
+}
+
+absl::Status ShmWire::PostSend(int peer, uint64_t data_tag, const void* data, size_t bytes,
+                               uint64_t token) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.dead || abandoned_) {
+    deferred_.push_back({wire::Event::Kind::kDone,
+                         token,
+                         absl::UnavailableError("its process has exited"),
+                         peer,
+                         {}});
+    return absl::OkStatus();
+  }
+  Outgoing o;
+  o.record.kind = kData;
+  o.record.bytes = bytes;
+  o.record.tag = data_tag;
+  o.data = static_cast<const char*>(data);
+  o.token = token;
+  p.out.push_back(std::move(o));
+  Write(peer, &deferred_);
+  return absl::OkStatus();
+}
+
+absl::Status ShmWire::PostRecv(int peer, uint64_t data_tag, void* data, size_t bytes,
+                               uint64_t token) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.dead || abandoned_) {
+    deferred_.push_back({wire::Event::Kind::kDone,
+                         token,
+                         absl::UnavailableError("its process has exited"),
+                         peer,
+                         {}});
+    return absl::OkStatus();
+  }
+  p.posted[data_tag] = Posted{static_cast<char*>(data), bytes, token};
+  return absl::OkStatus();
+}
+
+// Writes as much of the queue to `peer` as its ring has room for. True when anything moved.
+bool ShmWire::Write(int peer, std::vector<wire::Event>* events) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.out.empty()) return false;
+  RingControl* rc = domain_->ring_control(peer, me_);
+  char* ring = domain_->ring_data(peer, me_);
+  uint64_t head = rc->head.value.load(std::memory_order_relaxed);
+  const uint64_t tail = rc->tail.value.load(std::memory_order_acquire);
+  size_t room = ring_bytes_ - static_cast<size_t>(head - tail);
+  bool moved = false;
+  while (!p.out.empty() && room > 0) {
+    Outgoing& o = p.out.front();
+    if (o.written == 0) {
+      if (room < sizeof(Record)) break;
+      CopyIn(ring, ring_bytes_, head, reinterpret_cast<const char*>(&o.record), sizeof(Record));
+      head += sizeof(Record);
+      room -= sizeof(Record);
+      o.written = sizeof(Record);
+    }
+    const size_t payload = o.record.bytes;
+    const size_t done = o.written - sizeof(Record);
+    const size_t n = std::min(room, Padded(payload) - done);
+    if (n > 0) {
+      // Past the payload, the padding: whatever bytes are there.
+      const size_t real = done < payload ? std::min(n, payload - done) : 0;
+      const char* src = o.record.kind == kControl ? o.control.data() : o.data;
+      if (real > 0) CopyIn(ring, ring_bytes_, head, src + done, real);
+      head += n;
+      room -= n;
+      o.written += n;
+    }
+    moved = true;
+    if (o.written - sizeof(Record) < Padded(payload)) break;
+    if (o.record.kind == kData) {
+      events->push_back({wire::Event::Kind::kDone, o.token, absl::OkStatus(), peer, {}});
+    }
+    p.out.pop_front();
+  }
+  if (moved) rc->head.value.store(head, std::memory_order_release);
+  return moved;
+}
+
+// Consumes what `peer` has written. True when anything moved.
+bool ShmWire::Read(int peer, std::vector<wire::Event>* events) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  RingControl* rc = domain_->ring_control(me_, peer);
+  const char* ring = domain_->ring_data(me_, peer);
+  uint64_t tail = rc->tail.value.load(std::memory_order_relaxed);
+  const uint64_t head = rc->head.value.load(std::memory_order_acquire);
+  bool moved = false;
+  while (tail < head) {
+    Incoming& in = p.in;
+    size_t avail = static_cast<size_t>(head - tail);
+    if (!in.have_header) {
+      if (avail < sizeof(Record)) break;
+      CopyOut(reinterpret_cast<char*>(&in.record), ring, ring_bytes_, tail, sizeof(Record));
+      tail += sizeof(Record);
+      avail -= sizeof(Record);
+      in.have_header = true;
+      in.read = 0;
+      in.control.clear();
+      in.failed = false;
+      in.target = Posted{};
+      if (in.record.kind == kData) {
+        auto it = p.posted.find(in.record.tag);
+        if (it != p.posted.end()) {
+          in.target = it->second;
+          p.posted.erase(it);
+          if (in.target.bytes != in.record.bytes) {
+            in.failed = true;
+            events->push_back(
+                {wire::Event::Kind::kDone,
+                 in.target.token,
+                 absl::InternalError(absl::StrCat("a data message of ", in.record.bytes,
+                                                  " bytes for a receive of ", in.target.bytes)),
+                 peer,
+                 {}});
+          }
+        }
+      } else if (in.record.kind == kControl) {
+        in.control.resize(in.record.bytes);
+      }
+    }
+    const size_t padded = Padded(in.record.bytes);
+    const size_t n = std::min(avail, padded - in.read);
+    const size_t real = in.read < in.record.bytes ? std::min(n, in.record.bytes - in.read) : 0;
+    if (real > 0) {
+      if (in.record.kind == kControl) {
+        CopyOut(in.control.data() + in.read, ring, ring_bytes_, tail, real);
+      } else if (in.target.data != nullptr && !in.failed) {
+        CopyOut(in.target.data + in.read, ring, ring_bytes_, tail, real);
+      }
+    }
+    tail += n;
+    in.read += n;
+    moved = true;
+    if (in.read < padded) break;
+    in.have_header = false;
+    if (in.record.kind == kControl) {
+      events->push_back(
+          {wire::Event::Kind::kControl, 0, absl::OkStatus(), peer, std::move(in.control)});
+      in.control = std::string();
+    } else if (in.target.data != nullptr || in.target.token != 0) {
+      if (!in.failed) {
+        events->push_back({wire::Event::Kind::kDone, in.target.token, absl::OkStatus(), peer, {}});
+      }
+    }
+  }
+  if (moved) rc->tail.value.store(tail, std::memory_order_release);
+  return moved;
+}
+
+void ShmWire::FailPeer(int peer, std::vector<wire::Event>* events) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  const absl::Status gone =
+      absl::UnavailableError(absl::StrCat("its process (pid ", domain_->pid(peer), ") has exited"));
+  for (auto& [tag, posted] : p.posted) {
+    events->push_back({wire::Event::Kind::kDone, posted.token, gone, peer, {}});
+  }
+  p.posted.clear();
+  if (p.in.have_header && p.in.record.kind == kData && p.in.target.token != 0 && !p.in.failed) {
+    events->push_back({wire::Event::Kind::kDone, p.in.target.token, gone, peer, {}});
+  }
+  p.in = Incoming{};
+  for (Outgoing& o : p.out) {
+    if (o.record.kind == kData) {
+      events->push_back({wire::Event::Kind::kDone, o.token, gone, peer, {}});
+    }
+  }
+  p.out.clear();
+  if (!p.reported) {
+    p.reported = true;
+    events->push_back({wire::Event::Kind::kDone, 0, gone, peer, {}});
+  }
+}
+
+absl::Status ShmWire::Poll(std::vector<wire::Event>* events) {
+  if (!deferred_.empty()) {
+    for (wire::Event& e : deferred_) events->push_back(std::move(e));
+    deferred_.clear();
+  }
+  if (abandoned_) return absl::OkStatus();
+  const int n = domain_->local_size();
+  // Liveness first, so that whatever a dead peer wrote before exiting is still read below.
+  std::vector<int> died;
+  const absl::Time now = absl::Now();
+  if (now >= next_liveness_check_) {
+    next_liveness_check_ = now + absl::Milliseconds(100);
+    for (int peer = 0; peer < n; ++peer) {
+      if (peer != me_ && !peers_[static_cast<size_t>(peer)].dead && !domain_->Alive(peer)) {
+        died.push_back(peer);
+      }
+    }
+  }
+  for (int peer = 0; peer < n; ++peer) {
+    if (peer == me_ || peers_[static_cast<size_t>(peer)].dead) continue;
+    Read(peer, events);
+    Write(peer, events);
+  }
+  for (int peer : died) {
+    peers_[static_cast<size_t>(peer)].dead = true;
+    FailPeer(peer, events);
+  }
+  return absl::OkStatus();
+}
+
+void ShmWire::Cancel() {
+  // Receives not yet being filled can go; a message half way through a ring must finish (or the
+  // peer die), or the stream would lose its framing.
+  for (size_t peer = 0; peer < peers_.size(); ++peer) {
+    Peer& p = peers_[peer];
+    for (auto& [tag, posted] : p.posted) {
+      deferred_.push_back({wire::Event::Kind::kDone,
+                           posted.token,
+                           absl::CancelledError("cancelled"),
+                           static_cast<int>(peer),
+                           {}});
+    }
+    p.posted.clear();
+    while (p.out.size() > 1 || (p.out.size() == 1 && p.out.front().written == 0)) {
+      Outgoing& o = p.out.back();
+      if (o.record.kind == kData) {
+        deferred_.push_back({wire::Event::Kind::kDone,
+                             o.token,
+                             absl::CancelledError("cancelled"),
+                             static_cast<int>(peer),
+                             {}});
+      }
+      p.out.pop_back();
+    }
+  }
+}
+
+void ShmWire::Abandon() {
+  abandoned_ = true;
+  for (size_t peer = 0; peer < peers_.size(); ++peer) {
+    Peer& p = peers_[peer];
+    for (auto& [tag, posted] : p.posted) {
+      deferred_.push_back({wire::Event::Kind::kDone,
+                           posted.token,
+                           absl::CancelledError("abandoned"),
+                           static_cast<int>(peer),
+                           {}});
+    }
+    p.posted.clear();
+    if (p.in.have_header && p.in.record.kind == kData && p.in.target.token != 0) {
+      deferred_.push_back({wire::Event::Kind::kDone,
+                           p.in.target.token,
+                           absl::CancelledError("abandoned"),
+                           static_cast<int>(peer),
+                           {}});
+    }
+    p.in = Incoming{};
+    for (Outgoing& o : p.out) {
+      if (o.record.kind == kData) {
+        deferred_.push_back({wire::Event::Kind::kDone,
+                             o.token,
+                             absl::CancelledError("abandoned"),
+                             static_cast<int>(peer),
+                             {}});
+      }
+    }
+    p.out.clear();
+  }
+}
+
+bool ShmWire::Busy() const {
+  if (!deferred_.empty()) return true;
+  if (abandoned_) return false;
+  return std::any_of(peers_.begin(), peers_.end(),
+                     [](const Peer& p) { return !p.dead && !p.out.empty(); });
+}
+
+}  // namespace ddp::transport::shm
