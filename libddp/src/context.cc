@@ -215,6 +215,7 @@ absl::Status ContextImpl::Init() {
   tuning.algorithm = options.algorithm;
   tuning.segment_bytes = static_cast<size_t>(options.segment_bytes);
   tuning.small_allreduce_bytes = static_cast<size_t>(options.small_allreduce_bytes);
+  tuning.hosts = hosts;
   comm = std::make_unique<collectives::Communicator>(options.rank, n, transport.get(), tuning);
   engine = std::make_unique<engine::EngineImpl>(options, transport.get(), tuning);
   DDP_RETURN_IF_ERROR(engine->Start());

@@ -35,14 +35,28 @@ void ExpectAllOkAndIdentical(const JobResult& job, uint64_t seed) {
   EXPECT_EQ(digests.size(), 1u) << "ranks computed different allreduce bits\n" << job.Summary();
 }
 
-class Conformance : public ::testing::TestWithParam<int> {};
+// A job of `n` ranks over one transport: `env` picks it; `hosts` (DDP_HOSTNAME per rank, empty
+// for one host) splits the ranks among fake hosts, shared memory within them and TCP between.
+struct JobSetup {
+  const char* name;
+  int n;
+  std::map<std::string, std::string> env;
+  std::vector<std::string> hosts;
+};
+
+void PrintTo(const JobSetup& s, std::ostream* os) { *os << s.name; }
+
+class Conformance : public ::testing::TestWithParam<JobSetup> {};
 
 TEST_P(Conformance, AllCollectivesAllTypesAllOps) {
-  const int n = GetParam();
+  const JobSetup& setup = GetParam();
+  const int n = setup.n;
   const uint64_t seed = TestSeed();
   RecordProperty("seed", std::to_string(seed));
   JobSpec spec;
   spec.size = n;
+  spec.env = setup.env;
+  spec.hosts = setup.hosts;
   spec.hang_limit = absl::Seconds(600);
   // Sanitizer builds (DDP_TEST_QUICK=1) keep every case but use smaller large counts.
   const bool quick = std::getenv("DDP_TEST_QUICK") != nullptr;
@@ -59,10 +73,41 @@ TEST_P(Conformance, AllCollectivesAllTypesAllOps) {
   ExpectAllOkAndIdentical(job, seed);
 }
 
-INSTANTIATE_TEST_SUITE_P(Ranks, Conformance, ::testing::Range(1, 9),
-                         [](const ::testing::TestParamInfo<int>& p) {
-                           return absl::StrCat("N", p.param);
-                         });
+std::string JobSetupName(const ::testing::TestParamInfo<JobSetup>& p) { return p.param.name; }
+
+// TCP between every pair of ranks.
+INSTANTIATE_TEST_SUITE_P(Tcp, Conformance,
+                         ::testing::Values(JobSetup{"N1", 1, {{"DDP_TRANSPORT", "tcp"}}, {}},
+                                           JobSetup{"N2", 2, {{"DDP_TRANSPORT", "tcp"}}, {}},
+                                           JobSetup{"N3", 3, {{"DDP_TRANSPORT", "tcp"}}, {}},
+                                           JobSetup{"N4", 4, {{"DDP_TRANSPORT", "tcp"}}, {}},
+                                           JobSetup{"N5", 5, {{"DDP_TRANSPORT", "tcp"}}, {}},
+                                           JobSetup{"N6", 6, {{"DDP_TRANSPORT", "tcp"}}, {}},
+                                           JobSetup{"N7", 7, {{"DDP_TRANSPORT", "tcp"}}, {}},
+                                           JobSetup{"N8", 8, {{"DDP_TRANSPORT", "tcp"}}, {}}),
+                         JobSetupName);
+
+// Shared memory alone (the default on one host): the allreduce through the reduction areas,
+// everything else through the rings.
+INSTANTIATE_TEST_SUITE_P(Shm, Conformance,
+                         ::testing::Values(JobSetup{"N2", 2, {}, {}}, JobSetup{"N3", 3, {}, {}},
+                                           JobSetup{"N4", 4, {{"DDP_TRANSPORT", "shm"}}, {}},
+                                           JobSetup{"N5", 5, {}, {}}, JobSetup{"N6", 6, {}, {}},
+                                           JobSetup{"N7", 7, {}, {}}, JobSetup{"N8", 8, {}, {}}),
+                         JobSetupName);
+
+// Several (fake) hosts: shared memory within each, TCP between them, the hierarchical
+// allreduce where every host has the same number of ranks, the others where they do not.
+INSTANTIATE_TEST_SUITE_P(
+    Hosts, Conformance,
+    ::testing::Values(
+        JobSetup{"TwoByTwo", 4, {}, {"a", "a", "b", "b"}},
+        JobSetup{"TwoByThreeInterleaved", 6, {}, {"a", "b", "a", "b", "a", "b"}},
+        JobSetup{"FourByTwo", 8, {}, {"a", "a", "b", "b", "c", "c", "d", "d"}},
+        JobSetup{"ThreeByTwoForcedHier", 6, {{"DDP_ALGO", "hier"}}, {"x", "x", "y", "y", "z", "z"}},
+        JobSetup{"UnevenTwoAndOne", 3, {}, {"a", "a", "b"}},
+        JobSetup{"UnevenThreeAndOneForcedHier", 4, {{"DDP_ALGO", "hier"}}, {"a", "b", "b", "b"}}),
+    JobSetupName);
 
 // The same matrix with each allreduce algorithm forced, tiny segments (many pipelined segments
 // and receive-slot reuse), and several TCP streams per peer.
@@ -99,12 +144,30 @@ TEST_P(Variants, AllCollectivesAllTypesAllOps) {
 
 INSTANTIATE_TEST_SUITE_P(
     Tcp, Variants,
-    ::testing::Values(Variant{"Ring3", 3, {{"DDP_ALGO", "ring"}}},
-                      Variant{"RecursiveDoubling5", 5, {{"DDP_ALGO", "rd"}}},
-                      Variant{"RecursiveDoubling6", 6, {{"DDP_ALGO", "rd"}}},
-                      Variant{"SmallSegments4", 4, {{"DDP_SEGMENT_BYTES", "4096"}}},
-                      Variant{"ThreeStreams3", 3, {{"DDP_TCP_STREAMS", "3"}}},
-                      Variant{"RankZeroHostsStore2", 2, {}, true}),
+    ::testing::Values(
+        Variant{"Ring3", 3, {{"DDP_TRANSPORT", "tcp"}, {"DDP_ALGO", "ring"}}},
+        Variant{"RecursiveDoubling5", 5, {{"DDP_TRANSPORT", "tcp"}, {"DDP_ALGO", "rd"}}},
+        Variant{"RecursiveDoubling6", 6, {{"DDP_TRANSPORT", "tcp"}, {"DDP_ALGO", "rd"}}},
+        Variant{"SmallSegments4", 4, {{"DDP_TRANSPORT", "tcp"}, {"DDP_SEGMENT_BYTES", "4096"}}},
+        Variant{"ThreeStreams3", 3, {{"DDP_TRANSPORT", "tcp"}, {"DDP_TCP_STREAMS", "3"}}},
+        Variant{"RankZeroHostsStore2", 2, {{"DDP_TRANSPORT", "tcp"}}, true}),
+    [](const ::testing::TestParamInfo<Variant>& p) { return std::string(p.param.name); });
+
+// Shared memory: the point-to-point algorithms over its rings, and tiny rings, chunks and slots
+// (messages streaming through a ring many times its size, wrap-around at every offset, every
+// allreduce many pipeline steps, slot reuse), no inline payloads, and no one-step allreduce.
+INSTANTIATE_TEST_SUITE_P(
+    Shm, Variants,
+    ::testing::Values(Variant{"Ring3", 3, {{"DDP_TRANSPORT", "shm"}, {"DDP_ALGO", "ring"}}},
+                      Variant{"RecursiveDoubling4", 4, {{"DDP_ALGO", "rd"}}},
+                      Variant{"TinyRingsChunksAndSlots3",
+                              3,
+                              {{"DDP_SHM_RING_BYTES", "4096"},
+                               {"DDP_SHM_CHUNK_BYTES", "4096"},
+                               {"DDP_SHM_SLOTS", "2"},
+                               {"DDP_SHM_SMALL_BYTES", "0"}}},
+                      Variant{"NoInlinePayloads2", 2, {{"DDP_WIRE_INLINE_BYTES", "0"}}},
+                      Variant{"RankZeroHostsStore4", 4, {}, true}),
     [](const ::testing::TestParamInfo<Variant>& p) { return std::string(p.param.name); });
 
 // The same matrix over the libfabric transport: the socket provider behind RxM, the shared

@@ -1,4 +1,5 @@
 // Allreduce: the pipelined ring for large messages, recursive doubling for small ones.
+#include <algorithm>
 #include <cstring>
 
 #include "collectives/collectives.h"
@@ -137,9 +138,37 @@ absl::Status Ring(Communicator& comm, const CallId& call, const char* in, char* 
 
 }  // namespace
 
+namespace {
+
+// Hierarchical: reduce-scatter among the ranks of each host (shared memory), allreduce of each
+// rank's block among the ranks with the same local index on every host (the network), then
+// all-gather within each host. Only 1/L of the data crosses the network from each rank, and
+// every host sends over L connections at once. Blocks are reduced by one rank each and copied
+// everywhere, so every rank gets the same bits.
+absl::Status Hierarchical(Communicator& comm, const void* send, void* recv, size_t count,
+                          DataType type, ReduceOp op) {
+  Hierarchy& h = comm.hierarchy();
+  const size_t es = DataTypeSize(type);
+  const int local_size = h.local->size();
+  const Blocks blocks = Blocks::Even(count, local_size);
+  const size_t mine = blocks.count[static_cast<size_t>(h.local->rank())];
+  // The sum first; an average divides once, by every rank of the job, at the end.
+  const ReduceOp combine = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+  char* block = comm.Scratch(7, std::max<size_t>(mine * es, 1));
+  DDP_RETURN_IF_ERROR(ReduceScatterv(*h.local, send, block, blocks.count, type, combine));
+  DDP_RETURN_IF_ERROR(Allreduce(*h.cross, block, block, mine, type, combine));
+  if (op == ReduceOp::kAverage) reduce::DivideBy(type, block, mine, comm.size());
+  return Allgatherv(*h.local, block, recv, blocks.count, type);
+}
+
+}  // namespace
+
 Algorithm ChooseAllreduce(const Communicator& comm, size_t bytes) {
   const Algorithm forced = comm.tuning().algorithm;
   if (forced == Algorithm::kRing || forced == Algorithm::kRecursiveDoubling) return forced;
+  // Several hosts with several ranks each: shared memory within them, the network between.
+  // (DDP_ALGO=hier where the hosts do not allow it falls back to the choice below.)
+  if (comm.HierarchyApplies()) return Algorithm::kHierarchical;
   // Measured on loopback TCP (benchmarks/): with two ranks one exchange of the whole vector
   // beats the ring's two phases up to a few hundred KiB; with more ranks the ring's smaller
   // messages win sooner.
@@ -169,6 +198,7 @@ absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t 
     if (in != out && bytes > 0) std::memcpy(out, in, bytes);
     return RecursiveDoubling(comm, call, out, count, type, op);
   }
+  if (algorithm == Algorithm::kHierarchical) return Hierarchical(comm, in, out, count, type, op);
   return Ring(comm, call, in, out, count, type, op);
 }
 

@@ -1,10 +1,13 @@
 // Communicator: sequencing, descriptors, scratch, transfer tracking.
 #include "collectives/communicator.h"
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "transport/subset.h"
 
 namespace ddp::collectives {
 
@@ -34,13 +37,63 @@ Communicator::Communicator(int rank, int size, transport::Transport* transport, 
       tuning_(tuning),
       id_(static_cast<uint32_t>(id) & 0xFF) {
   if (transport_ != nullptr) transport_->SetDescriptorFormatter(&Communicator::Describe);
+  if (tuning_.hosts.size() == static_cast<size_t>(size_)) {
+    std::map<std::string, int> per_host;
+    for (const std::string& h : tuning_.hosts) ++per_host[h];
+    const int first = per_host.begin()->second;
+    hierarchy_applies_ = per_host.size() > 1 && first > 1 &&
+                         std::all_of(per_host.begin(), per_host.end(),
+                                     [first](const auto& e) { return e.second == first; });
+  }
+}
+
+Hierarchy& Communicator::hierarchy() {
+  if (hierarchy_ != nullptr) return *hierarchy_;
+  hierarchy_ = std::make_unique<Hierarchy>();
+  const std::string& mine = tuning_.hosts[static_cast<size_t>(rank_)];
+  std::vector<int> local;
+  for (int r = 0; r < size_; ++r) {
+    if (tuning_.hosts[static_cast<size_t>(r)] == mine) local.push_back(r);
+  }
+  const int my_local =
+      static_cast<int>(std::find(local.begin(), local.end(), rank_) - local.begin());
+  // The i-th rank of each host, hosts in the order of their first rank.
+  std::map<std::string, std::vector<int>> by_host;
+  std::vector<std::string> order;
+  for (int r = 0; r < size_; ++r) {
+    auto& members = by_host[tuning_.hosts[static_cast<size_t>(r)]];
+    if (members.empty()) order.push_back(tuning_.hosts[static_cast<size_t>(r)]);
+    members.push_back(r);
+  }
+  std::vector<int> cross;
+  int my_cross = 0;
+  for (const std::string& h : order) {
+    if (h == mine) my_cross = static_cast<int>(cross.size());
+    cross.push_back(by_host[h][static_cast<size_t>(my_local)]);
+  }
+  std::sort(cross.begin(), cross.end());
+  my_cross = static_cast<int>(std::find(cross.begin(), cross.end(), rank_) - cross.begin());
+  Tuning sub = tuning_;
+  sub.hosts.clear();
+  sub.algorithm = Algorithm::kAuto;
+  Hierarchy& h = *hierarchy_;
+  h.local_transport = std::make_unique<transport::SubsetTransport>(*transport_, local, my_local);
+  h.cross_transport = std::make_unique<transport::SubsetTransport>(*transport_, cross, my_cross);
+  h.local = std::make_unique<Communicator>(my_local, static_cast<int>(local.size()),
+                                           h.local_transport.get(), sub, static_cast<int>(id_));
+  h.cross = std::make_unique<Communicator>(my_cross, static_cast<int>(cross.size()),
+                                           h.cross_transport.get(), sub, static_cast<int>(id_));
+  h.local->seq_source_ = this;
+  h.cross->seq_source_ = this;
+  return h;
 }
 
 CallId Communicator::Begin(Kind kind, DataType type, ReduceOp op, Algorithm algorithm, int root,
                            uint64_t count) {
   CallId call;
   // Only calls in flight at once must differ: 2^16 is far more than ranks can drift apart.
-  call.seq = (id_ << 16) | (next_seq_++ & 0xFFFF);
+  uint32_t& next = seq_source_ != nullptr ? seq_source_->next_seq_ : next_seq_;
+  call.seq = (id_ << 16) | (next++ & 0xFFFF);
   auto& b = call.descriptor.bytes;
   b[0] = static_cast<uint8_t>(kind);
   b[1] = static_cast<uint8_t>(type);

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,20 @@ struct Tuning {
   size_t segment_bytes = 1 << 20;
   size_t small_allreduce_bytes = 64 * 1024;
   size_t small_broadcast_bytes = 64 * 1024;
+  // The host of each rank of the communicator (empty: unknown), for the hierarchical allreduce.
+  std::vector<std::string> hosts;
+};
+
+class Communicator;
+
+// The two levels of the hierarchical allreduce: the ranks on this rank's host, and the ranks
+// with this rank's local index on every host. Exists when there are several hosts with the
+// same number (more than one) of ranks each.
+struct Hierarchy {
+  std::unique_ptr<transport::Transport> local_transport;
+  std::unique_ptr<transport::Transport> cross_transport;
+  std::unique_ptr<Communicator> local;
+  std::unique_ptr<Communicator> cross;
 };
 
 // Identity of one collective call: every message it sends carries `descriptor`, and its tags
@@ -72,6 +87,12 @@ class Communicator {
   // Scratch memory owned by the communicator, reused across calls; at least `bytes` long.
   char* Scratch(size_t slot, size_t bytes);
 
+  // Whether the hosts allow the hierarchical allreduce (see Hierarchy), and its communicators
+  // (made on first use). Their calls draw sequence numbers from this communicator, so their
+  // tags never meet those of its other calls.
+  bool HierarchyApplies() const { return hierarchy_applies_; }
+  Hierarchy& hierarchy();
+
  private:
   int rank_;
   int size_;
@@ -79,7 +100,10 @@ class Communicator {
   Tuning tuning_;
   uint32_t id_;
   uint32_t next_seq_ = 0;
+  Communicator* seq_source_ = nullptr;  // a hierarchy level: the communicator it belongs to
   std::vector<std::vector<char>> scratch_;
+  bool hierarchy_applies_ = false;
+  std::unique_ptr<Hierarchy> hierarchy_;
 };
 
 // Tracks the transfers of one collective. Waiting on a failed transfer aborts the transport

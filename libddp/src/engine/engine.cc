@@ -94,7 +94,13 @@ std::unique_ptr<ProcessSet> EngineImpl::MakeSet(int id, std::vector<int> members
         std::make_unique<transport::SubsetTransport>(*transport_, set->members, set->my_index);
     t = set->subset.get();
   }
-  set->comm = std::make_unique<collectives::Communicator>(set->my_index, n, t, tuning_,
+  // The hierarchical allreduce needs the hosts of the set's own ranks.
+  collectives::Tuning tuning = tuning_;
+  tuning.hosts.clear();
+  if (tuning_.hosts.size() == static_cast<size_t>(size_)) {
+    for (int m : set->members) tuning.hosts.push_back(tuning_.hosts[static_cast<size_t>(m)]);
+  }
+  set->comm = std::make_unique<collectives::Communicator>(set->my_index, n, t, tuning,
                                                           kFirstCommunicatorId + id);
   set->was_joined.assign(static_cast<size_t>(n), false);
   return set;

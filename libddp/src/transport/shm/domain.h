@@ -29,6 +29,7 @@ struct ShmConfig {
   size_t chunk_bytes = 64 << 10;  // allreduce: each rank's slice of one pipeline step
   size_t slots = 4;               // allreduce: pipeline steps in flight
   size_t small_bytes = 32 << 10;  // allreduce: at most this, every rank reduces it all
+  size_t stream_bytes = 8 << 20;  // allreduce: from this size, write the output around caches
   int areas = 2;                  // native communicators (ids 0..areas-1)
   absl::Duration timeout = absl::Seconds(300);
   bool native_allreduce = true;

@@ -1,7 +1,12 @@
 #include "transport/shm/shm_allreduce.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
+
+#if defined(__x86_64__)
+#include <emmintrin.h>
+#endif
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,6 +28,46 @@ void Split(size_t total, int n, std::vector<size_t>& offset, std::vector<size_t>
     count[p] = base + (p < extra ? 1 : 0);
     at += count[p];
   }
+}
+
+// Copies into memory that will not be read again soon (the output of a large allreduce) with
+// non-temporal stores: the destination's cache lines are not read first, which saves a third of
+// the memory traffic of a copy out of cache.
+void StreamCopy(char* dst, const char* src, size_t n) {
+#if defined(__x86_64__)
+  const size_t head = (16 - (reinterpret_cast<uintptr_t>(dst) & 15)) & 15;
+  if (n < 256 || head >= n) {
+    std::memcpy(dst, src, n);
+    return;
+  }
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  n -= head;
+  const size_t blocks = n / 64;
+  for (size_t i = 0; i < blocks; ++i) {
+    const __m128i* s = reinterpret_cast<const __m128i*>(src) + 4 * i;
+    __m128i* d = reinterpret_cast<__m128i*>(dst) + 4 * i;
+    const __m128i a = _mm_loadu_si128(s);
+    const __m128i b = _mm_loadu_si128(s + 1);
+    const __m128i c = _mm_loadu_si128(s + 2);
+    const __m128i e = _mm_loadu_si128(s + 3);
+    _mm_stream_si128(d, a);
+    _mm_stream_si128(d + 1, b);
+    _mm_stream_si128(d + 2, c);
+    _mm_stream_si128(d + 3, e);
+  }
+  std::memcpy(dst + blocks * 64, src + blocks * 64, n - blocks * 64);
+#else
+  std::memcpy(dst, src, n);
+#endif
+}
+
+// Makes the non-temporal stores above visible before a flag says the data is there.
+void StreamFence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#endif
 }
 
 std::string CallText(size_t count, uint32_t type, uint32_t op) {
@@ -191,6 +236,15 @@ absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char*
   std::vector<size_t> prev_offset;
   std::vector<size_t> prev_part;
 
+  // A large output goes around the caches (it is written once and not read here again).
+  const bool stream = count * es >= domain_->config().stream_bytes;
+  auto copy_out = [stream](char* dst, const char* src, size_t len) {
+    if (stream) {
+      StreamCopy(dst, src, len);
+    } else {
+      std::memcpy(dst, src, len);
+    }
+  };
   // Copies the others' reduced slices of step `s` (group starting at element `base`) out.
   auto gather = [&](uint64_t s, size_t base, const std::vector<size_t>& off,
                     const std::vector<size_t>& cnt) -> absl::Status {
@@ -198,7 +252,7 @@ absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char*
     for (int p = 0; p < n; ++p) {
       const auto q = static_cast<size_t>(p);
       if (p == me || cnt[q] == 0) continue;
-      std::memcpy(out + (base + off[q]) * es, domain_->out_stage(p, area, s % slots), cnt[q] * es);
+      copy_out(out + (base + off[q]) * es, domain_->out_stage(p, area, s % slots), cnt[q] * es);
     }
     mine->done.value.store(s, std::memory_order_release);
     Publish(mine);
@@ -236,7 +290,7 @@ absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char*
       reduce::Combine(type, combine, acc, source(0), source(1), part[m]);
       for (int p = 2; p < n; ++p) reduce::Combine(type, combine, acc, acc, source(p), part[m]);
       if (op == ReduceOp::kAverage) reduce::DivideBy(type, acc, part[m], n);
-      std::memcpy(out + (base + offset[m]) * es, acc, part[m] * es);
+      copy_out(out + (base + offset[m]) * es, acc, part[m] * es);
     }
     mine->red.value.store(s, std::memory_order_release);
     Publish(mine);
@@ -246,7 +300,9 @@ absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char*
     prev_offset = offset;
     prev_part = part;
   }
-  return gather(first + steps - 1, prev_base, prev_offset, prev_part);
+  absl::Status last = gather(first + steps - 1, prev_base, prev_offset, prev_part);
+  if (stream) StreamFence();
+  return last;
 }
 
 }  // namespace ddp::transport::shm
