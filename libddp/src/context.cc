@@ -16,6 +16,7 @@
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/topology.h"
 #include "collectives/collectives.h"
+#include "collectives/communicator.h"
 #include "common/crypto.h"
 #include "common/log.h"
 #include "common/socket.h"
@@ -358,6 +359,10 @@ absl::Status ContextImpl::ConnectShm(const std::vector<std::string>& hosts,
         if (link->transport) link->transport->Abort(s);
       });
   config.has_native_allreduce = [allreduce](int comm_id) { return allreduce->Has(comm_id); };
+  allreduce->SetDescribe(&collectives::Communicator::Describe);
+  config.note_call = [allreduce](int comm_id, uint32_t seq, const transport::Descriptor& d) {
+    allreduce->NoteCall(comm_id, seq, d);
+  };
   config.native_allreduce = [allreduce](int comm_id, const void* send, void* recv, size_t count,
                                         DataType type, ReduceOp op) {
     return allreduce->Run(comm_id, send, recv, count, type, op);

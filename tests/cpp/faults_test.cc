@@ -99,7 +99,7 @@ TEST(Faults, RankKilledMidAllreduceNamesItOnEverySurvivor) {
     SCOPED_TRACE(absl::StrCat("N=", n));
     JobSpec spec;
     spec.size = n;
-    spec.env = {{"DDP_TIMEOUT_SECONDS", "60"}};
+    spec.env = {{"DDP_TIMEOUT_SECONDS", "60"}, {"DDP_TRANSPORT", "tcp"}};
     spec.hang_limit = absl::Seconds(120);
     JobResult job = RunWithRankOneKilled(spec, 1 << 20);
     ASSERT_FALSE(job.hung) << job.Summary();
@@ -118,7 +118,7 @@ TEST(Faults, RankKilledMidAllreduceNamesItOnEverySurvivor) {
 TEST(Faults, StoppedRankTimesOutNamingIt) {
   JobSpec spec;
   spec.size = 3;
-  spec.env = {{"DDP_TIMEOUT_SECONDS", "2"}};
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "2"}, {"DDP_TRANSPORT", "tcp"}};
   spec.hang_limit = absl::Seconds(90);
   JobResult job = RunWithRankOneStopped(spec, TempPath("stopped-pid"));
   std::printf("%s", job.Summary().c_str());
@@ -146,7 +146,7 @@ void Attack(const std::string& address, const std::function<void(int fd)>& attac
 TEST(Faults, StrangersAndGarbageAreRejectedAndTheJobCompletes) {
   JobSpec spec;
   spec.size = 2;
-  spec.env = {{"DDP_LOG_LEVEL", "warning"}};
+  spec.env = {{"DDP_LOG_LEVEL", "warning"}, {"DDP_TRANSPORT", "tcp"}};  // attacks its sockets
   spec.hang_limit = absl::Seconds(120);
   JobResult job = RunWithContext(spec, [&](Context& ctx) -> absl::Status {
     if (ctx.rank() == 0) {
@@ -237,36 +237,40 @@ void PrintTo(const Disagreement& d, std::ostream* os) { *os << d.name; }
 class Mismatch : public ::testing::TestWithParam<Disagreement> {};
 
 TEST_P(Mismatch, FailsEveryRankWithoutCorruption) {
-  JobSpec spec;
-  spec.size = 3;
-  spec.env = {{"DDP_TIMEOUT_SECONDS", "20"}};
-  spec.hang_limit = absl::Seconds(90);
-  JobResult job = RunWithContext(spec, [&](Context& ctx) -> absl::Status {
-    // Guard bytes on both sides of the working area detect any stray write.
-    constexpr size_t kGuard = 4096;
-    std::vector<char> arena(kGuard + (1 << 20) + kGuard, '\x5a');
-    std::vector<char> work(arena.begin() + kGuard, arena.end() - kGuard);
-    absl::Status s = GetParam().call(ctx, work);
-    for (size_t i = 0; i < kGuard; ++i) {
-      if (arena[i] != '\x5a' || arena[arena.size() - 1 - i] != '\x5a') {
-        return absl::InternalError("guard bytes were overwritten");
+  // Over TCP (descriptors in every message) and shared memory (the allreduce's published calls).
+  for (const char* transport : {"tcp", "shm"}) {
+    SCOPED_TRACE(transport);
+    JobSpec spec;
+    spec.size = 3;
+    spec.env = {{"DDP_TIMEOUT_SECONDS", "20"}, {"DDP_TRANSPORT", transport}};
+    spec.hang_limit = absl::Seconds(90);
+    JobResult job = RunWithContext(spec, [&](Context& ctx) -> absl::Status {
+      // Guard bytes on both sides of the working area detect any stray write.
+      constexpr size_t kGuard = 4096;
+      std::vector<char> arena(kGuard + (1 << 20) + kGuard, '\x5a');
+      std::vector<char> work(arena.begin() + kGuard, arena.end() - kGuard);
+      absl::Status s = GetParam().call(ctx, work);
+      for (size_t i = 0; i < kGuard; ++i) {
+        if (arena[i] != '\x5a' || arena[arena.size() - 1 - i] != '\x5a') {
+          return absl::InternalError("guard bytes were overwritten");
+        }
       }
+      // A rank that only sends in this call (a broadcast root, say) may finish it before the
+      // others notice; it must learn of the failure by its next call at the latest.
+      absl::Status again = ctx.Barrier();
+      if (again.ok()) return absl::InternalError("the disagreement went unnoticed");
+      return s.ok() ? again : s;
+    });
+    ASSERT_FALSE(job.hung) << job.Summary();
+    for (const RankResult& r : job.ranks) {
+      ASSERT_TRUE(r.status_reported) << job.Summary();
+      EXPECT_FALSE(absl::StrContains(r.status, "guard bytes")) << job.Summary();
+      EXPECT_FALSE(absl::StrContains(r.status, "went unnoticed")) << job.Summary();
+      EXPECT_TRUE(absl::StrContains(r.status, "disagree") ||
+                  absl::StrContains(r.status, "aborted the job") ||
+                  absl::StrContains(r.status, "expects"))
+          << job.Summary();
     }
-    // A rank that only sends in this call (a broadcast root, say) may finish it before the
-    // others notice; it must learn of the failure by its next call at the latest.
-    absl::Status again = ctx.Barrier();
-    if (again.ok()) return absl::InternalError("the disagreement went unnoticed");
-    return s.ok() ? again : s;
-  });
-  ASSERT_FALSE(job.hung) << job.Summary();
-  for (const RankResult& r : job.ranks) {
-    ASSERT_TRUE(r.status_reported) << job.Summary();
-    EXPECT_FALSE(absl::StrContains(r.status, "guard bytes")) << job.Summary();
-    EXPECT_FALSE(absl::StrContains(r.status, "went unnoticed")) << job.Summary();
-    EXPECT_TRUE(absl::StrContains(r.status, "disagree") ||
-                absl::StrContains(r.status, "aborted the job") ||
-                absl::StrContains(r.status, "expects"))
-        << job.Summary();
   }
 }
 
@@ -333,6 +337,7 @@ INSTANTIATE_TEST_SUITE_P(Faults, Mismatch,
 TEST(Faults, AbortReachesThePeersWithItsReason) {
   JobSpec spec;
   spec.size = 3;
+  spec.env = {{"DDP_TRANSPORT", "tcp"}};
   spec.hang_limit = absl::Seconds(60);
   JobResult job = RunWithRankTwoAborting(spec);
   ASSERT_FALSE(job.hung) << job.Summary();
@@ -369,7 +374,7 @@ namespace {
 TEST(Faults, RankBusyElsewhereIsNamedAfterTheTimeout) {
   JobSpec spec;
   spec.size = 3;
-  spec.env = {{"DDP_TIMEOUT_SECONDS", "1.5"}};
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "1.5"}, {"DDP_TRANSPORT", "tcp"}};
   spec.hang_limit = absl::Seconds(60);
   JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
     if (ctx.rank() == 2) {
@@ -394,6 +399,8 @@ TEST(Faults, RankBusyElsewhereIsNamedAfterTheTimeout) {
 struct WireFaultCase {
   const char* name;
   std::map<std::string, std::string> env;
+  bool needs_ofi = true;
+  std::vector<std::string> hosts;  // fake hosts (DDP_HOSTNAME), empty for one
 };
 void PrintTo(const WireFaultCase& c, std::ostream* os) { *os << c.name; }
 
@@ -401,12 +408,13 @@ class WireFaults : public ::testing::TestWithParam<WireFaultCase> {
  protected:
   void SetUp() override {
     std::string why;
-    if (!transport::ofi::Available(&why)) GTEST_SKIP() << why;
+    if (GetParam().needs_ofi && !transport::ofi::Available(&why)) GTEST_SKIP() << why;
   }
   JobSpec Spec(int n, const std::map<std::string, std::string>& extra) const {
     JobSpec spec;
     spec.size = n;
     spec.env = GetParam().env;
+    spec.hosts = GetParam().hosts;
     for (const auto& [k, v] : extra) spec.env[k] = v;
     spec.hang_limit = absl::Seconds(90);
     return spec;
@@ -473,8 +481,19 @@ TEST_P(WireFaults, StoppedRankTimesOutNamingIt) {
 INSTANTIATE_TEST_SUITE_P(
     Ofi, WireFaults,
     ::testing::Values(
-        WireFaultCase{"TcpRxm", {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "tcp;ofi_rxm"}}},
-        WireFaultCase{"Shm", {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "shm"}}}),
+        WireFaultCase{
+            "TcpRxm", {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "tcp;ofi_rxm"}}, true, {}},
+        WireFaultCase{"Shm", {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "shm"}}, true, {}}),
+    [](const ::testing::TestParamInfo<WireFaultCase>& p) { return std::string(p.param.name); });
+
+// libddp's own shared memory: a dead peer is noticed by its pid within 100 ms.
+INSTANTIATE_TEST_SUITE_P(
+    Shm, WireFaults,
+    ::testing::Values(WireFaultCase{"Shm", {{"DDP_TRANSPORT", "shm"}}, false, {}},
+                      WireFaultCase{
+                          "ShmRing", {{"DDP_TRANSPORT", "shm"}, {"DDP_ALGO", "ring"}}, false, {}},
+                      // Ranks 0 and 1 share a host, rank 2 is on another: shm and TCP.
+                      WireFaultCase{"ShmAndTcp", {}, false, {"a", "a", "b"}}),
     [](const ::testing::TestParamInfo<WireFaultCase>& p) { return std::string(p.param.name); });
 
 }  // namespace

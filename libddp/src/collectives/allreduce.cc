@@ -180,6 +180,8 @@ absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t 
                        DataType type, ReduceOp op) {
   const size_t bytes = count * DataTypeSize(type);
   if (comm.size() > 1 && comm.transport().HasNativeAllreduce(comm.id())) {
+    // Begun like any other call, so that a peer in a different call is noticed.
+    comm.Begin(Kind::kAllreduce, type, op, Algorithm::kAuto, -1, count);
     return comm.transport().NativeAllreduce(comm.id(), send, recv, count, type, op);
   }
   // The ring needs a block per rank; recursive doubling handles any count, including zero (an

@@ -102,6 +102,7 @@ CallId Communicator::Begin(Kind kind, DataType type, ReduceOp op, Algorithm algo
   const int32_t root32 = root;
   std::memcpy(&b[4], &root32, 4);
   std::memcpy(&b[8], &count, 8);
+  if (transport_ != nullptr) transport_->NoteCall(static_cast<int>(id_), call.seq, call.descriptor);
   return call;
 }
 

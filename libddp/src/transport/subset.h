@@ -46,6 +46,11 @@ class SubsetTransport final : public Transport {
                                DataType type, ReduceOp op) override {
     return base_.NativeAllreduce(comm_id, send, recv, count, type, op);
   }
+  void NoteCall(int comm_id, uint32_t seq, const Descriptor& descriptor) override {
+    if (members_.size() == static_cast<size_t>(base_.size())) {
+      base_.NoteCall(comm_id, seq, descriptor);
+    }
+  }
   void SetDescriptorFormatter(DescriptorFormatter formatter) override {
     base_.SetDescriptorFormatter(std::move(formatter));
   }

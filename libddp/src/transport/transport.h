@@ -116,6 +116,11 @@ class Transport {
     return absl::UnimplementedError("this transport has no allreduce of its own");
   }
 
+  // The collective call that communicator `comm_id` starts (its sequence number and
+  // descriptor), before any of its messages. A transport with its own allreduce publishes it, so
+  // that ranks in a different call than their peers fail instead of waiting for each other.
+  virtual void NoteCall(int /*comm_id*/, uint32_t /*seq*/, const Descriptor& /*descriptor*/) {}
+
   // How to print a descriptor in mismatch errors (set by the layer that defines descriptors).
   using DescriptorFormatter = std::function<std::string(const Descriptor&)>;
   virtual void SetDescriptorFormatter(DescriptorFormatter formatter) = 0;

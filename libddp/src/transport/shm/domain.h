@@ -61,6 +61,10 @@ struct alignas(64) AreaControl {
     uint32_t op = 0;
   };
   alignas(64) Call calls[kMaxSlots];
+  // The collective call this rank's communicator is in (any kind, not only allreduces):
+  // `call_seq` is written last (odd while the descriptor is being written).
+  alignas(64) std::atomic<uint64_t> call_seq{0};
+  std::atomic<uint64_t> call_descriptor[2] = {};
 };
 
 class ShmDomain {

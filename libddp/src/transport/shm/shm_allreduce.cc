@@ -93,9 +93,49 @@ absl::Status ShmAllreduce::Fail(int area, absl::Status status) {
   return status;
 }
 
-absl::Status ShmAllreduce::Check(int peer, absl::Time deadline, const char* what, uint64_t step) {
+void ShmAllreduce::NoteCall(int area, uint32_t seq, const Descriptor& descriptor) {
+  if (area < 0 || area >= domain_->config().areas) return;
+  AreaState& st = areas_[static_cast<size_t>(area)];
+  st.call_seq = seq;
+  st.call = descriptor;
+  // A seqlock with one writer: odd while the descriptor changes.
+  AreaControl* c = domain_->area_control(domain_->local_rank(), area);
+  const uint64_t version = (uint64_t{seq} + 1) << 1;
+  uint64_t words[2];
+  std::memcpy(words, descriptor.bytes.data(), sizeof(words));
+  c->call_seq.store(version | 1);
+  c->call_descriptor[0].store(words[0], std::memory_order_relaxed);
+  c->call_descriptor[1].store(words[1], std::memory_order_relaxed);
+  c->call_seq.store(version, std::memory_order_release);
+}
+
+absl::Status ShmAllreduce::Check(int area, int peer, absl::Time deadline, const char* what,
+                                 uint64_t step) {
   absl::Status h = health_ ? health_() : absl::OkStatus();
   if (!h.ok()) return h;
+  // A peer in another collective call (a broadcast, say) with the same sequence number will
+  // never come here: the ranks disagree.
+  const AreaState& st = areas_[static_cast<size_t>(area)];
+  const AreaControl* c = domain_->area_control(peer, area);
+  const uint64_t v1 = c->call_seq.load(std::memory_order_acquire);
+  uint64_t words[2] = {c->call_descriptor[0].load(std::memory_order_relaxed),
+                       c->call_descriptor[1].load(std::memory_order_relaxed)};
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const uint64_t v2 = c->call_seq.load(std::memory_order_relaxed);
+  if (v1 == v2 && (v1 & 1) == 0 && v1 == (uint64_t{st.call_seq} + 1) << 1) {
+    Descriptor theirs;
+    std::memcpy(theirs.bytes.data(), words, sizeof(words));
+    if (!(theirs == st.call)) {
+      auto text = [&](const Descriptor& d) {
+        return describe_ ? describe_(d) : std::string("another call");
+      };
+      return absl::InvalidArgumentError(
+          absl::StrCat("ranks disagree: this rank runs ", text(st.call), " but ",
+                       domain_->PeerName(peer), " runs ", text(theirs),
+                       " (every rank must make the same collective calls in the same "
+                       "order)"));
+    }
+  }
   if (!domain_->Alive(peer)) {
     return absl::UnavailableError(absl::StrCat(domain_->PeerName(peer), ": its process (pid ",
                                                domain_->pid(peer),
@@ -127,7 +167,7 @@ absl::Status ShmAllreduce::WaitAll(int area, Line AreaControl::*flag, uint64_t s
           const absl::Time now = absl::Now();
           if (now < next_check) return absl::OkStatus();
           next_check = now + absl::Milliseconds(20);
-          return Check(p, deadline, what, step);
+          return Check(area, p, deadline, what, step);
         });
     if (!s.ok()) return s;
   }

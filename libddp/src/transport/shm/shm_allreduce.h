@@ -19,10 +19,13 @@
 
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "ddp/types.h"
 #include "transport/shm/domain.h"
+#include "transport/transport.h"
 
 namespace ddp::transport::shm {
 
@@ -34,6 +37,11 @@ class ShmAllreduce {
   bool Has(int area) const {
     return domain_->config().native_allreduce && area >= 0 && area < domain_->config().areas;
   }
+  // Publishes the call that communicator `area` starts (see Transport::NoteCall).
+  void NoteCall(int area, uint32_t seq, const Descriptor& descriptor);
+  void SetDescribe(std::function<std::string(const Descriptor&)> describe) {
+    describe_ = std::move(describe);
+  }
   // Not thread-safe per area: one caller at a time (each communicator has its own area).
   absl::Status Run(int area, const void* send, void* recv, size_t count, DataType type,
                    ReduceOp op);
@@ -43,6 +51,8 @@ class ShmAllreduce {
     uint64_t step = 0;  // last step used by this rank
     bool failed = false;
     absl::Status failure;
+    uint32_t call_seq = 0;  // the call this rank's communicator is in
+    Descriptor call;
   };
   absl::Status Small(int area, uint64_t step, const char* in, char* out, size_t count,
                      DataType type, ReduceOp op);
@@ -52,13 +62,14 @@ class ShmAllreduce {
   absl::Status WaitAll(int area, Line AreaControl::*flag, uint64_t step, const char* what);
   void Stamp(int area, uint64_t step, size_t count, DataType type, ReduceOp op);
   absl::Status CheckCalls(int area, uint64_t step, size_t count, DataType type, ReduceOp op);
-  absl::Status Check(int peer, absl::Time deadline, const char* what, uint64_t step);
+  absl::Status Check(int area, int peer, absl::Time deadline, const char* what, uint64_t step);
   absl::Status Fail(int area, absl::Status status);
 
   std::shared_ptr<ShmDomain> domain_;
   std::function<absl::Status()> health_;
   std::function<void(const absl::Status&)> abort_;
   std::vector<AreaState> areas_;
+  std::function<std::string(const Descriptor&)> describe_;
 };
 
 }  // namespace ddp::transport::shm

@@ -54,6 +54,7 @@ struct WireConfig {
   std::function<absl::Status(int comm_id, const void* send, void* recv, size_t count, DataType type,
                              ReduceOp op)>
       native_allreduce;
+  std::function<void(int comm_id, uint32_t seq, const Descriptor& descriptor)> note_call;
 };
 
 class WireTransport final : public Transport {
@@ -79,6 +80,9 @@ class WireTransport final : public Transport {
   void RememberMemory(const void* data, size_t bytes) override;
   void ForgetMemory(const void* data) override;
   bool HasNativeAllreduce(int comm_id) const override;
+  void NoteCall(int comm_id, uint32_t seq, const Descriptor& descriptor) override {
+    if (config_.note_call) config_.note_call(comm_id, seq, descriptor);
+  }
   absl::Status NativeAllreduce(int comm_id, const void* send, void* recv, size_t count,
                                DataType type, ReduceOp op) override;
 

@@ -1,0 +1,205 @@
+// Shared memory: segment hygiene (nothing left in /dev/shm after a job, a crash, or a failed
+// start; stale names of dead processes swept; names never reused), who may attach, and the
+// shared-memory allreduce under more ranks than cores.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "ddp/context.h"
+#include "support/multiprocess.h"
+#include "transport/shm/segment.h"
+
+namespace ddp::testing {
+namespace {
+
+using transport::shm::Segment;
+
+// Every libddp segment name of this user in /dev/shm (whoever created it).
+std::set<std::string> OurNames() {
+  std::set<std::string> names;
+  FILE* ls =
+      popen(absl::StrCat("ls /dev/shm 2>/dev/null | grep '^ddp-", getuid(), "-'").c_str(), "r");
+  char line[512];
+  while (ls != nullptr && std::fgets(line, sizeof(line), ls) != nullptr) {
+    std::string name(line);
+    while (!name.empty() && (name.back() == '\n')) name.pop_back();
+    names.insert(name);
+  }
+  if (ls != nullptr) pclose(ls);
+  return names;
+}
+
+std::set<std::string> NewNames(const std::set<std::string>& before) {
+  std::set<std::string> now = OurNames();
+  std::set<std::string> added;
+  std::set_difference(now.begin(), now.end(), before.begin(), before.end(),
+                      std::inserter(added, added.end()));
+  return added;
+}
+
+TEST(ShmSegments, NothingIsLeftInDevShmDuringOrAfterAJob) {
+  Segment::Sweep();
+  const std::set<std::string> before = OurNames();
+  JobSpec spec;
+  spec.size = 4;
+  spec.env = {{"DDP_TRANSPORT", "shm"}};
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    // Once the job has started, every name is gone already: a crash from here on leaks nothing.
+    if (!Segment::NamesOfPid(getpid()).empty()) {
+      return absl::InternalError("this rank's segment still has a name after start-up");
+    }
+    std::vector<float> v(1 << 20, 1.0f);
+    for (int i = 0; i < 5; ++i) {
+      absl::Status s =
+          ctx.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+      if (!s.ok()) return s;
+    }
+    return v[0] == 1024.0f ? absl::OkStatus() : absl::InternalError(absl::StrCat(v[0]));
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+  EXPECT_TRUE(NewNames(before).empty()) << "left in /dev/shm: " << *NewNames(before).begin();
+}
+
+TEST(ShmSegments, AKilledRankLeavesNothing) {
+  Segment::Sweep();
+  const std::set<std::string> before = OurNames();
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_TRANSPORT", "shm"}, {"DDP_TIMEOUT_SECONDS", "20"}};
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    if (ctx.rank() == 1) ::raise(SIGKILL);
+    std::vector<float> v(1 << 16, 1.0f);
+    absl::Status s;
+    while (s.ok()) {
+      s = ctx.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kSum);
+    }
+    return absl::StrContains(s.message(), "rank 1") ? absl::OkStatus() : s;
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
+  EXPECT_TRUE(job.ranks[0].ok() && job.ranks[2].ok()) << job.Summary();
+  EXPECT_TRUE(NewNames(before).empty());
+}
+
+TEST(ShmSegments, ARankThatFailsToStartLeavesNothingAndIsNamed) {
+  Segment::Sweep();
+  const std::set<std::string> before = OurNames();
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_TRANSPORT", "shm"}, {"DDP_START_TIMEOUT_SECONDS", "10"}};
+  // Rank 2 asks for other ring sizes: the layouts differ and nobody may attach to the others.
+  spec.rank_env = {{2, {{"DDP_SHM_RING_BYTES", "8192"}}}};
+  JobResult job = RunJob(spec, [](int) -> absl::Status {
+    auto ctx = Context::CreateFromEnvironment();
+    return ctx.ok() ? absl::InternalError("started with different layouts") : ctx.status();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) {
+    ASSERT_TRUE(r.status_reported) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(r.status, "DDP_SHM") || absl::StrContains(r.status, "attached"))
+        << job.Summary();
+  }
+  EXPECT_TRUE(NewNames(before).empty());
+}
+
+TEST(ShmSegments, NamesOfDeadProcessesAreSweptAndNeverReused) {
+  // A process that dies between creating its segment and the others attaching (the only
+  // window in which a name exists) leaves the name behind.
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    auto seg = Segment::Create("job-token-123", 0, 42, 1 << 16);
+    const std::string name = seg.ok() ? seg->name() : "";
+    (void)!write(pipe_fds[1], name.data(), name.size());
+    _exit(0);  // no destructor: as if killed
+  }
+  close(pipe_fds[1]);
+  char buf[256] = {};
+  const ssize_t got = read(pipe_fds[0], buf, sizeof(buf) - 1);
+  close(pipe_fds[0]);
+  waitpid(child, nullptr, 0);
+  ASSERT_GT(got, 0);
+  const std::string leaked = std::string(buf).substr(1);  // without the leading '/'
+  EXPECT_TRUE(OurNames().count(leaked)) << leaked;
+  // A live process's names are kept; the dead one's go.
+  auto mine = Segment::Create("job-token-123", 0, 42, 1 << 16);  // sweeps first
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_FALSE(OurNames().count(leaked)) << leaked;
+  EXPECT_TRUE(OurNames().count(mine->name().substr(1)));
+  EXPECT_EQ(Segment::Sweep(), 0);
+  auto again = Segment::Create("job-token-123", 0, 42, 1 << 16);
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(again->name(), mine->name());
+  mine->Unlink();
+  again->Unlink();
+  EXPECT_FALSE(OurNames().count(mine->name().substr(1)));
+}
+
+TEST(ShmSegments, OnlyHoldersOfTheJobTokenAttach) {
+  auto seg = Segment::Create("the-right-token", 3, 7, 1 << 16);
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  auto wrong = Segment::Attach(seg->name(), "the-wrong-token", 3, 7, 1 << 16);
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kPermissionDenied) << wrong.status();
+  EXPECT_TRUE(absl::StrContains(wrong.status().message(), "job token")) << wrong.status();
+  auto wrong_rank = Segment::Attach(seg->name(), "the-right-token", 2, 7, 1 << 16);
+  EXPECT_FALSE(wrong_rank.ok());
+  auto wrong_size = Segment::Attach(seg->name(), "the-right-token", 3, 7, 1 << 17);
+  EXPECT_FALSE(wrong_size.ok());
+  auto not_a_name = Segment::Attach("../etc/passwd", "the-right-token", 3, 7, 1 << 16);
+  EXPECT_FALSE(not_a_name.ok());
+  EXPECT_EQ(seg->header()->attached.load(), 0u);
+  auto right = Segment::Attach(seg->name(), "the-right-token", 3, 7, 1 << 16);
+  ASSERT_TRUE(right.ok()) << right.status();
+  EXPECT_EQ(seg->header()->attached.load(), 1u);
+  // Both mappings see the same memory.
+  seg->base()[4096] = 'x';
+  EXPECT_EQ(right->base()[4096], 'x');
+}
+
+TEST(ShmSegments, AFullDevShmIsAClearErrorAtStartup) {
+  // Far more than any /dev/shm holds: posix_fallocate refuses, and nothing is left.
+  const std::set<std::string> before = OurNames();
+  auto seg = Segment::Create("job-token-123", 0, 1, size_t{1} << 46);
+  ASSERT_FALSE(seg.ok());
+  EXPECT_EQ(seg.status().code(), absl::StatusCode::kResourceExhausted) << seg.status();
+  EXPECT_TRUE(absl::StrContains(seg.status().message(), "/dev/shm")) << seg.status();
+  EXPECT_TRUE(NewNames(before).empty());
+}
+
+// Four ranks sharing two cores (and eight in the conformance suite): waits must sleep, not spin,
+// or each step takes a scheduler time slice. Checks results, never time.
+TEST(ShmAllreduce, MoreRanksThanCoresStayCorrect) {
+  JobSpec spec;
+  spec.size = 4;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    for (size_t count : {size_t{1}, size_t{1000}, size_t{1} << 22}) {
+      std::vector<int32_t> v(count, ctx.rank() + 1);
+      for (int i = 0; i < 3; ++i) {
+        std::fill(v.begin(), v.end(), ctx.rank() + 1);
+        absl::Status s = ctx.Allreduce(v.data(), v.data(), count, DataType::kInt32, ReduceOp::kSum);
+        if (!s.ok()) return s;
+        if (v.front() != 10 || v.back() != 10) {
+          return absl::InternalError(absl::StrCat("count ", count, ": got ", v.front()));
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+}  // namespace
+}  // namespace ddp::testing
