@@ -52,7 +52,8 @@ struct Config {
 constexpr const char* kUsage =
     "usage: ddp-bench [-np N] [--op allreduce|allgather|broadcast|reducescatter|alltoall]\n"
     "  [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [--dtype f32|f64|f16|bf16|i8|u8|i32|i64]\n"
-    "  [--redop sum|average|min|max|product] [--transport auto|tcp|mpi|ofi] [--algo auto|ring|rd]\n"
+    "  [--redop sum|average|min|max|product] [--transport auto|tcp|shm|mpi|ofi] [--algo "
+    "auto|ring|rd|hier]\n"
     "  [-w WARMUP_ITERS] [-n ITERS] [-r REPEATS] [--inplace] [--check 0|1]\n"
     "Sizes take K, M, G suffixes (powers of 1024). Without -np it runs as one rank of a job\n"
     "described by DDP_* variables (or alone).\n";
@@ -118,13 +119,15 @@ std::string ApplyFlag(const std::string& flag, const std::string& v, Config* c) 
     if (!r.ok()) return "unknown --redop " + v;
     c->redop = *r;
   } else if (flag == "--transport") {
-    if (v != "auto" && v != "tcp" && v != "mpi" && v != "ofi") {
-      return "--transport wants auto, tcp, mpi or ofi (mpi needs mpirun; ofi takes "
+    if (v != "auto" && v != "tcp" && v != "shm" && v != "mpi" && v != "ofi") {
+      return "--transport wants auto, tcp, shm, mpi or ofi (mpi needs mpirun; ofi takes "
              "DDP_OFI_PROVIDER)";
     }
     c->transport = v;
   } else if (flag == "--algo") {
-    if (v != "auto" && v != "ring" && v != "rd") return "--algo wants auto, ring or rd";
+    if (v != "auto" && v != "ring" && v != "rd" && v != "hier") {
+      return "--algo wants auto, ring, rd or hier";
+    }
     c->algo = v;
   } else if (flag == "-w" || flag == "-n" || flag == "-r") {
     if (!(num = ParseInt(v, flag == "-w" ? 0 : 1))) return flag + " wants a count";
@@ -433,6 +436,7 @@ int RunRank(const Config& config) {
   if (config.transport) {
     const std::string& t = *config.transport;
     options->transport = t == "tcp"   ? ddp::TransportKind::kTcp
+                         : t == "shm" ? ddp::TransportKind::kShm
                          : t == "mpi" ? ddp::TransportKind::kMpi
                          : t == "ofi" ? ddp::TransportKind::kOfi
                                       : ddp::TransportKind::kAuto;
@@ -443,9 +447,10 @@ int RunRank(const Config& config) {
     }
   }
   if (config.algo) {
-    options->algorithm = *config.algo == "ring" ? ddp::Algorithm::kRing
-                         : *config.algo == "rd" ? ddp::Algorithm::kRecursiveDoubling
-                                                : ddp::Algorithm::kAuto;
+    options->algorithm = *config.algo == "ring"   ? ddp::Algorithm::kRing
+                         : *config.algo == "rd"   ? ddp::Algorithm::kRecursiveDoubling
+                         : *config.algo == "hier" ? ddp::Algorithm::kHierarchical
+                                                  : ddp::Algorithm::kAuto;
   }
   const int rank = options->rank;
   absl::StatusOr<std::unique_ptr<ddp::Context>> ctx = ddp::Context::Create(*options);

@@ -113,6 +113,57 @@ def transports(raw_dir, ranks, runs):
         "\n".join(latency) + "\n"
 
 
+LOCAL = (("ddp", "ddp"), ("mpi", "Open MPI"), ("gloo", "Gloo"), ("ceiling", "ceiling"))
+
+
+def local(raw_dir, ranks, runs, plot=None):
+    """The benchmarks/compare table: ddp, Open MPI, Gloo and the memory ceiling on one machine."""
+    lines = ["| ranks | size | ddp busbw GB/s | ddp time us | Open MPI busbw | Gloo busbw "
+             "| ceiling busbw | ddp/MPI | ddp/Gloo | ddp/ceiling |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    latency = []
+    curves = {}
+    for n in ranks:
+        tables = {name: merge_runs([os.path.join(raw_dir, f"{name}-{n}-{r}.txt")
+                                    for r in range(1, runs + 1)])
+                  for name, _ in LOCAL}
+        curves[n] = tables
+        sizes = sorted(set().union(*tables.values()))
+        for size in sizes:
+            t, bw = tables["ddp"].get(size, (None, None))
+            mpi, gloo, ceil = (tables[name].get(size, (None, None))[1]
+                               for name in ("mpi", "gloo", "ceiling"))
+            lines.append(f"| {n} | {human_bytes(size)} | {fmt(bw, '.3f')} | {fmt(t, '.1f')} "
+                         f"| {fmt(mpi, '.3f')} | {fmt(gloo, '.3f')} | {fmt(ceil, '.3f')} "
+                         f"| {ratio(bw, mpi)} | {ratio(bw, gloo)} | {ratio(bw, ceil)} |")
+        times = {name: tables[name].get(LATENCY_BYTES, (None, None))[0]
+                 for name in ("ddp", "mpi", "gloo")}
+        latency.append(f"- {n} ranks: ddp {fmt(times['ddp'], '.1f')} us, Open MPI "
+                       f"{fmt(times['mpi'], '.1f')} us, Gloo {fmt(times['gloo'], '.1f')} us "
+                       f"(ddp/MPI time {ratio(times['ddp'], times['mpi'])}; lower is better)")
+    if plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, axes = plt.subplots(1, len(ranks), figsize=(6 * len(ranks), 4.5), squeeze=False)
+        for ax, n in zip(axes[0], ranks):
+            for name, label in LOCAL:
+                pts = sorted(curves[n][name].items())
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1][1] for p in pts], marker="o",
+                            linestyle="--" if name == "ceiling" else "-", label=label)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("allreduce size (bytes, f32)")
+            ax.set_ylabel("busbw (GB/s)")
+            ax.set_title(f"{n} ranks, one machine")
+            ax.grid(True, alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(plot, dpi=110)
+    return "\n".join(lines) + f"\n\nTime at {human_bytes(LATENCY_BYTES)}:\n\n" + \
+        "\n".join(latency) + "\n"
+
+
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -125,11 +176,19 @@ def main(argv):
     t.add_argument("--raw", required=True, help="folder of raw outputs")
     t.add_argument("--ranks", type=int, nargs="+", required=True)
     t.add_argument("--runs", type=int, default=1)
+    lo = sub.add_parser("local", help="the benchmarks/compare table from "
+                        "RAW/{ddp,mpi,gloo,ceiling}-N-RUN.txt")
+    lo.add_argument("--raw", required=True, help="folder of raw outputs")
+    lo.add_argument("--ranks", type=int, nargs="+", required=True)
+    lo.add_argument("--runs", type=int, default=1)
+    lo.add_argument("--plot", help="also write a PNG plot of busbw against size here")
     s = sub.add_parser("show", help="size, time and busbw of one output, for a quick look")
     s.add_argument("file")
     args = p.parse_args(argv)
     if args.command == "compare":
         sys.stdout.write(compare(args.raw, args.ranks, args.runs))
+    elif args.command == "local":
+        sys.stdout.write(local(args.raw, args.ranks, args.runs, args.plot))
     elif args.command == "transports":
         sys.stdout.write(transports(args.raw, args.ranks, args.runs))
     else:
