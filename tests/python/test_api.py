@@ -151,6 +151,17 @@ def test_engine_over_the_mpi_transport(ddp_env, tmp_path, extra):
         assert f"rank {r}: ok" in result.stdout, result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("env", [{"DDP_TRANSPORT": "tcp"}, {"DDP_TRANSPORT": "shm"},
+                                 {"DDP_TRANSPORT": "shm", "DDP_ALGO": "ring"}],
+                         ids=["tcp", "shm", "shm-ring"])
+def test_engine_over_tcp_and_shared_memory(run_job, ddp_env, env):
+    """The engine (every collective, dtype and op) over TCP and over shared memory (its own
+    allreduce, and the ring over its point-to-point rings)."""
+    assert "shm" in _transports(ddp_env)
+    result = run_job(3, "api_numpy.py", env=env)
+    assert result.stdout.count(": ok") == 3
+
+
 @pytest.mark.parametrize("provider", ["tcp;ofi_rxm", "shm"])
 def test_engine_over_the_libfabric_transport(run_job, ddp_env, provider):
     """DDP_TRANSPORT=ofi: the engine over libfabric's socket and shared-memory providers."""
