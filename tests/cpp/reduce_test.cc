@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <iterator>
 #include <limits>
+#include <optional>
 #include <random>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,7 +30,6 @@ using Rng = std::mt19937_64;
 
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                                 ReduceOp::kProduct};
-constexpr size_t kCounts[] = {0, 1, 7, 1000, 1000003};
 
 // A fresh seed per test so repeated runs cover new data; DDP_TEST_SEED replays a failure.
 uint64_t NewSeed() {
@@ -166,6 +167,10 @@ struct Traits<DataType::kFloat32> {
   static S Random(Rng& rng) { return RandomFloating<float>(rng); }
   static S Expected(ReduceOp op, S a, S b) { return static_cast<float>(RefOp(op, a, b)); }
   static S Divided(S x, int64_t d) { return static_cast<float>(x / static_cast<double>(d)); }
+  // The product of two floats is exact in double, so one rounding to float is the f32 product.
+  static S Scaled(S x, double factor) {
+    return static_cast<float>(static_cast<double>(x) * static_cast<float>(factor));
+  }
 };
 
 template <>
@@ -174,6 +179,7 @@ struct Traits<DataType::kFloat64> {
   static S Random(Rng& rng) { return RandomFloating<double>(rng); }
   static S Expected(ReduceOp op, S a, S b) { return RefOp(op, a, b); }
   static S Divided(S x, int64_t d) { return x / static_cast<double>(d); }
+  static S Scaled(S x, double factor) { return x * factor; }  // No wider type makes this exact.
 };
 
 // The kernels compute f16/bf16 in f32, so the reference rounds to f32 first and then to 16 bits.
@@ -188,6 +194,10 @@ struct MiniFloatTraits {
   static S Divided(S x, int64_t d) {
     const double quotient = RefDecode(kFormat, x) / static_cast<double>(d);
     return RefEncode(kFormat, RefRound(kFormat, static_cast<float>(quotient)));
+  }
+  static S Scaled(S x, double factor) {
+    const double exact = RefDecode(kFormat, x) * static_cast<float>(factor);
+    return RefEncode(kFormat, RefRound(kFormat, static_cast<float>(exact)));
   }
 };
 template <>
@@ -248,22 +258,34 @@ void ExpectAllSame(const S* actual, const S* expected, size_t count, const std::
   EXPECT_EQ(mismatches, 0u) << what;
 }
 
-// The kernels under test: the public, CPU-dispatched entry points, or the portable ones beneath
-// them (which the dispatch bypasses for f16 on CPUs with F16C).
+// The kernels under test: the public entry points (on the ISA that the CPU and DDP_REDUCE_ISA
+// choose), or one ISA's build beneath them.
 struct Kernels {
-  const char* name;
-  void (*combine)(DataType, ReduceOp, void*, const void*, const void*, size_t);
-  void (*divide)(DataType, void*, size_t, int64_t);
+  std::string name;
+  std::optional<internal::Isa> isa;  // nullopt: the public entry points
+
+  void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b,
+               size_t count) const {
+    if (isa) return internal::CombineWith(*isa, type, op, dst, a, b, count);
+    reduce::Combine(type, op, dst, a, b, count);
+  }
+  void DivideBy(DataType type, void* buf, size_t count, int64_t divisor) const {
+    if (isa) return internal::DivideByWith(*isa, type, buf, count, divisor);
+    reduce::DivideBy(type, buf, count, divisor);
+  }
+  void Scale(DataType type, void* dst, const void* src, size_t count, double factor) const {
+    if (isa) return internal::ScaleWith(*isa, type, dst, src, count, factor);
+    reduce::Scale(type, dst, src, count, factor);
+  }
 };
-constexpr Kernels kDispatched{"dispatched", Combine, DivideBy};
-constexpr Kernels kPortable{"portable", internal::CombinePortable, internal::DivideByPortable};
+const Kernels kDispatched{"dispatched", std::nullopt};
 
 template <DataType kType>
 void CheckCombine(const Kernels& kernels, Rng& rng, ReduceOp op, size_t count) {
   using S = typename Traits<kType>::S;
-  const auto combine = kernels.combine;
-  const std::string what = std::string(kernels.name) + " " + std::string(DataTypeName(kType)) +
-                           " " + std::string(ReduceOpName(op)) + " count " + std::to_string(count);
+  const auto combine = [&kernels](auto... args) { kernels.Combine(args...); };
+  const std::string what = kernels.name + " " + std::string(DataTypeName(kType)) + " " +
+                           std::string(ReduceOpName(op)) + " count " + std::to_string(count);
   // Element offsets 1, 3 and 2 make the three arrays differently misaligned; the guard elements
   // around dst catch writes past either end.
   std::vector<S> a(count + 4), b(count + 4), expected(count);
@@ -304,39 +326,107 @@ void CheckDivide(const Kernels& kernels, Rng& rng, int64_t divisor, size_t count
   std::vector<S> buf(count + 1), expected(count);
   for (S& v : buf) v = Traits<kType>::Random(rng);
   for (size_t i = 0; i < count; ++i) expected[i] = Traits<kType>::Divided(buf[i + 1], divisor);
-  kernels.divide(kType, buf.data() + 1, count, divisor);
+  kernels.DivideBy(kType, buf.data() + 1, count, divisor);
   ExpectAllSame<kType>(buf.data() + 1, expected.data(), count,
-                       std::string(kernels.name) + " " + std::string(DataTypeName(kType)) + " / " +
+                       kernels.name + " " + std::string(DataTypeName(kType)) + " / " +
                            std::to_string(divisor) + " count " + std::to_string(count));
 }
 
+// Out of place (src and dst differently misaligned) and in place.
 template <DataType kType>
-void CheckType(Rng& rng, const Kernels& kernels = kDispatched) {
+void CheckScale(const Kernels& kernels, Rng& rng, double factor, size_t count) {
+  using S = typename Traits<kType>::S;
+  std::vector<S> src(count + 1), dst(count + 2), expected(count);
+  for (S& v : src) v = Traits<kType>::Random(rng);
+  for (size_t i = 0; i < count; ++i) expected[i] = Traits<kType>::Scaled(src[i + 1], factor);
+  const std::string what = kernels.name + " " + std::string(DataTypeName(kType)) + " * " +
+                           std::to_string(factor) + " count " + std::to_string(count);
+  kernels.Scale(kType, dst.data() + 2, src.data() + 1, count, factor);
+  ExpectAllSame<kType>(dst.data() + 2, expected.data(), count, what);
+  kernels.Scale(kType, src.data() + 1, src.data() + 1, count, factor);
+  ExpectAllSame<kType>(src.data() + 1, expected.data(), count, what + " in place");
+}
+
+constexpr bool IsFloating(DataType type) {
+  return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kFloat16 ||
+         type == DataType::kBFloat16;
+}
+
+// The counts for the public entry points: the edges, and sizes well past any block or cache.
+constexpr size_t kCombineCounts[] = {0, 1, 7, 1000, 1000003};
+constexpr size_t kDivideCounts[] = {0, 1, 7, 1000, 100003};
+// The counts for each ISA's build: around every vector width and block size (kBlock = 256).
+constexpr size_t kIsaCounts[] = {0, 1, 7, 15, 16, 17, 31, 33, 255, 256, 257, 1000, 4099};
+
+template <DataType kType>
+void CheckType(Rng& rng, const Kernels& kernels, std::span<const size_t> combine_counts,
+               std::span<const size_t> divide_counts) {
   for (ReduceOp op : kAllOps) {
-    for (size_t count : kCounts) CheckCombine<kType>(kernels, rng, op, count);
+    for (size_t count : combine_counts) CheckCombine<kType>(kernels, rng, op, count);
   }
   for (int64_t divisor : {int64_t{1}, int64_t{2}, int64_t{3}, int64_t{-1}, int64_t{-7},
                           int64_t{1000}, int64_t{1} << 40, std::numeric_limits<int64_t>::min()}) {
-    for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1000}, size_t{100003}}) {
-      CheckDivide<kType>(kernels, rng, divisor, count);
+    for (size_t count : divide_counts) CheckDivide<kType>(kernels, rng, divisor, count);
+  }
+  if constexpr (IsFloating(kType)) {
+    for (double factor : {1.0, 0.5, -3.0, 1.0 / 3, 1e-3, 1e30, 1e-40, -0.0, HUGE_VAL,
+                          std::numeric_limits<double>::quiet_NaN()}) {
+      for (size_t count : divide_counts) CheckScale<kType>(kernels, rng, factor, count);
     }
   }
 }
 
+template <DataType kType>
+void CheckDispatched(Rng& rng) {
+  CheckType<kType>(rng, kDispatched, kCombineCounts, kDivideCounts);
+}
+
 using ReduceTest = SeededTest;
 
-TEST_F(ReduceTest, Float32MatchesReference) { CheckType<DataType::kFloat32>(rng_); }
-TEST_F(ReduceTest, Float64MatchesReference) { CheckType<DataType::kFloat64>(rng_); }
-TEST_F(ReduceTest, Float16MatchesReference) { CheckType<DataType::kFloat16>(rng_); }
-TEST_F(ReduceTest, Float16PortableMatchesReference) {
-  if (!internal::HaveF16c()) GTEST_SKIP() << "no F16C, so the test above ran the portable path";
-  CheckType<DataType::kFloat16>(rng_, kPortable);
+TEST_F(ReduceTest, Float32MatchesReference) { CheckDispatched<DataType::kFloat32>(rng_); }
+TEST_F(ReduceTest, Float64MatchesReference) { CheckDispatched<DataType::kFloat64>(rng_); }
+TEST_F(ReduceTest, Float16MatchesReference) { CheckDispatched<DataType::kFloat16>(rng_); }
+TEST_F(ReduceTest, BFloat16MatchesReference) { CheckDispatched<DataType::kBFloat16>(rng_); }
+TEST_F(ReduceTest, Int8MatchesReference) { CheckDispatched<DataType::kInt8>(rng_); }
+TEST_F(ReduceTest, UInt8MatchesReference) { CheckDispatched<DataType::kUInt8>(rng_); }
+TEST_F(ReduceTest, Int32MatchesReference) { CheckDispatched<DataType::kInt32>(rng_); }
+TEST_F(ReduceTest, Int64MatchesReference) { CheckDispatched<DataType::kInt64>(rng_); }
+
+// The same reference checks on every ISA's build of the kernels that this CPU can run, whatever
+// the dispatch would choose.
+class ReduceIsaTest : public SeededTest, public ::testing::WithParamInterface<internal::Isa> {
+ protected:
+  void SetUp() override {
+    if (!internal::IsaSupported(GetParam())) {
+      GTEST_SKIP() << "the " << internal::IsaName(GetParam())
+                   << " kernels cannot run on this CPU (or were not built for it), so they are "
+                      "not tested here";
+    }
+  }
+  template <DataType kType>
+  void Check() {
+    const internal::Isa isa = GetParam();
+    CheckType<kType>(rng_, Kernels{internal::IsaName(isa), isa}, kIsaCounts, kIsaCounts);
+  }
+};
+
+TEST_P(ReduceIsaTest, Float32MatchesReference) { Check<DataType::kFloat32>(); }
+TEST_P(ReduceIsaTest, Float64MatchesReference) { Check<DataType::kFloat64>(); }
+TEST_P(ReduceIsaTest, Float16MatchesReference) { Check<DataType::kFloat16>(); }
+TEST_P(ReduceIsaTest, BFloat16MatchesReference) { Check<DataType::kBFloat16>(); }
+TEST_P(ReduceIsaTest, Int8MatchesReference) { Check<DataType::kInt8>(); }
+TEST_P(ReduceIsaTest, UInt8MatchesReference) { Check<DataType::kUInt8>(); }
+TEST_P(ReduceIsaTest, Int32MatchesReference) { Check<DataType::kInt32>(); }
+TEST_P(ReduceIsaTest, Int64MatchesReference) { Check<DataType::kInt64>(); }
+
+std::string IsaParamName(const ::testing::TestParamInfo<internal::Isa>& param) {
+  return internal::IsaName(param.param);
 }
-TEST_F(ReduceTest, BFloat16MatchesReference) { CheckType<DataType::kBFloat16>(rng_); }
-TEST_F(ReduceTest, Int8MatchesReference) { CheckType<DataType::kInt8>(rng_); }
-TEST_F(ReduceTest, UInt8MatchesReference) { CheckType<DataType::kUInt8>(rng_); }
-TEST_F(ReduceTest, Int32MatchesReference) { CheckType<DataType::kInt32>(rng_); }
-TEST_F(ReduceTest, Int64MatchesReference) { CheckType<DataType::kInt64>(rng_); }
+
+INSTANTIATE_TEST_SUITE_P(EveryIsa, ReduceIsaTest,
+                         ::testing::Values(internal::Isa::kScalar, internal::Isa::kAvx2,
+                                           internal::Isa::kAvx512),
+                         IsaParamName);
 
 TEST(ReduceEdgeTest, ZeroCountTouchesNothing) {
   for (ReduceOp op : kAllOps) Combine(DataType::kFloat32, op, nullptr, nullptr, nullptr, 0);

@@ -1,13 +1,15 @@
-// The element-wise operations behind every ReduceOp, shared by the portable and F16C kernels.
+// The element-wise operations behind every ReduceOp, shared by the kernels of every ISA.
+// Internal linkage throughout, for the reason given at the top of half.h (which provides BitCast).
 #pragma once
 
-#include <bit>
-#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
 
+#include "reduce/half.h"
+
 namespace ddp::reduce::internal {
+namespace {
 
 template <typename T>
 using SameSizeBits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
@@ -20,13 +22,25 @@ template <typename T, bool kIsMin>
 [[gnu::always_inline]] inline T FloatMinMax(T a, T b) {
   using Bits = SameSizeBits<T>;
   constexpr Bits kQuiet = Bits{1} << (std::numeric_limits<T>::digits - 2);
-  const Bits a_bits = std::bit_cast<Bits>(a);
-  const Bits b_bits = std::bit_cast<Bits>(b);
+  const Bits a_bits = BitCast<Bits>(a);
+  const Bits b_bits = BitCast<Bits>(b);
   const T pick = kIsMin ? (a < b ? a : b) : (a > b ? a : b);
-  const T tie = std::bit_cast<T>(kIsMin ? (a_bits | b_bits) : (a_bits & b_bits));
+  const T tie = BitCast<T>(kIsMin ? (a_bits | b_bits) : (a_bits & b_bits));
   const T ordered = a == b ? tie : pick;
-  const T nan = std::bit_cast<T>((a != a ? a_bits : b_bits) | kQuiet);
-  return std::isunordered(a, b) ? nan : ordered;
+  const T nan = BitCast<T>((a != a ? a_bits : b_bits) | kQuiet);
+  return __builtin_isunordered(a, b) ? nan : ordered;
+}
+
+// The second operand of a float sum or product: b, or a itself where a is NaN, so that a NaN a
+// makes the result a made quiet whichever operand order the compiler emits. IEEE 754 leaves open
+// whose payload the result of NaN + NaN carries (x86 takes the first operand's, and compilers
+// swap the operands of + and * freely), and without this the bits would differ between builds.
+// With one NaN operand the hardware already returns that one, quieted. Tested with
+// __builtin_isunordered: with a != a, GCC turns the select into a branch and no longer
+// vectorizes the loop.
+template <typename T>
+[[gnu::always_inline]] inline T NanSelfOr(T a, T b) {
+  return __builtin_isunordered(a, a) ? a : b;
 }
 
 // Integer sum and product go through the unsigned type of the same width, where overflow wraps
@@ -38,7 +52,7 @@ struct Sum {
       using U = std::make_unsigned_t<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
     } else {
-      return a + b;
+      return a + NanSelfOr(a, b);
     }
   }
 };
@@ -50,7 +64,7 @@ struct Product {
       using U = std::make_unsigned_t<T>;
       return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
     } else {
-      return a * b;
+      return a * NanSelfOr(a, b);
     }
   }
 };
@@ -77,4 +91,5 @@ struct Max {
   }
 };
 
+}  // namespace
 }  // namespace ddp::reduce::internal

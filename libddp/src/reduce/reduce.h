@@ -11,8 +11,10 @@ namespace ddp::reduce {
 // dst[i] = a[i] (op) b[i] for i < count. dst may be the same pointer as a or b (not a partial
 // overlap). kAverage combines like kSum; the collective finishes it with DivideBy. f16 and bf16
 // are computed in f32 and rounded to nearest-even once per element. Integer sum and product wrap
-// around (two's complement), never undefined behaviour. Min and max propagate NaN.
-// The result for given inputs is the same on every machine (no reassociation across elements).
+// around (two's complement), never undefined behaviour. Min and max propagate NaN; a NaN operand
+// makes the result the first NaN operand, made quiet (NaN payloads included).
+// The result for given inputs is the same on every machine and every instruction set the kernels
+// are built for (no reassociation across elements; see reduce_internal.h).
 void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
 
 // buf[i] = buf[i] / divisor for i < count (finishes an average). Integers truncate toward zero;

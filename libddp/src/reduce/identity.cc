@@ -1,4 +1,4 @@
-// Scaling (the engine's pre- and post-scale factors) and identity fill (a joined rank's share).
+// Identity fill: what a rank without data (a joined rank) contributes to a reduction.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -10,23 +10,6 @@
 
 namespace ddp::reduce {
 namespace {
-
-template <typename T, typename F>
-void ScaleLoop(T* dst, const T* src, size_t count, F factor) {
-  // Separate loops so that the compiler need not prove the pointers apart to vectorize.
-  if (dst == src) {
-    for (size_t i = 0; i < count; ++i) dst[i] = static_cast<T>(dst[i] * factor);
-    return;
-  }
-  T* __restrict d = dst;
-  const T* __restrict s = src;
-  for (size_t i = 0; i < count; ++i) d[i] = static_cast<T>(s[i] * factor);
-}
-
-template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
-void ScaleHalfLoop(uint16_t* dst, const uint16_t* src, size_t count, float factor) {
-  for (size_t i = 0; i < count; ++i) dst[i] = Store(Load(src[i]) * factor);
-}
 
 template <typename T>
 void Fill(void* dst, size_t count, T value) {
@@ -68,26 +51,6 @@ float FloatIdentity(ReduceOp op) {
 }
 
 }  // namespace
-
-void Scale(DataType type, void* dst, const void* src, size_t count, double factor) {
-  switch (type) {
-    case DataType::kFloat32:
-      return ScaleLoop(static_cast<float*>(dst), static_cast<const float*>(src), count,
-                       static_cast<float>(factor));
-    case DataType::kFloat64:
-      return ScaleLoop(static_cast<double*>(dst), static_cast<const double*>(src), count, factor);
-    case DataType::kFloat16:
-      return ScaleHalfLoop<internal::HalfBitsToFloat, internal::FloatToHalfBits>(
-          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
-          static_cast<float>(factor));
-    case DataType::kBFloat16:
-      return ScaleHalfLoop<internal::BFloat16BitsToFloat, internal::FloatToBFloat16Bits>(
-          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
-          static_cast<float>(factor));
-    default:
-      Die("reduce::Scale", type);
-  }
-}
 
 void FillIdentity(DataType type, ReduceOp op, void* dst, size_t count) {
   const float f = FloatIdentity(op);
