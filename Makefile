@@ -92,6 +92,7 @@ tsan: deps
 	  ctest --output-on-failure -j $(JOBS) -L fast
 
 bench: build
+	benchmarks/compare
 	benchmarks/compare_tcp
 
 install: build

@@ -1,6 +1,7 @@
 #include "transport/shm/domain.h"
 
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -20,6 +21,12 @@ size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 constexpr size_t kPage = 4096;
 
 }  // namespace
+
+namespace {
+std::atomic<int> spin_iterations{20000};
+}  // namespace
+
+int SpinIterations() { return spin_iterations.load(std::memory_order_relaxed); }
 
 void Publish(AreaControl* control) {
   control->word.fetch_add(1);
@@ -70,6 +77,10 @@ absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
   if (!seg.ok()) return seg.status();
   d->own_ = std::move(*seg);
   d->bases_[static_cast<size_t>(me)] = d->own_.base();
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  spin_iterations.store(d->config_.local_size > cores ? 50 : 20000);
   d->pids_[static_cast<size_t>(me)] = getpid();
   return d;
 }

@@ -126,9 +126,15 @@ absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check);
 void Publish(AreaControl* control);
 bool SleepOn(AreaControl* control, uint32_t seen, absl::Duration max);
 
+// How long a wait spins before yielding: long when every local rank has a core of its own (the
+// peer is running and will publish within microseconds), short when ranks share cores (the peer
+// may need this very core).
+int SpinIterations();
+
 template <typename Ready, typename Check>
 absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check) {
-  for (int i = 0; i < 4000; ++i) {
+  const int spins = SpinIterations();
+  for (int i = 0; i < spins; ++i) {
     if (ready()) return absl::OkStatus();
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
