@@ -105,11 +105,15 @@ TEST(ShmSegments, ARankThatFailsToStartLeavesNothingAndIsNamed) {
     return ctx.ok() ? absl::InternalError("started with different layouts") : ctx.status();
   });
   ASSERT_FALSE(job.hung) << job.Summary();
+  // Every rank fails saying it is shared memory; whichever ranks find the other layout first
+  // name the settings (the others may find a segment already gone with its failed creator).
+  int named_setting = 0;
   for (const RankResult& r : job.ranks) {
     ASSERT_TRUE(r.status_reported) << job.Summary();
-    EXPECT_TRUE(absl::StrContains(r.status, "DDP_SHM") || absl::StrContains(r.status, "attached"))
-        << job.Summary();
+    EXPECT_TRUE(absl::StrContains(r.status, "shared memory")) << job.Summary();
+    if (absl::StrContains(r.status, "DDP_SHM")) ++named_setting;
   }
+  EXPECT_GE(named_setting, 1) << job.Summary();
   EXPECT_TRUE(NewNames(before).empty());
 }
 

@@ -151,7 +151,8 @@ absl::StatusOr<Segment> Segment::Attach(const std::string& name, const std::stri
   if (fd < 0) {
     return absl::UnavailableError(
         absl::StrCat(where, ": cannot open: ", Errno(errno),
-                     " (is it on another machine with the same host name? set DDP_HOSTNAME, or "
+                     " (that rank may have failed to start: see its own error; or it runs on "
+                     "another machine with the same host name: set DDP_HOSTNAME, or "
                      "DDP_TRANSPORT=tcp)"));
   }
   struct stat st {};
