@@ -135,7 +135,6 @@ absl::StatusOr<Segment> Segment::Create(const std::string& token, int rank, uint
   h->bytes = bytes;
   const crypto::Digest mac = Mac(token, seg.name_, layout, bytes, rank);
   std::memcpy(h->mac, mac.data(), sizeof(h->mac));
-  std::atomic_thread_fence(std::memory_order_release);
   reinterpret_cast<std::atomic<uint64_t>*>(&h->magic)->store(kMagic, std::memory_order_release);
   return seg;
 }
