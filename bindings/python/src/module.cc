@@ -313,7 +313,7 @@ PYBIND11_MODULE(_ddp, m) {
       [] {
         // What DDP_TRANSPORT may name in this installation, with the library behind each.
         std::vector<std::pair<std::string, std::string>> out = {{"tcp", "built in"},
-                                                                  {"shm", "built in"}};
+                                                                {"shm", "built in"}};
         if (ddp::bootstrap::mpi::Available())
           out.emplace_back("mpi", ddp::bootstrap::mpi::Version());
         if (ddp::transport::ofi::Available())
