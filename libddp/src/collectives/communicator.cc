@@ -66,13 +66,12 @@ Hierarchy& Communicator::hierarchy() {
     members.push_back(r);
   }
   std::vector<int> cross;
-  int my_cross = 0;
   for (const std::string& h : order) {
-    if (h == mine) my_cross = static_cast<int>(cross.size());
     cross.push_back(by_host[h][static_cast<size_t>(my_local)]);
   }
   std::sort(cross.begin(), cross.end());
-  my_cross = static_cast<int>(std::find(cross.begin(), cross.end(), rank_) - cross.begin());
+  const int my_cross =
+      static_cast<int>(std::find(cross.begin(), cross.end(), rank_) - cross.begin());
   Tuning sub = tuning_;
   sub.hosts.clear();
   sub.algorithm = Algorithm::kAuto;

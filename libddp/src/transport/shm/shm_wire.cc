@@ -202,24 +202,30 @@ bool ShmWire::Read(int peer, std::vector<wire::Event>* events) {
   return moved;
 }
 
+// Completes every operation with `peer` (posted receives, the message being read, queued
+// sends) with `status`, and forgets them.
+void ShmWire::DropAll(int peer, const absl::Status& status, std::vector<wire::Event>* events) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  auto done = [&](uint64_t token) {
+    events->push_back({wire::Event::Kind::kDone, token, status, peer, {}});
+  };
+  for (auto& [tag, posted] : p.posted) done(posted.token);
+  p.posted.clear();
+  if (p.in.have_header && p.in.record.kind == kData && p.in.target.token != 0 && !p.in.failed) {
+    done(p.in.target.token);
+  }
+  p.in = Incoming{};
+  for (Outgoing& o : p.out) {
+    if (o.record.kind == kData) done(o.token);
+  }
+  p.out.clear();
+}
+
 void ShmWire::FailPeer(int peer, std::vector<wire::Event>* events) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   const absl::Status gone =
       absl::UnavailableError(absl::StrCat("its process (pid ", domain_->pid(peer), ") has exited"));
-  for (auto& [tag, posted] : p.posted) {
-    events->push_back({wire::Event::Kind::kDone, posted.token, gone, peer, {}});
-  }
-  p.posted.clear();
-  if (p.in.have_header && p.in.record.kind == kData && p.in.target.token != 0 && !p.in.failed) {
-    events->push_back({wire::Event::Kind::kDone, p.in.target.token, gone, peer, {}});
-  }
-  p.in = Incoming{};
-  for (Outgoing& o : p.out) {
-    if (o.record.kind == kData) {
-      events->push_back({wire::Event::Kind::kDone, o.token, gone, peer, {}});
-    }
-  }
-  p.out.clear();
+  DropAll(peer, gone, events);
   if (!p.reported) {
     p.reported = true;
     events->push_back({wire::Event::Kind::kDone, 0, gone, peer, {}});
@@ -286,33 +292,7 @@ void ShmWire::Cancel() {
 void ShmWire::Abandon() {
   abandoned_ = true;
   for (size_t peer = 0; peer < peers_.size(); ++peer) {
-    Peer& p = peers_[peer];
-    for (auto& [tag, posted] : p.posted) {
-      deferred_.push_back({wire::Event::Kind::kDone,
-                           posted.token,
-                           absl::CancelledError("abandoned"),
-                           static_cast<int>(peer),
-                           {}});
-    }
-    p.posted.clear();
-    if (p.in.have_header && p.in.record.kind == kData && p.in.target.token != 0) {
-      deferred_.push_back({wire::Event::Kind::kDone,
-                           p.in.target.token,
-                           absl::CancelledError("abandoned"),
-                           static_cast<int>(peer),
-                           {}});
-    }
-    p.in = Incoming{};
-    for (Outgoing& o : p.out) {
-      if (o.record.kind == kData) {
-        deferred_.push_back({wire::Event::Kind::kDone,
-                             o.token,
-                             absl::CancelledError("abandoned"),
-                             static_cast<int>(peer),
-                             {}});
-      }
-    }
-    p.out.clear();
+    DropAll(static_cast<int>(peer), absl::CancelledError("abandoned"), &deferred_);
   }
 }
 

@@ -83,6 +83,7 @@ class ShmWire final : public wire::Wire {
 
   bool Write(int peer, std::vector<wire::Event>* events);
   bool Read(int peer, std::vector<wire::Event>* events);
+  void DropAll(int peer, const absl::Status& status, std::vector<wire::Event>* events);
   void FailPeer(int peer, std::vector<wire::Event>* events);
   static size_t Padded(size_t n) { return (n + 7) & ~size_t{7}; }
 
