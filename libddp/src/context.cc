@@ -350,11 +350,12 @@ absl::Status ContextImpl::ConnectShm(const std::vector<std::string>& hosts,
   // The allreduce through the shared reduction areas (communicators 0 and 1: the context's and
   // the engine's). It reports failures through the transport that carries everything else.
   struct Link {
-    transport::Transport* transport = nullptr;
+    transport::wire::WireTransport* transport = nullptr;
   };
   auto link = std::make_shared<Link>();
   auto allreduce = std::make_shared<transport::shm::ShmAllreduce>(
       shm, [link] { return link->transport ? link->transport->health() : absl::OkStatus(); },
+      [link](int peer) { return link->transport != nullptr && link->transport->PeerLeft(peer); },
       [link](const absl::Status& s) {
         if (link->transport) link->transport->Abort(s);
       });

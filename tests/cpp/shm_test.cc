@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ddp/context.h"
+#include "support/check.h"
 #include "support/multiprocess.h"
 #include "transport/shm/segment.h"
 
@@ -201,6 +202,48 @@ TEST(ShmAllreduce, MoreRanksThanCoresStayCorrect) {
     }
     return absl::OkStatus();
   });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// A rank that shuts down (on purpose, and stays alive) is named by the others at once: the
+// allreduce they wait in learns of its goodbye, not only of its death or a timeout. Rank 1 lives
+// until both others have their error, so nothing here can come from its process exiting.
+TEST(ShmAllreduce, ARankThatShutsDownIsNamedAtOnceWhileItStillRuns) {
+  const std::string marks = absl::StrCat(::testing::TempDir(), "/ddp-shm-left-", ::getpid());
+  JobSpec spec;
+  spec.size = 3;
+  spec.env["DDP_TIMEOUT_SECONDS"] = "120";
+  JobResult job = RunWithContext(spec, [&marks](Context& ctx) -> absl::Status {
+    CHECK_OK(ctx.Barrier());
+    if (ctx.rank() == 1) {
+      CHECK_OK(ctx.Shutdown());
+      for (int i = 0; i < 100000; ++i) {
+        if (::access(absl::StrCat(marks, "-0").c_str(), F_OK) == 0 &&
+            ::access(absl::StrCat(marks, "-2").c_str(), F_OK) == 0) {
+          return absl::OkStatus();
+        }
+        ::usleep(1000);
+      }
+      return absl::InternalError("the other ranks never reported");
+    }
+    absl::Status result;
+    for (size_t count : {size_t{16}, size_t{1} << 20}) {
+      std::vector<float> v(count, 1.0f);
+      absl::Status s = ctx.Allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      if (s.ok()) {
+        result = absl::InternalError("an allreduce without rank 1 succeeded");
+      } else if (!absl::StrContains(s.message(), "rank 1") ||
+                 !absl::StrContains(s.message(), "shut down")) {
+        result = absl::InternalError(absl::StrCat("rank 1's goodbye not named: ", s.ToString()));
+      }
+      if (!result.ok()) break;
+    }
+    FILE* f = std::fopen(absl::StrCat(marks, "-", ctx.rank()).c_str(), "w");
+    if (f != nullptr) std::fclose(f);
+    return result;
+  });
+  for (int r : {0, 2}) std::remove(absl::StrCat(marks, "-", r).c_str());
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }

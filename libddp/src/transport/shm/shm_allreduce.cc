@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #if defined(__x86_64__)
 #include <emmintrin.h>
 #endif
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "reduce/reduce.h"
 
@@ -78,9 +81,11 @@ std::string CallText(size_t count, uint32_t type, uint32_t op) {
 }  // namespace
 
 ShmAllreduce::ShmAllreduce(std::shared_ptr<ShmDomain> domain, std::function<absl::Status()> health,
+                           std::function<bool(int)> left,
                            std::function<void(const absl::Status&)> abort)
     : domain_(std::move(domain)),
       health_(std::move(health)),
+      left_(std::move(left)),
       abort_(std::move(abort)),
       areas_(static_cast<size_t>(domain_->config().areas)) {}
 
@@ -137,11 +142,7 @@ absl::Status ShmAllreduce::Check(int area, int peer, absl::Time deadline, const 
                        "order)"));
     }
   }
-  if (!domain_->Alive(peer)) {
-    return absl::UnavailableError(absl::StrCat(domain_->PeerName(peer), ": its process (pid ",
-                                               domain_->pid(peer),
-                                               ") has exited in the middle of an allreduce"));
-  }
+  if ((left_ && left_(peer)) || !domain_->Alive(peer)) return Gone();
   if (absl::Now() > deadline) {
     return absl::DeadlineExceededError(absl::StrCat(
         "shared-memory allreduce: timed out after ",
@@ -150,6 +151,33 @@ absl::Status ShmAllreduce::Check(int area, int peer, absl::Time deadline, const 
         "; it is alive but not taking part (busy elsewhere, stopped, or in a different call)"));
   }
   return absl::OkStatus();
+}
+
+absl::Status ShmAllreduce::Gone() {
+  // One rank leaving often makes another fail and leave too, and the goodbye or abort that
+  // explains it may still be in a ring: give the transport a moment to read what the peers sent
+  // last, then name every local peer that is gone, not only the one this rank waited for.
+  const absl::Time until = absl::Now() + absl::Milliseconds(100);
+  do {
+    absl::SleepFor(absl::Milliseconds(5));
+    absl::Status h = health_ ? health_() : absl::OkStatus();
+    if (!h.ok()) return h;  // an abort carries its reason
+  } while (absl::Now() < until);
+  std::vector<std::string> gone;
+  for (int p = 0; p < domain_->local_size(); ++p) {
+    if (p == domain_->local_rank()) continue;
+    if (left_ && left_(p)) {
+      gone.push_back(absl::StrCat(domain_->PeerName(p), " has shut down (left the job)"));
+    } else if (!domain_->Alive(p)) {
+      gone.push_back(absl::StrCat(domain_->PeerName(p), ": its process (pid ", domain_->pid(p),
+                                  ") has exited"));
+    }
+  }
+  if (gone.size() == 1) {
+    return absl::UnavailableError(absl::StrCat(gone[0], " in the middle of an allreduce"));
+  }
+  return absl::UnavailableError(
+      absl::StrCat("local ranks gone in the middle of an allreduce: ", absl::StrJoin(gone, "; ")));
 }
 
 absl::Status ShmAllreduce::WaitAll(int area, Line AreaControl::*flag, uint64_t step,

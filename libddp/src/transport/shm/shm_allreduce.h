@@ -31,8 +31,10 @@ namespace ddp::transport::shm {
 
 class ShmAllreduce {
  public:
+  // `health`: the transport's failure, if any (a peer's abort among them). `left(peer)`: whether
+  // a local peer has said goodbye. `abort`: tells the peers why this rank stops.
   ShmAllreduce(std::shared_ptr<ShmDomain> domain, std::function<absl::Status()> health,
-               std::function<void(const absl::Status&)> abort);
+               std::function<bool(int)> left, std::function<void(const absl::Status&)> abort);
 
   bool Has(int area) const {
     return domain_->config().native_allreduce && area >= 0 && area < domain_->config().areas;
@@ -64,9 +66,12 @@ class ShmAllreduce {
   absl::Status CheckCalls(int area, uint64_t step, size_t count, DataType type, ReduceOp op);
   absl::Status Check(int area, int peer, absl::Time deadline, const char* what, uint64_t step);
   absl::Status Fail(int area, absl::Status status);
+  // The error when a peer has left or died: names every local peer gone.
+  absl::Status Gone();
 
   std::shared_ptr<ShmDomain> domain_;
   std::function<absl::Status()> health_;
+  std::function<bool(int)> left_;
   std::function<void(const absl::Status&)> abort_;
   std::vector<AreaState> areas_;
   std::function<std::string(const Descriptor&)> describe_;

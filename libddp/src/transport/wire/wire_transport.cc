@@ -96,6 +96,7 @@ WireTransport::WireTransport(WireConfig config, std::unique_ptr<Wire> wire)
       wire_name_(wire->Name()),
       wire_(std::move(wire)),
       peers_(static_cast<size_t>(config_.size)),
+      left_(static_cast<size_t>(config_.size), false),
       heard_ns_(new std::atomic<int64_t>[static_cast<size_t>(config_.size)]) {
   const absl::Time now = absl::Now();
   for (int r = 0; r < config_.size; ++r) heard_ns_[static_cast<size_t>(r)].store(NowNs());
@@ -147,6 +148,11 @@ void WireTransport::SetDescriptorFormatter(DescriptorFormatter formatter) {
 absl::Status WireTransport::health() const {
   std::lock_guard<std::mutex> lock(mu_);
   return failure_;
+}
+
+bool WireTransport::PeerLeft(int peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return peer >= 0 && static_cast<size_t>(peer) < left_.size() && left_[static_cast<size_t>(peer)];
 }
 
 void WireTransport::RememberMemory(const void* data, size_t bytes) {
@@ -542,6 +548,10 @@ void WireTransport::HandleInOrder(int peer, const std::string& m) {
     }
     case kBye: {
       p.bye = true;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        left_[static_cast<size_t>(peer)] = true;
+      }
       for (auto it = p.posted.begin(); it != p.posted.end();) {
         if (!IsNotificationTag(it->tag)) {
           ++it;

@@ -76,6 +76,9 @@ class WireTransport final : public Transport {
   void Abort(const absl::Status& reason) override;
   absl::Status Shutdown() override;
   absl::Status health() const override;
+  // Whether `peer` has said goodbye (shut down on purpose): it takes part in nothing more.
+  // Thread-safe.
+  bool PeerLeft(int peer) const;
   void SetDescriptorFormatter(DescriptorFormatter formatter) override;
   void RememberMemory(const void* data, size_t bytes) override;
   void ForgetMemory(const void* data) override;
@@ -188,7 +191,8 @@ class WireTransport final : public Transport {
 
   // Small shared state.
   mutable std::mutex mu_;
-  absl::Status failure_;  // first error
+  absl::Status failure_;    // first error
+  std::vector<bool> left_;  // per peer: its goodbye has arrived
   std::atomic<bool> failed_{false};
   bool stopping_ = false;
   DescriptorFormatter formatter_;
