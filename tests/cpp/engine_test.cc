@@ -439,6 +439,8 @@ TEST(Engine, TimelineParsesAndHoldsEveryPhaseEvenAfterACrash) {
   EXPECT_EQ(CheckTimeline(base + ".1.json", phases), "");  // cut off by SIGKILL
   const std::string text = ReadFile(base + ".0.json");
   EXPECT_TRUE(absl::StrContains(text, "\"algorithm\"")) << text.substr(0, 2000);
+  // Both ranks on this host: the default transport is shared memory, and the timeline says so.
+  EXPECT_TRUE(absl::StrContains(text, "\"transport\":\"shm\"")) << text.substr(0, 2000);
   EXPECT_TRUE(absl::StrContains(text, "layer\\\"3")) << "names are escaped";
   std::remove((base + ".0.json").c_str());
   std::remove((base + ".1.json").c_str());

@@ -67,6 +67,7 @@ EngineImpl::EngineImpl(const Options& options, transport::Transport* transport,
                        const collectives::Tuning& tuning)
     : options_(options),
       transport_(transport),
+      transport_name_(transport != nullptr ? transport->name() : "none"),
       tuning_(tuning),
       rank_(options.rank),
       size_(options.size) {

@@ -214,7 +214,7 @@ class EngineImpl final : public Engine {
   void Finish(ProcessSet& set, const std::string& name, absl::Status status);
   // A non-allreduce collective finished OK: its timeline phase, stats, bytes and handle.
   void FinishOther(ProcessSet& set, const Response& r, const std::string& phase, int64_t start,
-                   const char* transport, uint64_t bytes);
+                   const std::string& transport, uint64_t bytes);
 
   // --- CUDA tensors (device_execution.cc) ---
   // The NCCL backend, created by the first CUDA submission (or a joined rank's first CUDA
@@ -234,6 +234,7 @@ class EngineImpl final : public Engine {
 
   const Options options_;
   transport::Transport* const transport_;
+  const std::string transport_name_;  // as the timeline shows it ("none" for a job of one)
   const collectives::Tuning tuning_;
   const int rank_;
   const int size_;

@@ -53,7 +53,7 @@ SplitLayout ReduceScatterLayout(const TensorMeta& meta, int n, int me) {
 }
 
 void EngineImpl::FinishOther(ProcessSet& set, const Response& r, const std::string& phase,
-                             int64_t start, const char* transport, uint64_t bytes) {
+                             int64_t start, const std::string& transport, uint64_t bytes) {
   std::string upper = phase;
   std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
   TimelinePhase(r.name, upper.c_str(), start, timeline_ ? timeline_->NowMicros() : 0,
@@ -158,7 +158,7 @@ absl::Status EngineImpl::RunAlone(ProcessSet& set, Response& r, int active) {
   const int64_t end = timeline_ ? timeline_->NowMicros() : 0;
   TimelinePhase(r.name, "ALLREDUCE", start, end,
                 {{"algorithm", std::string(AlgorithmName(algorithm))},
-                 {"transport", transport_ ? "tcp" : "none"},
+                 {"transport", transport_name_},
                  {"bytes", absl::StrCat(count * DataTypeSize(m.type))}});
   {
     std::lock_guard<std::mutex> lock(wake_->mu);
@@ -229,7 +229,7 @@ absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>&
     TimelinePhase(r->name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
     TimelinePhase(r->name, "ALLREDUCE", t1, t2,
                   {{"algorithm", std::string(AlgorithmName(algorithm))},
-                   {"transport", transport_ ? "tcp" : "none"},
+                   {"transport", transport_name_},
                    {"fused_tensors", absl::StrCat(batch.size())},
                    {"fused_bytes", absl::StrCat(total * es)}});
     TimelinePhase(r->name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
@@ -319,7 +319,7 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
       s = absl::InternalError("unexpected operation");
   }
   if (!s.ok()) return Annotate(s, absl::StrCat(OpKindName(m.kind), " '", r.name, "'"));
-  FinishOther(set, r, std::string(OpKindName(m.kind)), start, transport_ ? "tcp" : "none", bytes);
+  FinishOther(set, r, std::string(OpKindName(m.kind)), start, transport_name_, bytes);
   return absl::OkStatus();
 }
 

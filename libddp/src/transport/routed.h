@@ -23,6 +23,7 @@ class RoutedTransport final : public Transport {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+  std::string name() const override { return local_->name() + "+" + remote_->name(); }
   std::string PeerName(int peer) const override;
   RequestPtr Isend(int peer, uint64_t tag, const Descriptor& descriptor, const void* data,
                    size_t bytes) override;

@@ -19,6 +19,7 @@ class SubsetTransport final : public Transport {
   int rank() const override { return my_index_; }
   int size() const override { return static_cast<int>(members_.size()); }
   std::string PeerName(int peer) const override { return base_.PeerName(members_[peer]); }
+  std::string name() const override { return base_.name(); }
   RequestPtr Isend(int peer, uint64_t tag, const Descriptor& descriptor, const void* data,
                    size_t bytes) override {
     return base_.Isend(members_[peer], tag, descriptor, data, bytes);

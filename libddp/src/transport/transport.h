@@ -82,6 +82,9 @@ class Transport {
   virtual int size() const = 0;
   // "rank 3 (host-b, 10.0.0.7:41234)": how errors name a peer.
   virtual std::string PeerName(int peer) const = 0;
+  // What carries the bytes, as the engine's timeline and logs show it: "tcp", "shm", "mpi",
+  // "ofi", or "shm+tcp" (shared memory within a host, TCP across).
+  virtual std::string name() const = 0;
 
   // `data` must stay valid and unmodified (send) / untouched (receive) until the request
   // completes. Zero-byte messages are allowed.

@@ -60,6 +60,7 @@ class TcpTransport final : public Transport {
 
   int rank() const override { return config_.rank; }
   int size() const override { return config_.size; }
+  std::string name() const override { return "tcp"; }
   std::string PeerName(int peer) const override;
   RequestPtr Isend(int peer, uint64_t tag, const Descriptor& descriptor, const void* data,
                    size_t bytes) override;
