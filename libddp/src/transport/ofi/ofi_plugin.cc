@@ -18,8 +18,10 @@
 // unique keys; FI_MR_VIRT_ADDR and FI_MR_ALLOCATED need nothing more for two-sided messages.
 //
 // -FI_EAGAIN from any post puts the operation on a retry queue, retried in order after the next
-// completion-queue read; it is never an error. Completion errors are read with fi_cq_readerr and
-// reported with the provider's own text (fi_cq_strerror).
+// completion-queue read; it is never an error. Sends queue per destination and receives on
+// their own, so that a peer that stopped taking data (dead, stopped, cut off) holds up nothing
+// but the sends to it: the heartbeats to every other peer still go. Completion errors are read with
+// fi_cq_readerr and reported with the provider's own text (fi_cq_strerror).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <rdma/fabric.h>
@@ -315,13 +317,15 @@ class OfiWireImpl final : public OfiWire {
       }
       if (n < 64) break;
     }
-    // Retry what the provider could not take before, in order.
-    while (!retry_.empty()) {
-      Op* op = retry_.front();
-      const ssize_t rc = Post(op);
-      if (rc == -FI_EAGAIN) break;
-      retry_.pop_front();
-      if (rc != 0) return FiError(static_cast<int>(rc), PostName(op));
+    // Retry what the provider could not take before, in order within each queue.
+    for (auto& [queue, ops] : retry_) {
+      while (!ops.empty()) {
+        Op* op = ops.front();
+        const ssize_t rc = Post(op);
+        if (rc == -FI_EAGAIN) break;
+        ops.pop_front();
+        if (rc != 0) return FiError(static_cast<int>(rc), PostName(op));
+      }
     }
     return absl::OkStatus();
   }
@@ -343,21 +347,25 @@ class OfiWireImpl final : public OfiWire {
       if (op->posted && op->kind == Op::Kind::kDataRecv) fi_cancel(&ep_->fid, &op->context);
     }
     // Data not yet handed to the provider is dropped; control messages (aborts) still go.
-    std::deque<Op*> keep;
-    for (Op* op : retry_) {
-      if (op->kind == Op::Kind::kControlSend || op->kind == Op::Kind::kControlRecv) {
-        keep.push_back(op);
-      } else {
-        ReleaseOp(op);
+    for (auto& [queue, ops] : retry_) {
+      std::deque<Op*> keep;
+      for (Op* op : ops) {
+        if (op->kind == Op::Kind::kControlSend || op->kind == Op::Kind::kControlRecv) {
+          keep.push_back(op);
+        } else {
+          ReleaseOp(op);
+        }
       }
+      ops.swap(keep);
     }
-    retry_.swap(keep);
   }
 
   bool Busy() const override {
-    return !retry_.empty() || std::any_of(ops_.begin(), ops_.end(), [](const auto& op) {
-      return op->posted && op->kind != Op::Kind::kControlRecv;
-    });
+    const bool queued = std::any_of(retry_.begin(), retry_.end(),
+                                    [](const auto& queue) { return !queue.second.empty(); });
+    return queued || std::any_of(ops_.begin(), ops_.end(), [](const auto& op) {
+             return op->posted && op->kind != Op::Kind::kControlRecv;
+           });
   }
 
  private:
@@ -429,15 +437,18 @@ class OfiWireImpl final : public OfiWire {
     return -FI_EINVAL;
   }
 
-  // Posts now, or queues behind earlier operations the provider refused with -FI_EAGAIN.
+  // Posts now, or queues behind earlier operations of its queue (sends to the same peer, or
+  // receives) that the provider refused with -FI_EAGAIN.
   absl::Status PostOrQueue(Op* op) {
     op->posted = true;
-    if (retry_.empty()) {
+    const bool send = op->kind == Op::Kind::kControlSend || op->kind == Op::Kind::kDataSend;
+    std::deque<Op*>& queue = retry_[send ? op->peer : kReceiveQueue];
+    if (queue.empty()) {
       const ssize_t rc = Post(op);
       if (rc == 0) return absl::OkStatus();
       if (rc != -FI_EAGAIN) return FiError(static_cast<int>(rc), PostName(op));
     }
-    retry_.push_back(op);
+    queue.push_back(op);
     return absl::OkStatus();
   }
 
@@ -638,7 +649,10 @@ class OfiWireImpl final : public OfiWire {
   std::vector<std::pair<char*, void*>> control_free_;  // send buffers and their descriptors
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<Op*> free_ops_;
-  std::deque<Op*> retry_;
+  // Operations refused with -FI_EAGAIN: per destination rank for sends, kReceiveQueue for
+  // receives (from any source).
+  static constexpr int kReceiveQueue = -1;
+  std::map<int, std::deque<Op*>> retry_;
   std::map<uintptr_t, std::unique_ptr<Registration>> registrations_;
   std::list<std::unique_ptr<Registration>> private_;
   std::map<const void*, Registration*> remembered_;
