@@ -37,6 +37,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <list>
 #include <map>
 #include <memory>
@@ -317,8 +318,10 @@ class OfiWireImpl final : public OfiWire {
       }
       if (n < 64) break;
     }
-    // Retry what the provider could not take before, in order within each queue.
-    for (auto& [queue, ops] : retry_) {
+    // Retry what the provider could not take before, in order within each queue; a queue that
+    // empties goes, so that `retry_` is empty whenever nothing waits.
+    for (auto it = retry_.begin(); it != retry_.end();) {
+      std::deque<Op*>& ops = it->second;
       while (!ops.empty()) {
         Op* op = ops.front();
         const ssize_t rc = Post(op);
@@ -326,6 +329,7 @@ class OfiWireImpl final : public OfiWire {
         ops.pop_front();
         if (rc != 0) return FiError(static_cast<int>(rc), PostName(op));
       }
+      it = ops.empty() ? retry_.erase(it) : std::next(it);
     }
     return absl::OkStatus();
   }
@@ -347,25 +351,24 @@ class OfiWireImpl final : public OfiWire {
       if (op->posted && op->kind == Op::Kind::kDataRecv) fi_cancel(&ep_->fid, &op->context);
     }
     // Data not yet handed to the provider is dropped; control messages (aborts) still go.
-    for (auto& [queue, ops] : retry_) {
+    for (auto it = retry_.begin(); it != retry_.end();) {
       std::deque<Op*> keep;
-      for (Op* op : ops) {
+      for (Op* op : it->second) {
         if (op->kind == Op::Kind::kControlSend || op->kind == Op::Kind::kControlRecv) {
           keep.push_back(op);
         } else {
           ReleaseOp(op);
         }
       }
-      ops.swap(keep);
+      it->second.swap(keep);
+      it = it->second.empty() ? retry_.erase(it) : std::next(it);
     }
   }
 
   bool Busy() const override {
-    const bool queued = std::any_of(retry_.begin(), retry_.end(),
-                                    [](const auto& queue) { return !queue.second.empty(); });
-    return queued || std::any_of(ops_.begin(), ops_.end(), [](const auto& op) {
-             return op->posted && op->kind != Op::Kind::kControlRecv;
-           });
+    return !retry_.empty() || std::any_of(ops_.begin(), ops_.end(), [](const auto& op) {
+      return op->posted && op->kind != Op::Kind::kControlRecv;
+    });
   }
 
  private:
@@ -415,10 +418,10 @@ class OfiWireImpl final : public OfiWire {
     return buffer;
   }
 
-  static const char* PostName(const Op* op) {
-    return op->kind == Op::Kind::kControlSend || op->kind == Op::Kind::kDataSend ? "fi_tsend"
-                                                                                 : "fi_trecv";
+  static bool IsSend(const Op* op) {
+    return op->kind == Op::Kind::kControlSend || op->kind == Op::Kind::kDataSend;
   }
+  static const char* PostName(const Op* op) { return IsSend(op) ? "fi_tsend" : "fi_trecv"; }
 
   ssize_t Post(Op* op) {
     if (eagain_every_ > 0 && ++posts_ % eagain_every_ == 0) return -FI_EAGAIN;
@@ -441,14 +444,13 @@ class OfiWireImpl final : public OfiWire {
   // receives) that the provider refused with -FI_EAGAIN.
   absl::Status PostOrQueue(Op* op) {
     op->posted = true;
-    const bool send = op->kind == Op::Kind::kControlSend || op->kind == Op::Kind::kDataSend;
-    std::deque<Op*>& queue = retry_[send ? op->peer : kReceiveQueue];
-    if (queue.empty()) {
+    const int queue = IsSend(op) ? op->peer : kReceiveQueue;
+    if (retry_.count(queue) == 0) {
       const ssize_t rc = Post(op);
       if (rc == 0) return absl::OkStatus();
       if (rc != -FI_EAGAIN) return FiError(static_cast<int>(rc), PostName(op));
     }
-    queue.push_back(op);
+    retry_[queue].push_back(op);
     return absl::OkStatus();
   }
 
@@ -650,7 +652,7 @@ class OfiWireImpl final : public OfiWire {
   std::vector<std::unique_ptr<Op>> ops_;
   std::vector<Op*> free_ops_;
   // Operations refused with -FI_EAGAIN: per destination rank for sends, kReceiveQueue for
-  // receives (from any source).
+  // receives (from any source). Only queues with something waiting are present.
   static constexpr int kReceiveQueue = -1;
   std::map<int, std::deque<Op*>> retry_;
   std::map<uintptr_t, std::unique_ptr<Registration>> registrations_;
