@@ -4,9 +4,9 @@
 #include <climits>
 
 #include "absl/strings/str_cat.h"
-#include "bootstrap/mpi.h"
 #include "common/env.h"
 #include "common/status.h"
+#include "mpi/mpi.h"
 
 namespace ddp {
 namespace {
@@ -95,8 +95,8 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   DDP_ASSIGN_OR_RETURN(auto bootstrap, env::GetChoice("DDP_BOOTSTRAP", {"auto", "store", "mpi"}));
   if (bootstrap) o.bootstrap = static_cast<BootstrapKind>(*bootstrap);
   if (o.bootstrap == BootstrapKind::kAuto) {
-    const bool mpi = o.size > 1 && bootstrap::mpi::LaunchedByMpi() &&
-                     !env::Get("DDP_RENDEZVOUS_ADDR") && bootstrap::mpi::Available();
+    const bool mpi =
+        o.size > 1 && mpi::LaunchedByMpi() && !env::Get("DDP_RENDEZVOUS_ADDR") && mpi::Available();
     o.bootstrap = mpi ? BootstrapKind::kMpi : BootstrapKind::kStore;
   }
   DDP_ASSIGN_OR_RETURN(auto transport,

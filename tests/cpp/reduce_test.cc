@@ -347,11 +347,6 @@ void CheckScale(const Kernels& kernels, Rng& rng, double factor, size_t count) {
   ExpectAllSame<kType>(src.data() + 1, expected.data(), count, what + " in place");
 }
 
-constexpr bool IsFloating(DataType type) {
-  return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kFloat16 ||
-         type == DataType::kBFloat16;
-}
-
 // The counts for the public entry points: the edges, and sizes well past any block or cache.
 constexpr size_t kCombineCounts[] = {0, 1, 7, 1000, 1000003};
 constexpr size_t kDivideCounts[] = {0, 1, 7, 1000, 100003};

@@ -1,10 +1,11 @@
 // ddp._ddp: the pybind11 layer under the `ddp` Python package.
 //
-// Deliberately thin: tensors arrive as (address, dtype, shape) triples that the Python side has
-// already checked (numpy arrays, buffer-protocol objects and torch tensors all reduce to that),
-// together with the Python objects owning the memory, which a Handle keeps alive until the
-// operation has finished. Nothing is copied here; waiting releases the GIL. Every libddp error
-// becomes ddp.DDPError carrying the full message and the status code's name.
+// Deliberately thin, and on the public C++ API only (<ddp/...>): tensors arrive as (address,
+// dtype, shape) triples that the Python side has already checked (numpy arrays, buffer-protocol
+// objects and torch tensors all reduce to that), together with the Python objects owning the
+// memory, which a Handle keeps alive until the operation has finished. Nothing is copied here;
+// waiting releases the GIL. Every libddp error becomes ddp.DDPError carrying the full message,
+// the status code's name, and the blamed ranks and tensor (ddp/errors.h).
 //
 // The Python API is module-level (like Horovod's), so this module holds the process's one
 // Context; the C++ library itself has no globals.
@@ -23,15 +24,14 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "bootstrap/mpi.h"
-#include "bootstrap/tcp_store.h"
 #include "ddp/context.h"
 #include "ddp/engine.h"
+#include "ddp/errors.h"
+#include "ddp/info.h"
 #include "ddp/options.h"
+#include "ddp/rendezvous.h"
 #include "ddp/types.h"
 #include "ddp/version.h"
-#include "nccl/device.h"
-#include "transport/ofi/ofi_wire.h"
 
 namespace py = pybind11;
 
@@ -44,6 +44,9 @@ PyObject* g_ddp_error = nullptr;  // ddp.DDPError, created at import
   py::object error = py::reinterpret_borrow<py::object>(g_ddp_error);
   py::object exc = error(message);
   exc.attr("code") = std::string(absl::StatusCodeToString(status.code()));
+  exc.attr("ranks") = py::cast(ddp::BlamedRanks(status));
+  const std::string tensor = ddp::BlamedTensor(status);
+  exc.attr("tensor") = tensor.empty() ? py::none() : py::cast(tensor);
   PyErr_SetObject(g_ddp_error, exc.ptr());
   throw py::error_already_set();
 }
@@ -256,7 +259,7 @@ HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context
 class PyStoreServer {
  public:
   PyStoreServer(const std::string& ip, int port, const std::string& token) {
-    auto server = ddp::bootstrap::TcpStoreServer::Start(ip, port, token);
+    auto server = ddp::RendezvousServer::Start(ip, port, token);
     ThrowIfError(server.status());
     server_ = std::move(*server);
   }
@@ -269,7 +272,7 @@ class PyStoreServer {
   }
 
  private:
-  std::unique_ptr<ddp::bootstrap::TcpStoreServer> server_;
+  std::unique_ptr<ddp::RendezvousServer> server_;
 };
 
 }  // namespace
@@ -282,9 +285,13 @@ PYBIND11_MODULE(_ddp, m) {
   py::dict error_members;
   error_members["__doc__"] =
       "An error from libddp. str(e) is the full message (it names the operation, the tensor and "
-      "the rank(s) responsible); e.code is the status code's name (e.g. 'DEADLINE_EXCEEDED').";
+      "the rank(s) responsible); e.code is the status code's name ('ABORTED' once the job is "
+      "broken for good, 'INVALID_ARGUMENT', ...); e.ranks lists the ranks blamed (the first "
+      "cause first) and e.tensor names the tensor, or is None.";
   error_members["__module__"] = "ddp";
   error_members["code"] = "UNKNOWN";
+  error_members["ranks"] = py::list();
+  error_members["tensor"] = py::none();
   py::object error_type =
       py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
           "DDPError", py::make_tuple(runtime_error), error_members);
@@ -305,19 +312,16 @@ PYBIND11_MODULE(_ddp, m) {
   m.def("cross_size", [] { return Current("cross_size")->cross_size(); });
   m.def("dtype_size", [](int code) { return ddp::DataTypeSize(ToType(code)); });
   m.def(
-      "nccl_built", [] { return ddp::nccl::Built(); },
+      "nccl_built", [] { return ddp::NcclAvailable(); },
       "True when libddp's NCCL backend (libddp_nccl.so) loads: CUDA tensors can be reduced.");
-  m.def("nccl_version", [] { return ddp::nccl::VersionString(); });
+  m.def("nccl_version", [] { return ddp::NcclVersion(); });
   m.def(
       "transports",
       [] {
-        // What DDP_TRANSPORT may name in this installation, with the library behind each.
-        std::vector<std::pair<std::string, std::string>> out = {{"tcp", "built in"},
-                                                                {"shm", "built in"}};
-        if (ddp::bootstrap::mpi::Available())
-          out.emplace_back("mpi", ddp::bootstrap::mpi::Version());
-        if (ddp::transport::ofi::Available())
-          out.emplace_back("ofi", ddp::transport::ofi::Version());
+        std::vector<std::pair<std::string, std::string>> out;
+        for (const ddp::TransportInfo& t : ddp::AvailableTransports()) {
+          out.emplace_back(t.name, t.library);
+        }
         return out;
       },
       "[(name, library)] for each transport this installation has (DDP_TRANSPORT).");

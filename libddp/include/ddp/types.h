@@ -43,6 +43,11 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name);
 
 bool IsValid(DataType type);
 bool IsValid(ReduceOp op);
+// f32, f64, f16 and bf16.
+constexpr bool IsFloating(DataType type) {
+  return type == DataType::kFloat32 || type == DataType::kFloat64 || type == DataType::kFloat16 ||
+         type == DataType::kBFloat16;
+}
 
 // Where a tensor's memory lives. CPU memory goes through the transports; CUDA memory through the
 // NCCL backend (built with DDP_WITH_NCCL). All CUDA tensors of one rank must be on one device.

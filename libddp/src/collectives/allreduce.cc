@@ -5,16 +5,19 @@
 #include "collectives/collectives.h"
 #include "collectives/ring.h"
 #include "common/status.h"
+#include "reduce/epilogue.h"
 #include "reduce/reduce.h"
 
 namespace ddp::collectives {
 namespace {
 
+using reduce::Epilogue;
+
 // Recursive doubling: log2(N) exchanges of the whole vector. Ranks beyond the largest power of
 // two first fold their data into a partner and get the result back at the end. Operands are
 // always combined lower-rank-group first, so every rank computes bit-identical results.
 absl::Status RecursiveDoubling(Communicator& comm, const CallId& call, char* out, size_t count,
-                               DataType type, ReduceOp op) {
+                               DataType type, ReduceOp op, const Epilogue& epilogue) {
   const int n = comm.size();
   const int r = comm.rank();
   const size_t bytes = count * DataTypeSize(type);
@@ -60,12 +63,12 @@ absl::Status RecursiveDoubling(Communicator& comm, const CallId& call, char* out
       DDP_RETURN_IF_ERROR(transfers.Wait(transfers.Recv(r + 1, 31, 0, out, bytes)));
     }
   }
-  if (op == ReduceOp::kAverage) reduce::DivideBy(type, out, count, n);
+  epilogue.Apply(type, out, count);
   return transfers.WaitAll();
 }
 
 absl::Status Ring(Communicator& comm, const CallId& call, const char* in, char* out, size_t count,
-                  DataType type, ReduceOp op) {
+                  DataType type, ReduceOp op, const Epilogue& epilogue) {
   const int n = comm.size();
   const int r = comm.rank();
   const size_t es = DataTypeSize(type);
@@ -82,10 +85,10 @@ absl::Status Ring(Communicator& comm, const CallId& call, const char* in, char* 
   rs.accumulator = [&](int /*step*/, int block) {
     return out + blocks.offset[static_cast<size_t>(block)] * es;
   };
-  // As each segment of this rank's block is final, finish the average and start the
-  // all-gather with it: the two phases overlap.
+  // As each segment of this rank's block is final, finish it (epilogue) and start the all-gather
+  // with it: the two phases overlap.
   rs.on_final = [&](uint32_t j, size_t first, size_t elems) {
-    if (op == ReduceOp::kAverage) reduce::DivideBy(type, my_block + first * es, elems, n);
+    epilogue.Apply(type, my_block + first * es, elems);
     transfers.Send((r + 1) % n, gather_base, j, my_block + first * es, elems * es);
   };
   std::vector<std::vector<transport::Request*>> sends;
@@ -146,18 +149,16 @@ namespace {
 // every host sends over L connections at once. Blocks are reduced by one rank each and copied
 // everywhere, so every rank gets the same bits.
 absl::Status Hierarchical(Communicator& comm, const void* send, void* recv, size_t count,
-                          DataType type, ReduceOp op) {
+                          DataType type, ReduceOp op, const Epilogue& epilogue) {
   Hierarchy& h = comm.hierarchy();
   const size_t es = DataTypeSize(type);
   const int local_size = h.local->size();
   const Blocks blocks = Blocks::Even(count, local_size);
   const size_t mine = blocks.count[static_cast<size_t>(h.local->rank())];
-  // The sum first; an average divides once, by every rank of the job, at the end.
-  const ReduceOp combine = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
+  // Combined within the host, then across hosts, where the block is finished once.
   char* block = comm.Scratch(7, std::max<size_t>(mine * es, 1));
-  DDP_RETURN_IF_ERROR(ReduceScatterv(*h.local, send, block, blocks.count, type, combine));
-  DDP_RETURN_IF_ERROR(Allreduce(*h.cross, block, block, mine, type, combine));
-  if (op == ReduceOp::kAverage) reduce::DivideBy(type, block, mine, comm.size());
+  DDP_RETURN_IF_ERROR(ReduceScatterv(*h.local, send, block, blocks.count, type, op, Epilogue{}));
+  DDP_RETURN_IF_ERROR(Allreduce(*h.cross, block, block, mine, type, op, epilogue));
   return Allgatherv(*h.local, block, recv, blocks.count, type);
 }
 
@@ -178,11 +179,25 @@ Algorithm ChooseAllreduce(const Communicator& comm, size_t bytes) {
 
 absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t count,
                        DataType type, ReduceOp op) {
+  return Allreduce(comm, send, recv, count, type, op, Epilogue::For(op, comm.size()));
+}
+
+std::string AllreduceMethod(const Communicator& comm, size_t count, DataType type, ReduceOp op) {
+  if (const AllreduceBackend* backend = comm.BackendFor(count, type, op)) return backend->name();
+  const Algorithm algorithm = count < static_cast<size_t>(comm.size())
+                                  ? Algorithm::kRecursiveDoubling
+                                  : ChooseAllreduce(comm, count * DataTypeSize(type));
+  return std::string(AlgorithmName(algorithm));
+}
+
+absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t count,
+                       DataType type, ReduceOp op, const Epilogue& epilogue) {
   const size_t bytes = count * DataTypeSize(type);
-  if (comm.size() > 1 && comm.transport().HasNativeAllreduce(comm.id())) {
+  const ReduceOp combine = reduce::Combining(op);
+  if (AllreduceBackend* backend = comm.BackendFor(count, type, op)) {
     // Begun like any other call, so that a peer in a different call is noticed.
     comm.Begin(Kind::kAllreduce, type, op, Algorithm::kAuto, -1, count);
-    return comm.transport().NativeAllreduce(comm.id(), send, recv, count, type, op);
+    return backend->Allreduce(send, recv, count, type, combine, epilogue);
   }
   // The ring needs a block per rank; recursive doubling handles any count, including zero (an
   // exchange of empty messages that still checks that the ranks agree).
@@ -193,15 +208,17 @@ absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t 
   auto* out = static_cast<char*>(recv);
   const auto* in = static_cast<const char*>(send);
   if (comm.size() == 1) {
-    if (in != out && bytes > 0) std::memcpy(out, in, bytes);
+    epilogue.Apply(type, out, in, count);
     return absl::OkStatus();
   }
   if (algorithm == Algorithm::kRecursiveDoubling) {
     if (in != out && bytes > 0) std::memcpy(out, in, bytes);
-    return RecursiveDoubling(comm, call, out, count, type, op);
+    return RecursiveDoubling(comm, call, out, count, type, combine, epilogue);
   }
-  if (algorithm == Algorithm::kHierarchical) return Hierarchical(comm, in, out, count, type, op);
-  return Ring(comm, call, in, out, count, type, op);
+  if (algorithm == Algorithm::kHierarchical) {
+    return Hierarchical(comm, in, out, count, type, combine, epilogue);
+  }
+  return Ring(comm, call, in, out, count, type, combine, epilogue);
 }
 
 }  // namespace ddp::collectives

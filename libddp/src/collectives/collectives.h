@@ -3,27 +3,40 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
 #include "ddp/types.h"
+#include "reduce/epilogue.h"
 
 namespace ddp::collectives {
 
+// `op` is what every rank must agree on (it is in the call's descriptor); an average divides by
+// the communicator's size. The overloads with an epilogue finish the result with it instead (the
+// engine's: only the ranks that contributed, and a postscale factor).
 absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t count,
                        DataType type, ReduceOp op);
+absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t count,
+                       DataType type, ReduceOp op, const reduce::Epilogue& epilogue);
 absl::Status Allgatherv(Communicator& comm, const void* send, void* recv,
                         const std::vector<size_t>& counts, DataType type);
 absl::Status Broadcast(Communicator& comm, const void* send, void* recv, size_t count,
                        DataType type, int root);
 absl::Status ReduceScatterv(Communicator& comm, const void* send, void* recv,
                             const std::vector<size_t>& counts, DataType type, ReduceOp op);
+absl::Status ReduceScatterv(Communicator& comm, const void* send, void* recv,
+                            const std::vector<size_t>& counts, DataType type, ReduceOp op,
+                            const reduce::Epilogue& epilogue);
 absl::Status Alltoall(Communicator& comm, const void* send, void* recv, size_t count,
                       DataType type);
 absl::Status Barrier(Communicator& comm);
 
 // Which allreduce algorithm `comm` uses for a message of `bytes` (the same on every rank).
 Algorithm ChooseAllreduce(const Communicator& comm, size_t bytes);
+// What runs this allreduce, as the timeline shows it: a backend's name ("shm", "mpi") or the
+// algorithm's ("ring", "rd", "hier").
+std::string AllreduceMethod(const Communicator& comm, size_t count, DataType type, ReduceOp op);
 
 }  // namespace ddp::collectives

@@ -30,12 +30,13 @@ absl::string_view KindName(Kind kind) {
 }
 
 Communicator::Communicator(int rank, int size, transport::Transport* transport, Tuning tuning,
-                           int id)
+                           CommId id, std::vector<std::unique_ptr<AllreduceBackend>> backends)
     : rank_(rank),
       size_(size),
       transport_(transport),
-      tuning_(tuning),
-      id_(static_cast<uint32_t>(id) & 0xFF) {
+      tuning_(std::move(tuning)),
+      id_(id),
+      backends_(std::move(backends)) {
   if (transport_ != nullptr) transport_->SetDescriptorFormatter(&Communicator::Describe);
   if (tuning_.hosts.size() == static_cast<size_t>(size_)) {
     std::map<std::string, int> per_host;
@@ -79,9 +80,9 @@ Hierarchy& Communicator::hierarchy() {
   h.local_transport = std::make_unique<transport::SubsetTransport>(*transport_, local, my_local);
   h.cross_transport = std::make_unique<transport::SubsetTransport>(*transport_, cross, my_cross);
   h.local = std::make_unique<Communicator>(my_local, static_cast<int>(local.size()),
-                                           h.local_transport.get(), sub, static_cast<int>(id_));
+                                           h.local_transport.get(), sub, id_);
   h.cross = std::make_unique<Communicator>(my_cross, static_cast<int>(cross.size()),
-                                           h.cross_transport.get(), sub, static_cast<int>(id_));
+                                           h.cross_transport.get(), sub, id_);
   h.local->seq_source_ = this;
   h.cross->seq_source_ = this;
   return h;
@@ -90,9 +91,9 @@ Hierarchy& Communicator::hierarchy() {
 CallId Communicator::Begin(Kind kind, DataType type, ReduceOp op, Algorithm algorithm, int root,
                            uint64_t count) {
   CallId call;
-  // Only calls in flight at once must differ: 2^16 is far more than ranks can drift apart.
+  // Only calls in flight at once must differ: 2^12 is far more than ranks can drift apart.
   uint32_t& next = seq_source_ != nullptr ? seq_source_->next_seq_ : next_seq_;
-  call.seq = (id_ << 16) | (next++ & 0xFFFF);
+  call.seq = Seq(id_, next++);
   auto& b = call.descriptor.bytes;
   b[0] = static_cast<uint8_t>(kind);
   b[1] = static_cast<uint8_t>(type);
@@ -101,8 +102,16 @@ CallId Communicator::Begin(Kind kind, DataType type, ReduceOp op, Algorithm algo
   const int32_t root32 = root;
   std::memcpy(&b[4], &root32, 4);
   std::memcpy(&b[8], &count, 8);
-  if (transport_ != nullptr) transport_->NoteCall(static_cast<int>(id_), call.seq, call.descriptor);
+  for (const auto& backend : backends_) backend->NoteCall(call);
   return call;
+}
+
+AllreduceBackend* Communicator::BackendFor(size_t count, DataType type, ReduceOp op) const {
+  if (size_ < 2) return nullptr;
+  for (const auto& backend : backends_) {
+    if (backend->Takes(count, type, op)) return backend.get();
+  }
+  return nullptr;
 }
 
 std::string Communicator::Describe(const transport::Descriptor& descriptor) {

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "collectives/backend.h"
+#include "collectives/comm_ids.h"
 #include "ddp/options.h"
 #include "ddp/types.h"
 #include "transport/transport.h"
@@ -56,9 +58,11 @@ struct CallId {
 class Communicator {
  public:
   // `transport` may be null for a single-rank job (nothing is ever sent). Communicators sharing
-  // a transport need distinct `id`s (0..255): the id is part of every tag, so their collectives
-  // can be in flight at the same time without mixing.
-  Communicator(int rank, int size, transport::Transport* transport, Tuning tuning, int id = 0);
+  // a transport need distinct ids (from CommIds): the id is part of every tag, so their
+  // collectives can be in flight at the same time without mixing. `backends` run whole
+  // allreduces they take (backend.h); the others use this communicator's algorithms.
+  Communicator(int rank, int size, transport::Transport* transport, Tuning tuning, CommId id,
+               std::vector<std::unique_ptr<AllreduceBackend>> backends = {});
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
@@ -67,18 +71,30 @@ class Communicator {
   int size() const { return size_; }
   transport::Transport& transport() { return *transport_; }
   const Tuning& tuning() const { return tuning_; }
-  int id() const { return static_cast<int>(id_); }
+  CommId id() const { return id_; }
+  // The first backend that takes this allreduce, or null.
+  AllreduceBackend* BackendFor(size_t count, DataType type, ReduceOp op) const;
 
   // Starts a collective. `algorithm` is the one chosen (ranks must choose alike), `root` -1 when
   // not applicable, `count` the element count that every rank must agree on.
   CallId Begin(Kind kind, DataType type, ReduceOp op, Algorithm algorithm, int root,
                uint64_t count);
 
-  // tag = seq (24 bits: communicator id, then a 16-bit call counter) | step (16 bits) |
-  // segment (24 bits); the group is the sequence number.
+  // A 64-bit tag: the call's sequence number (32 bits: the 20-bit communicator id, then a
+  // 12-bit call counter), then the step (12 bits: a ring of up to 2048 ranks) and the segment
+  // (20 bits); the group (transport.h) is the sequence number.
+  static constexpr int kCounterBits = 12;
+  static constexpr int kStepBits = 12;
+  static constexpr int kSegmentBits = 20;
+  static uint32_t Seq(CommId id, uint32_t counter) {
+    return (id << kCounterBits) | (counter & ((1u << kCounterBits) - 1));
+  }
   static uint64_t Tag(uint32_t seq, uint32_t step, uint32_t segment) {
-    return (uint64_t{seq & 0xFFFFFF} << transport::kTagGroupShift) |
-           (uint64_t{step & 0xFFFF} << 24) | uint64_t{segment & 0xFFFFFF};
+    static_assert(kCommIdBits + kCounterBits == 64 - transport::kTagGroupShift);
+    static_assert(kStepBits + kSegmentBits == transport::kTagGroupShift);
+    return (uint64_t{seq} << transport::kTagGroupShift) |
+           (uint64_t{step & ((1u << kStepBits) - 1)} << kSegmentBits) |
+           uint64_t{segment & ((1u << kSegmentBits) - 1)};
   }
 
   // "allreduce(count 1000, f32, sum, ring)".
@@ -98,7 +114,8 @@ class Communicator {
   int size_;
   transport::Transport* transport_;
   Tuning tuning_;
-  uint32_t id_;
+  CommId id_;
+  std::vector<std::unique_ptr<AllreduceBackend>> backends_;
   uint32_t next_seq_ = 0;
   Communicator* seq_source_ = nullptr;  // a hierarchy level: the communicator it belongs to
   std::vector<std::vector<char>> scratch_;

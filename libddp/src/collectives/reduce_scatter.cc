@@ -4,12 +4,19 @@
 #include "collectives/collectives.h"
 #include "collectives/ring.h"
 #include "common/status.h"
+#include "reduce/epilogue.h"
 #include "reduce/reduce.h"
 
 namespace ddp::collectives {
 
 absl::Status ReduceScatterv(Communicator& comm, const void* send, void* recv,
                             const std::vector<size_t>& counts, DataType type, ReduceOp op) {
+  return ReduceScatterv(comm, send, recv, counts, type, op, reduce::Epilogue::For(op, comm.size()));
+}
+
+absl::Status ReduceScatterv(Communicator& comm, const void* send, void* recv,
+                            const std::vector<size_t>& counts, DataType type, ReduceOp op,
+                            const reduce::Epilogue& epilogue) {
   const Blocks blocks = Blocks::FromCounts(counts);
   const CallId call =
       comm.Begin(Kind::kReduceScatter, type, op, Algorithm::kRing, -1, blocks.total);
@@ -22,8 +29,7 @@ absl::Status ReduceScatterv(Communicator& comm, const void* send, void* recv,
   const auto* in = static_cast<const char*>(send);
   auto* out = static_cast<char*>(recv);
   if (n == 1) {
-    if (!in_place && my_count > 0) std::memcpy(out, in, my_count * es);
-    if (op == ReduceOp::kAverage) reduce::DivideBy(type, out, my_count, n);
+    epilogue.Apply(type, out, in, my_count);
     return absl::OkStatus();
   }
   Transfers transfers(comm, call);
@@ -42,14 +48,14 @@ absl::Status ReduceScatterv(Communicator& comm, const void* send, void* recv,
   args.in = in;
   args.blocks = blocks;
   args.type = type;
-  args.op = op;
+  args.op = reduce::Combining(op);
   args.accumulator = [&](int step, int block) -> char* {
     if (block == r) return result;
     if (in_place) return out + blocks.offset[static_cast<size_t>(block)] * es;
     return halves + static_cast<size_t>(step % 2) * largest * es;
   };
   args.on_final = [&](uint32_t /*segment*/, size_t first, size_t elems) {
-    if (op == ReduceOp::kAverage) reduce::DivideBy(type, result + first * es, elems, n);
+    epilogue.Apply(type, result + first * es, elems);
   };
   std::vector<std::vector<transport::Request*>> sends;
   DDP_RETURN_IF_ERROR(RingReduceScatter(comm, transfers, args, &sends));

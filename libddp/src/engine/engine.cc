@@ -6,12 +6,11 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "ddp/errors.h"
 #include "engine/engine_impl.h"
 
 namespace ddp::engine {
 namespace {
-
-constexpr int kFirstCommunicatorId = 1;  // 0 is the context's blocking collectives
 
 absl::Status CheckShape(absl::string_view what, const std::vector<int64_t>& shape, DataType type,
                         bool needs_first_dim) {
@@ -64,11 +63,14 @@ absl::Status CheckCommon(absl::string_view what, DataType type, ReduceOp op, dou
 }  // namespace
 
 EngineImpl::EngineImpl(const Options& options, transport::Transport* transport,
-                       const collectives::Tuning& tuning)
+                       const collectives::Tuning& tuning, collectives::CommIds* ids,
+                       collectives::BackendResources backends)
     : options_(options),
       transport_(transport),
       transport_name_(transport != nullptr ? transport->name() : "none"),
       tuning_(tuning),
+      comm_ids_(ids),
+      backends_(std::move(backends)),
       rank_(options.rank),
       size_(options.size) {
   params_.fusion_threshold = options.fusion_threshold;
@@ -81,7 +83,11 @@ EngineImpl::EngineImpl(const Options& options, transport::Transport* transport,
 
 EngineImpl::~EngineImpl() { Shutdown(absl::CancelledError("the engine was shut down")); }
 
-std::unique_ptr<ProcessSet> EngineImpl::MakeSet(int id, std::vector<int> members) {
+absl::StatusOr<std::unique_ptr<ProcessSet>> EngineImpl::MakeSet(int id, std::vector<int> members) {
+  // Every rank allocates an id for every set, member or not, so that all agree on them.
+  DDP_ASSIGN_OR_RETURN(const collectives::CommId comm_id,
+                       comm_ids_->Allocate(id == 0 ? collectives::CommRange::kEngine
+                                                   : collectives::CommRange::kProcessSet));
   auto set = std::make_unique<ProcessSet>();
   set->id = id;
   set->members = std::move(members);
@@ -101,8 +107,11 @@ std::unique_ptr<ProcessSet> EngineImpl::MakeSet(int id, std::vector<int> members
   if (tuning_.hosts.size() == static_cast<size_t>(size_)) {
     for (int m : set->members) tuning.hosts.push_back(tuning_.hosts[static_cast<size_t>(m)]);
   }
-  set->comm = std::make_unique<collectives::Communicator>(set->my_index, n, t, tuning,
-                                                          kFirstCommunicatorId + id);
+  // The world set spans the whole job: it can use the job's collective backends.
+  std::vector<std::unique_ptr<collectives::AllreduceBackend>> backends;
+  if (id == 0) backends = collectives::WholeJobBackends(backends_, collectives::kEngineSlot);
+  set->comm = std::make_unique<collectives::Communicator>(set->my_index, n, t, tuning, comm_id,
+                                                          std::move(backends));
   set->was_joined.assign(static_cast<size_t>(n), false);
   return set;
 }
@@ -111,7 +120,12 @@ absl::Status EngineImpl::Start() {
   std::vector<int> all(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) all[static_cast<size_t>(r)] = r;
   set_members_.push_back(all);
-  sets_.push_back(MakeSet(0, all));
+  DDP_ASSIGN_OR_RETURN(std::unique_ptr<ProcessSet> world, MakeSet(0, all));
+  sets_.push_back(std::move(world));
+  DDP_ASSIGN_OR_RETURN(const collectives::CommId doorbells,
+                       comm_ids_->Allocate(collectives::CommRange::kNotification));
+  doorbell_tag_base_ =
+      collectives::Communicator::Tag(collectives::Communicator::Seq(doorbells, 0), 0, 0);
   if (!options_.timeline.empty()) {
     DDP_ASSIGN_OR_RETURN(timeline_, Timeline::Open(options_.timeline, rank_));
   }
@@ -147,7 +161,7 @@ void EngineImpl::Shutdown(const absl::Status& reason) {
 
 Handle EngineImpl::Failed(const std::string& name, absl::Status status) {
   auto state = std::make_shared<HandleState>(name);
-  state->Finish(std::move(status));
+  state->Finish(WithTensor(std::move(status), name));
   return Handle(state);
 }
 

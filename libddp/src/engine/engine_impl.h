@@ -25,6 +25,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "collectives/backend.h"
+#include "collectives/comm_ids.h"
 #include "collectives/communicator.h"
 #include "ddp/engine.h"
 #include "ddp/options.h"
@@ -49,9 +51,6 @@ struct SplitLayout {
 SplitLayout AllgatherLayout(const TensorMeta& meta, const std::vector<int64_t>& first_dims);
 // The first dimension split over n ranks, the first dim % n ranks one row more; `me`'s rows.
 SplitLayout ReduceScatterLayout(const TensorMeta& meta, int n, int me);
-
-// Process set ids map to communicator ids 1..254 (0 and 255 are taken).
-inline constexpr int kMaxProcessSetId = 253;
 
 // One submission waiting on this rank.
 struct LocalOp {
@@ -137,10 +136,13 @@ struct RoundOutcome {
 
 class EngineImpl final : public Engine {
  public:
-  // `transport` is the job's (null for a single rank); the engine's collectives use communicator
-  // ids 1..254 on it and its doorbells id 255, apart from the context's blocking calls (id 0).
+  // `transport` is the job's (null for a single rank). The engine's collectives and doorbells
+  // use communicator ids of their own from `ids` (the world set's from the engine range, other
+  // sets' from the process-set range), apart from the context's blocking calls; its world set
+  // gets the job's whole-job collective backends (`backends`).
   EngineImpl(const Options& options, transport::Transport* transport,
-             const collectives::Tuning& tuning);
+             const collectives::Tuning& tuning, collectives::CommIds* ids,
+             collectives::BackendResources backends);
   ~EngineImpl() override;
 
   absl::Status Start();
@@ -181,14 +183,15 @@ class EngineImpl final : public Engine {
   bool WaitForWork();  // false: stop
   absl::Status Wake();
   void PostDoorbells();
+  uint64_t DoorbellTag(uint32_t epoch) const;
   absl::Status RunCycle();
   void TakeQueue();
   bool HasLocalWork() const;  // this rank has submissions pending in some process set
-  void FailEverything(const absl::Status& status);
+  void FailEverything(const absl::Status& why);
   // A world round said ranks `gone` are shutting down: fail this rank's work that needs them
   // (world, join, process sets with them), identically on every rank.
   void FailWorkNeeding(const std::vector<int>& gone);
-  std::unique_ptr<ProcessSet> MakeSet(int id, std::vector<int> members);
+  absl::StatusOr<std::unique_ptr<ProcessSet>> MakeSet(int id, std::vector<int> members);
 
   // --- negotiation (negotiation.cc) ---
   absl::StatusOr<RoundOutcome> Negotiate(ProcessSet& set);
@@ -225,8 +228,6 @@ class EngineImpl final : public Engine {
   absl::Status EnsureDeviceComm(ProcessSet& set);
   absl::Status RunDeviceAllreduce(ProcessSet& set, const std::vector<Response*>& batch, int active);
   absl::Status RunDeviceOther(ProcessSet& set, Response& response, LocalOp& op);
-  void FinishAllreduceOutput(DataType type, ReduceOp op, void* out, size_t count, double postscale,
-                             int active);
   // NEGOTIATE (submitted to agreed) and QUEUE (agreed to started) of a local submission.
   void TimelineWaited(const LocalOp& op, const Response& r, int64_t started);
   void TimelinePhase(const std::string& name, const char* phase, int64_t start, int64_t end,
@@ -236,6 +237,9 @@ class EngineImpl final : public Engine {
   transport::Transport* const transport_;
   const std::string transport_name_;  // as the timeline shows it ("none" for a job of one)
   const collectives::Tuning tuning_;
+  collectives::CommIds* const comm_ids_;
+  const collectives::BackendResources backends_;
+  uint64_t doorbell_tag_base_ = 0;  // the doorbells' communicator, as a tag (epoch added)
   const int rank_;
   const int size_;
 

@@ -7,18 +7,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "ddp/errors.h"
 #include "engine/engine_impl.h"
 
 namespace ddp::engine {
 namespace {
-
-// Doorbells use the last communicator id, whose tags are notifications (transport.h).
-constexpr int kDoorbellCommunicatorId = 255;
-
-uint64_t DoorbellTag(uint32_t epoch) {
-  return collectives::Communicator::Tag(
-      (uint32_t{kDoorbellCommunicatorId} << 16) | (epoch & 0xFFFF), 0, 0);
-}
 
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -79,6 +72,14 @@ bool EngineImpl::WaitForWork() {
   // Awake: gather submissions for the rest of the cycle time before the next round.
   wake_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_), [&] { return stop_; });
   return true;
+}
+
+// Doorbells have a communicator id of the notification range (transport.h), and the sleep
+// epoch in place of a call counter.
+uint64_t EngineImpl::DoorbellTag(uint32_t epoch) const {
+  return doorbell_tag_base_ +
+         (uint64_t{epoch & ((1u << collectives::Communicator::kCounterBits) - 1)}
+          << transport::kTagGroupShift);
 }
 
 void EngineImpl::PostDoorbells() {
@@ -255,7 +256,9 @@ void EngineImpl::FailWorkNeeding(const std::vector<int>& gone) {
   if (join != nullptr && !join->done.load()) join->Finish(Annotate(why, "join"));
 }
 
-void EngineImpl::FailEverything(const absl::Status& status) {
+void EngineImpl::FailEverything(const absl::Status& why) {
+  // The engine is over: its error says so (ABORTED), unless it was shut down on purpose.
+  const absl::Status status = BrokenForGood(why);
   std::vector<std::pair<std::shared_ptr<HandleState>, std::string>> to_fail;
   {
     std::lock_guard<std::mutex> lock(wake_->mu);
@@ -278,8 +281,12 @@ void EngineImpl::FailEverything(const absl::Status& status) {
   active_join_.reset();
   for (auto& [handle, kind] : to_fail) {
     if (handle == nullptr || handle->done.load()) continue;
-    handle->Finish(
-        Annotate(status, kind == "join" ? "join" : absl::StrCat(kind, " '", handle->name, "'")));
+    if (kind == "join") {
+      handle->Finish(Annotate(status, "join"));
+    } else {
+      handle->Finish(
+          WithTensor(Annotate(status, absl::StrCat(kind, " '", handle->name, "'")), handle->name));
+    }
   }
 }
 

@@ -7,14 +7,15 @@
 #include "absl/strings/str_join.h"
 #include "collectives/collectives.h"
 #include "common/status.h"
+#include "ddp/errors.h"
 #include "engine/engine_impl.h"
+#include "reduce/epilogue.h"
 #include "reduce/reduce.h"
 
 namespace ddp::engine {
 namespace {
 
-// Average runs as a sum, finished with the division by the contributing ranks while unpacking.
-ReduceOp RunOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+using reduce::Epilogue;
 
 bool Fusible(const Response& a, const Response& b) {
   return b.error.ok() && b.meta.kind == OpKind::kAllreduce && a.meta.type == b.meta.type &&
@@ -115,17 +116,6 @@ absl::Status EngineImpl::Execute(ProcessSet& set, std::vector<Response>& respons
   return absl::OkStatus();
 }
 
-void EngineImpl::FinishAllreduceOutput(DataType type, ReduceOp op, void* out, size_t count,
-                                       double postscale, int active) {
-  active = std::max(active, 1);
-  if (IsFloating(type)) {
-    const double factor = postscale / (op == ReduceOp::kAverage ? active : 1);
-    if (factor != 1.0) reduce::Scale(type, out, out, count, factor);
-  } else if (op == ReduceOp::kAverage && active != 1) {
-    reduce::DivideBy(type, out, count, active);
-  }
-}
-
 absl::Status EngineImpl::RunAlone(ProcessSet& set, Response& r, int active) {
   const TensorMeta& m = r.meta;
   const size_t count = m.ElementCount();
@@ -148,16 +138,17 @@ absl::Status EngineImpl::RunAlone(ProcessSet& set, Response& r, int active) {
     // Joined: contribute the identity from scratch memory.
     const size_t bytes = count * DataTypeSize(m.type);
     if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
-    reduce::FillIdentity(m.type, RunOp(m.op), fusion_buffer_.data(), count);
+    reduce::FillIdentity(m.type, reduce::Combining(m.op), fusion_buffer_.data(), count);
     in = out = fusion_buffer_.data();
   }
-  const auto algorithm = collectives::ChooseAllreduce(*set.comm, count * DataTypeSize(m.type));
-  absl::Status s = collectives::Allreduce(*set.comm, in, out, count, m.type, RunOp(m.op));
+  const std::string method = collectives::AllreduceMethod(*set.comm, count, m.type, m.op);
+  // Finished inside the collective, where it costs least (on the ring: this rank's block only).
+  absl::Status s = collectives::Allreduce(*set.comm, in, out, count, m.type, m.op,
+                                          Epilogue::For(m.op, active, m.postscale));
   if (!s.ok()) return Annotate(s, absl::StrCat("allreduce '", r.name, "'"));
-  FinishAllreduceOutput(m.type, m.op, out, count, m.postscale, active);
   const int64_t end = timeline_ ? timeline_->NowMicros() : 0;
   TimelinePhase(r.name, "ALLREDUCE", start, end,
-                {{"algorithm", std::string(AlgorithmName(algorithm))},
+                {{"algorithm", method},
                  {"transport", transport_name_},
                  {"bytes", absl::StrCat(count * DataTypeSize(m.type))}});
   {
@@ -190,7 +181,7 @@ absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>&
       const size_t n = ElementCount(r->meta.shapes[k]);
       char* dst = buffer + offset * es;
       if (local == nullptr) {
-        reduce::FillIdentity(type, RunOp(op), dst, n);
+        reduce::FillIdentity(type, reduce::Combining(op), dst, n);
       } else if (r->meta.prescale != 1.0) {
         reduce::Scale(type, dst, local->inputs[k], n, r->meta.prescale);
       } else if (n > 0) {
@@ -200,8 +191,9 @@ absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>&
     }
   }
   const int64_t t1 = timeline_ ? timeline_->NowMicros() : 0;
-  const auto algorithm = collectives::ChooseAllreduce(*set.comm, total * es);
-  absl::Status s = collectives::Allreduce(*set.comm, buffer, buffer, total, type, RunOp(op));
+  const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
+  // Combined only: each tensor is finished with its own postscale while unpacking.
+  absl::Status s = collectives::Allreduce(*set.comm, buffer, buffer, total, type, op, Epilogue{});
   if (!s.ok()) {
     std::vector<std::string> names;
     for (const Response* r : batch) names.push_back("'" + r->name + "'");
@@ -213,9 +205,9 @@ absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>&
     const Response* r = batch[b];
     for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
       const size_t n = ElementCount(r->meta.shapes[k]);
-      if (ops[b] != nullptr && n > 0) {
-        std::memcpy(ops[b]->outputs[k], buffer + offset * es, n * es);
-        FinishAllreduceOutput(type, op, ops[b]->outputs[k], n, r->meta.postscale, active);
+      if (ops[b] != nullptr) {
+        Epilogue::For(op, active, r->meta.postscale)
+            .Apply(type, ops[b]->outputs[k], buffer + offset * es, n);
       }
       offset += n;
     }
@@ -228,7 +220,7 @@ absl::Status EngineImpl::RunFused(ProcessSet& set, const std::vector<Response*>&
     }
     TimelinePhase(r->name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
     TimelinePhase(r->name, "ALLREDUCE", t1, t2,
-                  {{"algorithm", std::string(AlgorithmName(algorithm))},
+                  {{"algorithm", method},
                    {"transport", transport_name_},
                    {"fused_tensors", absl::StrCat(batch.size())},
                    {"fused_bytes", absl::StrCat(total * es)}});
@@ -249,12 +241,10 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
   if (m.kind == OpKind::kAddProcessSet) {
     const int id = static_cast<int>(sets_.size());
     std::vector<int> members(m.shapes[0].begin(), m.shapes[0].end());
-    absl::Status status = absl::OkStatus();
-    if (id > kMaxProcessSetId) {
-      status = absl::ResourceExhaustedError(
-          absl::StrCat("add_process_set: at most ", kMaxProcessSetId, " process sets"));
-    } else {
-      sets_.push_back(MakeSet(id, members));
+    absl::StatusOr<std::unique_ptr<ProcessSet>> made = MakeSet(id, members);
+    absl::Status status = Annotate(made.status(), "add_process_set");
+    if (made.ok()) {
+      sets_.push_back(*std::move(made));
       std::lock_guard<std::mutex> lock(wake_->mu);
       set_members_.push_back(members);
     }
@@ -308,11 +298,8 @@ absl::Status EngineImpl::RunOther(ProcessSet& set, Response& r) {
         reduce::Scale(m.type, fusion_buffer_.data(), in, m.ElementCount(), m.prescale);
         in = fusion_buffer_.data();
       }
-      s = collectives::ReduceScatterv(*set.comm, in, h.output.data(), counts, m.type, RunOp(m.op));
-      if (s.ok()) {
-        FinishAllreduceOutput(m.type, m.op, h.output.data(),
-                              counts[static_cast<size_t>(set.my_index)], m.postscale, n);
-      }
+      s = collectives::ReduceScatterv(*set.comm, in, h.output.data(), counts, m.type, m.op,
+                                      Epilogue::For(m.op, n, m.postscale));
       break;
     }
     default:
@@ -334,7 +321,7 @@ void EngineImpl::Finish(ProcessSet& set, const std::string& name, absl::Status s
     ++stats_.tensors;
     if (status.ok()) stats_.bytes += op->meta.Bytes();
   }
-  op->handle->Finish(std::move(status));
+  op->handle->Finish(WithTensor(std::move(status), name));
 }
 
 }  // namespace ddp::engine

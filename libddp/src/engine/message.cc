@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "ddp/errors.h"
 
 namespace ddp::engine {
 namespace {
@@ -125,11 +126,6 @@ uint64_t ElementCount(const std::vector<int64_t>& shape) {
   return n;
 }
 
-bool IsFloating(DataType t) {
-  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
-         t == DataType::kBFloat16;
-}
-
 uint64_t TensorMeta::ElementCount() const {
   uint64_t total = 0;
   for (const auto& shape : shapes) total += engine::ElementCount(shape);
@@ -216,8 +212,15 @@ absl::Status CheckAgreement(absl::string_view name, const std::vector<int>& rank
       differ = differ || values.back() != values.front();
     }
     if (differ) {
-      return absl::InvalidArgumentError(absl::StrCat(what, ": ranks disagree on the ", field.label,
-                                                     " (", WhoSaidWhat(ranks, values), ")"));
+      // Blamed: the ranks that differ from the first.
+      std::vector<int> odd;
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (values[i] != values.front()) odd.push_back(ranks[i]);
+      }
+      return WithRanks(
+          absl::InvalidArgumentError(absl::StrCat(what, ": ranks disagree on the ", field.label,
+                                                  " (", WhoSaidWhat(ranks, values), ")")),
+          odd);
     }
   }
   return absl::OkStatus();

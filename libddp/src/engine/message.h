@@ -65,7 +65,5 @@ absl::Status CheckAgreement(absl::string_view name, const std::vector<int>& rank
 std::string ShapeString(const std::vector<int64_t>& shape);
 // Elements in a tensor of this shape (1 for a scalar).
 uint64_t ElementCount(const std::vector<int64_t>& shape);
-// f32, f64, f16, bf16: the dtypes that take scale factors.
-bool IsFloating(DataType type);
 
 }  // namespace ddp::engine

@@ -9,6 +9,7 @@
 #include "collectives/collectives.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "ddp/errors.h"
 #include "engine/engine_impl.h"
 
 namespace ddp::engine {
@@ -238,10 +239,12 @@ absl::Status EngineImpl::ProcessRound(ProcessSet& set, const std::vector<uint8_t
     Response r{name,
                meta,
                {},
-               absl::DeadlineExceededError(absl::StrCat(
-                   OpKindName(meta.kind), " '", name, "' stalled: submitted by ", RankList(have),
-                   " but not by ", RankList(missing), " within ",
-                   absl::FormatDuration(options_.stall_shutdown), " (DDP_STALL_SHUTDOWN_SECONDS)")),
+               WithRanks(absl::DeadlineExceededError(absl::StrCat(
+                             OpKindName(meta.kind), " '", name, "' stalled: submitted by ",
+                             RankList(have), " but not by ", RankList(missing), " within ",
+                             absl::FormatDuration(options_.stall_shutdown),
+                             " (DDP_STALL_SHUTDOWN_SECONDS)")),
+                         missing),
                false,
                now_us};
     out.responses.push_back(std::move(r));

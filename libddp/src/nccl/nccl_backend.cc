@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <thread>
 #include <utility>
@@ -19,8 +20,10 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "nccl/device.h"
+#include "nccl/errors.h"
 #include "nccl/kernels.h"
 #include "nccl/plugin.h"
+#include "reduce/epilogue.h"
 
 namespace ddp::nccl {
 
@@ -281,10 +284,9 @@ absl::Status NcclBackend::Fail(absl::Status status) {
 
 absl::Status NcclBackend::NcclError(Comm& c, ncclResult_t r, absl::string_view what) {
   const char* last = c.comm != nullptr ? ncclGetLastError(c.comm) : nullptr;
-  return absl::InternalError(
-      absl::StrCat("NCCL error in ", what, " (process set ", c.set, ", rank ", c.index, " of ",
-                   c.size, "): ", ncclGetErrorString(r),
-                   last != nullptr && last[0] != '\0' ? absl::StrCat(": ", last) : std::string()));
+  return absl::InternalError(absl::StrCat(
+      "NCCL error in ", what, " (process set ", c.set, ", rank ", c.index, " of ", c.size, "): ",
+      ErrorText(ncclGetErrorString(r), last != nullptr ? last : "", std::getenv("NCCL_DEBUG"))));
 }
 
 absl::Status NcclBackend::Check(Comm& c, absl::Time deadline, absl::string_view what) {
@@ -409,16 +411,17 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::Allocate(size_t bytes) {
 absl::Status NcclBackend::FinishOutput(DataType type, ReduceOp op, void* out, size_t count,
                                        double postscale, int active) {
   if (count == 0 || out == nullptr) return absl::OkStatus();
-  active = std::max(active, 1);
-  const bool floating = type == DataType::kFloat32 || type == DataType::kFloat64 ||
-                        type == DataType::kFloat16 || type == DataType::kBFloat16;
-  if (floating) {
-    const double factor = postscale / (op == ReduceOp::kAverage ? active : 1);
-    if (factor == 1.0) return absl::OkStatus();
-    return KernelStatus(kernels::Scale(type, out, out, count, factor, stream_), "scaling");
+  // What average and postscale mean is reduce::Epilogue's; on the GPU floating types are
+  // finished by one multiplication (a fused kernel), integers by a division.
+  const reduce::Epilogue epilogue = reduce::Epilogue::For(op, active, postscale);
+  if (IsFloating(type)) {
+    if (epilogue.factor() == 1.0) return absl::OkStatus();
+    return KernelStatus(kernels::Scale(type, out, out, count, epilogue.factor(), stream_),
+                        "scaling");
   }
-  if (op == ReduceOp::kAverage && active != 1) {
-    return KernelStatus(kernels::DivideInt(type, out, count, active, stream_), "averaging");
+  if (epilogue.divisor != 1) {
+    return KernelStatus(kernels::DivideInt(type, out, count, epilogue.divisor, stream_),
+                        "averaging");
   }
   return absl::OkStatus();
 }

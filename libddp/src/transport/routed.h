@@ -33,6 +33,10 @@ class RoutedTransport final : public Transport {
   void Abort(const absl::Status& reason) override;
   absl::Status Shutdown() override;
   absl::Status health() const override;
+  bool PeerLeft(int peer) const override {
+    return IsLocal(peer) ? local_->PeerLeft(local_index_[static_cast<size_t>(peer)])
+                         : remote_->PeerLeft(peer);
+  }
   void RememberMemory(const void* data, size_t bytes) override;
   void ForgetMemory(const void* data) override;
   void SetDescriptorFormatter(DescriptorFormatter formatter) override;

@@ -37,21 +37,7 @@ class SubsetTransport final : public Transport {
     base_.RememberMemory(data, bytes);
   }
   void ForgetMemory(const void* data) override { base_.ForgetMemory(data); }
-  // Only a subset that is the whole job (the engine's world set) can use the base's own
-  // allreduce: its communicators span every rank.
-  bool HasNativeAllreduce(int comm_id) const override {
-    return members_.size() == static_cast<size_t>(base_.size()) &&
-           base_.HasNativeAllreduce(comm_id);
-  }
-  absl::Status NativeAllreduce(int comm_id, const void* send, void* recv, size_t count,
-                               DataType type, ReduceOp op) override {
-    return base_.NativeAllreduce(comm_id, send, recv, count, type, op);
-  }
-  void NoteCall(int comm_id, uint32_t seq, const Descriptor& descriptor) override {
-    if (members_.size() == static_cast<size_t>(base_.size())) {
-      base_.NoteCall(comm_id, seq, descriptor);
-    }
-  }
+  bool PeerLeft(int peer) const override { return base_.PeerLeft(members_[peer]); }
   void SetDescriptorFormatter(DescriptorFormatter formatter) override {
     base_.SetDescriptorFormatter(std::move(formatter));
   }

@@ -28,7 +28,7 @@
 
 namespace ddp::transport {
 
-inline constexpr int kTagGroupShift = 40;
+inline constexpr int kTagGroupShift = 32;
 
 // Tags whose top byte is all ones are notifications (e.g. "wake up"): a receive posted on one
 // does not count as waiting on the peer (it never times out and does not make this rank report
@@ -110,19 +110,9 @@ class Transport {
   virtual void RememberMemory(const void* /*data*/, size_t /*bytes*/) {}
   virtual void ForgetMemory(const void* /*data*/) {}
 
-  // Whether this transport runs a whole allreduce on communicator `comm_id` itself (the MPI
-  // transport with DDP_MPI_ALLREDUCE=1 hands it to MPI_Allreduce); the collectives then skip
-  // their own algorithms. Ranks must agree on the arguments: no descriptor check happens.
-  virtual bool HasNativeAllreduce(int /*comm_id*/) const { return false; }
-  virtual absl::Status NativeAllreduce(int /*comm_id*/, const void* /*send*/, void* /*recv*/,
-                                       size_t /*count*/, DataType /*type*/, ReduceOp /*op*/) {
-    return absl::UnimplementedError("this transport has no allreduce of its own");
-  }
-
-  // The collective call that communicator `comm_id` starts (its sequence number and
-  // descriptor), before any of its messages. A transport with its own allreduce publishes it, so
-  // that ranks in a different call than their peers fail instead of waiting for each other.
-  virtual void NoteCall(int /*comm_id*/, uint32_t /*seq*/, const Descriptor& /*descriptor*/) {}
+  // Whether `peer` has said goodbye (shut down on purpose): it takes part in nothing more.
+  // Thread-safe.
+  virtual bool PeerLeft(int /*peer*/) const { return false; }
 
   // How to print a descriptor in mismatch errors (set by the layer that defines descriptors).
   using DescriptorFormatter = std::function<std::string(const Descriptor&)>;

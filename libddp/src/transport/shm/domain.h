@@ -1,7 +1,9 @@
 // ShmDomain: the shared memory of the ranks on one host. Every local rank creates one segment
 // (segment.h) holding what the others write to it: one inbound byte ring per local peer (the
-// point-to-point path, shm_wire.h) and one reduction area per native communicator (the
-// allreduce path, shm_allreduce.h). Peers map each other's segments and write into them.
+// point-to-point path, shm_wire.h) and one reduction area per backend slot (the
+// allreduce path, collectives/shm_allreduce.h, which uses the areas and the wait primitives
+// below as its shared-memory region service). Peers map each other's segments and write into
+// them.
 #pragma once
 
 #include <sched.h>
@@ -30,7 +32,7 @@ struct ShmConfig {
   size_t slots = 4;               // allreduce: pipeline steps in flight
   size_t small_bytes = 32 << 10;  // allreduce: at most this, every rank reduces it all
   size_t stream_bytes = 8 << 20;  // allreduce: from this size, write the output around caches
-  int areas = 2;                  // native communicators (ids 0..areas-1)
+  int areas = 2;                  // reduction areas (collectives/backend.h: one per slot)
   absl::Duration timeout = absl::Seconds(300);
   bool native_allreduce = true;
 };

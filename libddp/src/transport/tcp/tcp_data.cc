@@ -226,6 +226,7 @@ absl::Status TcpTransport::OnHeader(Stream* s, const FrameHeader& h) {
   switch (h.type) {
     case FrameType::kBye:
       p.bye = true;
+      left_[static_cast<size_t>(s->peer)].store(true);
       for (auto it = p.posted.begin(); it != p.posted.end();) {
         if (!IsNotificationTag(it->first)) {
           ++it;

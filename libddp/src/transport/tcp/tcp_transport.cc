@@ -75,6 +75,7 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(TcpConfig con
   t->addresses_.assign(static_cast<size_t>(c.size), "?");
   t->hosts_.assign(static_cast<size_t>(c.size), "?");
   t->hosts_[static_cast<size_t>(c.rank)] = c.hostname;
+  t->left_.reset(new std::atomic<bool>[static_cast<size_t>(c.size)]());
   t->thread_ = std::thread([p = t.get()] { p->Run(); });
   return t;
 }
@@ -90,6 +91,10 @@ std::string TcpTransport::PeerName(int peer) const {
   if (peer < 0 || peer >= config_.size) return absl::StrCat("rank ", peer);
   return absl::StrCat("rank ", peer, " (", hosts_[static_cast<size_t>(peer)], ", ",
                       addresses_[static_cast<size_t>(peer)], ")");
+}
+
+bool TcpTransport::PeerLeft(int peer) const {
+  return peer >= 0 && peer < config_.size && left_[static_cast<size_t>(peer)].load();
 }
 
 absl::Status TcpTransport::health() const {

@@ -70,6 +70,7 @@ class TcpTransport final : public Transport {
   void Abort(const absl::Status& reason) override;
   absl::Status Shutdown() override;
   absl::Status health() const override;
+  bool PeerLeft(int peer) const override;
   void SetDescriptorFormatter(DescriptorFormatter formatter) override;
 
  private:
@@ -171,6 +172,7 @@ class TcpTransport final : public Transport {
   std::vector<std::string> addresses_;
   std::vector<std::string> hosts_;
   DescriptorFormatter formatter_;
+  std::unique_ptr<std::atomic<bool>[]> left_;  // per peer: its goodbye has arrived
 
   // Owned by the engine (engine_mu_).
   std::vector<std::unique_ptr<Stream>> streams_;

@@ -165,18 +165,6 @@ void WireTransport::ForgetMemory(const void* data) {
   wire_->Forget(data);
 }
 
-bool WireTransport::HasNativeAllreduce(int comm_id) const {
-  return config_.has_native_allreduce && config_.has_native_allreduce(comm_id);
-}
-
-absl::Status WireTransport::NativeAllreduce(int comm_id, const void* send, void* recv, size_t count,
-                                            DataType type, ReduceOp op) {
-  if (failed_.load()) return health();
-  absl::Status s = config_.native_allreduce(comm_id, send, recv, count, type, op);
-  if (!s.ok()) Fail(s);
-  return s;
-}
-
 void WireTransport::Wake() {
   {
     std::lock_guard<std::mutex> lock(park_mu_);

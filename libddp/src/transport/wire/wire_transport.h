@@ -47,14 +47,8 @@ struct WireConfig {
   absl::Duration timeout = absl::Seconds(300);
   // Payloads up to this size travel inside the control message.
   size_t inline_bytes = 8192;
-  // How the transport is named in errors: "mpi", "ofi".
+  // How the transport is named in errors: "mpi", "ofi", "shm".
   std::string kind = "wire";
-  // Optional: the wire's own allreduce (MPI_Allreduce), by communicator id.
-  std::function<bool(int comm_id)> has_native_allreduce;
-  std::function<absl::Status(int comm_id, const void* send, void* recv, size_t count, DataType type,
-                             ReduceOp op)>
-      native_allreduce;
-  std::function<void(int comm_id, uint32_t seq, const Descriptor& descriptor)> note_call;
 };
 
 class WireTransport final : public Transport {
@@ -77,18 +71,10 @@ class WireTransport final : public Transport {
   void Abort(const absl::Status& reason) override;
   absl::Status Shutdown() override;
   absl::Status health() const override;
-  // Whether `peer` has said goodbye (shut down on purpose): it takes part in nothing more.
-  // Thread-safe.
-  bool PeerLeft(int peer) const;
+  bool PeerLeft(int peer) const override;
   void SetDescriptorFormatter(DescriptorFormatter formatter) override;
   void RememberMemory(const void* data, size_t bytes) override;
   void ForgetMemory(const void* data) override;
-  bool HasNativeAllreduce(int comm_id) const override;
-  void NoteCall(int comm_id, uint32_t seq, const Descriptor& descriptor) override {
-    if (config_.note_call) config_.note_call(comm_id, seq, descriptor);
-  }
-  absl::Status NativeAllreduce(int comm_id, const void* send, void* recv, size_t count,
-                               DataType type, ReduceOp op) override;
 
  private:
   // A message header that arrived before its receive was posted.

@@ -1,17 +1,17 @@
-// libddp's side of the MPI bootstrap: opens libddp_mpi.so on first use and forwards to it.
+// libddp's side of mpi/: opens libddp_mpi.so on first use and forwards to it.
 #include <cstdlib>
 #include <string>
 
-#include "bootstrap/mpi.h"
-#include "bootstrap/mpi/plugin_api.h"
 #include "common/plugin.h"
+#include "mpi/mpi.h"
+#include "mpi/plugin_api.h"
 
-namespace ddp::bootstrap::mpi {
+namespace ddp::mpi {
 namespace {
 
 const plugin::Table<MpiPluginApi>& Plugin() {
   static const auto* loaded = new plugin::Table<MpiPluginApi>(plugin::LoadTable<MpiPluginApi>(
-      "libddp_mpi.so", "DDP_MPI_PLUGIN", "ddp_mpi_plugin", kMpiPluginAbi, "MPI bootstrap",
+      "libddp_mpi.so", "DDP_MPI_PLUGIN", "ddp_mpi_plugin", kMpiPluginAbi, "MPI plugin",
       "It is built when MPI is found (DDP_WITH_MPI)"));
   return *loaded;
 }
@@ -33,6 +33,8 @@ bool Available(std::string* why) {
   return false;
 }
 
+std::string Version() { return Available() ? Plugin().api->version() : Plugin().error; }
+
 absl::Status Init(int* rank, int* size) {
   if (!Available()) return Missing();
   return Plugin().api->init(rank, size);
@@ -48,8 +50,15 @@ absl::StatusOr<std::vector<std::string>> Allgather(const std::string& mine) {
   return Plugin().api->allgather(mine);
 }
 
-const MpiPluginApi* Api() { return Plugin().api; }
+absl::StatusOr<std::unique_ptr<transport::wire::Wire>> CreateWire(int allreduce_slots) {
+  if (!Available()) return Missing();
+  return Plugin().api->create_wire(allreduce_slots);
+}
 
-std::string Version() { return Available() ? Plugin().api->version() : Plugin().error; }
+absl::Status Allreduce(int slot, const void* send, void* recv, size_t count, DataType type,
+                       ReduceOp combine) {
+  if (!Available()) return Missing();
+  return Plugin().api->allreduce(slot, send, recv, count, type, combine);
+}
 
-}  // namespace ddp::bootstrap::mpi
+}  // namespace ddp::mpi

@@ -1,4 +1,5 @@
-#include "transport/shm/shm_allreduce.h"
+// ShmAllreduce: the pipelined allreduce through shared reduction areas.
+#include "collectives/shm_allreduce.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,25 +14,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/communicator.h"
 #include "common/status.h"
+#include "ddp/errors.h"
 #include "reduce/reduce.h"
 
-namespace ddp::transport::shm {
+namespace ddp::collectives {
+using transport::shm::Publish;
+using transport::shm::SpinThenSleep;
 namespace {
-
-// Element ranges of a group split among `n` ranks (sizes differ by at most one element).
-void Split(size_t total, int n, std::vector<size_t>& offset, std::vector<size_t>& count) {
-  offset.resize(static_cast<size_t>(n));
-  count.resize(static_cast<size_t>(n));
-  const size_t base = total / static_cast<size_t>(n);
-  const size_t extra = total % static_cast<size_t>(n);
-  size_t at = 0;
-  for (size_t p = 0; p < static_cast<size_t>(n); ++p) {
-    offset[p] = at;
-    count[p] = base + (p < extra ? 1 : 0);
-    at += count[p];
-  }
-}
 
 // Copies into memory that will not be read again soon (the output of a large allreduce) with
 // non-temporal stores: the destination's cache lines are not read first, which saves a third of
@@ -80,69 +71,56 @@ std::string CallText(size_t count, uint32_t type, uint32_t op) {
 
 }  // namespace
 
-ShmAllreduce::ShmAllreduce(std::shared_ptr<ShmDomain> domain, std::function<absl::Status()> health,
-                           std::function<bool(int)> left,
-                           std::function<void(const absl::Status&)> abort)
-    : domain_(std::move(domain)),
-      health_(std::move(health)),
-      left_(std::move(left)),
-      abort_(std::move(abort)),
-      areas_(static_cast<size_t>(domain_->config().areas)) {}
+ShmAllreduce::ShmAllreduce(std::shared_ptr<transport::shm::ShmDomain> domain,
+                           transport::Transport& transport, int area)
+    : domain_(std::move(domain)), transport_(transport), area_(area) {}
 
-absl::Status ShmAllreduce::Fail(int area, absl::Status status) {
-  AreaState& st = areas_[static_cast<size_t>(area)];
-  st.failed = true;
-  st.failure = status;
+absl::Status ShmAllreduce::Fail(absl::Status status) {
+  failed_ = true;
+  failure_ = status;
   // The peers may be waiting for this rank's next step: the abort tells them why it won't come.
-  if (abort_) abort_(status);
+  transport_.Abort(status);
   return status;
 }
 
-void ShmAllreduce::NoteCall(int area, uint32_t seq, const Descriptor& descriptor) {
-  if (area < 0 || area >= domain_->config().areas) return;
-  AreaState& st = areas_[static_cast<size_t>(area)];
-  st.call_seq = seq;
-  st.call = descriptor;
+void ShmAllreduce::NoteCall(const CallId& call) {
+  call_seq_ = call.seq;
+  call_ = call.descriptor;
   // A seqlock with one writer: odd while the descriptor changes.
-  AreaControl* c = domain_->area_control(domain_->local_rank(), area);
-  const uint64_t version = (uint64_t{seq} + 1) << 1;
+  AreaControl* c = domain_->area_control(domain_->local_rank(), area_);
+  const uint64_t version = (uint64_t{call.seq} + 1) << 1;
   uint64_t words[2];
-  std::memcpy(words, descriptor.bytes.data(), sizeof(words));
+  std::memcpy(words, call.descriptor.bytes.data(), sizeof(words));
   c->call_seq.store(version | 1);
   c->call_descriptor[0].store(words[0], std::memory_order_relaxed);
   c->call_descriptor[1].store(words[1], std::memory_order_relaxed);
   c->call_seq.store(version, std::memory_order_release);
 }
 
-absl::Status ShmAllreduce::Check(int area, int peer, absl::Time deadline, const char* what,
-                                 uint64_t step) {
-  absl::Status h = health_ ? health_() : absl::OkStatus();
+absl::Status ShmAllreduce::Check(int peer, absl::Time deadline, const char* what, uint64_t step) {
+  absl::Status h = transport_.health();
   if (!h.ok()) return h;
   // A peer in another collective call (a broadcast, say) with the same sequence number will
   // never come here: the ranks disagree.
-  const AreaState& st = areas_[static_cast<size_t>(area)];
-  const AreaControl* c = domain_->area_control(peer, area);
+  const AreaControl* c = domain_->area_control(peer, area_);
   const uint64_t v1 = c->call_seq.load(std::memory_order_acquire);
   // Acquire loads keep the second read of the version after the descriptor's (no fence: the
   // thread sanitizer does not support them).
   uint64_t words[2] = {c->call_descriptor[0].load(std::memory_order_acquire),
                        c->call_descriptor[1].load(std::memory_order_acquire)};
   const uint64_t v2 = c->call_seq.load(std::memory_order_acquire);
-  if (v1 == v2 && (v1 & 1) == 0 && v1 == (uint64_t{st.call_seq} + 1) << 1) {
-    Descriptor theirs;
+  if (v1 == v2 && (v1 & 1) == 0 && v1 == (uint64_t{call_seq_} + 1) << 1) {
+    transport::Descriptor theirs;
     std::memcpy(theirs.bytes.data(), words, sizeof(words));
-    if (!(theirs == st.call)) {
-      auto text = [&](const Descriptor& d) {
-        return describe_ ? describe_(d) : std::string("another call");
-      };
+    if (!(theirs == call_)) {
       return absl::InvalidArgumentError(
-          absl::StrCat("ranks disagree: this rank runs ", text(st.call), " but ",
-                       domain_->PeerName(peer), " runs ", text(theirs),
+          absl::StrCat("ranks disagree: this rank runs ", Communicator::Describe(call_), " but ",
+                       domain_->PeerName(peer), " runs ", Communicator::Describe(theirs),
                        " (every rank must make the same collective calls in the same "
                        "order)"));
     }
   }
-  if ((left_ && left_(peer)) || !domain_->Alive(peer)) return Gone();
+  if (transport_.PeerLeft(peer) || !domain_->Alive(peer)) return Gone();
   if (absl::Now() > deadline) {
     return absl::DeadlineExceededError(absl::StrCat(
         "shared-memory allreduce: timed out after ",
@@ -160,33 +138,38 @@ absl::Status ShmAllreduce::Gone() {
   const absl::Time until = absl::Now() + absl::Milliseconds(100);
   do {
     absl::SleepFor(absl::Milliseconds(5));
-    absl::Status h = health_ ? health_() : absl::OkStatus();
+    absl::Status h = transport_.health();
     if (!h.ok()) return h;  // an abort carries its reason
   } while (absl::Now() < until);
   std::vector<std::string> gone;
+  std::vector<int> ranks;
   for (int p = 0; p < domain_->local_size(); ++p) {
     if (p == domain_->local_rank()) continue;
-    if (left_ && left_(p)) {
+    if (transport_.PeerLeft(p)) {
       gone.push_back(absl::StrCat(domain_->PeerName(p), " has shut down (left the job)"));
+      ranks.push_back(p);
     } else if (!domain_->Alive(p)) {
       gone.push_back(absl::StrCat(domain_->PeerName(p), ": its process (pid ", domain_->pid(p),
                                   ") has exited"));
+      ranks.push_back(p);
     }
   }
   if (gone.size() == 1) {
-    return absl::UnavailableError(absl::StrCat(gone[0], " in the middle of an allreduce"));
+    return WithRanks(
+        absl::UnavailableError(absl::StrCat(gone[0], " in the middle of an allreduce")), ranks);
   }
-  return absl::UnavailableError(
-      absl::StrCat("local ranks gone in the middle of an allreduce: ", absl::StrJoin(gone, "; ")));
+  return WithRanks(
+      absl::UnavailableError(absl::StrCat("local ranks gone in the middle of an allreduce: ",
+                                          absl::StrJoin(gone, "; "))),
+      ranks);
 }
 
-absl::Status ShmAllreduce::WaitAll(int area, Line AreaControl::*flag, uint64_t step,
-                                   const char* what) {
+absl::Status ShmAllreduce::WaitAll(Line AreaControl::*flag, uint64_t step, const char* what) {
   const int me = domain_->local_rank();
   const absl::Time deadline = absl::Now() + domain_->config().timeout;
   for (int p = 0; p < domain_->local_size(); ++p) {
     if (p == me) continue;
-    AreaControl* c = domain_->area_control(p, area);
+    AreaControl* c = domain_->area_control(p, area_);
     std::atomic<uint64_t>& value = (c->*flag).value;
     if (value.load(std::memory_order_acquire) >= step) continue;
     absl::Time next_check = absl::InfinitePast();
@@ -196,15 +179,15 @@ absl::Status ShmAllreduce::WaitAll(int area, Line AreaControl::*flag, uint64_t s
           const absl::Time now = absl::Now();
           if (now < next_check) return absl::OkStatus();
           next_check = now + absl::Milliseconds(20);
-          return Check(area, p, deadline, what, step);
+          return Check(p, deadline, what, step);
         });
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
 
-void ShmAllreduce::Stamp(int area, uint64_t step, size_t count, DataType type, ReduceOp op) {
-  AreaControl* c = domain_->area_control(domain_->local_rank(), area);
+void ShmAllreduce::Stamp(uint64_t step, size_t count, DataType type, ReduceOp op) {
+  AreaControl* c = domain_->area_control(domain_->local_rank(), area_);
   AreaControl::Call& call = c->calls[step % domain_->config().slots];
   call.count = count;
   call.type = static_cast<uint32_t>(type);
@@ -212,13 +195,12 @@ void ShmAllreduce::Stamp(int area, uint64_t step, size_t count, DataType type, R
   call.step.store(step, std::memory_order_release);
 }
 
-absl::Status ShmAllreduce::CheckCalls(int area, uint64_t step, size_t count, DataType type,
-                                      ReduceOp op) {
+absl::Status ShmAllreduce::CheckCalls(uint64_t step, size_t count, DataType type, ReduceOp op) {
   const int me = domain_->local_rank();
   for (int p = 0; p < domain_->local_size(); ++p) {
     if (p == me) continue;
     const AreaControl::Call& call =
-        domain_->area_control(p, area)->calls[step % domain_->config().slots];
+        domain_->area_control(p, area_)->calls[step % domain_->config().slots];
     if (call.step.load(std::memory_order_acquire) != step || call.count != count ||
         call.type != static_cast<uint32_t>(type) || call.op != static_cast<uint32_t>(op)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -231,57 +213,56 @@ absl::Status ShmAllreduce::CheckCalls(int area, uint64_t step, size_t count, Dat
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::Run(int area, const void* send, void* recv, size_t count, DataType type,
-                               ReduceOp op) {
-  AreaState& st = areas_[static_cast<size_t>(area)];
-  if (st.failed) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "shared-memory allreduce: an earlier allreduce failed: ", st.failure.message()));
+absl::Status ShmAllreduce::Allreduce(const void* send, void* recv, size_t count, DataType type,
+                                     ReduceOp combine, const reduce::Epilogue& epilogue) {
+  if (failed_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("shared-memory allreduce: an earlier allreduce failed: ", failure_.message()));
   }
   const size_t es = DataTypeSize(type);
   const size_t bytes = count * es;
   const auto* in = static_cast<const char*>(send);
   auto* out = static_cast<char*>(recv);
-  const ShmConfig& cfg = domain_->config();
+  const transport::shm::ShmConfig& cfg = domain_->config();
   absl::Status s;
   if (bytes <= std::min(cfg.small_bytes, domain_->group_bytes())) {
-    s = Small(area, ++st.step, in, out, count, type, op);
+    s = Small(++step_, in, out, count, type, combine, epilogue);
   } else {
     const size_t group =
         std::max<size_t>(1, cfg.chunk_bytes / es) * static_cast<size_t>(domain_->local_size());
     const uint64_t steps = (count + group - 1) / group;
-    const uint64_t first = st.step + 1;
-    st.step += steps;
-    s = Large(area, first, in, out, count, type, op);
+    const uint64_t first = step_ + 1;
+    step_ += steps;
+    s = Large(first, in, out, count, type, combine, epilogue);
   }
-  if (!s.ok()) return Fail(area, s);
+  if (!s.ok()) return Fail(s);
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::Small(int area, uint64_t step, const char* in, char* out, size_t count,
-                                 DataType type, ReduceOp op) {
+absl::Status ShmAllreduce::Small(uint64_t step, const char* in, char* out, size_t count,
+                                 DataType type, ReduceOp combine,
+                                 const reduce::Epilogue& epilogue) {
   const int me = domain_->local_rank();
   const int n = domain_->local_size();
   const size_t slots = domain_->config().slots;
   const size_t slot = step % slots;
   const size_t bytes = count * DataTypeSize(type);
-  AreaControl* mine = domain_->area_control(me, area);
-  if (step > slots) DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::done, step - slots, "finish"));
-  if (bytes > 0) std::memcpy(domain_->in_stage(me, area, slot), in, bytes);
-  Stamp(area, step, count, type, op);
+  AreaControl* mine = domain_->area_control(me, area_);
+  if (step > slots) DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::done, step - slots, "finish"));
+  if (bytes > 0) std::memcpy(domain_->in_stage(me, area_, slot), in, bytes);
+  Stamp(step, count, type, combine);
   mine->in.value.store(step, std::memory_order_release);
   Publish(mine);
-  DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::in, step, "stage its input for"));
-  DDP_RETURN_IF_ERROR(CheckCalls(area, step, count, type, op));
+  DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::in, step, "stage its input for"));
+  DDP_RETURN_IF_ERROR(CheckCalls(step, count, type, combine));
   // Everyone reduces the whole buffer in rank order: the same bits on every rank.
-  const ReduceOp combine = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
   if (count > 0) {
-    reduce::Combine(type, combine, out, domain_->in_stage(0, area, slot),
-                    domain_->in_stage(1, area, slot), count);
+    reduce::Combine(type, combine, out, domain_->in_stage(0, area_, slot),
+                    domain_->in_stage(1, area_, slot), count);
     for (int p = 2; p < n; ++p) {
-      reduce::Combine(type, combine, out, out, domain_->in_stage(p, area, slot), count);
+      reduce::Combine(type, combine, out, out, domain_->in_stage(p, area_, slot), count);
     }
-    if (op == ReduceOp::kAverage) reduce::DivideBy(type, out, count, n);
+    epilogue.Apply(type, out, count);
   }
   mine->red.value.store(step, std::memory_order_release);
   mine->done.value.store(step, std::memory_order_release);
@@ -289,8 +270,9 @@ absl::Status ShmAllreduce::Small(int area, uint64_t step, const char* in, char* 
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char* out, size_t count,
-                                 DataType type, ReduceOp op) {
+absl::Status ShmAllreduce::Large(uint64_t first, const char* in, char* out, size_t count,
+                                 DataType type, ReduceOp combine,
+                                 const reduce::Epilogue& epilogue) {
   const int me = domain_->local_rank();
   const int n = domain_->local_size();
   const size_t es = DataTypeSize(type);
@@ -298,12 +280,9 @@ absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char*
   const size_t group =
       std::max<size_t>(1, domain_->config().chunk_bytes / es) * static_cast<size_t>(n);
   const uint64_t steps = (count + group - 1) / group;
-  const ReduceOp combine = op == ReduceOp::kAverage ? ReduceOp::kSum : op;
-  AreaControl* mine = domain_->area_control(me, area);
-  std::vector<size_t> offset;
-  std::vector<size_t> part;
-  std::vector<size_t> prev_offset;
-  std::vector<size_t> prev_part;
+  AreaControl* mine = domain_->area_control(me, area_);
+  Blocks blocks;  // this step's slice of each rank
+  Blocks prev;
 
   // A large output goes around the caches (it is written once and not read here again).
   const bool stream = count * es >= domain_->config().stream_bytes;
@@ -315,13 +294,14 @@ absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char*
     }
   };
   // Copies the others' reduced slices of step `s` (group starting at element `base`) out.
-  auto gather = [&](uint64_t s, size_t base, const std::vector<size_t>& off,
-                    const std::vector<size_t>& cnt) -> absl::Status {
-    DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::red, s, "reduce its slice of"));
+  auto gather = [&](uint64_t s, size_t base, const Blocks& slices) -> absl::Status {
+    const std::vector<size_t>& off = slices.offset;
+    const std::vector<size_t>& cnt = slices.count;
+    DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::red, s, "reduce its slice of"));
     for (int p = 0; p < n; ++p) {
       const auto q = static_cast<size_t>(p);
       if (p == me || cnt[q] == 0) continue;
-      copy_out(out + (base + off[q]) * es, domain_->out_stage(p, area, s % slots), cnt[q] * es);
+      copy_out(out + (base + off[q]) * es, domain_->out_stage(p, area_, s % slots), cnt[q] * es);
     }
     mine->done.value.store(s, std::memory_order_release);
     Publish(mine);
@@ -334,44 +314,45 @@ absl::Status ShmAllreduce::Large(int area, uint64_t first, const char* in, char*
     const size_t slot = s % slots;
     const size_t base = g * group;
     const size_t elems = std::min(group, count - base);
-    Split(elems, n, offset, part);
+    blocks = Blocks::Even(elems, n);
+    const std::vector<size_t>& offset = blocks.offset;
+    const std::vector<size_t>& part = blocks.count;
     // The slot is free once everyone has finished the step that used it last.
-    if (s > slots) DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::done, s - slots, "finish"));
-    char* stage = domain_->in_stage(me, area, slot);
+    if (s > slots) DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::done, s - slots, "finish"));
+    char* stage = domain_->in_stage(me, area_, slot);
     for (int p = 0; p < n; ++p) {
       const auto q = static_cast<size_t>(p);
       if (p == me || part[q] == 0) continue;
       std::memcpy(stage + offset[q] * es, in + (base + offset[q]) * es, part[q] * es);
     }
-    Stamp(area, s, count, type, op);
+    Stamp(s, count, type, combine);
     mine->in.value.store(s, std::memory_order_release);
     Publish(mine);
-    DDP_RETURN_IF_ERROR(WaitAll(area, &AreaControl::in, s, "stage its input for"));
-    if (g == 0) DDP_RETURN_IF_ERROR(CheckCalls(area, s, count, type, op));
+    DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::in, s, "stage its input for"));
+    if (g == 0) DDP_RETURN_IF_ERROR(CheckCalls(s, count, type, combine));
     // This rank's slice, reduced in rank order into its published stage, then into the output.
     const auto m = static_cast<size_t>(me);
-    char* acc = domain_->out_stage(me, area, slot);
+    char* acc = domain_->out_stage(me, area_, slot);
     auto source = [&](int p) -> const char* {
       return p == me ? in + (base + offset[m]) * es
-                     : domain_->in_stage(p, area, slot) + offset[m] * es;
+                     : domain_->in_stage(p, area_, slot) + offset[m] * es;
     };
     if (part[m] > 0) {
       reduce::Combine(type, combine, acc, source(0), source(1), part[m]);
       for (int p = 2; p < n; ++p) reduce::Combine(type, combine, acc, acc, source(p), part[m]);
-      if (op == ReduceOp::kAverage) reduce::DivideBy(type, acc, part[m], n);
+      epilogue.Apply(type, acc, part[m]);
       copy_out(out + (base + offset[m]) * es, acc, part[m] * es);
     }
     mine->red.value.store(s, std::memory_order_release);
     Publish(mine);
     // While the others reduce this step, gather the previous one.
-    if (g > 0) DDP_RETURN_IF_ERROR(gather(s - 1, prev_base, prev_offset, prev_part));
+    if (g > 0) DDP_RETURN_IF_ERROR(gather(s - 1, prev_base, prev));
     prev_base = base;
-    prev_offset = offset;
-    prev_part = part;
+    prev = std::move(blocks);
   }
-  absl::Status last = gather(first + steps - 1, prev_base, prev_offset, prev_part);
+  absl::Status last = gather(first + steps - 1, prev_base, prev);
   if (stream) StreamFence();
   return last;
 }
 
-}  // namespace ddp::transport::shm
+}  // namespace ddp::collectives

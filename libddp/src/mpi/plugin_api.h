@@ -11,22 +11,19 @@
 #include "ddp/types.h"
 #include "transport/wire/wire.h"
 
-namespace ddp::bootstrap::mpi {
+namespace ddp::mpi {
 
-inline constexpr int kMpiPluginAbi = 2;
+inline constexpr int kMpiPluginAbi = 3;
 
 struct MpiPluginApi {
   int abi;
+  std::string (*version)();
   absl::Status (*init)(int* rank, int* size);
   absl::Status (*broadcast)(void* data, size_t bytes, int root);
   absl::StatusOr<std::vector<std::string>> (*allgather)(const std::string& mine);
-  std::string (*version)();
-  // The MPI transport (transport/mpi/mpi_wire.h).
-  absl::StatusOr<std::unique_ptr<transport::wire::Wire>> (*create_wire)(
-      const std::vector<int>& native_ids);
-  bool (*has_allreduce)(int comm_id);
-  absl::Status (*allreduce)(int comm_id, const void* send, void* recv, size_t count, DataType type,
-                            ReduceOp op);
+  absl::StatusOr<std::unique_ptr<transport::wire::Wire>> (*create_wire)(int allreduce_slots);
+  absl::Status (*allreduce)(int slot, const void* send, void* recv, size_t count, DataType type,
+                            ReduceOp combine);
 };
 
-}  // namespace ddp::bootstrap::mpi
+}  // namespace ddp::mpi

@@ -1,7 +1,6 @@
 // The MPI transport's wire (DDP_TRANSPORT=mpi), part of libddp_mpi.so: control messages on one
 // duplicate of MPI_COMM_WORLD (taken with MPI_Improbe/MPI_Mrecv, any source, exact size), data
 // messages on another with MPI_Isend/MPI_Irecv straight from and into the caller's buffers.
-// Optionally MPI_Allreduce itself, on communicators of its own (DDP_MPI_ALLREDUCE=1).
 #include <mpi.h>
 
 #include <algorithm>
@@ -12,28 +11,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "reduce/reduce.h"
-#include "transport/mpi/mpi_impl.h"
+#include "mpi/plugin_impl.h"
 
-namespace ddp::transport::mpi::impl {
+namespace ddp::mpi::impl {
 namespace {
 
-std::string MpiText(int code) {
-  char text[MPI_MAX_ERROR_STRING] = {};
-  int length = 0;
-  MPI_Error_string(code, text, &length);
-  return std::string(text, static_cast<size_t>(length));
-}
-
-absl::Status MpiError(int code, const char* what) {
-  return absl::InternalError(absl::StrCat(what, " failed: ", MpiText(code)));
-}
-
-#define DDP_MPI_CHECK(expr, what)                                     \
-  do {                                                                \
-    const int ddp_mpi_rc = (expr);                                    \
-    if (ddp_mpi_rc != MPI_SUCCESS) return MpiError(ddp_mpi_rc, what); \
-  } while (0)
+using transport::wire::Event;
+using transport::wire::Wire;
 
 // The largest message MPI's int counts carry comfortably.
 constexpr size_t kMaxData = size_t{1} << 30;
@@ -98,7 +82,7 @@ class InFlight {
   std::vector<MPI_Status> statuses_;
 };
 
-class MpiWire final : public wire::Wire {
+class MpiWire final : public Wire {
  public:
   MpiWire(MPI_Comm control, MPI_Comm data, uint64_t tag_mask, std::string version)
       : control_comm_(control),
@@ -131,7 +115,7 @@ class MpiWire final : public wire::Wire {
     DDP_MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, Tag(data_tag),
                             data_comm_, &request),
                   "MPI_Isend");
-    data_.Add(request, Transfer{token, false});
+    data_.Add(request, Transfer{token, false, peer});
     return absl::OkStatus();
   }
 
@@ -141,11 +125,11 @@ class MpiWire final : public wire::Wire {
     DDP_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, Tag(data_tag),
                             data_comm_, &request),
                   "MPI_Irecv");
-    data_.Add(request, Transfer{token, true});
+    data_.Add(request, Transfer{token, true, peer});
     return absl::OkStatus();
   }
 
-  absl::Status Poll(std::vector<wire::Event>* events) override {
+  absl::Status Poll(std::vector<Event>* events) override {
     // Control messages, in arrival order (MPI does not let messages overtake on one tag).
     for (;;) {
       int flag = 0;
@@ -156,8 +140,8 @@ class MpiWire final : public wire::Wire {
       if (!flag) break;
       int count = 0;
       DDP_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &count), "MPI_Get_count");
-      wire::Event e;
-      e.kind = wire::Event::Kind::kControl;
+      Event e;
+      e.kind = Event::Kind::kControl;
       e.peer = status.MPI_SOURCE;
       e.payload.resize(static_cast<size_t>(count));
       DDP_MPI_CHECK(MPI_Mrecv(e.payload.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE),
@@ -165,7 +149,7 @@ class MpiWire final : public wire::Wire {
       events->push_back(std::move(e));
     }
     absl::Status s = data_.Reap([events](const Transfer& t, int error) {
-      wire::Event e;
+      Event e;
       e.token = t.token;
       if (error == -1) {
         e.status = absl::CancelledError("cancelled");
@@ -178,7 +162,7 @@ class MpiWire final : public wire::Wire {
     // Finished control sends free their buffers; a failed one is reported with its peer.
     return control_.Reap([events](const ControlSend& c, int error) {
       if (error == MPI_SUCCESS || error == -1) return;
-      wire::Event e;
+      Event e;
       e.token = 0;
       e.peer = c.peer;
       e.status = absl::UnavailableError(MpiText(error));
@@ -213,6 +197,7 @@ class MpiWire final : public wire::Wire {
   struct Transfer {
     uint64_t token = 0;
     bool receive = false;
+    int peer = -1;
   };
 
   int Tag(uint64_t data_tag) const { return static_cast<int>(data_tag & tag_mask_); }
@@ -225,56 +210,9 @@ class MpiWire final : public wire::Wire {
   InFlight<Transfer> data_;
 };
 
-// ---- MPI_Allreduce ---------------------------------------------------------------------------
-
-std::map<int, MPI_Comm>& NativeComms() {
-  static auto* comms = new std::map<int, MPI_Comm>();
-  return *comms;
-}
-
-// f16 and bf16 have no MPI type: they travel as MPI_UINT16_T with libddp's own kernels.
-template <DataType T, ReduceOp O>
-void HalfOp(void* in, void* inout, int* len, MPI_Datatype* /*type*/) {
-  reduce::Combine(T, O, inout, in, inout, static_cast<size_t>(*len));
-}
-
-absl::StatusOr<MPI_Op> HalfOpFor(DataType type, ReduceOp op) {
-  // The context's and the engine's allreduces run in different threads.
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  static std::map<std::pair<int, int>, MPI_Op>* ops = new std::map<std::pair<int, int>, MPI_Op>();
-  const auto key = std::make_pair(static_cast<int>(type), static_cast<int>(op));
-  if (auto it = ops->find(key); it != ops->end()) return it->second;
-  MPI_User_function* fn = nullptr;
-  const bool f16 = type == DataType::kFloat16;
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kAverage:
-      fn = f16 ? HalfOp<DataType::kFloat16, ReduceOp::kSum>
-               : HalfOp<DataType::kBFloat16, ReduceOp::kSum>;
-      break;
-    case ReduceOp::kMin:
-      fn = f16 ? HalfOp<DataType::kFloat16, ReduceOp::kMin>
-               : HalfOp<DataType::kBFloat16, ReduceOp::kMin>;
-      break;
-    case ReduceOp::kMax:
-      fn = f16 ? HalfOp<DataType::kFloat16, ReduceOp::kMax>
-               : HalfOp<DataType::kBFloat16, ReduceOp::kMax>;
-      break;
-    case ReduceOp::kProduct:
-      fn = f16 ? HalfOp<DataType::kFloat16, ReduceOp::kProduct>
-               : HalfOp<DataType::kBFloat16, ReduceOp::kProduct>;
-      break;
-  }
-  MPI_Op created = MPI_OP_NULL;
-  DDP_MPI_CHECK(MPI_Op_create(fn, /*commute=*/1, &created), "MPI_Op_create");
-  (*ops)[key] = created;
-  return created;
-}
-
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<wire::Wire>> CreateWire(const std::vector<int>& native_ids) {
+absl::StatusOr<std::unique_ptr<Wire>> CreateWire(int allreduce_slots) {
   int initialized = 0;
   DDP_MPI_CHECK(MPI_Initialized(&initialized), "MPI_Initialized");
   if (!initialized) {
@@ -297,13 +235,8 @@ absl::StatusOr<std::unique_ptr<wire::Wire>> CreateWire(const std::vector<int>& n
   DDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &data), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(data, MPI_ERRORS_RETURN);
-  for (int id : native_ids) {
-    if (NativeComms().count(id) != 0) continue;
-    MPI_Comm c = MPI_COMM_NULL;
-    DDP_MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &c), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
-    NativeComms()[id] = c;
-  }
+  absl::Status comms = CreateAllreduceComms(allreduce_slots);
+  if (!comms.ok()) return comms;
   // Data tags wrap at the largest power of two MPI allows (at least 2^15 by the standard).
   void* value = nullptr;
   int flag = 0;
@@ -316,81 +249,7 @@ absl::StatusOr<std::unique_ptr<wire::Wire>> CreateWire(const std::vector<int>& n
   MPI_Get_library_version(text, &length);
   std::string version(text, static_cast<size_t>(length));
   version = version.substr(0, version.find_first_of("\r\n,"));
-  return std::unique_ptr<wire::Wire>(new MpiWire(control, data, mask - 1, version));
+  return std::unique_ptr<Wire>(new MpiWire(control, data, mask - 1, version));
 }
 
-bool HasAllreduce(int comm_id) { return NativeComms().count(comm_id) != 0; }
-
-absl::Status Allreduce(int comm_id, const void* send, void* recv, size_t count, DataType type,
-                       ReduceOp op) {
-  auto it = NativeComms().find(comm_id);
-  if (it == NativeComms().end()) return absl::InternalError("no MPI communicator for this id");
-  MPI_Datatype dt = MPI_DATATYPE_NULL;
-  switch (type) {
-    case DataType::kFloat32:
-      dt = MPI_FLOAT;
-      break;
-    case DataType::kFloat64:
-      dt = MPI_DOUBLE;
-      break;
-    case DataType::kFloat16:
-    case DataType::kBFloat16:
-      dt = MPI_UINT16_T;
-      break;
-    case DataType::kInt8:
-      dt = MPI_INT8_T;
-      break;
-    case DataType::kUInt8:
-      dt = MPI_UINT8_T;
-      break;
-    case DataType::kInt32:
-      dt = MPI_INT32_T;
-      break;
-    case DataType::kInt64:
-      dt = MPI_INT64_T;
-      break;
-  }
-  MPI_Op mop = MPI_SUM;
-  if (type == DataType::kFloat16 || type == DataType::kBFloat16) {
-    auto half = HalfOpFor(type, op);
-    if (!half.ok()) return half.status();
-    mop = *half;
-  } else {
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAverage:
-        mop = MPI_SUM;
-        break;
-      case ReduceOp::kMin:
-        mop = MPI_MIN;
-        break;
-      case ReduceOp::kMax:
-        mop = MPI_MAX;
-        break;
-      case ReduceOp::kProduct:
-        mop = MPI_PROD;
-        break;
-    }
-  }
-  const size_t es = DataTypeSize(type);
-  if (send != recv && count > 0) std::memcpy(recv, send, count * es);
-  // In place, in pieces that MPI's int counts can carry.
-  constexpr size_t kPiece = size_t{1} << 30;
-  auto* out = static_cast<char*>(recv);
-  size_t done = 0;
-  do {
-    const size_t n = std::min(kPiece, count - done);
-    DDP_MPI_CHECK(
-        MPI_Allreduce(MPI_IN_PLACE, out + done * es, static_cast<int>(n), dt, mop, it->second),
-        "MPI_Allreduce");
-    done += n;
-  } while (done < count);
-  if (op == ReduceOp::kAverage) {
-    int size = 1;
-    MPI_Comm_size(it->second, &size);
-    reduce::DivideBy(type, recv, count, size);
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace ddp::transport::mpi::impl
+}  // namespace ddp::mpi::impl

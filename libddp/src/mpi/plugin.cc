@@ -1,4 +1,4 @@
-// libddp_mpi.so: the MPI calls of the MPI bootstrap (see bootstrap/mpi.h).
+// libddp_mpi.so's table (mpi/mpi.h says what it offers) and the bootstrap's MPI calls.
 #include <mpi.h>
 
 #include <cstdint>
@@ -6,24 +6,23 @@
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
-#include "bootstrap/mpi/plugin_api.h"
-#include "transport/mpi/mpi_impl.h"
+#include "mpi/plugin_api.h"
+#include "mpi/plugin_impl.h"
 
-namespace ddp::bootstrap::mpi {
-namespace {
+namespace ddp::mpi::impl {
 
-absl::Status MpiError(int code, const char* what) {
+std::string MpiText(int code) {
   char text[MPI_MAX_ERROR_STRING] = {};
   int length = 0;
   MPI_Error_string(code, text, &length);
-  return absl::InternalError(absl::StrCat("MPI error in ", what, ": ", text));
+  return std::string(text, static_cast<size_t>(length));
 }
 
-#define DDP_MPI_CHECK(expr, what)                                     \
-  do {                                                                \
-    const int ddp_mpi_rc = (expr);                                    \
-    if (ddp_mpi_rc != MPI_SUCCESS) return MpiError(ddp_mpi_rc, what); \
-  } while (0)
+absl::Status MpiError(int code, const char* what) {
+  return absl::InternalError(absl::StrCat(what, " failed: ", MpiText(code)));
+}
+
+namespace {
 
 void FinalizeAtExit() {
   int finalized = 0;
@@ -95,18 +94,12 @@ std::string Version() {
   return newline == std::string::npos ? v : v.substr(0, newline);
 }
 
-constexpr MpiPluginApi kApi = {kMpiPluginAbi,
-                               Init,
-                               Broadcast,
-                               Allgather,
-                               Version,
-                               transport::mpi::impl::CreateWire,
-                               transport::mpi::impl::HasAllreduce,
-                               transport::mpi::impl::Allreduce};
+constexpr MpiPluginApi kApi = {kMpiPluginAbi, Version,    Init,     Broadcast,
+                               Allgather,     CreateWire, Allreduce};
 
 }  // namespace
-}  // namespace ddp::bootstrap::mpi
+}  // namespace ddp::mpi::impl
 
 extern "C" __attribute__((visibility("default"))) const void* ddp_mpi_plugin() {
-  return &ddp::bootstrap::mpi::kApi;
+  return &ddp::mpi::impl::kApi;
 }

@@ -1,0 +1,292 @@
+// AssembleJob: the plan, the preparation and the connection of this rank's transports.
+#include "bootstrap/job.h"
+
+#include <unistd.h>
+
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "bootstrap/exchange.h"
+#include "common/log.h"
+#include "common/socket.h"
+#include "common/status.h"
+#include "ddp/errors.h"
+#include "mpi/mpi.h"
+#include "transport/ofi/ofi_wire.h"
+#include "transport/routed.h"
+#include "transport/shm/shm_wire.h"
+#include "transport/tcp/tcp_transport.h"
+#include "transport/wire/wire_transport.h"
+
+namespace ddp::bootstrap {
+namespace {
+
+// Which transports this rank needs, from every rank's host: the network one (TCP, MPI or
+// libfabric) unless all ranks share this host and shared memory may carry everything; shared
+// memory when other ranks share this host (DDP_TRANSPORT=auto or shm). `shm_anywhere`: some host
+// has several ranks (every rank takes part in exchanging segment names then).
+struct Plan {
+  bool net = true;
+  bool shm = false;
+  bool shm_anywhere = false;
+  std::vector<int> local_ranks;  // the ranks on this host, in order
+};
+
+Plan PlanTransports(const Options& options, const std::vector<std::string>& hosts) {
+  Plan plan;
+  const std::string& host = hosts[static_cast<size_t>(options.rank)];
+  const bool shm_allowed =
+      options.transport == TransportKind::kAuto || options.transport == TransportKind::kShm;
+  std::map<std::string, int> per_host;
+  for (const std::string& h : hosts) ++per_host[h];
+  for (const auto& [h, count] : per_host) plan.shm_anywhere = plan.shm_anywhere || count > 1;
+  plan.shm_anywhere = plan.shm_anywhere && shm_allowed;
+  plan.shm = shm_allowed && per_host[host] > 1;
+  plan.net = !shm_allowed || per_host.size() > 1;
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    if (hosts[r] == host) plan.local_ranks.push_back(static_cast<int>(r));
+  }
+  return plan;
+}
+
+class Assembler {
+ public:
+  Assembler(Options* options, int backend_slots)
+      : options_(*options), backend_slots_(backend_slots) {}
+
+  absl::StatusOr<Job> Run(Options* options);
+
+ private:
+  // This rank's end of the network transport (DDP_TRANSPORT); returns the address that the
+  // other ranks need (TCP: ip:port; libfabric: the endpoint name; MPI: nothing).
+  absl::StatusOr<std::string> PrepareNet(const std::string& listen_ip);
+  // Creates this rank's shared-memory segment; returns its name for the other local ranks, or
+  // "!" and the reason it failed (so that they fail at once, saying why).
+  std::string PrepareShm();
+  absl::Status Connect(const std::vector<std::string>& addresses,
+                       const std::vector<std::string>& shm_names);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> ConnectNet(
+      const std::vector<std::string>& addresses);
+  absl::StatusOr<std::unique_ptr<transport::Transport>> ConnectShm(
+      const std::vector<std::string>& shm_names);
+
+  Options& options_;
+  const int backend_slots_;
+  absl::Time deadline_;
+  Job job_;
+  Plan plan_;
+  // Between preparation and connection.
+  std::unique_ptr<transport::tcp::TcpTransport> tcp_;
+  std::unique_ptr<transport::ofi::OfiWire> ofi_;
+  std::unique_ptr<transport::wire::Wire> mpi_wire_;
+  absl::Status shm_error_;  // PrepareShm failed (reported when connecting)
+};
+
+absl::StatusOr<Job> Assembler::Run(Options* options) {
+  const int n = options_.size;
+  job_.hosts.assign(static_cast<size_t>(n), HostName(options_));
+  if (n > 1) {
+    deadline_ = absl::Now() + options_.start_timeout;
+    std::unique_ptr<Exchange> exchange;
+    if (options_.bootstrap == BootstrapKind::kMpi) {
+      auto mpi = MpiExchange(options);
+      if (!mpi.ok()) return Annotate(mpi.status(), "MPI bootstrap");
+      exchange = *std::move(mpi);
+    } else {
+      DDP_ASSIGN_OR_RETURN(exchange, StoreExchange(options_, deadline_, &job_.store_server));
+    }
+    const std::vector<int> all = AllRanks(n);
+    // Hosts first: they decide which transports to set up.
+    DDP_ASSIGN_OR_RETURN(job_.hosts, exchange->Allgather("host", job_.hosts[0], all));
+    plan_ = PlanTransports(options_, job_.hosts);
+    std::vector<std::string> addresses(static_cast<size_t>(n));
+    if (plan_.net) {
+      // Listen where the other hosts can reach us: DDP_IFACE, else the address that routes there.
+      DDP_ASSIGN_OR_RETURN(
+          std::string listen_ip,
+          net::ChooseLocalAddress(options_.iface, exchange->Toward(job_.hosts, options_.rank)));
+      DDP_ASSIGN_OR_RETURN(std::string address, PrepareNet(listen_ip));
+      DDP_ASSIGN_OR_RETURN(addresses, exchange->Allgather("addr", address, all));
+    }
+    std::vector<std::string> shm_names(static_cast<size_t>(n));
+    if (plan_.shm_anywhere) {
+      // Every rank takes part (an MPI collective); only the local ranks' names are needed.
+      const std::string mine = plan_.shm ? PrepareShm() : "";
+      DDP_ASSIGN_OR_RETURN(
+          shm_names,
+          exchange->Allgather("shm", mine, plan_.shm ? plan_.local_ranks : std::vector<int>{}));
+    }
+    DDP_RETURN_IF_ERROR(Connect(addresses, shm_names));
+  }
+  job_.topology = ComputeTopology(job_.hosts, options_.rank);
+  if (options_.local_rank >= 0 && options_.local_size > 0) {
+    job_.topology.local_rank = options_.local_rank;
+    job_.topology.local_size = options_.local_size;
+  }
+  if (options_.cross_rank >= 0 && options_.cross_size > 0) {
+    job_.topology.cross_rank = options_.cross_rank;
+    job_.topology.cross_size = options_.cross_size;
+  }
+  return std::move(job_);
+}
+
+absl::StatusOr<std::string> Assembler::PrepareNet(const std::string& listen_ip) {
+  if (options_.transport == TransportKind::kMpi) {
+    DDP_RETURN_IF_ERROR(Annotate(InitMpi(options_), "DDP_TRANSPORT=mpi (launch with mpirun)"));
+    // Each backend slot gets an MPI communicator for MPI_Allreduce (DDP_MPI_ALLREDUCE=1).
+    DDP_ASSIGN_OR_RETURN(mpi_wire_, mpi::CreateWire(options_.mpi_allreduce ? backend_slots_ : 0));
+    return std::string();
+  }
+  if (options_.transport == TransportKind::kOfi) {
+    transport::ofi::OfiConfig config;
+    config.rank = options_.rank;
+    config.size = options_.size;
+    config.provider = options_.ofi_provider;
+    config.domain = options_.ofi_domain;
+    config.source_ip = listen_ip;
+    config.force_mr_local = options_.ofi_mr_local;
+    config.max_message_bytes = static_cast<size_t>(options_.ofi_max_message_bytes);
+    DDP_ASSIGN_OR_RETURN(ofi_, transport::ofi::CreateWire(config));
+    DDP_LOG(kInfo, "libfabric transport: %s, mr_mode %s", ofi_->Name(), ofi_->mr_mode());
+    return ofi_->address();
+  }
+  transport::tcp::TcpConfig config;
+  config.rank = options_.rank;
+  config.size = options_.size;
+  config.token = options_.job_token;
+  config.listen_ip = listen_ip;
+  config.hostname = job_.hosts[static_cast<size_t>(options_.rank)];
+  config.streams = options_.tcp_streams;
+  config.socket_buffer_bytes = options_.socket_buffer_bytes;
+  config.timeout = options_.timeout;
+  DDP_ASSIGN_OR_RETURN(tcp_, transport::tcp::TcpTransport::Create(config));
+  return tcp_->listen_address();
+}
+
+std::string Assembler::PrepareShm() {
+  const std::vector<int>& local = plan_.local_ranks;
+  transport::shm::ShmConfig config;
+  config.local_size = static_cast<int>(local.size());
+  for (size_t i = 0; i < local.size(); ++i) {
+    if (local[i] == options_.rank) config.local_rank = static_cast<int>(i);
+    config.hosts.push_back(job_.hosts[static_cast<size_t>(local[i])]);
+  }
+  config.ranks = local;
+  config.token = options_.job_token;
+  config.ring_bytes = static_cast<size_t>(options_.shm_ring_bytes);
+  config.chunk_bytes = static_cast<size_t>(options_.shm_chunk_bytes);
+  config.slots = static_cast<size_t>(options_.shm_slots);
+  config.small_bytes = static_cast<size_t>(options_.shm_small_bytes);
+  config.timeout = options_.timeout;
+  config.areas = backend_slots_;
+  // The allreduce of shared memory alone runs when this host holds the whole job; with other
+  // hosts, the hierarchical algorithm uses the point-to-point path. DDP_ALGO=ring or rd asks for
+  // those algorithms over shared memory.
+  config.native_allreduce =
+      local.size() == job_.hosts.size() &&
+      (options_.algorithm == Algorithm::kAuto || options_.algorithm == Algorithm::kHierarchical);
+  auto domain = transport::shm::ShmDomain::Create(std::move(config));
+  if (!domain.ok()) {
+    shm_error_ = domain.status();
+    return absl::StrCat("!", job_.hosts[static_cast<size_t>(options_.rank)], ": ",
+                        domain.status().message());
+  }
+  job_.shm = std::move(*domain);
+  return job_.shm->name();
+}
+
+absl::Status Assembler::Connect(const std::vector<std::string>& addresses,
+                                const std::vector<std::string>& shm_names) {
+  std::unique_ptr<transport::Transport> local;
+  if (plan_.shm) {
+    DDP_ASSIGN_OR_RETURN(local, ConnectShm(shm_names));
+  }
+  if (!plan_.net) {
+    job_.transport = std::move(local);  // one host: shared memory carries everything
+    return absl::OkStatus();
+  }
+  DDP_ASSIGN_OR_RETURN(std::unique_ptr<transport::Transport> net, ConnectNet(addresses));
+  if (local == nullptr) {
+    job_.transport = std::move(net);
+    return absl::OkStatus();
+  }
+  std::vector<int> index(job_.hosts.size(), -1);
+  for (size_t i = 0; i < plan_.local_ranks.size(); ++i) {
+    index[static_cast<size_t>(plan_.local_ranks[i])] = static_cast<int>(i);
+  }
+  job_.transport = std::make_unique<transport::RoutedTransport>(
+      options_.rank, options_.size, std::move(net), std::move(local), std::move(index));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectShm(
+    const std::vector<std::string>& shm_names) {
+  if (!shm_error_.ok()) return Annotate(shm_error_, "shared memory (DDP_TRANSPORT=tcp avoids it)");
+  std::vector<std::string> names;
+  for (int r : plan_.local_ranks) {
+    const std::string& name = shm_names[static_cast<size_t>(r)];
+    if (!name.empty() && name[0] == '!') {
+      return WithRanks(absl::UnavailableError(absl::StrCat(
+                           "rank ", r, " could not set up shared memory (", name.substr(1), ")")),
+                       {r});
+    }
+    names.push_back(name);
+  }
+  transport::shm::ShmDomain& shm = *job_.shm;
+  DDP_RETURN_IF_ERROR(shm.Connect(names, deadline_));
+  transport::wire::WireConfig config;
+  config.rank = shm.local_rank();
+  config.size = shm.local_size();
+  config.ranks = plan_.local_ranks;
+  for (int r : plan_.local_ranks) config.hosts.push_back(job_.hosts[static_cast<size_t>(r)]);
+  config.timeout = options_.timeout;
+  config.inline_bytes = static_cast<size_t>(options_.wire_inline_bytes);
+  config.kind = "shm";
+  DDP_ASSIGN_OR_RETURN(auto t,
+                       transport::wire::WireTransport::Create(
+                           std::move(config), std::make_unique<transport::shm::ShmWire>(job_.shm)));
+  DDP_LOG(kInfo, "shared memory with %d local ranks: %s", shm.local_size(), t->wire_name());
+  return std::unique_ptr<transport::Transport>(std::move(t));
+}
+
+absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectNet(
+    const std::vector<std::string>& addresses) {
+  if (tcp_ != nullptr) {
+    DDP_RETURN_IF_ERROR(tcp_->ConnectAll(addresses, job_.hosts, deadline_));
+    return std::unique_ptr<transport::Transport>(std::move(tcp_));
+  }
+  transport::wire::WireConfig config;
+  config.rank = options_.rank;
+  config.size = options_.size;
+  config.hosts = job_.hosts;
+  config.timeout = options_.timeout;
+  config.inline_bytes = static_cast<size_t>(options_.wire_inline_bytes);
+  std::unique_ptr<transport::wire::Wire> wire;
+  if (ofi_ != nullptr) {
+    DDP_RETURN_IF_ERROR(ofi_->Connect(addresses));
+    config.kind = "ofi";
+    wire = std::move(ofi_);
+  } else {
+    config.kind = "mpi";
+    wire = std::move(mpi_wire_);
+  }
+  DDP_ASSIGN_OR_RETURN(auto t,
+                       transport::wire::WireTransport::Create(std::move(config), std::move(wire)));
+  return std::unique_ptr<transport::Transport>(std::move(t));
+}
+
+}  // namespace
+
+std::string HostName(const Options& options) {
+  if (!options.hostname.empty()) return options.hostname;
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+absl::StatusOr<Job> AssembleJob(Options* options, int backend_slots) {
+  Assembler assembler(options, backend_slots);
+  return assembler.Run(options);
+}
+
+}  // namespace ddp::bootstrap

@@ -1,0 +1,139 @@
+// Units of the layers that need no processes: errors as data, communicator ids and tags, the
+// epilogue that finishes averages, NCCL's error text.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "collectives/comm_ids.h"
+#include "collectives/communicator.h"
+#include "ddp/errors.h"
+#include "nccl/errors.h"
+#include "reduce/epilogue.h"
+#include "reduce/reduce.h"
+
+namespace ddp {
+namespace {
+
+TEST(Errors, RanksAndTensorTravelAsPayloadsThroughAnnotations) {
+  absl::Status s = absl::UnavailableError("rank 3 died");
+  EXPECT_TRUE(BlamedRanks(s).empty());
+  EXPECT_EQ(BlamedTensor(s), "");
+  s = WithRanks(s, {3});
+  s = WithRanks(s, {1, 3});  // added after, without repeats
+  s = WithTensor(s, "grad.0");
+  s = WithTensor(s, "grad.1");  // replaced
+  const absl::Status annotated = BrokenForGood(absl::Status(s.code(), "allreduce: rank 3 died"));
+  EXPECT_EQ(BlamedRanks(s), (std::vector<int>{3, 1}));
+  EXPECT_EQ(BlamedTensor(s), "grad.1");
+  // BrokenForGood keeps the message and payloads, and says ABORTED.
+  const absl::Status broken = BrokenForGood(s);
+  EXPECT_EQ(broken.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(broken.message(), s.message());
+  EXPECT_EQ(BlamedRanks(broken), (std::vector<int>{3, 1}));
+  EXPECT_EQ(BlamedTensor(broken), "grad.1");
+  EXPECT_EQ(annotated.code(), absl::StatusCode::kAborted);
+  // Misuse and deliberate stops stay what they are; OK stays OK and takes no payload.
+  EXPECT_EQ(BrokenForGood(absl::FailedPreconditionError("shut down")).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(BrokenForGood(absl::CancelledError("stop")).code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(WithRanks(absl::OkStatus(), {1}).ok());
+  EXPECT_TRUE(BlamedRanks(WithRanks(absl::OkStatus(), {1})).empty());
+}
+
+TEST(CommIds, RangesAreDisjointOrderedAndBounded) {
+  using collectives::CommIds;
+  using collectives::CommRange;
+  CommIds ids;
+  EXPECT_EQ(*ids.Allocate(CommRange::kWorld), 0u);
+  EXPECT_FALSE(ids.Allocate(CommRange::kWorld).ok());  // one world
+  EXPECT_EQ(*ids.Allocate(CommRange::kEngine), 1u);
+  const collectives::CommId first = *ids.Allocate(CommRange::kProcessSet);
+  EXPECT_EQ(first, collectives::CommRangeBegin(CommRange::kProcessSet));
+  EXPECT_EQ(*ids.Allocate(CommRange::kProcessSet), first + 1);  // in order, as on every rank
+  EXPECT_EQ(ids.allocated(CommRange::kProcessSet), 2u);
+  // Far more than the 256 ids of the old layout.
+  EXPECT_GT(collectives::CommRangeEnd(CommRange::kProcessSet) - first, 60000u);
+  collectives::CommId previous_end = 0;
+  for (CommRange r : {CommRange::kWorld, CommRange::kEngine, CommRange::kProcessSet,
+                      CommRange::kNccl, CommRange::kParameterServer, CommRange::kNotification}) {
+    EXPECT_EQ(collectives::CommRangeBegin(r), previous_end) << collectives::CommRangeName(r);
+    previous_end = collectives::CommRangeEnd(r);
+    EXPECT_EQ(collectives::CommRangeOf(collectives::CommRangeBegin(r)), r);
+  }
+  EXPECT_EQ(previous_end, collectives::CommId{1} << collectives::kCommIdBits);
+  const collectives::CommId bell = *ids.Allocate(CommRange::kNotification);
+  // Exhaustion is an error naming the range, not a wrap into another range.
+  CommIds small;
+  absl::Status last;
+  for (int i = 0; i < 5000 && last.ok(); ++i)
+    last = small.Allocate(CommRange::kNotification).status();
+  EXPECT_EQ(last.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(absl::StrContains(last.message(), "notification")) << last;
+  (void)bell;
+}
+
+TEST(CommIds, TagsCarryTheCommunicatorAndOnlyNotificationIdsMakeNotificationTags) {
+  using collectives::Communicator;
+  const uint32_t seq = Communicator::Seq(0x12345, 7);
+  const uint64_t tag = Communicator::Tag(seq, 3, 9);
+  EXPECT_EQ(tag >> transport::kTagGroupShift, seq);  // the group is the call
+  EXPECT_EQ((tag >> Communicator::kSegmentBits) & 0xFFF, 3u);
+  EXPECT_EQ(tag & 0xFFFFF, 9u);
+  EXPECT_FALSE(transport::IsNotificationTag(tag));
+  const auto notification = collectives::CommRangeBegin(collectives::CommRange::kNotification);
+  EXPECT_TRUE(
+      transport::IsNotificationTag(Communicator::Tag(Communicator::Seq(notification, 5), 0, 0)));
+  const auto last_ps = collectives::CommRangeEnd(collectives::CommRange::kParameterServer) - 1;
+  EXPECT_FALSE(transport::IsNotificationTag(
+      Communicator::Tag(Communicator::Seq(last_ps, 0xFFF), 0xFFF, 0xFFFFF)));
+  // Counters wrap within the call counter, never into the id.
+  EXPECT_EQ(Communicator::Seq(5, 4096 + 3), Communicator::Seq(5, 3));
+}
+
+TEST(Epilogue, AverageDividesByContributorsAndPostscaleMultiplies) {
+  using reduce::Epilogue;
+  EXPECT_TRUE(Epilogue::For(ReduceOp::kSum, 4).trivial());
+  EXPECT_TRUE(Epilogue::For(ReduceOp::kMax, 4).trivial());
+  EXPECT_EQ(Epilogue::For(ReduceOp::kAverage, 4).divisor, 4);
+  EXPECT_EQ(Epilogue::For(ReduceOp::kAverage, 0).divisor, 1);  // every rank joined
+  EXPECT_EQ(reduce::Combining(ReduceOp::kAverage), ReduceOp::kSum);
+  EXPECT_EQ(reduce::Combining(ReduceOp::kMin), ReduceOp::kMin);
+
+  // Without a postscale: the exact quotient (as a division, not a multiplication by 1/3).
+  std::vector<float> f = {1.0f, 2.0f, 10.0f};
+  Epilogue::For(ReduceOp::kAverage, 3).Apply(DataType::kFloat32, f.data(), f.size());
+  EXPECT_EQ(f[0], 1.0f / 3.0f);
+  EXPECT_EQ(f[2], 10.0f / 3.0f);
+  // With one: one multiplication by postscale / divisor, out of place.
+  std::vector<double> src = {6.0, -3.0};
+  std::vector<double> dst(2, 0.0);
+  Epilogue::For(ReduceOp::kAverage, 2, 0.5).Apply(DataType::kFloat64, dst.data(), src.data(), 2);
+  EXPECT_EQ(dst, (std::vector<double>{1.5, -0.75}));
+  EXPECT_EQ(src, (std::vector<double>{6.0, -3.0}));
+  // Integers truncate toward zero.
+  std::vector<int32_t> i = {7, -7, 5};
+  std::vector<int32_t> out(3, 0);
+  Epilogue::For(ReduceOp::kAverage, 2).Apply(DataType::kInt32, out.data(), i.data(), 3);
+  EXPECT_EQ(out, (std::vector<int32_t>{3, -3, 2}));
+  // Trivial: a copy out of place, nothing in place.
+  std::vector<int64_t> a = {1, 2}, b = {0, 0};
+  Epilogue{}.Apply(DataType::kInt64, b.data(), a.data(), 2);
+  EXPECT_EQ(b, a);
+  Epilogue{}.Apply(DataType::kInt64, b.data(), 0);
+}
+
+TEST(NcclErrors, TheHintGoesWhenNcclDebugIsSetAndASharedGpuGetsTheFix) {
+  const std::string usage = "invalid usage (run with NCCL_DEBUG=WARN for details)";
+  EXPECT_EQ(nccl::ErrorText(usage, "", nullptr), usage);
+  EXPECT_EQ(nccl::ErrorText(usage, "", ""), usage);
+  EXPECT_EQ(nccl::ErrorText(usage, "bad root", "WARN"), "invalid usage: bad root");
+  const std::string dup = nccl::ErrorText(
+      usage, "Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 1000", "INFO");
+  EXPECT_TRUE(absl::StartsWith(dup, "invalid usage: Duplicate GPU detected")) << dup;
+  EXPECT_TRUE(absl::StrContains(dup, "torch.cuda.set_device(ddp.local_rank())")) << dup;
+  EXPECT_FALSE(absl::StrContains(dup, "NCCL_DEBUG=WARN")) << dup;
+}
+
+}  // namespace
+}  // namespace ddp
