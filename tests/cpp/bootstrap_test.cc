@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/socket.h"
 #include "ddp/options.h"
+#include "transport/notice.h"
 #include "transport/tcp/frame.h"
 
 namespace ddp {
@@ -267,19 +268,52 @@ TEST(Frame, HeaderRoundTripAndBoundsChecks) {
   FrameHeader huge = h;
   huge.length = transport::tcp::kMaxFrameBytes + 1;
   EXPECT_EQ(decode_with(huge).code(), absl::StatusCode::kDataLoss);
+  // Aborts and goodbyes carry a notice (the ranks blamed or gone before), bounded.
   FrameHeader long_abort = h;
   long_abort.type = FrameType::kAbort;
-  long_abort.length = transport::tcp::kMaxAbortBytes + 1;
+  long_abort.length = transport::kMaxNoticeBytes + 1;
   EXPECT_FALSE(decode_with(long_abort).ok());
-  FrameHeader bye_with_payload = h;
-  bye_with_payload.type = FrameType::kBye;
-  EXPECT_FALSE(decode_with(bye_with_payload).ok());
+  FrameHeader bye = h;
+  bye.type = FrameType::kBye;
+  bye.length = transport::kMaxNoticeBytes;
+  EXPECT_TRUE(decode_with(bye).ok());
+  bye.length = transport::kMaxNoticeBytes + 1;
+  EXPECT_FALSE(decode_with(bye).ok());
+  FrameHeader heartbeat_with_payload = h;
+  heartbeat_with_payload.type = FrameType::kHeartbeat;
+  EXPECT_FALSE(decode_with(heartbeat_with_payload).ok());
   FrameHeader bad_magic = h;
   bad_magic.magic = 0xDEADBEEF;
   EXPECT_FALSE(decode_with(bad_magic).ok());
   transport::tcp::EncodeFrameHeader(h, raw);
   raw[5] = 9;  // unknown type
   EXPECT_FALSE(transport::tcp::DecodeFrameHeader(raw).ok());
+}
+
+TEST(Notice, RoundTripAndHostileBytes) {
+  using transport::DecodeNotice;
+  using transport::EncodeNotice;
+  using transport::Notice;
+  auto back = DecodeNotice(EncodeNotice(Notice{{3, 1}, "rank 3 died"}));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->ranks, (std::vector<int>{3, 1}));
+  EXPECT_EQ(back->text, "rank 3 died");
+  back = DecodeNotice(EncodeNotice(Notice{}));
+  ASSERT_TRUE(back.ok());
+  EXPECT_TRUE(back->ranks.empty() && back->text.empty());
+  // Cut to the limits, never beyond.
+  Notice big{std::vector<int>(5000, 2), std::string(10000, 'x')};
+  const std::string encoded = EncodeNotice(big);
+  EXPECT_LE(encoded.size(), transport::kMaxNoticeBytes);
+  back = DecodeNotice(encoded);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->ranks.size(), transport::kMaxNoticeRanks);
+  EXPECT_EQ(back->text.size(), transport::kMaxNoticeText);
+  // Truncated, lying about its count, naming a negative rank: errors, not crashes.
+  EXPECT_FALSE(DecodeNotice("").ok());
+  EXPECT_FALSE(DecodeNotice(std::string("\x05\x00\x01\x00", 4)).ok());
+  EXPECT_FALSE(DecodeNotice(std::string("\x01\x00\xff\xff\xff\xff", 6)).ok());
+  EXPECT_FALSE(DecodeNotice(std::string("\xff\xff", 2)).ok());
 }
 
 }  // namespace

@@ -1,7 +1,10 @@
 // Units of the layers that need no processes: errors as data, communicator ids and tags, the
-// epilogue that finishes averages, NCCL's error text.
+// epilogue that finishes averages, the matcher, the wait primitive, NCCL's error text.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cmath>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -11,6 +14,8 @@
 #include "nccl/errors.h"
 #include "reduce/epilogue.h"
 #include "reduce/reduce.h"
+#include "transport/matcher.h"
+#include "transport/wait.h"
 
 namespace ddp {
 namespace {
@@ -121,6 +126,89 @@ TEST(Epilogue, AverageDividesByContributorsAndPostscaleMultiplies) {
   Epilogue{}.Apply(DataType::kInt64, b.data(), a.data(), 2);
   EXPECT_EQ(b, a);
   Epilogue{}.Apply(DataType::kInt64, b.data(), 0);
+}
+
+struct FakeEarly {
+  uint64_t tag_;
+  transport::Descriptor descriptor_;
+  uint64_t bytes_;
+  uint64_t tag() const { return tag_; }
+  const transport::Descriptor& descriptor() const { return descriptor_; }
+  uint64_t bytes() const { return bytes_; }
+};
+
+transport::Descriptor D(uint8_t b) {
+  transport::Descriptor d;
+  d.bytes[0] = b;
+  return d;
+}
+
+TEST(Matcher, PerTagInOrderAndGroupsAgreeInConstantTime) {
+  using transport::Matcher;
+  using transport::PostedRecv;
+  const uint64_t group = uint64_t{5} << transport::kTagGroupShift;
+  Matcher<FakeEarly> m;
+  EXPECT_FALSE(m.TakePosted(group + 1).has_value());
+  // Two receives of one tag are matched in the order posted.
+  char a = 0, b = 0;
+  m.Post(PostedRecv{nullptr, group + 1, D(1), &a, 1});
+  m.Post(PostedRecv{nullptr, group + 1, D(1), &b, 1});
+  EXPECT_TRUE(m.ExpectsData());
+  EXPECT_EQ(m.TakePosted(group + 1)->data, &a);
+  EXPECT_EQ(m.TakePosted(group + 1)->data, &b);
+  EXPECT_FALSE(m.ExpectsData());
+  // Early messages likewise; a group holds one descriptor while anything of it is kept.
+  m.AddEarly(FakeEarly{group + 2, D(1), 8});
+  m.AddEarly(FakeEarly{group + 2, D(1), 9});
+  EXPECT_FALSE(m.FindConflict(group + 3, D(1)).has_value());
+  auto conflict = m.FindConflict(group + 3, D(2));
+  ASSERT_TRUE(conflict.has_value());
+  EXPECT_TRUE(conflict->from_peer);
+  EXPECT_TRUE(conflict->other == D(1));
+  EXPECT_EQ(m.TakeEarly(group + 2)->bytes(), 8u);
+  EXPECT_EQ(m.TakeEarly(group + 2)->bytes(), 9u);
+  // Once the group is empty, another call may use its number with another descriptor.
+  EXPECT_FALSE(m.FindConflict(group + 3, D(2)).has_value());
+  // Notifications: not data this rank expects; a goodbye takes them, a failure takes all.
+  const uint64_t bell = transport::kNotificationTagBits | 7;
+  m.Post(PostedRecv{nullptr, bell, D(0), nullptr, 0});
+  EXPECT_FALSE(m.ExpectsData());
+  m.Post(PostedRecv{nullptr, group + 4, D(3), nullptr, 0});
+  EXPECT_EQ(m.TakeNotifications().size(), 1u);
+  EXPECT_TRUE(m.ExpectsData());
+  EXPECT_EQ(m.TakeAllPosted().size(), 1u);
+  EXPECT_FALSE(m.ExpectsData());
+  m.AddEarly(FakeEarly{group + 9, D(4), 1});
+  int dropped = 0;
+  m.DropEarly([&](const FakeEarly&) { ++dropped; });
+  EXPECT_EQ(dropped, 1);
+  EXPECT_FALSE(m.FindConflict(group + 9, D(5)).has_value());
+}
+
+TEST(Backoff, PausesThenYieldsThenSleepsLonger) {
+  transport::Backoff b({3, 2, absl::Microseconds(10), absl::Microseconds(35)});
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(b.Idle(), absl::ZeroDuration()) << i;
+  EXPECT_TRUE(b.sleeping());
+  EXPECT_EQ(b.Idle(), absl::Microseconds(10));
+  EXPECT_EQ(b.Idle(), absl::Microseconds(20));
+  EXPECT_EQ(b.Idle(), absl::Microseconds(35));  // capped
+  for (int i = 0; i < 100; ++i) b.Idle();       // no overflow, however long
+  EXPECT_EQ(b.Idle(), absl::Microseconds(35));
+  b.Reset();
+  EXPECT_EQ(b.Idle(), absl::ZeroDuration());
+}
+
+TEST(Backoff, FutexWaitsUntilWokenAndReturnsAtOnceOnAChangedWord) {
+  std::atomic<uint32_t> word{0};
+  transport::FutexWait(&word, 1, absl::InfiniteDuration(), false);  // not 1: returns at once
+  std::thread waker([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    word.store(1);
+    transport::FutexWakeAll(&word, false);
+  });
+  while (word.load() == 0) transport::FutexWait(&word, 0, absl::Seconds(5), false);
+  waker.join();
+  EXPECT_EQ(word.load(), 1u);
 }
 
 TEST(NcclErrors, TheHintGoesWhenNcclDebugIsSetAndASharedGpuGetsTheFix) {

@@ -132,26 +132,26 @@ absl::Status ShmAllreduce::Check(int peer, absl::Time deadline, const char* what
 }
 
 absl::Status ShmAllreduce::Gone() {
-  // One rank leaving often makes another fail and leave too, and the goodbye or abort that
-  // explains it may still be in a ring: give the transport a moment to read what the peers sent
-  // last, then name every local peer that is gone, not only the one this rank waited for.
-  const absl::Time until = absl::Now() + absl::Milliseconds(100);
-  do {
-    absl::SleepFor(absl::Milliseconds(5));
-    absl::Status h = transport_.health();
-    if (!h.ok()) return h;  // an abort carries its reason
-  } while (absl::Now() < until);
+  // One rank leaving often makes another fail and leave too. What the peers sent last (an abort
+  // with its reason, goodbyes naming who went before) is already in the rings: take it in, and
+  // it names the first cause (transport/notice.h).
+  transport_.Settle();
+  absl::Status h = transport_.health();
+  if (!h.ok()) return h;  // an abort carries its reason
   std::vector<std::string> gone;
   std::vector<int> ranks;
   for (int p = 0; p < domain_->local_size(); ++p) {
     if (p == domain_->local_rank()) continue;
     if (transport_.PeerLeft(p)) {
-      gone.push_back(absl::StrCat(domain_->PeerName(p), " has shut down (left the job)"));
-      ranks.push_back(p);
+      // Its goodbye says who left or failed before it (the first of them first).
+      for (int r : BlamedRanks(transport_.peer_error(p))) {
+        if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
+      }
+      gone.push_back(std::string(transport_.peer_error(p).message()));
     } else if (!domain_->Alive(p)) {
       gone.push_back(absl::StrCat(domain_->PeerName(p), ": its process (pid ", domain_->pid(p),
                                   ") has exited"));
-      ranks.push_back(p);
+      if (std::find(ranks.begin(), ranks.end(), p) == ranks.end()) ranks.push_back(p);
     }
   }
   if (gone.size() == 1) {

@@ -112,32 +112,26 @@ void EngineImpl::PostDoorbells() {
 // ordinary collective, with the usual timeouts naming a rank that does not come.
 absl::Status EngineImpl::Wake() {
   if (size_ == 1) return absl::OkStatus();
-  // Name every rank that has left, not only the first found: when one rank leaves, another may
-  // fail because of it and leave too, and the rank that left first is the real cause.
-  absl::Status left;
+  // Name every rank that has left: when one rank leaves, another may fail because of it and
+  // leave too. Each goodbye names the ranks its sender saw go first (transport/notice.h), so the
+  // rank that left first is named even when the second one's goodbye arrives first.
+  std::vector<int> ranks;
   std::vector<std::string> reasons;
-  auto scan = [&] {
-    left = absl::OkStatus();
-    reasons.clear();
-    for (auto& bell : doorbells_) {
-      if (bell->Test() && !bell->status().ok()) {
-        if (left.ok()) left = bell->status();
-        reasons.emplace_back(bell->status().message());
-      }
+  absl::StatusCode code = absl::StatusCode::kOk;
+  for (auto& bell : doorbells_) {
+    if (!bell->Test() || bell->status().ok()) continue;
+    if (code == absl::StatusCode::kOk) code = bell->status().code();
+    reasons.emplace_back(bell->status().message());
+    for (int r : BlamedRanks(bell->status())) {
+      if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
     }
-  };
-  scan();
-  if (!left.ok()) {
-    // A goodbye that caused this one may still be on its way over another socket: give it a
-    // moment, so that the rank that left first is named too.
-    absl::SleepFor(absl::Milliseconds(50));
-    scan();
   }
-  if (!left.ok()) {
-    return absl::Status(left.code(),
-                        absl::StrCat(reasons.size() == 1 ? "engine: a rank left the job: "
-                                                         : "engine: ranks left the job: ",
-                                     absl::StrJoin(reasons, "; ")));
+  if (!reasons.empty()) {
+    return WithRanks(
+        absl::Status(code, absl::StrCat(reasons.size() == 1 ? "engine: a rank left the job: "
+                                                            : "engine: ranks left the job: ",
+                                        absl::StrJoin(reasons, "; "))),
+        ranks);
   }
   const transport::Descriptor descriptor{};
   const uint64_t tag = DoorbellTag(epoch_);

@@ -178,6 +178,13 @@ class MpiWire final : public Wire {
     });
   }
 
+  void CancelPeer(int peer) override {
+    // Receives from it are cancelled (MPI cannot take back a started send).
+    data_.ForEach([peer](MPI_Request& r, const Transfer& t) {
+      if (r != MPI_REQUEST_NULL && t.receive && t.peer == peer) MPI_Cancel(&r);
+    });
+  }
+
   void Abandon() override {
     // MPI has no way to take back a started send: the requests are freed and MPI finishes them
     // on its own (a receive that was matched may still be written; see the README).

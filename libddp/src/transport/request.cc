@@ -1,26 +1,29 @@
 // Request completion and waiting.
 #include "transport/transport.h"
+#include "transport/wait.h"
 
 namespace ddp::transport {
 
 absl::Status Request::Wait() {
-  // Most waits on a busy job end within microseconds: spin briefly before sleeping in the kernel.
-  for (int i = 0; i < 2000; ++i) {
-    if (Test()) return status_;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-  while (state_.load(std::memory_order_acquire) == kPending) {
-    state_.wait(kPending, std::memory_order_acquire);
+  // Most waits on a busy job end within microseconds: spin briefly before sleeping in the
+  // kernel until Complete wakes us.
+  Backoff backoff({2000, 0, absl::InfiniteDuration(), absl::InfiniteDuration()});
+  while (!Test()) {
+    if (backoff.Idle() > absl::ZeroDuration()) {
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      if (state_.load(std::memory_order_seq_cst) == kPending) {
+        FutexWait(&state_, kPending, absl::InfiniteDuration(), /*shared=*/false);
+      }
+      sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    }
   }
   return status_;
 }
 
 void Request::Complete(absl::Status status) {
   status_ = std::move(status);
-  state_.store(kDone, std::memory_order_release);
-  state_.notify_all();
+  state_.store(kDone, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&state_, /*shared=*/false);
   if (callback_state_.exchange(kCompleted, std::memory_order_acq_rel) == kCallbackSet) {
     callback_();
   }

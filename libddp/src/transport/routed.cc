@@ -1,5 +1,6 @@
 #include "transport/routed.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace ddp::transport {
@@ -62,7 +63,44 @@ void RoutedTransport::Abort(const absl::Status& reason) {
   remote_->Abort(reason);
 }
 
+void RoutedTransport::SetPeerFailurePolicy(PeerFailurePolicy policy) {
+  local_->SetPeerFailurePolicy(policy);
+  remote_->SetPeerFailurePolicy(policy);
+}
+
+void RoutedTransport::SetPeerEventHandler(PeerEventHandler handler) {
+  // The shared-memory transport numbers the ranks of this host 0..L-1: events name job ranks.
+  std::vector<int> job_rank(local_index_.size(), -1);
+  for (size_t r = 0; r < local_index_.size(); ++r) {
+    if (local_index_[r] >= 0) job_rank[static_cast<size_t>(local_index_[r])] = static_cast<int>(r);
+  }
+  local_->SetPeerEventHandler([handler, job_rank](const PeerEvent& e) {
+    if (handler) handler(PeerEvent{job_rank[static_cast<size_t>(e.peer)], e.state, e.why});
+  });
+  remote_->SetPeerEventHandler(std::move(handler));
+}
+
+void RoutedTransport::Settle() {
+  local_->Settle();
+  remote_->Settle();
+}
+
+std::vector<int> RoutedTransport::Departed() const {
+  std::vector<int> gone = local_->Departed();
+  for (int r : remote_->Departed()) {
+    if (std::find(gone.begin(), gone.end(), r) == gone.end()) gone.push_back(r);
+  }
+  return gone;
+}
+
+void RoutedTransport::NoteDeparted(const std::vector<int>& job_ranks) {
+  local_->NoteDeparted(job_ranks);
+  remote_->NoteDeparted(job_ranks);
+}
+
 absl::Status RoutedTransport::Shutdown() {
+  // Each goodbye names the ranks either transport saw go (notice.h).
+  NoteDeparted(Departed());
   absl::Status a = local_->Shutdown();
   absl::Status b = remote_->Shutdown();
   return a.ok() ? b : a;

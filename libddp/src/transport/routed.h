@@ -33,10 +33,19 @@ class RoutedTransport final : public Transport {
   void Abort(const absl::Status& reason) override;
   absl::Status Shutdown() override;
   absl::Status health() const override;
-  bool PeerLeft(int peer) const override {
-    return IsLocal(peer) ? local_->PeerLeft(local_index_[static_cast<size_t>(peer)])
-                         : remote_->PeerLeft(peer);
+  PeerState peer_state(int peer) const override {
+    return IsLocal(peer) ? local_->peer_state(local_index_[static_cast<size_t>(peer)])
+                         : remote_->peer_state(peer);
   }
+  absl::Status peer_error(int peer) const override {
+    return IsLocal(peer) ? local_->peer_error(local_index_[static_cast<size_t>(peer)])
+                         : remote_->peer_error(peer);
+  }
+  void SetPeerFailurePolicy(PeerFailurePolicy policy) override;
+  void SetPeerEventHandler(PeerEventHandler handler) override;
+  void Settle() override;
+  std::vector<int> Departed() const override;
+  void NoteDeparted(const std::vector<int>& job_ranks) override;
   void RememberMemory(const void* data, size_t bytes) override;
   void ForgetMemory(const void* data) override;
   void SetDescriptorFormatter(DescriptorFormatter formatter) override;

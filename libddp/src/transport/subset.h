@@ -37,7 +37,9 @@ class SubsetTransport final : public Transport {
     base_.RememberMemory(data, bytes);
   }
   void ForgetMemory(const void* data) override { base_.ForgetMemory(data); }
-  bool PeerLeft(int peer) const override { return base_.PeerLeft(members_[peer]); }
+  PeerState peer_state(int peer) const override { return base_.peer_state(members_[peer]); }
+  absl::Status peer_error(int peer) const override { return base_.peer_error(members_[peer]); }
+  void Settle() override { base_.Settle(); }
   void SetDescriptorFormatter(DescriptorFormatter formatter) override {
     base_.SetDescriptorFormatter(std::move(formatter));
   }

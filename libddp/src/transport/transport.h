@@ -1,18 +1,25 @@
 // Transport: point-to-point byte movement between the ranks of a job.
 //
-// The interface every transport implements (TCP here; shared memory, MPI and libfabric later).
-// It is non-blocking and progress-driven: Isend/Irecv post a transfer and return at once with a
-// Request; any number may be in flight; "not done yet" (Request::Test() == false) is the normal
-// answer. A transport knows nothing of collectives: a message is (peer, tag, descriptor, bytes).
+// The interface every transport implements (TCP, shared memory, MPI, libfabric; the last three
+// as WireTransports, core.h says what they all share). It is non-blocking and progress-driven:
+// Isend/Irecv post a transfer and return at once with a Request; any number may be in flight; "not
+// done yet" (Request::Test() == false) is the normal answer. A transport knows nothing of
+// collectives: a message is (peer, tag, descriptor, bytes).
 //
 // Matching: a receive matches the message from `peer` with the same `tag`; the lengths must be
 // equal. The descriptor is 16 opaque bytes from the layer above; messages whose tags share a
 // group (tag >> kTagGroupShift) must carry equal descriptors, so ranks that disagree about what
 // they are doing get an error naming the peer instead of corrupt data or a hang.
 //
-// Errors: a dead, silent (past the timeout) or misbehaving peer fails the transport as a whole;
-// every pending and later request then completes with that first error, naming the peer's rank
-// and host, and the peers are told why.
+// Errors: a peer that dies, goes silent (past the timeout), misbehaves or aborts is a peer
+// failure, and what follows is the caller's choice (SetPeerFailurePolicy):
+//   - kFailTransport (the default; what collectives need): the transport fails as a whole; every
+//     pending and later request completes with that first error (ABORTED, naming the peer's
+//     rank and host; ddp/errors.h), and the peers are told why;
+//   - kIsolatePeer (what a parameter server needs to outlive a worker): only that peer's requests
+//     fail, later ones to it are refused with the same error, and the others go on.
+// A peer that says goodbye (shuts down on purpose) has left: receives on notification tags from
+// it complete with UNAVAILABLE; a receive of data from it is a peer failure.
 #pragma once
 
 #include <array>
@@ -22,6 +29,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "ddp/types.h"
@@ -48,7 +56,7 @@ struct Descriptor {
 class Request {
  public:
   bool Test() const { return state_.load(std::memory_order_acquire) != kPending; }
-  // Blocks (a short spin, then a futex sleep) until complete; returns the outcome.
+  // Blocks (a short spin, then a futex sleep: wait.h) until complete; returns the outcome.
   absl::Status Wait();
   // Valid once Test() is true.
   const absl::Status& status() const { return status_; }
@@ -64,7 +72,8 @@ class Request {
  private:
   static constexpr uint32_t kPending = 0;
   static constexpr uint32_t kDone = 1;
-  std::atomic<uint32_t> state_{kPending};
+  std::atomic<uint32_t> state_{kPending};  // also the futex word its waiters sleep on
+  std::atomic<uint32_t> sleepers_{0};
   absl::Status status_;
   // Hand-over between OnComplete and Complete: whichever of the two comes second runs it.
   static constexpr uint32_t kCallbackSet = 1;
@@ -110,9 +119,35 @@ class Transport {
   virtual void RememberMemory(const void* /*data*/, size_t /*bytes*/) {}
   virtual void ForgetMemory(const void* /*data*/) {}
 
+  // What the transport knows of `peer`. Thread-safe.
+  enum class PeerState { kAlive, kLeft, kFailed };
+  virtual PeerState peer_state(int /*peer*/) const { return PeerState::kAlive; }
   // Whether `peer` has said goodbye (shut down on purpose): it takes part in nothing more.
-  // Thread-safe.
-  virtual bool PeerLeft(int /*peer*/) const { return false; }
+  bool PeerLeft(int peer) const { return peer_state(peer) == PeerState::kLeft; }
+  // What a request with a peer that left or failed gets (naming it, and for a goodbye the ranks
+  // it saw go first); OK for a peer alive.
+  virtual absl::Status peer_error(int /*peer*/) const { return absl::OkStatus(); }
+
+  enum class PeerFailurePolicy { kFailTransport, kIsolatePeer };
+  virtual void SetPeerFailurePolicy(PeerFailurePolicy /*policy*/) {}
+  // Called once for each peer that leaves or fails (`why`: the error its requests get), in a
+  // transport's thread, which may hold its locks: short, and no calls into the transport.
+  struct PeerEvent {
+    int peer = -1;
+    PeerState state = PeerState::kAlive;
+    absl::Status why;
+  };
+  using PeerEventHandler = std::function<void(const PeerEvent&)>;
+  virtual void SetPeerEventHandler(PeerEventHandler /*handler*/) {}
+
+  // Takes in what the peers have already sent (a goodbye or an abort among it) before the caller
+  // draws a conclusion from something it saw itself (a peer's process gone): the peers' own
+  // messages say who failed first. Never blocks on a peer.
+  virtual void Settle() {}
+  // The job ranks this transport saw leave or fail, and ranks another transport saw (so that a
+  // goodbye sent by either names them all: core.h).
+  virtual std::vector<int> Departed() const { return {}; }
+  virtual void NoteDeparted(const std::vector<int>& /*job_ranks*/) {}
 
   // How to print a descriptor in mismatch errors (set by the layer that defines descriptors).
   using DescriptorFormatter = std::function<std::string(const Descriptor&)>;

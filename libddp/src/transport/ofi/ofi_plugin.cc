@@ -303,6 +303,11 @@ class OfiWireImpl final : public OfiWire {
   }
 
   absl::Status Poll(std::vector<wire::Event>* events) override {
+    for (uint64_t token : dropped_) {
+      events->push_back(
+          {wire::Event::Kind::kDone, token, absl::CancelledError("cancelled"), -1, {}});
+    }
+    dropped_.clear();
     if (ep_ == nullptr) return absl::OkStatus();
     fi_cq_tagged_entry entries[64];
     for (;;) {
@@ -365,10 +370,35 @@ class OfiWireImpl final : public OfiWire {
     }
   }
 
+  void CancelPeer(int peer) override {
+    if (ep_ == nullptr) return;
+    for (auto& op : ops_) {
+      if (op->posted && op->peer == peer && op->kind == Op::Kind::kDataRecv && !Queued(op.get())) {
+        fi_cancel(&ep_->fid, &op->context);
+      }
+    }
+    // Its data not yet handed to the provider goes, reported as cancelled at the next poll.
+    for (auto it = retry_.begin(); it != retry_.end();) {
+      std::deque<Op*> keep;
+      for (Op* op : it->second) {
+        const bool data = op->kind == Op::Kind::kDataSend || op->kind == Op::Kind::kDataRecv;
+        if (data && op->peer == peer) {
+          dropped_.push_back(op->token);
+          ReleaseOp(op);
+        } else {
+          keep.push_back(op);
+        }
+      }
+      it->second.swap(keep);
+      it = it->second.empty() ? retry_.erase(it) : std::next(it);
+    }
+  }
+
   bool Busy() const override {
-    return !retry_.empty() || std::any_of(ops_.begin(), ops_.end(), [](const auto& op) {
-      return op->posted && op->kind != Op::Kind::kControlRecv;
-    });
+    return !dropped_.empty() || !retry_.empty() ||
+           std::any_of(ops_.begin(), ops_.end(), [](const auto& op) {
+             return op->posted && op->kind != Op::Kind::kControlRecv;
+           });
   }
 
  private:
@@ -416,6 +446,14 @@ class OfiWireImpl final : public OfiWire {
     control_free_.pop_back();
     *desc = buffer_desc;
     return buffer;
+  }
+
+  // Whether `op` waits in a retry queue (not yet with the provider).
+  bool Queued(const Op* op) const {
+    for (const auto& [queue, ops] : retry_) {
+      if (std::find(ops.begin(), ops.end(), op) != ops.end()) return true;
+    }
+    return false;
   }
 
   static bool IsSend(const Op* op) {
@@ -645,6 +683,7 @@ class OfiWireImpl final : public OfiWire {
   size_t control_bytes_ = kControlBytes;
   std::string address_;
   std::vector<fi_addr_t> peers_;
+  std::vector<uint64_t> dropped_;  // tokens of operations dropped by CancelPeer, to report
   std::vector<char> control_pool_;
   std::vector<Op> control_recvs_;
   std::list<std::vector<char>> send_slabs_;

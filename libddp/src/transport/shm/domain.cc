@@ -1,6 +1,5 @@
 #include "transport/shm/domain.h"
 
-#include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -30,17 +29,8 @@ int SpinIterations() { return spin_iterations.load(std::memory_order_relaxed); }
 
 void Publish(AreaControl* control) {
   control->word.fetch_add(1);
-  if (control->sleepers.load() > 0) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control->word), FUTEX_WAKE, INT32_MAX, nullptr,
-            nullptr, 0);
-  }
-}
-
-bool SleepOn(AreaControl* control, uint32_t seen, absl::Duration max) {
-  const timespec ts = absl::ToTimespec(max);
-  // Not FUTEX_PRIVATE: the word is shared between processes.
-  return syscall(SYS_futex, reinterpret_cast<uint32_t*>(&control->word), FUTEX_WAIT, seen, &ts,
-                 nullptr, 0) == 0;
+  // Shared between processes: not a private futex.
+  if (control->sleepers.load() > 0) FutexWakeAll(&control->word, /*shared=*/true);
 }
 
 ShmDomain::ShmDomain(ShmConfig config) : config_(std::move(config)) {

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "transport/shm/segment.h"
+#include "transport/wait.h"
 
 namespace ddp::transport::shm {
 
@@ -118,15 +119,14 @@ class ShmDomain {
   std::vector<int64_t> pids_;
 };
 
-// Waits until `ready()`: spins briefly, then yields, then sleeps on `control`'s futex word, so
-// that ranks sharing cores hand the CPU to the rank they wait for. Every `check_every`, `check()`
-// may end the wait with an error.
+// Waits until `ready()` (wait.h): spins briefly, then yields, then sleeps on `control`'s futex
+// word, so that ranks sharing cores hand the CPU to the rank they wait for. Between sleeps,
+// `check()` may end the wait with an error.
 template <typename Ready, typename Check>
 absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check);
 
 // Wakes the ranks asleep on `control` (after a publish).
 void Publish(AreaControl* control);
-bool SleepOn(AreaControl* control, uint32_t seen, absl::Duration max);
 
 // How long a wait spins before yielding: long when every local rank has a core of its own (the
 // peer is running and will publish within microseconds), short when ranks share cores (the peer
@@ -135,28 +135,21 @@ int SpinIterations();
 
 template <typename Ready, typename Check>
 absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check) {
-  const int spins = SpinIterations();
-  for (int i = 0; i < spins; ++i) {
-    if (ready()) return absl::OkStatus();
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
-  }
-  for (int i = 0; i < 4; ++i) {
-    if (ready()) return absl::OkStatus();
-    sched_yield();
-  }
-  for (;;) {
+  Backoff backoff({SpinIterations(), 4, absl::Milliseconds(20), absl::Milliseconds(20)});
+  while (!ready()) {
+    const absl::Duration sleep = backoff.Idle();
+    if (sleep == absl::ZeroDuration()) continue;
     control->sleepers.fetch_add(1);
     const uint32_t seen = control->word.load();
-    bool done = ready();
-    if (!done) SleepOn(control, seen, absl::Milliseconds(20));
+    const bool done = ready();
+    if (!done) FutexWait(&control->word, seen, sleep, /*shared=*/true);
     control->sleepers.fetch_sub(1);
     if (done || ready()) return absl::OkStatus();
     absl::Status s = check();
     // A peer that published and then left (or died) did its part: only a wait still unmet fails.
     if (!s.ok()) return ready() ? absl::OkStatus() : s;
   }
+  return absl::OkStatus();
 }
 
 }  // namespace ddp::transport::shm

@@ -289,6 +289,15 @@ void ShmWire::Cancel() {
   }
 }
 
+void ShmWire::CancelPeer(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.dead) return;
+  // Its ring's framing no longer matters: it is never read or written again.
+  p.dead = true;
+  p.reported = true;
+  DropAll(peer, absl::CancelledError("cancelled"), &deferred_);
+}
+
 void ShmWire::Abandon() {
   abandoned_ = true;
   for (size_t peer = 0; peer < peers_.size(); ++peer) {

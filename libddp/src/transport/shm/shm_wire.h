@@ -42,6 +42,8 @@ class ShmWire final : public wire::Wire {
   absl::Status Poll(std::vector<wire::Event>* events) override;
   bool eager_data() const override { return false; }
   void Cancel() override;
+  // Gives up on one peer: nothing more is read from or written to it.
+  void CancelPeer(int peer) override;
   void Abandon() override;
   bool Busy() const override;
 

@@ -7,19 +7,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "transport/notice.h"
 #include "transport/transport.h"
 
 namespace ddp::transport::tcp {
 
 inline constexpr uint32_t kFrameMagic = 0x46504444;  // "DDPF"
-inline constexpr uint8_t kFrameVersion = 1;
+// Version 2: ABORT and BYE frames carry a notice (notice.h).
+inline constexpr uint8_t kFrameVersion = 2;
 // No single message may exceed this; it bounds what a corrupt header can make us expect.
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
-// An ABORT frame's reason text is truncated to this.
-inline constexpr uint64_t kMaxAbortBytes = 4096;
 
 // kHeartbeat proves the sender's process is alive; its `reserved` field carries kWaitingFlag
-// when the sender is itself blocked waiting on some peer (so it is not the one to blame).
+// when the sender is itself blocked waiting on some peer (so it is not the one to blame). kAbort
+// and kBye carry a notice: the ranks the abort blames, the ranks gone before the goodbye.
 enum class FrameType : uint8_t { kData = 1, kBye = 2, kAbort = 3, kHeartbeat = 4 };
 inline constexpr uint16_t kWaitingFlag = 1;
 
@@ -62,8 +63,9 @@ inline absl::StatusOr<FrameHeader> DecodeFrameHeader(const char* in) {
   }
   if (type < 1 || type > 4) return absl::DataLossError(absl::StrCat("unknown frame type ", type));
   h.type = static_cast<FrameType>(type);
-  if (h.length > kMaxFrameBytes || (h.type == FrameType::kAbort && h.length > kMaxAbortBytes) ||
-      ((h.type == FrameType::kBye || h.type == FrameType::kHeartbeat) && h.length != 0)) {
+  const bool notice = h.type == FrameType::kAbort || h.type == FrameType::kBye;
+  if (h.length > kMaxFrameBytes || (notice && h.length > kMaxNoticeBytes) ||
+      (h.type == FrameType::kHeartbeat && h.length != 0)) {
     return absl::DataLossError(absl::StrCat("frame claims an impossible length ", h.length));
   }
   return h;

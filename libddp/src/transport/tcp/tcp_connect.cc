@@ -33,8 +33,8 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
     {
       std::lock_guard<std::mutex> lock(mu_);
       addresses_ = addresses;
-      hosts_ = hosts;
     }
+    SetHosts(hosts);
     connect_deadline_ = deadline;
     const auto local =
         std::count(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(config_.rank)]);
@@ -42,7 +42,6 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
     const long cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     oversubscribed_ = local > cores;
     for (int r = 0; r < config_.size; ++r) {
-      peers_[static_cast<size_t>(r)]->host = hosts[static_cast<size_t>(r)];
       peers_[static_cast<size_t>(r)]->address = addresses[static_cast<size_t>(r)];
     }
     for (int r = 0; r < config_.rank; ++r) {
@@ -57,8 +56,9 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
   std::unique_lock<std::mutex> lock(mu_);
   // The progress thread enforces the deadline with a precise error; this wait only backs it up.
   connected_cv_.wait_until(lock, absl::ToChronoTime(deadline + absl::Seconds(5)),
-                           [&] { return connected_ || !failure_.ok(); });
-  if (!failure_.ok()) return failure_;
+                           [&] { return connected_ || failed(); });
+  lock.unlock();
+  if (failed()) return health();
   if (!connected_) return absl::DeadlineExceededError("timed out connecting to the other ranks");
   return absl::OkStatus();
 }
@@ -81,8 +81,8 @@ void TcpTransport::StartDial(int peer, int stream_index) {
   absl::StatusOr<net::Fd> fd =
       parsed.ok() ? net::StartConnect(ip, port) : absl::StatusOr<net::Fd>(parsed);
   if (!fd.ok()) {
-    Fail(PeerError(peer, absl::StatusCode::kUnavailable,
-                   absl::StrCat("cannot connect: ", fd.status().message())));
+    FailLocked(PeerError(peer, absl::StatusCode::kUnavailable,
+                         absl::StrCat("cannot connect: ", fd.status().message())));
     return;
   }
   auto s = std::make_unique<Stream>();
@@ -97,7 +97,7 @@ void TcpTransport::StartDial(int peer, int stream_index) {
   ev.events = EPOLLOUT | EPOLLRDHUP;
   ev.data.ptr = s.get();
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, s->fd.get(), &ev) != 0) {
-    Fail(ErrnoError("epoll_ctl"));
+    FailLocked(ErrnoError("epoll_ctl"));
     return;
   }
   s->watched = ev.events;
@@ -123,7 +123,7 @@ void TcpTransport::AcceptNew() {
     }
     auto hello = auth::NewNonce();
     if (!hello.ok()) {
-      Fail(hello.status());
+      FailLocked(hello.status());
       return;
     }
     auto s = std::make_unique<Stream>();
@@ -159,8 +159,8 @@ void TcpTransport::OnHandshakeEvent(Stream* s, uint32_t events) {
       const int peer = s->peer;
       s->peer = -1;
       if (absl::Now() + absl::Milliseconds(100) > connect_deadline_) {
-        Fail(PeerError(peer, absl::StatusCode::kUnavailable,
-                       absl::StrCat("cannot connect: ", std::strerror(err))));
+        FailLocked(PeerError(peer, absl::StatusCode::kUnavailable,
+                             absl::StrCat("cannot connect: ", std::strerror(err))));
         return;
       }
       redials_.push_back({peer, s->index, absl::Now() + absl::Milliseconds(100)});
@@ -168,7 +168,7 @@ void TcpTransport::OnHandshakeEvent(Stream* s, uint32_t events) {
     }
     absl::Status tuned = net::TuneStream(s->fd.get(), config_.socket_buffer_bytes);
     if (!tuned.ok()) {
-      Fail(tuned);
+      FailLocked(tuned);
       return;
     }
     s->state = StreamState::kAwaitHello;
@@ -180,9 +180,9 @@ void TcpTransport::OnHandshakeEvent(Stream* s, uint32_t events) {
     return;
   }
   if (s->dialer) {
-    Fail(PeerError(s->peer, absl::StatusCode::kPermissionDenied,
-                   absl::StrCat("handshake failed: ", status.message(),
-                                " (is DDP_JOB_TOKEN the same on every rank?)")));
+    FailLocked(PeerError(s->peer, absl::StatusCode::kPermissionDenied,
+                         absl::StrCat("handshake failed: ", status.message(),
+                                      " (is DDP_JOB_TOKEN the same on every rank?)")));
   } else {
     DropStream(s, status);
   }
@@ -262,7 +262,8 @@ absl::Status TcpTransport::AdvanceHandshake(Stream* s) {
               absl::StrCat("claims to be rank ", peer, " stream ", s->auth.stream,
                            ", which cannot dial rank ", config_.rank));
         }
-        if (peers_[static_cast<size_t>(peer)]->streams[s->auth.stream] != nullptr) {
+        if (peers_[static_cast<size_t>(peer)]->streams[s->auth.stream] != nullptr ||
+            peer_state(peer) != PeerState::kAlive) {
           return absl::AlreadyExistsError(
               absl::StrCat("rank ", peer, " stream ", s->auth.stream, " is already connected"));
         }
@@ -284,7 +285,7 @@ void TcpTransport::AttachOpenStream(Stream* s) {
   if (!s->dialer) {
     absl::Status tuned = net::TuneStream(s->fd.get(), config_.socket_buffer_bytes);
     if (!tuned.ok()) {
-      Fail(tuned);
+      FailLocked(tuned);
       return;
     }
   }
@@ -294,7 +295,7 @@ void TcpTransport::AttachOpenStream(Stream* s) {
   s->deadline = absl::InfiniteFuture();
   Peer& p = *peers_[static_cast<size_t>(s->peer)];
   p.streams[static_cast<size_t>(s->index)] = s;
-  p.last_heard = absl::Now();
+  Heard(s->peer, absl::Now());
   DDP_LOG(kDebug, "connected to rank %d stream %d (%s)", s->peer, s->index, s->remote);
   if (AllConnected()) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -303,15 +304,22 @@ void TcpTransport::AttachOpenStream(Stream* s) {
   }
   // Data may already be waiting behind the handshake: read it now rather than on the next event.
   absl::Status status = ReadSome(s);
-  if (!status.ok()) Fail(status);
+  if (!status.ok()) PeerFailedLocked(s->peer, status);
 }
 
 void TcpTransport::DropStream(Stream* s, const absl::Status& why) {
   DDP_LOG(kWarning, "rejected connection from %s: %s", s->remote, why.message());
-  if (s->fd.valid()) ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
+  CloseStream(s);
+  s->peer = -1;
+}
+
+void TcpTransport::CloseStream(Stream* s) {
+  if (s->fd.valid()) {
+    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
+    ::shutdown(s->fd.get(), SHUT_RDWR);
+  }
   s->fd.Reset();
   s->state = StreamState::kClosed;
-  s->peer = -1;
 }
 
 }  // namespace ddp::transport::tcp

@@ -1,4 +1,6 @@
-// TcpTransport data path: posting, writev batching, framing, tag matching, early messages.
+// TcpTransport data path: posting, writev batching, framing, and what the matcher (matcher.h)
+// hands back: posted receives filled straight from the socket, early messages buffered or left
+// in the kernel.
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -24,25 +26,18 @@ constexpr size_t kEagerLimitBytes = 256 << 10;
 constexpr size_t kUnexpectedCapBytes = 512 << 20;
 constexpr int kMaxIov = 64;
 
-uint64_t Group(uint64_t tag) { return tag >> kTagGroupShift; }
-
 }  // namespace
 
 void TcpTransport::OnStreamEvent(Stream* s, uint32_t events) {
   absl::Status status;
   if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) status = ReadSome(s);
   if (status.ok() && (events & EPOLLOUT) && !s->sendq.empty()) status = WriteSome(s);
-  if (!status.ok()) Fail(status);
+  if (!status.ok()) PeerFailedLocked(s->peer, status);
   UpdateInterest(s);
 }
 
 void TcpTransport::PostSend(int peer, SendOp op) {
   Peer& p = *peers_[static_cast<size_t>(peer)];
-  if (p.bye) {
-    op.request->Complete(
-        PeerError(peer, absl::StatusCode::kFailedPrecondition, "has shut down; cannot send to it"));
-    return;
-  }
   // Round-robin over the peer's streams; the receiver matches by tag, not by stream.
   Stream* s = nullptr;
   for (int i = 0; i < config_.streams && s == nullptr; ++i) {
@@ -53,11 +48,11 @@ void TcpTransport::PostSend(int peer, SendOp op) {
     op.request->Complete(PeerError(peer, absl::StatusCode::kFailedPrecondition, "not connected"));
     return;
   }
-  MarkBusy(p, absl::Now());
+  MarkBusy(peer, absl::Now());
   s->sendq.push_back(std::move(op));
   if (s->sendq.size() == 1) {
     absl::Status status = WriteSome(s);
-    if (!status.ok()) Fail(status);
+    if (!status.ok()) PeerFailedLocked(peer, status);
   }
   UpdateInterest(s);
 }
@@ -85,7 +80,7 @@ absl::Status TcpTransport::WriteSome(Stream* s) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
       const int err = errno;
-      if (peers_[static_cast<size_t>(s->peer)]->bye) return absl::OkStatus();
+      if (peer_state(s->peer) == PeerState::kLeft) return absl::OkStatus();
       return PeerError(s->peer, absl::StatusCode::kUnavailable,
                        absl::StrCat("connection lost while sending (", std::strerror(err),
                                     "); did that process die?"));
@@ -94,7 +89,7 @@ absl::Status TcpTransport::WriteSome(Stream* s) {
       Peer& p = *peers_[static_cast<size_t>(s->peer)];
       p.last_sent = absl::Now();
       // Bytes of a caller's frame leaving count as progress; our own control frames do not.
-      if (s->sendq.front().request) p.last_progress = p.last_sent;
+      if (s->sendq.front().request) live(s->peer).last_progress = p.last_sent;
     }
     auto left = static_cast<size_t>(wrote);
     while (left > 0) {
@@ -148,18 +143,18 @@ static absl::Status FillStage(int fd, std::vector<char>& stage, size_t& begin, s
 }
 
 absl::Status TcpTransport::ReadSome(Stream* s) {
-  Peer& p = *peers_[static_cast<size_t>(s->peer)];
+  const int peer = s->peer;
   auto closed = [&](int err) -> absl::Status {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
     s->state = StreamState::kClosed;
-    if (p.bye && err == 0) return absl::OkStatus();
-    if (failed_.load()) return absl::OkStatus();
+    if (peer_state(peer) == PeerState::kLeft && err == 0) return absl::OkStatus();
+    if (failed() || peer_state(peer) == PeerState::kFailed) return absl::OkStatus();
     if (err != 0) {
       return PeerError(
-          s->peer, absl::StatusCode::kUnavailable,
+          peer, absl::StatusCode::kUnavailable,
           absl::StrCat("connection lost (", std::strerror(err), "); did that process die?"));
     }
-    return PeerError(s->peer, absl::StatusCode::kUnavailable,
+    return PeerError(peer, absl::StatusCode::kUnavailable,
                      "closed the connection unexpectedly; did that process die?");
   };
   while (s->state == StreamState::kOpen) {
@@ -173,12 +168,12 @@ absl::Status TcpTransport::ReadSome(Stream* s) {
             FillStage(s->fd.get(), s->stage, s->stage_begin, s->stage_end, &got, &eof, &err);
         if (!st.ok() || eof) return closed(err);
         if (!got) return absl::OkStatus();
-        p.last_heard = absl::Now();
+        Heard(peer, absl::Now());
         continue;
       }
       absl::StatusOr<FrameHeader> h = DecodeFrameHeader(s->stage.data() + s->stage_begin);
       if (!h.ok()) {
-        return PeerError(s->peer, absl::StatusCode::kDataLoss,
+        return PeerError(peer, absl::StatusCode::kDataLoss,
                          absl::StrCat("sent a bad frame: ", h.status().message()));
       }
       s->stage_begin += kFrameHeaderSize;
@@ -201,7 +196,7 @@ absl::Status TcpTransport::ReadSome(Stream* s) {
       if (r > 0) {
         s->target += r;
         s->remaining -= static_cast<size_t>(r);
-        p.last_heard = p.last_progress = absl::Now();
+        Progressed(peer, absl::Now());
         continue;
       }
       if (r == 0) return closed(0);
@@ -215,44 +210,26 @@ absl::Status TcpTransport::ReadSome(Stream* s) {
         FillStage(s->fd.get(), s->stage, s->stage_begin, s->stage_end, &got, &eof, &err);
     if (!st.ok() || eof) return closed(err);
     if (!got) return absl::OkStatus();
-    p.last_heard = p.last_progress = absl::Now();
+    Progressed(peer, absl::Now());
   }
   return absl::OkStatus();
 }
 
 absl::Status TcpTransport::OnHeader(Stream* s, const FrameHeader& h) {
-  Peer& p = *peers_[static_cast<size_t>(s->peer)];
   s->header = h;
   switch (h.type) {
     case FrameType::kBye:
-      p.bye = true;
-      left_[static_cast<size_t>(s->peer)].store(true);
-      for (auto it = p.posted.begin(); it != p.posted.end();) {
-        if (!IsNotificationTag(it->first)) {
-          ++it;
-          continue;
-        }
-        for (RecvOp& op : it->second) {
-          op.request->Complete(PeerError(s->peer, absl::StatusCode::kUnavailable, "has shut down"));
-        }
-        p.posted.erase(it++);
-      }
-      if (!p.posted.empty()) {
-        return PeerError(s->peer, absl::StatusCode::kUnavailable,
-                         "shut down while this rank still expects data from it");
-      }
-      return absl::OkStatus();
     case FrameType::kAbort:
-      s->abort_text.assign(h.length, '\0');
-      s->target = s->abort_text.data();
+      s->notice.assign(h.length, '\0');
+      s->target = s->notice.data();
       s->remaining = h.length;
       s->in_payload = true;
       return absl::OkStatus();
     case FrameType::kHeartbeat:
-      p.remote_waiting = (h.reserved & kWaitingFlag) != 0;
+      live(s->peer).remote_waiting = (h.reserved & kWaitingFlag) != 0;
       return absl::OkStatus();
     case FrameType::kData:
-      p.last_progress = absl::Now();
+      live(s->peer).last_progress = absl::Now();
       return MatchMessage(s);
   }
   return absl::OkStatus();
@@ -261,22 +238,12 @@ absl::Status TcpTransport::OnHeader(Stream* s, const FrameHeader& h) {
 absl::Status TcpTransport::MatchMessage(Stream* s) {
   const FrameHeader& h = s->header;
   Peer& p = *peers_[static_cast<size_t>(s->peer)];
-  auto it = p.posted.find(h.tag);
-  if (it != p.posted.end()) {
-    RecvOp op = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) p.posted.erase(it);
-    if (op.descriptor != h.descriptor || op.bytes != h.length) {
-      absl::Status err =
-          op.descriptor != h.descriptor
-              ? absl::InvalidArgumentError(absl::StrCat(
-                    "ranks disagree: rank ", config_.rank, " is running ", Describe(op.descriptor),
-                    " but ", PeerName(s->peer), " is running ", Describe(h.descriptor)))
-              : PeerError(s->peer, absl::StatusCode::kInvalidArgument,
-                          absl::StrCat("sent ", h.length, " bytes where rank ", config_.rank,
-                                       " expects ", op.bytes, " in ", Describe(op.descriptor),
-                                       " (different counts on different ranks?)"));
-      op.request->Complete(err);
+  if (std::optional<PostedRecv> op = p.matcher.TakePosted(h.tag)) {
+    if (op->descriptor != h.descriptor || op->bytes != h.length) {
+      absl::Status err = op->descriptor != h.descriptor
+                             ? Disagreement(s->peer, op->descriptor, h.descriptor)
+                             : LengthMismatch(s->peer, h.length, op->bytes, op->descriptor);
+      op->request->Complete(err);
       return err;
     }
     s->current = std::move(op);
@@ -285,63 +252,36 @@ absl::Status TcpTransport::MatchMessage(Stream* s) {
     s->in_payload = true;
     return absl::OkStatus();
   }
-  DDP_RETURN_IF_ERROR(CheckGroupAgreement(s->peer, h.tag, h.descriptor));
+  if (auto conflict = GroupConflict(s->peer, p.matcher, h.tag, h.descriptor, /*arriving=*/true)) {
+    return *conflict;
+  }
   if (h.length <= kEagerLimitBytes && unexpected_bytes_ + h.length <= kUnexpectedCapBytes) {
-    auto u = std::make_unique<Unexpected>();
-    u->header = h;
+    auto u = std::make_shared<Unexpected>();
+    u->length = h.length;
     u->payload.reset(new char[std::max<uint64_t>(h.length, 1)]);
-    s->current_unexpected = u.get();
+    s->current_unexpected = u;
     s->target = u->payload.get();
     s->remaining = h.length;
     s->in_payload = true;
     unexpected_bytes_ += h.length;
-    p.unexpected[h.tag].push_back(std::move(u));
+    p.matcher.AddEarly(Early{h, std::move(u), nullptr});
     return absl::OkStatus();
   }
   // Too large to buffer: leave it in the kernel until its receive is posted (TCP backpressure).
   s->paused = true;
+  p.matcher.AddEarly(Early{h, nullptr, s});
   return absl::OkStatus();
-}
-
-absl::Status TcpTransport::CheckGroupAgreement(int peer, uint64_t tag,
-                                               const Descriptor& descriptor) {
-  const Peer& p = *peers_[static_cast<size_t>(peer)];
-  const Descriptor* theirs = nullptr;
-  const Descriptor* mine = nullptr;
-  for (const auto& [t, list] : p.posted) {
-    if (Group(t) == Group(tag) && !list.empty() && !(list.front().descriptor == descriptor)) {
-      mine = &list.front().descriptor;
-      theirs = &descriptor;
-    }
-  }
-  for (const auto& [t, list] : p.unexpected) {
-    if (Group(t) == Group(tag) && !list.empty() &&
-        !(list.front()->header.descriptor == descriptor)) {
-      mine = &descriptor;
-      theirs = &list.front()->header.descriptor;
-    }
-  }
-  for (Stream* s : p.streams) {
-    if (s != nullptr && s->paused && Group(s->header.tag) == Group(tag) &&
-        !(s->header.descriptor == descriptor)) {
-      mine = &descriptor;
-      theirs = &s->header.descriptor;
-    }
-  }
-  if (mine == nullptr) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("ranks disagree: rank ", config_.rank, " is running ", Describe(*mine), " but ",
-                   PeerName(peer), " is running ", Describe(*theirs)));
 }
 
 absl::Status TcpTransport::FinishMessage(Stream* s) {
   s->in_payload = false;
   s->target = nullptr;
-  Peer& p = *peers_[static_cast<size_t>(s->peer)];
   if (s->header.type == FrameType::kAbort) {
-    absl::Status aborted = PeerError(s->peer, absl::StatusCode::kAborted,
-                                     absl::StrCat("aborted the job: ", s->abort_text));
-    Fail(aborted);
+    PeerFailedLocked(s->peer, PeerAborted(s->peer, s->notice));
+    return absl::OkStatus();
+  }
+  if (s->header.type == FrameType::kBye) {
+    PeerLeftLocked(s->peer, s->notice, peers_[static_cast<size_t>(s->peer)]->matcher);
     return absl::OkStatus();
   }
   if (s->current) {
@@ -350,96 +290,70 @@ absl::Status TcpTransport::FinishMessage(Stream* s) {
     request->Complete(absl::OkStatus());
     return absl::OkStatus();
   }
-  Unexpected* u = s->current_unexpected;
-  s->current_unexpected = nullptr;
+  std::shared_ptr<Unexpected> u = std::move(s->current_unexpected);
   if (u == nullptr) return absl::OkStatus();  // payload of a failed receive, drained
   u->complete = true;
   if (u->claimed) {
-    if (u->header.length > 0) std::memcpy(u->claimed->data, u->payload.get(), u->header.length);
+    if (u->length > 0) std::memcpy(u->claimed->data, u->payload.get(), u->length);
+    ReleaseUnexpected(*u);
     RequestPtr request = std::move(u->claimed->request);
-    auto& list = p.unexpected[u->header.tag];
-    unexpected_bytes_ -= u->header.length;
-    list.erase(std::find_if(list.begin(), list.end(),
-                            [u](const std::unique_ptr<Unexpected>& e) { return e.get() == u; }));
-    if (list.empty()) p.unexpected.erase(s->header.tag);
+    u->claimed.reset();
     request->Complete(absl::OkStatus());
   }
   return absl::OkStatus();
 }
 
-void TcpTransport::PostRecv(int peer, RecvOp op) {
+void TcpTransport::PostRecv(int peer, PostedRecv op) {
   Peer& p = *peers_[static_cast<size_t>(peer)];
-  MarkBusy(p, absl::Now());
-  auto mismatch = [&](const Descriptor& theirs, uint64_t their_bytes) -> absl::Status {
-    if (!(theirs == op.descriptor)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ranks disagree: rank ", config_.rank, " is running ", Describe(op.descriptor), " but ",
-          PeerName(peer), " is running ", Describe(theirs)));
-    }
-    if (their_bytes != op.bytes) {
-      return PeerError(peer, absl::StatusCode::kInvalidArgument,
-                       absl::StrCat("sent ", their_bytes, " bytes where rank ", config_.rank,
-                                    " expects ", op.bytes, " in ", Describe(op.descriptor),
-                                    " (different counts on different ranks?)"));
-    }
-    return absl::OkStatus();
-  };
-  // 1. It arrived early and was buffered (completely, or still arriving).
-  auto it = p.unexpected.find(op.tag);
-  if (it != p.unexpected.end()) {
-    for (auto uit = it->second.begin(); uit != it->second.end(); ++uit) {
-      Unexpected* u = uit->get();
-      if (u->claimed) continue;
-      absl::Status check = mismatch(u->header.descriptor, u->header.length);
-      if (!check.ok()) {
-        op.request->Complete(check);
-        Fail(check);
-        return;
-      }
-      if (u->complete) {
-        if (op.bytes > 0) std::memcpy(op.data, u->payload.get(), op.bytes);
-        unexpected_bytes_ -= u->header.length;
-        RequestPtr request = std::move(op.request);
-        it->second.erase(uit);
-        if (it->second.empty()) p.unexpected.erase(it);
-        request->Complete(absl::OkStatus());
-      } else {
-        u->claimed = std::make_unique<RecvOp>(std::move(op));
-      }
+  MarkBusy(peer, absl::Now());
+  if (std::optional<Early> early = p.matcher.TakeEarly(op.tag)) {
+    Claim(peer, *std::move(early), std::move(op));
+    return;
+  }
+  if (peer_state(peer) == PeerState::kLeft) {
+    op.request->Complete(LeftError(peer));  // nothing more will come from it
+    return;
+  }
+  if (auto conflict = GroupConflict(peer, p.matcher, op.tag, op.descriptor, /*arriving=*/false)) {
+    op.request->Complete(*conflict);
+    PeerFailedLocked(peer, *conflict);
+    return;
+  }
+  p.matcher.Post(std::move(op));
+}
+
+void TcpTransport::Claim(int peer, Early early, PostedRecv op) {
+  const FrameHeader& h = early.header;
+  if (op.descriptor != h.descriptor || op.bytes != h.length) {
+    absl::Status err = op.descriptor != h.descriptor
+                           ? Disagreement(peer, op.descriptor, h.descriptor)
+                           : LengthMismatch(peer, h.length, op.bytes, op.descriptor);
+    op.request->Complete(err);
+    PeerFailedLocked(peer, err);
+    return;
+  }
+  // 1. It arrived early and was buffered: completely, or it is still arriving.
+  if (early.buffered != nullptr) {
+    Unexpected& u = *early.buffered;
+    if (!u.complete) {
+      u.claimed = std::move(op);  // FinishMessage completes it
       return;
     }
-  }
-  // 2. Its header is waiting at the front of a paused stream.
-  for (Stream* s : p.streams) {
-    if (s == nullptr || !s->paused || s->header.tag != op.tag) continue;
-    absl::Status check = mismatch(s->header.descriptor, s->header.length);
-    if (!check.ok()) {
-      op.request->Complete(check);
-      Fail(check);
-      return;
-    }
-    s->paused = false;
-    s->current = std::move(op);
-    s->target = s->current->data;
-    s->remaining = s->header.length;
-    s->in_payload = true;
-    absl::Status status = ReadSome(s);
-    if (!status.ok()) Fail(status);
-    UpdateInterest(s);
+    if (op.bytes > 0) std::memcpy(op.data, u.payload.get(), op.bytes);
+    ReleaseUnexpected(u);
+    op.request->Complete(absl::OkStatus());
     return;
   }
-  if (p.bye) {
-    op.request->Complete(PeerError(peer, absl::StatusCode::kUnavailable,
-                                   "has shut down; nothing more will come from it"));
-    return;
-  }
-  absl::Status agree = CheckGroupAgreement(peer, op.tag, op.descriptor);
-  if (!agree.ok()) {
-    op.request->Complete(agree);
-    Fail(agree);
-    return;
-  }
-  p.posted[op.tag].push_back(std::move(op));
+  // 2. Its header waits at the front of a paused stream: read the payload straight in.
+  Stream* s = early.paused;
+  s->paused = false;
+  s->current = std::move(op);
+  s->target = s->current->data;
+  s->remaining = h.length;
+  s->in_payload = true;
+  absl::Status status = ReadSome(s);
+  if (!status.ok()) PeerFailedLocked(peer, status);
+  UpdateInterest(s);
 }
 
 }  // namespace ddp::transport::tcp

@@ -40,26 +40,18 @@ struct TcpTransport::Stream {
   FrameHeader header;
   char* target = nullptr;
   size_t remaining = 0;
-  std::optional<RecvOp> current;             // the posted receive being filled
-  Unexpected* current_unexpected = nullptr;  // or the buffer of an early message
-  std::string abort_text;                    // or the reason of an ABORT frame
+  std::optional<PostedRecv> current;               // the posted receive being filled
+  std::shared_ptr<Unexpected> current_unexpected;  // or the buffer of an early message
+  std::string notice;                              // or the notice of an ABORT or BYE frame
   bool paused = false;  // a header waits for its receive to be posted (backpressure)
 };
 
 struct TcpTransport::Peer {
-  std::string host;
   std::string address;
   std::vector<Stream*> streams;  // open streams by index (nullptr until connected)
   int next_stream = 0;
-  absl::flat_hash_map<uint64_t, std::deque<RecvOp>> posted;
-  absl::flat_hash_map<uint64_t, std::deque<std::unique_ptr<Unexpected>>> unexpected;
-  // Data moved with this peer (or it became busy): what "no progress" is measured from.
-  absl::Time last_progress = absl::InfinitePast();
-  // Any byte from the peer, heartbeats included: what "silent" is measured from.
-  absl::Time last_heard = absl::InfinitePast();
+  Matcher<Early> matcher;
   absl::Time last_sent = absl::InfinitePast();
-  bool remote_waiting = false;  // its last heartbeat said it is blocked on someone itself
-  bool bye = false;             // the peer left gracefully
 };
 
 }  // namespace ddp::transport::tcp

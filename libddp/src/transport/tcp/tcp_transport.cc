@@ -1,22 +1,20 @@
-// TcpTransport: the progress loop, message matching and the data path.
+// TcpTransport: construction, the progress loop, waiting, failures and goodbyes.
 #include "transport/tcp/tcp_transport.h"
 
-#include <sched.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "transport/liveness.h"
+#include "ddp/errors.h"
 #include "transport/tcp/tcp_state.h"
+#include "transport/wait.h"
 
 namespace ddp::transport::tcp {
 namespace {
@@ -39,11 +37,20 @@ constexpr absl::Duration kSpinOversubscribed = absl::Milliseconds(1);
 constexpr absl::Duration kLinger = absl::Milliseconds(1);
 constexpr absl::Duration kFlushOnShutdown = absl::Seconds(10);
 
+CoreConfig Core(const TcpConfig& c) {
+  CoreConfig core;
+  core.rank = c.rank;
+  core.size = c.size;
+  core.timeout = c.timeout;
+  core.kind = "tcp";
+  return core;
+}
+
 }  // namespace
 
 // ---- construction, public API -------------------------------------------------------------
 
-TcpTransport::TcpTransport(TcpConfig config) : config_(std::move(config)) {}
+TcpTransport::TcpTransport(TcpConfig config) : PeerTransport(Core(config)), config_(config) {}
 
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(TcpConfig config) {
   if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
@@ -70,12 +77,13 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(TcpConfig con
   for (int r = 0; r < c.size; ++r) {
     auto peer = std::make_unique<Peer>();
     peer->streams.assign(static_cast<size_t>(c.streams), nullptr);
+    peer->address = "?";
     t->peers_.push_back(std::move(peer));
   }
+  std::vector<std::string> hosts(static_cast<size_t>(c.size), "?");
+  hosts[static_cast<size_t>(c.rank)] = c.hostname;
+  t->SetHosts(std::move(hosts));
   t->addresses_.assign(static_cast<size_t>(c.size), "?");
-  t->hosts_.assign(static_cast<size_t>(c.size), "?");
-  t->hosts_[static_cast<size_t>(c.rank)] = c.hostname;
-  t->left_.reset(new std::atomic<bool>[static_cast<size_t>(c.size)]());
   t->thread_ = std::thread([p = t.get()] { p->Run(); });
   return t;
 }
@@ -86,25 +94,9 @@ std::string TcpTransport::listen_address() const {
   return net::JoinHostPort(config_.listen_ip, listen_port_);
 }
 
-std::string TcpTransport::PeerName(int peer) const {
+std::string TcpTransport::PeerDetail(int peer) const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (peer < 0 || peer >= config_.size) return absl::StrCat("rank ", peer);
-  return absl::StrCat("rank ", peer, " (", hosts_[static_cast<size_t>(peer)], ", ",
-                      addresses_[static_cast<size_t>(peer)], ")");
-}
-
-bool TcpTransport::PeerLeft(int peer) const {
-  return peer >= 0 && peer < config_.size && left_[static_cast<size_t>(peer)].load();
-}
-
-absl::Status TcpTransport::health() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return failure_;
-}
-
-void TcpTransport::SetDescriptorFormatter(DescriptorFormatter formatter) {
-  std::lock_guard<std::mutex> lock(mu_);
-  formatter_ = std::move(formatter);
+  return addresses_[static_cast<size_t>(peer)];
 }
 
 void TcpTransport::Wake() {
@@ -115,11 +107,8 @@ void TcpTransport::Wake() {
 
 RequestPtr TcpTransport::Isend(int peer, uint64_t tag, const Descriptor& descriptor,
                                const void* data, size_t bytes) {
+  if (RequestPtr refused = Refused(peer, "send to")) return refused;
   auto request = std::make_shared<Request>();
-  if (!ValidPeer(peer)) {
-    request->Complete(absl::InvalidArgumentError(absl::StrCat("send to invalid peer ", peer)));
-    return request;
-  }
   SendOp op;
   op.request = request;
   FrameHeader h;
@@ -130,61 +119,55 @@ RequestPtr TcpTransport::Isend(int peer, uint64_t tag, const Descriptor& descrip
   op.data = static_cast<const char*>(data);
   op.bytes = bytes;
   std::lock_guard<std::mutex> engine(engine_mu_);
-  if (failed_.load()) {
-    request->Complete(health());
-  } else {
-    // The caller's thread writes straight away when the stream is idle: no hand-off.
-    PostSend(peer, std::move(op));
-  }
+  if (RequestPtr refused = Refused(peer, "send to")) return refused;
+  // The caller's thread writes straight away when the stream is idle: no hand-off.
+  PostSend(peer, std::move(op));
   return request;
 }
 
 RequestPtr TcpTransport::Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
                                size_t bytes) {
+  if (RequestPtr refused = Refused(peer, "receive from")) return refused;
   auto request = std::make_shared<Request>();
-  if (!ValidPeer(peer)) {
-    request->Complete(absl::InvalidArgumentError(absl::StrCat("receive from invalid peer ", peer)));
-    return request;
-  }
   std::lock_guard<std::mutex> engine(engine_mu_);
-  if (failed_.load()) {
-    request->Complete(health());
-  } else {
-    PostRecv(peer, RecvOp{request, tag, descriptor, static_cast<char*>(data), bytes});
-  }
+  if (RequestPtr refused = Refused(peer, "receive from")) return refused;
+  PostRecv(peer, PostedRecv{request, tag, descriptor, static_cast<char*>(data), bytes});
   return request;
+}
+
+void TcpTransport::PollLocked() {
+  epoll_event events[kMaxEvents];
+  int n;
+  while ((n = ::epoll_wait(epoll_.get(), events, kMaxEvents, 0)) > 0) HandleEvents(events, n);
+}
+
+void TcpTransport::Settle() {
+  std::lock_guard<std::mutex> engine(engine_mu_);
+  PollLocked();
 }
 
 absl::Status TcpTransport::Wait(Request* request) {
   if (request->Test()) return request->status();
   // Drive progress from this thread for a short while: the reply to a small message usually
   // arrives within microseconds, and handling it here saves two thread wake-ups. Meanwhile the
-  // background thread stays parked so that the two do not fight over the sockets.
+  // background thread stays parked so that the two do not fight over the sockets. With more
+  // ranks than cores the peer we wait for may need this core: yield at once.
   pollers_.fetch_add(1);
   caller_sleeping_.store(false);
   const absl::Time spin_until =
       absl::Now() + (oversubscribed_ ? kSpinOversubscribed : kSpinBeforeSleep);
-  // With more ranks than cores the peer we wait for may need this core: yield at once.
-  const int yield_after = oversubscribed_ ? 0 : kPollRoundsBeforeYield;
+  Backoff backoff({oversubscribed_ ? 0 : kPollRoundsBeforeYield, 1 << 30});
   epoll_event events[kMaxEvents];
-  int idle_rounds = 0;
   while (!request->Test()) {
     if (engine_mu_.try_lock()) {
       const int n = ::epoll_wait(epoll_.get(), events, kMaxEvents, 0);
       if (n > 0) HandleEvents(events, n);
       engine_mu_.unlock();
-      idle_rounds = n > 0 ? 0 : idle_rounds + 1;
+      if (n > 0) backoff.Reset();
     }
     if (request->Test()) break;
-    if ((idle_rounds & 63) == 63 && absl::Now() > spin_until) break;
-    if (idle_rounds > yield_after) {
-      // The peer we wait for may share this core (more ranks than cores): let it run.
-      sched_yield();
-    } else {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
+    if ((backoff.idle_rounds() & 63) == 63 && absl::Now() > spin_until) break;
+    backoff.Idle();
   }
   const bool done = request->Test();
   last_poll_end_ns_.store(absl::GetCurrentTimeNanos());
@@ -199,7 +182,7 @@ absl::Status TcpTransport::Wait(Request* request) {
 
 void TcpTransport::Abort(const absl::Status& reason) {
   std::lock_guard<std::mutex> engine(engine_mu_);
-  Fail(reason.ok() ? absl::AbortedError("aborted") : reason);
+  FailLocked(reason.ok() ? absl::AbortedError("aborted") : reason);
 }
 
 absl::Status TcpTransport::Shutdown() {
@@ -259,7 +242,7 @@ void TcpTransport::Run() {
       std::lock_guard<std::mutex> engine(engine_mu_);
       if (!said_bye) {
         said_bye = true;
-        if (!failed_.load()) SendByeFrames();
+        if (!failed()) SendControlFrames(FrameType::kBye, ByeNotice(), -1);
         flush_deadline = absl::Now() + std::min(kFlushOnShutdown, config_.timeout);
       }
       if (!SendsPending() || absl::Now() > flush_deadline) break;
@@ -298,12 +281,9 @@ void TcpTransport::Run() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
-    if (failure_.ok()) {
-      failure_ = absl::FailedPreconditionError("transport is shut down");
-      failed_.store(true);
-    }
   }
-  FailAllPending();
+  RecordFailure(absl::FailedPreconditionError("transport is shut down"));
+  FailRequestsLocked(-1, health());
   for (auto& s : streams_) {
     if (s->fd.valid()) ::shutdown(s->fd.get(), SHUT_RDWR);
     s->fd.Reset();
@@ -318,47 +298,44 @@ bool TcpTransport::SendsPending() const {
 }
 
 bool TcpTransport::WaitingOn(const Peer& p) const {
-  for (const auto& [tag, ops] : p.posted) {
-    if (!ops.empty() && !IsNotificationTag(tag)) return true;
-  }
+  if (p.matcher.ExpectsData()) return true;
   for (const Stream* s : p.streams) {
     if (s == nullptr) continue;
     for (const SendOp& op : s->sendq) {
       if (op.request) return true;
     }
-    if (s->in_payload && s->current.has_value()) return true;
-  }
-  for (const auto& [tag, list] : p.unexpected) {
-    for (const auto& u : list) {
-      if (u->claimed) return true;
+    if (s->in_payload &&
+        (s->current.has_value() || (s->current_unexpected && s->current_unexpected->claimed))) {
+      return true;
     }
   }
   return false;
 }
 
-void TcpTransport::MarkBusy(Peer& p, absl::Time now) {
-  if (!WaitingOn(p)) p.last_progress = now;
+void TcpTransport::MarkBusy(int peer, absl::Time now) {
+  if (!WaitingOn(*peers_[static_cast<size_t>(peer)])) live(peer).last_progress = now;
 }
 
 void TcpTransport::SendHeartbeats(absl::Time now) {
-  const absl::Duration interval =
-      std::clamp(config_.timeout / 5, absl::Milliseconds(50), absl::Seconds(5));
   bool waiting = false;
   for (const auto& peer : peers_) waiting |= WaitingOn(*peer);
-  for (auto& peer : peers_) {
-    Stream* s = peer->streams.empty() ? nullptr : peer->streams[0];
-    if (s == nullptr || s->state != StreamState::kOpen || peer->bye) continue;
-    if (!s->sendq.empty() || now - peer->last_sent < interval) continue;
+  for (int r = 0; r < config_.size; ++r) {
+    Peer& peer = *peers_[static_cast<size_t>(r)];
+    Stream* s = peer.streams.empty() ? nullptr : peer.streams[0];
+    if (s == nullptr || s->state != StreamState::kOpen || peer_state(r) != PeerState::kAlive) {
+      continue;
+    }
+    if (!s->sendq.empty() || now - peer.last_sent < heartbeat_interval()) continue;
     SendOp op;
     FrameHeader h;
     h.type = FrameType::kHeartbeat;
     h.reserved = waiting ? kWaitingFlag : 0;
     EncodeFrameHeader(h, op.header);
     s->sendq.push_back(std::move(op));
-    peer->last_sent = now;
+    peer.last_sent = now;
     absl::Status status = WriteSome(s);
     if (!status.ok()) {
-      Fail(status);
+      PeerFailedLocked(r, status);
       return;
     }
     UpdateInterest(s);
@@ -377,17 +354,17 @@ void TcpTransport::CheckDeadlines(absl::Time now) {
     }
   }
   for (const Redial& r : due) {
-    if (!failed_.load()) StartDial(r.peer, r.index);
+    if (!failed()) StartDial(r.peer, r.index);
   }
   // Handshakes and dials.
   for (auto& s : streams_) {
     if (s->state == StreamState::kOpen || s->state == StreamState::kClosed) continue;
     if (now < s->deadline) continue;
     if (s->dialer) {
-      Fail(PeerError(s->peer, absl::StatusCode::kDeadlineExceeded,
-                     absl::StrCat("could not connect and authenticate within the start timeout "
-                                  "(state ",
-                                  static_cast<int>(s->state), ")")));
+      PeerFailedLocked(s->peer, PeerError(s->peer, absl::StatusCode::kDeadlineExceeded,
+                                          absl::StrCat("could not connect and authenticate "
+                                                       "within the start timeout (state ",
+                                                       static_cast<int>(s->state), ")")));
     } else {
       DropStream(s.get(),
                  absl::DeadlineExceededError("did not authenticate in time (not a libddp peer?)"));
@@ -395,35 +372,27 @@ void TcpTransport::CheckDeadlines(absl::Time now) {
   }
   // Connections that never came.
   if (connect_deadline_ != absl::InfiniteFuture() && now > connect_deadline_ && !AllConnected() &&
-      !failed_.load()) {
+      !failed()) {
     std::string missing;
+    std::vector<int> ranks;
     for (int r = 0; r < config_.size; ++r) {
       if (r == config_.rank) continue;
       const Peer& p = *peers_[static_cast<size_t>(r)];
       if (std::find(p.streams.begin(), p.streams.end(), nullptr) != p.streams.end()) {
-        absl::StrAppend(&missing, missing.empty() ? "" : ", ", r, " (", p.host, ")");
+        absl::StrAppend(&missing, missing.empty() ? "" : ", ", PeerName(r));
+        ranks.push_back(r);
       }
     }
-    Fail(absl::DeadlineExceededError(
-        absl::StrCat("timed out connecting to ranks ", missing,
-                     "; are they running, and reachable from this host?")));
+    FailLocked(WithRanks(absl::DeadlineExceededError(
+                             absl::StrCat("timed out connecting to ", missing,
+                                          "; are they running, and reachable from this host?")),
+                         ranks));
   }
-  if (failed_.load()) return;
+  if (failed()) return;
   SendHeartbeats(now);
-  // Peers this rank waits on. A peer that sends nothing at all (not even heartbeats) is dead or
-  // stopped; one that is alive and not itself waiting has not joined the operation; one that is
-  // alive and waiting is blocked behind someone else, whom another rank will name first, so it
-  // is only blamed after three timeouts.
-  for (int r = 0; r < config_.size; ++r) {
-    Peer& p = *peers_[static_cast<size_t>(r)];
-    if (!WaitingOn(p)) continue;
-    const absl::Duration silent = now - std::max(p.last_heard, p.last_progress);
-    const absl::Duration stalled = now - p.last_progress;
-    const std::string blame = Blame(silent, stalled, p.remote_waiting, config_.timeout);
-    if (!blame.empty()) {
-      Fail(PeerError(r, absl::StatusCode::kDeadlineExceeded, blame));
-      return;
-    }
+  // Peers this rank waits on: see the blame rule (liveness.h).
+  if (BlameLocked(now, [this](int r) { return WaitingOn(*peers_[static_cast<size_t>(r)]); })) {
+    return;
   }
   // Forget closed handshake-only streams.
   streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
@@ -435,55 +404,53 @@ void TcpTransport::CheckDeadlines(absl::Time now) {
 
 // ---- failure ------------------------------------------------------------------------------
 
-absl::Status TcpTransport::PeerError(int peer, absl::StatusCode code,
-                                     absl::string_view what) const {
-  return absl::Status(code, absl::StrCat(PeerName(peer), ": ", what));
-}
-
-std::string TcpTransport::Describe(const Descriptor& descriptor) const {
-  DescriptorFormatter formatter;
+void TcpTransport::FailLocked(const absl::Status& status) {
+  if (!RecordFailure(status)) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    formatter = formatter_;
-  }
-  if (formatter) return formatter(descriptor);
-  std::string hex;
-  for (uint8_t b : descriptor.bytes) absl::StrAppend(&hex, absl::Hex(b, absl::kZeroPad2));
-  return hex;
-}
-
-void TcpTransport::Fail(const absl::Status& status) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!failure_.ok()) return;
-    failure_ = status;
-    failed_.store(true);
     connected_cv_.notify_all();
   }
   DDP_LOG(kError, "%s", status.ToString());
-  FailAllPending();
-  SendAbortFrames(status);
+  FailRequestsLocked(-1, health());
+  SendControlFrames(FrameType::kAbort, AbortNotice(status), -1);
 }
 
-void TcpTransport::FailAllPending() {
-  const absl::Status why = health();
-  for (auto& peer : peers_) {
-    for (auto& [tag, list] : peer->posted) {
-      for (RecvOp& op : list) op.request->Complete(why);
-    }
-    peer->posted.clear();
-    for (auto& [tag, list] : peer->unexpected) {
-      for (auto& u : list) {
-        if (u->claimed) u->claimed->request->Complete(why);
-        u->claimed.reset();
-      }
-    }
+void TcpTransport::IsolateLocked(int peer, const absl::Status& status) {
+  FailRequestsLocked(peer, status);
+  // Tell it why, if it still listens, then drop its connections.
+  SendControlFrames(FrameType::kAbort, AbortNotice(status), peer);
+  Peer& p = *peers_[static_cast<size_t>(peer)];
+  for (Stream*& s : p.streams) {
+    if (s != nullptr) CloseStream(s);
+    s = nullptr;
+  }
+}
+
+void TcpTransport::ReleaseUnexpected(Unexpected& u) {
+  if (!u.counted) return;
+  u.counted = false;
+  unexpected_bytes_ -= u.length;
+}
+
+void TcpTransport::FailRequestsLocked(int peer, const absl::Status& why) {
+  for (int r = 0; r < config_.size; ++r) {
+    if (peer >= 0 && r != peer) continue;
+    Peer& p = *peers_[static_cast<size_t>(r)];
+    for (PostedRecv& op : p.matcher.TakeAllPosted()) op.request->Complete(why);
+    p.matcher.DropEarly([&](Early& e) {
+      if (e.buffered) ReleaseUnexpected(*e.buffered);
+    });
   }
   for (auto& s : streams_) {
+    if (peer >= 0 && s->peer != peer) continue;
     if (s->current) {
       s->current->request->Complete(why);
       s->current.reset();
       s->target = nullptr;  // keep draining the payload into nowhere
+    }
+    if (s->current_unexpected != nullptr) {
+      if (s->current_unexpected->claimed) s->current_unexpected->claimed->request->Complete(why);
+      s->current_unexpected->claimed.reset();
     }
     // A frame already partly on the wire cannot be finished without the caller's buffer, which
     // the caller may free once its request fails: such a stream can only be cut.
@@ -504,36 +471,22 @@ void TcpTransport::FailAllPending() {
   }
 }
 
-void TcpTransport::SendAbortFrames(const absl::Status& reason) {
-  const std::string text =
-      absl::StrCat(reason.message()).substr(0, static_cast<size_t>(kMaxAbortBytes));
+void TcpTransport::SendControlFrames(FrameType type, const std::string& payload, int peer) {
+  auto owned = std::make_shared<std::string>(payload);
   for (auto& s : streams_) {
     if (s->state != StreamState::kOpen || !s->fd.valid()) continue;
+    if ((peer >= 0 && s->peer != peer) || peer_state(s->peer) == PeerState::kLeft) continue;
     SendOp op;
-    auto owned = std::make_shared<std::string>(text);
     FrameHeader h;
-    h.type = FrameType::kAbort;
+    h.type = type;
     h.length = owned->size();
     EncodeFrameHeader(h, op.header);
     op.data = owned->data();
     op.bytes = owned->size();
-    op.owned = std::move(owned);
-    s->sendq.push_back(std::move(op));
-    WriteSome(s.get()).IgnoreError();
-    UpdateInterest(s.get());
-  }
-}
-
-void TcpTransport::SendByeFrames() {
-  for (auto& s : streams_) {
-    if (s->state != StreamState::kOpen || !s->fd.valid()) continue;
-    SendOp op;
-    FrameHeader h;
-    h.type = FrameType::kBye;
-    EncodeFrameHeader(h, op.header);
+    op.owned = owned;
     s->sendq.push_back(std::move(op));
     absl::Status st = WriteSome(s.get());
-    if (!st.ok()) s->sendq.clear();
+    if (!st.ok() && type == FrameType::kBye) s->sendq.clear();
     UpdateInterest(s.get());
   }
 }

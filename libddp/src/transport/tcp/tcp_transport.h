@@ -18,6 +18,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -26,8 +27,8 @@
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/socket.h"
+#include "transport/core.h"
 #include "transport/tcp/frame.h"
-#include "transport/transport.h"
 
 namespace ddp::transport::tcp {
 
@@ -44,7 +45,7 @@ struct TcpConfig {
   absl::Duration handshake_timeout = absl::Seconds(10);
 };
 
-class TcpTransport final : public Transport {
+class TcpTransport final : public PeerTransport {
  public:
   // Listens and starts the progress thread; strangers are rejected from this point on.
   static absl::StatusOr<std::unique_ptr<TcpTransport>> Create(TcpConfig config);
@@ -58,10 +59,6 @@ class TcpTransport final : public Transport {
   absl::Status ConnectAll(const std::vector<std::string>& addresses,
                           const std::vector<std::string>& hosts, absl::Time deadline);
 
-  int rank() const override { return config_.rank; }
-  int size() const override { return config_.size; }
-  std::string name() const override { return "tcp"; }
-  std::string PeerName(int peer) const override;
   RequestPtr Isend(int peer, uint64_t tag, const Descriptor& descriptor, const void* data,
                    size_t bytes) override;
   RequestPtr Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
@@ -69,9 +66,7 @@ class TcpTransport final : public Transport {
   absl::Status Wait(Request* request) override;
   void Abort(const absl::Status& reason) override;
   absl::Status Shutdown() override;
-  absl::Status health() const override;
-  bool PeerLeft(int peer) const override;
-  void SetDescriptorFormatter(DescriptorFormatter formatter) override;
+  void Settle() override;
 
  private:
   struct SendOp {
@@ -82,27 +77,34 @@ class TcpTransport final : public Transport {
     size_t written = 0;                  // of header + data
     std::shared_ptr<std::string> owned;  // payload of our own control frames
   };
-  struct RecvOp {
-    RequestPtr request;
-    uint64_t tag = 0;
-    Descriptor descriptor;
-    char* data = nullptr;
-    size_t bytes = 0;
-  };
-  // A message that arrived before its receive was posted.
+  // The payload of a message that arrived before its receive was posted, buffered.
   struct Unexpected {
+    uint64_t length = 0;
+    std::unique_ptr<char[]> payload;    // uninitialised until received
+    bool complete = false;              // the whole payload has arrived
+    bool counted = true;                // still counts in unexpected_bytes_
+    std::optional<PostedRecv> claimed;  // a receive posted while the payload was arriving
+  };
+  struct Stream;
+  // A message that arrived before its receive (matcher.h): buffered, or still in the kernel
+  // behind the header of a stream that pauses until the receive is posted (backpressure).
+  struct Early {
     FrameHeader header;
-    std::unique_ptr<char[]> payload;  // header.length bytes, uninitialised until received
-    bool complete = false;            // the whole payload has arrived
-    std::unique_ptr<RecvOp> claimed;  // a receive posted while the payload was still arriving
+    std::shared_ptr<Unexpected> buffered;
+    Stream* paused = nullptr;
+    uint64_t tag() const { return header.tag; }
+    const Descriptor& descriptor() const { return header.descriptor; }
+    uint64_t bytes() const { return header.length; }
   };
   enum class StreamState { kConnecting, kAwaitHello, kAwaitAuth, kAwaitAccept, kOpen, kClosed };
-  struct Stream;
   struct Peer;
 
   explicit TcpTransport(TcpConfig config);
+  std::string PeerDetail(int peer) const override;
   void Run();
   void HandleEvents(const struct epoll_event* events, int n);
+  // Handles whatever the sockets have ready, until nothing is. Progress lock.
+  void PollLocked();
   void CheckDeadlines(absl::Time now);
   void Wake();
 
@@ -113,31 +115,30 @@ class TcpTransport final : public Transport {
   absl::Status AdvanceHandshake(Stream* s);
   void AttachOpenStream(Stream* s);
   void DropStream(Stream* s, const absl::Status& why);
+  void CloseStream(Stream* s);
   // Registers exactly the events the stream's state needs (level-triggered epoll).
   void UpdateInterest(Stream* s);
   bool AllConnected() const;
 
-  // Data path (tcp_transport.cc).
+  // Data path (tcp_data.cc).
   void OnStreamEvent(Stream* s, uint32_t events);
   void PostSend(int peer, SendOp op);
-  void PostRecv(int peer, RecvOp op);
+  void PostRecv(int peer, PostedRecv op);
+  // A matched early message meets its receive.
+  void Claim(int peer, Early early, PostedRecv op);
   absl::Status WriteSome(Stream* s);
   absl::Status ReadSome(Stream* s);
   absl::Status OnHeader(Stream* s, const FrameHeader& h);
   absl::Status MatchMessage(Stream* s);
-  absl::Status CheckGroupAgreement(int peer, uint64_t tag, const Descriptor& descriptor);
   absl::Status FinishMessage(Stream* s);
-  absl::Status PeerError(int peer, absl::StatusCode code, absl::string_view what) const;
-  std::string Describe(const Descriptor& descriptor) const;
-  void Fail(const absl::Status& status);
-  void FailAllPending();
-  void SendAbortFrames(const absl::Status& reason);
-  void SendByeFrames();
+  void FailLocked(const absl::Status& status) override;
+  void IsolateLocked(int peer, const absl::Status& status) override;
+  // Completes every request with `peer` (-1: every peer) with `why`; drops what was buffered.
+  void FailRequestsLocked(int peer, const absl::Status& why);
+  void ReleaseUnexpected(Unexpected& u);
+  void SendControlFrames(FrameType type, const std::string& payload, int peer);
   bool SendsPending() const;
-  bool ValidPeer(int peer) const {
-    return peer >= 0 && peer < config_.size && peer != config_.rank;
-  }
-  void MarkBusy(Peer& p, absl::Time now);
+  void MarkBusy(int peer, absl::Time now);
   bool WaitingOn(const Peer& p) const;
   void SendHeartbeats(absl::Time now);
 
@@ -164,15 +165,10 @@ class TcpTransport final : public Transport {
   // Small shared state.
   mutable std::mutex mu_;
   std::condition_variable connected_cv_;
-  absl::Status failure_;  // first error; guarded by mu_
-  std::atomic<bool> failed_{false};
   bool stopping_ = false;  // Shutdown requested; guarded by mu_
   bool stopped_ = false;   // progress thread has exited; guarded by mu_
   bool connected_ = false;
   std::vector<std::string> addresses_;
-  std::vector<std::string> hosts_;
-  DescriptorFormatter formatter_;
-  std::unique_ptr<std::atomic<bool>[]> left_;  // per peer: its goodbye has arrived
 
   // Owned by the engine (engine_mu_).
   std::vector<std::unique_ptr<Stream>> streams_;

@@ -61,6 +61,9 @@ class Wire {
   // After a failure: cancels what can be cancelled. Cancelled operations are still reported
   // (kDone, any status), so the transport knows when the library has let go of their buffers.
   virtual void Cancel() = 0;
+  // The same for one peer that the transport gives up on while going on with the others
+  // (core.h's kIsolatePeer): what cannot be cancelled is still reported as it ends.
+  virtual void CancelPeer(int /*peer*/) {}
   // Last resort when cancelled operations do not come back: the library must not touch any
   // posted buffer after this returns (libfabric closes the endpoint; MPI cannot promise it).
   virtual void Abandon() = 0;

@@ -8,10 +8,8 @@
 // Payloads above the wire's maximum go as several data messages.
 //
 // Control messages carry a per-pair sequence number and are handled in order, so a receive
-// matches the first message from that peer with its tag, as over TCP. They also carry
-// heartbeats (with "this rank is waiting" so a silent peer is named the same way as over TCP),
-// goodbyes (a peer that leaves completes notification receives with Unavailable) and aborts
-// (the peer's reason reaches every rank).
+// matches the first message from that peer with its tag, as over TCP (matcher.h). They also
+// carry heartbeats, goodbyes and aborts (core.h: the same liveness, notices and blame as TCP).
 //
 // Progress: whichever thread holds the progress lock polls the wire. A caller in Wait() polls
 // itself, tightly at first and then with short sleeps; a background thread polls when nobody
@@ -21,18 +19,17 @@
 
 #include <atomic>
 #include <condition_variable>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "transport/transport.h"
+#include "transport/core.h"
 #include "transport/wire/wire.h"
 
 namespace ddp::transport::wire {
@@ -51,7 +48,7 @@ struct WireConfig {
   std::string kind = "wire";
 };
 
-class WireTransport final : public Transport {
+class WireTransport final : public PeerTransport {
  public:
   static absl::StatusOr<std::unique_ptr<WireTransport>> Create(WireConfig config,
                                                                std::unique_ptr<Wire> wire);
@@ -59,10 +56,6 @@ class WireTransport final : public Transport {
 
   std::string wire_name() const { return wire_name_; }
 
-  int rank() const override { return config_.rank; }
-  int size() const override { return config_.size; }
-  std::string name() const override { return config_.kind; }
-  std::string PeerName(int peer) const override;
   RequestPtr Isend(int peer, uint64_t tag, const Descriptor& descriptor, const void* data,
                    size_t bytes) override;
   RequestPtr Irecv(int peer, uint64_t tag, const Descriptor& descriptor, void* data,
@@ -70,31 +63,24 @@ class WireTransport final : public Transport {
   absl::Status Wait(Request* request) override;
   void Abort(const absl::Status& reason) override;
   absl::Status Shutdown() override;
-  absl::Status health() const override;
-  bool PeerLeft(int peer) const override;
-  void SetDescriptorFormatter(DescriptorFormatter formatter) override;
+  void Settle() override;
   void RememberMemory(const void* data, size_t bytes) override;
   void ForgetMemory(const void* data) override;
 
  private:
-  // A message header that arrived before its receive was posted.
+  // A message header that arrived before its receive was posted (matcher.h's Early).
   struct Header {
-    uint64_t tag = 0;
-    Descriptor descriptor;
-    uint64_t bytes = 0;
+    uint64_t tag_ = 0;
+    Descriptor descriptor_;
+    uint64_t bytes_ = 0;
     uint64_t data_tag = 0;  // first data message (payloads above the inline limit)
     size_t segment = 0;     // the sender's segment size
     bool has_inline = false;
     std::string payload;  // the inline payload
+    uint64_t tag() const { return tag_; }
+    const Descriptor& descriptor() const { return descriptor_; }
+    uint64_t bytes() const { return bytes_; }
   };
-  struct RecvOp {
-    RequestPtr request;
-    uint64_t tag = 0;
-    Descriptor descriptor;
-    char* data = nullptr;
-    size_t bytes = 0;
-  };
-  // An operation made of several wire operations (segments): done when all are.
   // An operation made of data messages (segments). Succeeds when every segment has; after a
   // failure it completes only once the wire has let go of every posted segment (or the wire was
   // abandoned), so that the library never touches a buffer its owner got back.
@@ -117,43 +103,40 @@ class WireTransport final : public Transport {
     std::map<uint64_t, std::string> early;  // control messages that overtook others
     uint64_t next_data_tag = 1;
     std::map<uint64_t, uint64_t> awaiting_cts;  // first data tag -> token of the send
-    std::deque<RecvOp> posted;                  // receives not yet matched, in posting order
-    std::deque<Header> unexpected;              // headers not yet matched, in arrival order
-    bool bye = false;
-    bool remote_waiting = false;
-    absl::Time last_heard = absl::InfinitePast();
-    absl::Time last_progress = absl::InfinitePast();
+    Matcher<Header> matcher;
     int waiting_ops = 0;  // receives from it not complete (posted or data in flight)
+    // Isolated (core.h): when to stop waiting for the wire to give its buffers back.
+    absl::Time drain_deadline = absl::InfiniteFuture();
   };
 
   WireTransport(WireConfig config, std::unique_ptr<Wire> wire);
+  std::string PeerDetail(int /*peer*/) const override { return config_.kind; }
   void Run();
-  // With progress_mu_ held.
+  // With progress_mu_ held: polls the wire once and handles what it reports; then, if a
+  // transfer with a peer failed, takes in what the wire already holds before blaming the peer
+  // (its own abort, which says why, may be there), and runs the periodic checks.
   bool ProgressLocked();
+  bool PollOnceLocked();
   void HandleControl(int peer, std::string payload);
   void HandleInOrder(int peer, const std::string& payload);
-  void Match(int peer, RecvOp op, Header h);
-  // A request already completed because `peer` is not valid or the transport has failed; null
-  // when the operation may go ahead.
-  RequestPtr RefusedLocked(int peer, absl::string_view what);
-  absl::Status Disagreement(int peer, const Descriptor& mine, const Descriptor& theirs) const;
-  // A transfer with `p` starts: its deadline clock runs from the first one.
-  static void StartWaiting(Peer& p);
+  void Match(int peer, PostedRecv op, Header h);
   void PostControlLocked(int peer, std::string message);
   void SegmentsDone(uint64_t token, const absl::Status& status);
   void PostSegments(uint64_t token, Pending& op);
   void CompletePending(std::map<uint64_t, Pending>::iterator it, absl::Status status);
   void CompleteRecv(int peer, const RequestPtr& request, absl::Status status);
+  void StartWaiting(int peer);
   void CheckDeadlines(absl::Time now);
   void SendHeartbeats(absl::Time now);
-  bool WaitingOn(const Peer& p) const { return p.waiting_ops > 0; }
+  bool WaitingOn(int peer) const { return peers_[static_cast<size_t>(peer)].waiting_ops > 0; }
   bool AnyWaiting() const;
-  absl::Status PeerError(int peer, absl::StatusCode code, absl::string_view what) const;
-  std::string Describe(const Descriptor& descriptor) const;
-  void Fail(const absl::Status& status);
-  // A peer's transfer failed: fail in a moment, so that its abort (which says why) can win.
-  void FailSoon(const absl::Status& status, int peer);
-  void FailLocked(const absl::Status& status);
+  void FailLocked(const absl::Status& status) override;
+  void IsolateLocked(int peer, const absl::Status& status) override;
+  // Completes `peer`'s (-1: every peer's) posted receives and the pending operations the wire
+  // holds nothing of with `status`.
+  void FailRequestsLocked(int peer, const absl::Status& status);
+  // After a failure: completes what the wire did not give back in time (abandoning it).
+  void DrainLocked(absl::Time now);
   void Wake();
 
   const WireConfig config_;
@@ -169,20 +152,16 @@ class WireTransport final : public Transport {
   absl::Time last_heartbeat_ = absl::InfinitePast();
   absl::Time last_check_ = absl::InfinitePast();
   bool bye_sent_ = false;
-  absl::Status soon_;
-  int soon_peer_ = -1;
-  absl::Time soon_deadline_ = absl::InfiniteFuture();
-  // After a failure: when to stop waiting for the wire to give buffers back.
+  // Transfers that failed with a peer, not yet acted on (see ProgressLocked).
+  std::vector<std::pair<int, absl::Status>> suspects_;
+  // After a failure: when to stop waiting for the wire to give buffers back; the same for the
+  // first isolated peer whose operations it still holds.
   absl::Time drain_deadline_ = absl::InfiniteFuture();
-  void DrainLocked(absl::Time now);
+  absl::Time isolated_drain_ = absl::InfiniteFuture();
 
   // Small shared state.
   mutable std::mutex mu_;
-  absl::Status failure_;    // first error
-  std::vector<bool> left_;  // per peer: its goodbye has arrived
-  std::atomic<bool> failed_{false};
   bool stopping_ = false;
-  DescriptorFormatter formatter_;
 
   // Watchdog: when the wire's library has not returned from a call for 2x the timeout (a peer
   // that died holding a lock in shared memory leaves libfabric's shm provider spinning forever),

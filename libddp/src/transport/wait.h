@@ -1,0 +1,60 @@
+// The one way libddp waits for what another thread or process will do: spin, then yield the
+// core, then sleep. Every waiting loop (a request's owner, the transports' callers and progress
+// threads, the shared-memory allreduce) runs its rounds through a Backoff with a policy of its
+// own, and sleeps on a futex (futex word in shared memory too) or its own condition.
+//
+// Why in that order: most waits on a busy job end within microseconds, and the CPU's pause
+// instruction costs nothing to the other hyperthread; after a while the rank we wait for may
+// need this very core (more ranks than cores), so yield; a peer still computing can take
+// seconds, so sleep, and let the one who completes the wait wake us.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "absl/time/time.h"
+
+namespace ddp::transport {
+
+// The CPU's spin-wait hint (nothing where there is none).
+inline void CpuPause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+class Backoff {
+ public:
+  struct Policy {
+    int pauses = 0;  // idle rounds that only pause the CPU
+    int yields = 0;  // then idle rounds that yield the core
+    // Then sleeps, from `sleep` doubling up to `max_sleep`.
+    absl::Duration sleep = absl::Microseconds(10);
+    absl::Duration max_sleep = absl::Microseconds(500);
+  };
+
+  explicit Backoff(const Policy& policy) : policy_(policy) {}
+
+  // A round made progress: start over.
+  void Reset() { idle_ = 0; }
+  // A round found nothing to do: pauses or yields here and returns zero, or returns how long
+  // the caller should sleep now (it sleeps its own way: a futex, a condition, a poll timeout).
+  absl::Duration Idle();
+  int idle_rounds() const { return idle_; }
+  // Whether the next idle round sleeps.
+  bool sleeping() const { return idle_ >= policy_.pauses + policy_.yields; }
+
+ private:
+  Policy policy_;
+  int idle_ = 0;
+};
+
+// Sleeps while *word == seen, at most `max` (infinite: until woken). `shared`: the word is in
+// memory shared between processes. Returns early on a wake-up, a signal or a spurious return.
+void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, absl::Duration max, bool shared);
+// Wakes every thread (or process) sleeping on `word`.
+void FutexWakeAll(std::atomic<uint32_t>* word, bool shared);
+
+}  // namespace ddp::transport

@@ -1,0 +1,176 @@
+// The transport core (transport/core.h) over TCP and shared memory, as real processes: a peer's
+// failure as an event the caller escalates as it chooses, and attribution by the events peers
+// send (a goodbye names the ranks that left before it).
+#include "transport/transport.h"
+
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "bootstrap/job.h"
+#include "ddp/errors.h"
+#include "support/check.h"
+#include "support/multiprocess.h"
+
+namespace ddp::testing {
+namespace {
+
+using transport::Descriptor;
+using transport::Transport;
+
+constexpr uint64_t kBell = transport::kNotificationTagBits | 1;
+
+// This rank's job, assembled as Context::Create would.
+absl::StatusOr<bootstrap::Job> Join() {
+  auto options = Options::FromEnvironment();
+  if (!options.ok()) return options.status();
+  return bootstrap::AssembleJob(&*options, 2);
+}
+
+// Every rank sends `tag` to every other and receives it from each: all are connected and alive.
+absl::Status Exchange(Transport& t, uint64_t tag, const std::vector<int>& peers) {
+  std::vector<transport::RequestPtr> requests;
+  std::vector<int32_t> in(static_cast<size_t>(t.size()), -1);
+  const int32_t mine = t.rank();
+  for (int p : peers) {
+    if (p == t.rank()) continue;
+    requests.push_back(t.Irecv(p, tag, Descriptor{}, &in[static_cast<size_t>(p)], 4));
+    requests.push_back(t.Isend(p, tag, Descriptor{}, &mine, 4));
+  }
+  for (auto& r : requests) CHECK_OK(t.Wait(r.get()));
+  for (int p : peers) {
+    if (p != t.rank() && in[static_cast<size_t>(p)] != p) {
+      return absl::InternalError(absl::StrCat("got ", in[static_cast<size_t>(p)], " from ", p));
+    }
+  }
+  return absl::OkStatus();
+}
+
+struct Param {
+  const char* name;
+  const char* transport;
+};
+
+class PeerFailure : public ::testing::TestWithParam<Param> {};
+
+// A parameter server must outlive a worker: with kIsolatePeer a dead peer fails only what was
+// with it, every later request to it is refused with the same error naming it, the handler hears
+// of it once, and the others go on.
+TEST_P(PeerFailure, IsolatedPeerFailsAloneAndTheOthersGoOn) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env["DDP_TRANSPORT"] = GetParam().transport;
+  spec.env["DDP_TIMEOUT_SECONDS"] = "60";  // a death, not a timeout
+  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+    auto joined = Join();
+    CHECK_OK(joined.status());
+    Transport& t = *joined->transport;
+    t.SetPeerFailurePolicy(Transport::PeerFailurePolicy::kIsolatePeer);
+    std::atomic<int> events{0};
+    std::atomic<int> event_peer{-1};
+    t.SetPeerEventHandler([&](const Transport::PeerEvent& e) {
+      if (e.state == Transport::PeerState::kFailed) {
+        event_peer.store(e.peer);
+        events.fetch_add(1);
+      }
+    });
+    CHECK_OK(Exchange(t, 1, {0, 1, 2}));
+    if (rank == 2) {
+      ::raise(SIGKILL);
+    }
+    // Waiting on the dead peer: an error naming it, soon.
+    int32_t value = 0;
+    absl::Status from2 = t.Wait(t.Irecv(2, 2, Descriptor{}, &value, 4).get());
+    CHECK_OK(Expect(!from2.ok(), "a receive from the dead rank succeeded"));
+    CHECK_OK(Expect(BlamedRanks(from2) == std::vector<int>{2}, from2.ToString()));
+    CHECK_OK(Expect(from2.code() == absl::StatusCode::kAborted, from2.ToString()));
+    // The transport is well, and the survivors go on.
+    CHECK_OK(Expect(t.health().ok(), t.health().ToString()));
+    CHECK_OK(Exchange(t, 3, {0, 1}));
+    CHECK_OK(Exchange(t, 4, {0, 1}));
+    CHECK_OK(Expect(t.peer_state(2) == Transport::PeerState::kFailed, "rank 2 not failed"));
+    absl::Status later = t.Wait(t.Isend(2, 5, Descriptor{}, &value, 4).get());
+    CHECK_OK(Expect(BlamedRanks(later) == std::vector<int>{2}, later.ToString()));
+    CHECK_OK(Expect(events.load() == 1 && event_peer.load() == 2,
+                    absl::StrCat(events.load(), " events, peer ", event_peer.load())));
+    return t.Shutdown();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  EXPECT_TRUE(job.ranks[0].ok()) << job.Summary();
+  EXPECT_TRUE(job.ranks[1].ok()) << job.Summary();
+  EXPECT_EQ(job.ranks[2].signal, SIGKILL) << job.Summary();
+}
+
+// The default, kFailTransport, is what collectives need: the whole transport fails, ABORTED,
+// naming the dead rank on every survivor.
+TEST_P(PeerFailure, ByDefaultTheTransportFailsNamingThePeer) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env["DDP_TRANSPORT"] = GetParam().transport;
+  spec.env["DDP_TIMEOUT_SECONDS"] = "60";
+  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+    auto joined = Join();
+    CHECK_OK(joined.status());
+    Transport& t = *joined->transport;
+    CHECK_OK(Exchange(t, 1, {0, 1, 2}));
+    if (rank == 2) ::raise(SIGKILL);
+    int32_t value = 0;
+    // Rank 0 waits on the dead rank; rank 1 on rank 0, which fails and tells it why.
+    absl::Status s = t.Wait(t.Irecv(rank == 0 ? 2 : 0, 2, Descriptor{}, &value, 4).get());
+    CHECK_OK(Expect(s.code() == absl::StatusCode::kAborted, s.ToString()));
+    CHECK_OK(Expect(!BlamedRanks(s).empty() && BlamedRanks(s)[0] == 2, s.ToString()));
+    CHECK_OK(Expect(absl::StrContains(s.message(), "rank 2"), s.ToString()));
+    CHECK_OK(Expect(t.health().code() == absl::StatusCode::kAborted, t.health().ToString()));
+    t.Shutdown().IgnoreError();
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  EXPECT_TRUE(job.ranks[0].ok()) << job.Summary();
+  EXPECT_TRUE(job.ranks[1].ok()) << job.Summary();
+}
+
+// Attribution by events: rank 1 leaves; rank 0 sees its goodbye and leaves too. Rank 2 listens
+// to rank 0 alone, so it hears rank 0's goodbye first, whatever the timing: that goodbye names
+// rank 1 as gone before it, and so does the error rank 2 gets.
+TEST_P(PeerFailure, AGoodbyeNamesTheRanksThatLeftBeforeIt) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env["DDP_TRANSPORT"] = GetParam().transport;
+  spec.env["DDP_TIMEOUT_SECONDS"] = "60";
+  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+    auto joined = Join();
+    CHECK_OK(joined.status());
+    Transport& t = *joined->transport;
+    CHECK_OK(Exchange(t, 1, {0, 1, 2}));
+    if (rank == 1) return t.Shutdown();
+    absl::Status bye;
+    if (rank == 0) {
+      bye = t.Wait(t.Irecv(1, kBell, Descriptor{}, nullptr, 0).get());
+      CHECK_OK(Expect(bye.code() == absl::StatusCode::kUnavailable, bye.ToString()));
+      CHECK_OK(Expect(BlamedRanks(bye) == std::vector<int>{1}, bye.ToString()));
+      return t.Shutdown();
+    }
+    bye = t.Wait(t.Irecv(0, kBell, Descriptor{}, nullptr, 0).get());
+    CHECK_OK(Expect(bye.code() == absl::StatusCode::kUnavailable, bye.ToString()));
+    CHECK_OK(Expect(BlamedRanks(bye) == std::vector<int>{1, 0}, bye.ToString()));
+    CHECK_OK(Expect(absl::StrContains(bye.message(), "after rank 1"), bye.ToString()));
+    return t.Shutdown();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, PeerFailure,
+                         ::testing::Values(Param{"Tcp", "tcp"}, Param{"Shm", "shm"}),
+                         [](const ::testing::TestParamInfo<Param>& p) {
+                           return std::string(p.param.name);
+                         });
+
+}  // namespace
+}  // namespace ddp::testing
