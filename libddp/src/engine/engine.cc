@@ -1,4 +1,4 @@
-// EngineImpl: construction, submission and its checks, join, process sets, stats.
+// EngineImpl: construction, submission and its checks (callers' threads), join, process sets.
 #include <algorithm>
 #include <utility>
 
@@ -62,23 +62,46 @@ absl::Status CheckCommon(absl::string_view what, DataType type, ReduceOp op, dou
 
 }  // namespace
 
+namespace {
+
+nccl::BackendOptions CudaOptions(const Options& options, transport::Transport* transport) {
+  nccl::BackendOptions o;
+  o.timeout = options.timeout;
+  o.default_device = std::max(options.local_rank, 0);
+  if (transport != nullptr) o.health = [transport] { return transport->health(); };
+  return o;
+}
+
+NegotiationSettings Negotiation(const Options& options) {
+  NegotiationSettings s;
+  s.stall_check = options.stall_check;
+  s.stall_shutdown = options.stall_shutdown;
+  s.cache_capacity = static_cast<uint32_t>(options.cache_capacity);
+  return s;
+}
+
+}  // namespace
+
 EngineImpl::EngineImpl(const Options& options, transport::Transport* transport,
                        const collectives::Tuning& tuning, collectives::CommIds* ids,
                        collectives::BackendResources backends)
     : options_(options),
       transport_(transport),
-      transport_name_(transport != nullptr ? transport->name() : "none"),
       tuning_(tuning),
       comm_ids_(ids),
       backends_(std::move(backends)),
       rank_(options.rank),
-      size_(options.size) {
+      size_(options.size),
+      cuda_(CudaOptions(options, transport)),
+      negotiator_(Negotiation(options)) {
   params_.fusion_threshold = options.fusion_threshold;
   // As carried in negotiation records (f32), so that the first round changes nothing.
   params_.cycle_time_ms = static_cast<float>(options.cycle_time_ms);
   proposal_ = params_;
-  stats_.fusion_threshold = params_.fusion_threshold;
-  stats_.cycle_time_ms = params_.cycle_time_ms;
+  stats_.Update([&](EngineStats& s) {
+    s.fusion_threshold = params_.fusion_threshold;
+    s.cycle_time_ms = params_.cycle_time_ms;
+  });
 }
 
 EngineImpl::~EngineImpl() { Shutdown(absl::CancelledError("the engine was shut down")); }
@@ -119,7 +142,10 @@ absl::StatusOr<std::unique_ptr<ProcessSet>> EngineImpl::MakeSet(int id, std::vec
 absl::Status EngineImpl::Start() {
   std::vector<int> all(static_cast<size_t>(size_));
   for (int r = 0; r < size_; ++r) all[static_cast<size_t>(r)] = r;
-  set_members_.push_back(all);
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    inbox_->set_members.push_back(all);
+  }
   DDP_ASSIGN_OR_RETURN(std::unique_ptr<ProcessSet> world, MakeSet(0, all));
   sets_.push_back(std::move(world));
   DDP_ASSIGN_OR_RETURN(const collectives::CommId doorbells,
@@ -135,6 +161,16 @@ absl::Status EngineImpl::Start() {
     DDP_ASSIGN_OR_RETURN(Autotuner tuner, Autotuner::Create(params_, config));
     autotuner_.emplace(std::move(tuner));
   }
+  std::shared_ptr<Inbox> inbox = inbox_;
+  executor_ = std::make_unique<Executor>(timeline_.get(), &stats_, params_.fusion_threshold,
+                                         [inbox](int set, const std::string& name) {
+                                           std::lock_guard<std::mutex> lock(inbox->mu);
+                                           inbox->in_flight.erase(absl::StrCat(set, "/", name));
+                                         });
+  executor_->SetOperations(
+      kCpuMemory,
+      MakeCpuOperations(*executor_, transport_ != nullptr ? transport_->name() : "none"));
+  executor_->SetOperations(kCudaMemory, MakeCudaOperations(*executor_, cuda_));
   next_cycle_ = absl::Now();
   thread_ = std::thread([this] { Loop(); });
   return absl::OkStatus();
@@ -142,21 +178,16 @@ absl::Status EngineImpl::Start() {
 
 void EngineImpl::Shutdown(const absl::Status& reason) {
   {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    stop_ = true;
-    if (failed_.ok()) failed_ = reason;
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    inbox_->stop = true;
+    if (inbox_->failed.ok()) inbox_->failed = reason;
   }
-  wake_->cv.notify_all();
+  inbox_->cv.notify_all();
   if (thread_.joinable()) thread_.join();
   FailEverything(reason);
+  executor_.reset();
   timeline_.reset();
-  std::shared_ptr<nccl::Backend> backend;
-  {
-    std::lock_guard<std::mutex> lock(device_mu_);
-    backend = std::move(device_backend_);  // after the thread; a late submission gets the error
-    if (device_backend_error_.ok()) device_backend_error_ = reason;
-  }
-  backend.reset();  // destroyed here unless a submitting thread still holds it (then there)
+  cuda_.Close(reason);  // after the thread; a late submission gets the error
 }
 
 Handle EngineImpl::Failed(const std::string& name, absl::Status status) {
@@ -166,11 +197,11 @@ Handle EngineImpl::Failed(const std::string& name, absl::Status status) {
 }
 
 absl::Status EngineImpl::CheckSet(int process_set, absl::string_view what) const {
-  if (process_set < 0 || process_set >= static_cast<int>(set_members_.size())) {
+  if (process_set < 0 || process_set >= static_cast<int>(inbox_->set_members.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": there is no process set ", process_set));
   }
-  const auto& m = set_members_[static_cast<size_t>(process_set)];
+  const auto& m = inbox_->set_members[static_cast<size_t>(process_set)];
   if (std::find(m.begin(), m.end(), rank_) == m.end()) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", rank_,
                                                    " is not a member of process set ", process_set,
@@ -191,15 +222,16 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
                         align, " bytes as ", DataTypeName(op->meta.type), " requires")));
     }
   }
-  std::unique_lock<std::mutex> lock(wake_->mu);
+  std::unique_lock<std::mutex> lock(inbox_->mu);
   if (op->name.empty()) {
-    op->name = absl::StrCat(OpKindName(op->meta.kind), ".noname.", noname_++);
+    op->name = absl::StrCat(OpKindName(op->meta.kind), ".noname.", inbox_->noname++);
   }
   const std::string what = absl::StrCat(OpKindName(op->meta.kind), " '", op->name, "'");
   if (absl::Status s = CheckLimits(*op, what); !s.ok()) return Failed(op->name, s);
   if (absl::Status s = CheckSet(op->process_set, what); !s.ok()) return Failed(op->name, s);
   if (op->meta.kind == OpKind::kBroadcast) {
-    const int n = static_cast<int>(set_members_[static_cast<size_t>(op->process_set)].size());
+    const int n =
+        static_cast<int>(inbox_->set_members[static_cast<size_t>(op->process_set)].size());
     if (op->meta.root < 0 || op->meta.root >= n) {
       return Failed(op->name, absl::InvalidArgumentError(absl::StrCat(
                                   what, ": root rank ", op->meta.root,
@@ -208,7 +240,7 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
   }
   if (op->meta.kind == OpKind::kAlltoall) {
     const int64_t n =
-        static_cast<int64_t>(set_members_[static_cast<size_t>(op->process_set)].size());
+        static_cast<int64_t>(inbox_->set_members[static_cast<size_t>(op->process_set)].size());
     if (op->meta.shapes[0][0] % n != 0) {
       return Failed(op->name, absl::InvalidArgumentError(absl::StrCat(
                                   what, ": the first dimension (", op->meta.shapes[0][0],
@@ -216,15 +248,15 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
     }
   }
   // Argument errors above come first, whatever state the engine is in.
-  if (!failed_.ok()) return Failed(op->name, Annotate(failed_, what));
-  if (join_handle_ != nullptr) {
+  if (!inbox_->failed.ok()) return Failed(op->name, Annotate(inbox_->failed, what));
+  if (inbox_->join_handle != nullptr) {
     return Failed(op->name, absl::FailedPreconditionError(absl::StrCat(
                                 what,
                                 ": this rank has joined; it submits nothing until every "
                                 "rank has joined")));
   }
   const std::string key = absl::StrCat(op->process_set, "/", op->name);
-  if (!in_flight_.emplace(key, true).second) {
+  if (!inbox_->in_flight.emplace(key, true).second) {
     return Failed(op->name, absl::InvalidArgumentError(absl::StrCat(
                                 what,
                                 " was submitted again while the first submission is still "
@@ -234,9 +266,9 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
   op->submitted = absl::Now();
   if (timeline_ != nullptr) op->submitted_us = timeline_->NowMicros();
   Handle handle(op->handle);
-  queue_.push_back(std::move(op));
+  inbox_->queue.push_back(std::move(op));
   lock.unlock();
-  wake_->cv.notify_all();
+  inbox_->cv.notify_all();
   return handle;
 }
 
@@ -264,7 +296,7 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   // the other kinds get an output allocated by the engine.
   if (kind == OpKind::kAllreduce || kind == OpKind::kBroadcast) local->outputs = {output};
   if (device.is_cuda()) {
-    if (absl::Status d = PrepareDeviceOp(*local, device); !d.ok()) {
+    if (absl::Status d = cuda_.Prepare(*local, device); !d.ok()) {
       return Failed(local->name, Annotate(d, what));
     }
   }
@@ -296,7 +328,7 @@ Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMem
     op_->inputs.push_back(m.input);
     op_->outputs.push_back(m.output);
   }
-  if (s.ok() && device.is_cuda()) s = Annotate(PrepareDeviceOp(*op_, device), what);
+  if (s.ok() && device.is_cuda()) s = Annotate(cuda_.Prepare(*op_, device), what);
   if (!s.ok()) return Failed(group, s);
   op_->name = std::move(group);
   op_->process_set = process_set;
@@ -330,16 +362,16 @@ Handle EngineImpl::ReduceScatterAsync(std::string name, const void* input, DataT
 }
 
 Handle EngineImpl::JoinAsync() {
-  std::unique_lock<std::mutex> lock(wake_->mu);
-  if (!failed_.ok()) return Failed("join", Annotate(failed_, "join"));
-  if (join_handle_ != nullptr) {
+  std::unique_lock<std::mutex> lock(inbox_->mu);
+  if (!inbox_->failed.ok()) return Failed("join", Annotate(inbox_->failed, "join"));
+  if (inbox_->join_handle != nullptr) {
     return Failed("join", absl::FailedPreconditionError("join: this rank has already joined"));
   }
-  join_handle_ = std::make_shared<HandleState>("join");
-  join_requested_ = true;
-  Handle handle(join_handle_);
+  inbox_->join_handle = std::make_shared<HandleState>("join");
+  inbox_->join_requested = true;
+  Handle handle(inbox_->join_handle);
   lock.unlock();
-  wake_->cv.notify_all();
+  inbox_->cv.notify_all();
   return handle;
 }
 
@@ -364,11 +396,6 @@ absl::StatusOr<int> EngineImpl::AddProcessSet(std::vector<int> ranks) {
   Handle handle = Submit(std::move(op));
   DDP_RETURN_IF_ERROR(handle.Wait());
   return handle.join_last_rank();
-}
-
-EngineStats EngineImpl::stats() const {
-  std::lock_guard<std::mutex> lock(wake_->mu);
-  return stats_;
 }
 
 }  // namespace ddp::engine

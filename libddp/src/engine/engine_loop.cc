@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "collectives/collectives.h"
 #include "common/status.h"
 #include "ddp/errors.h"
 #include "engine/engine_impl.h"
@@ -32,8 +33,8 @@ void EngineImpl::Loop() {
       // stop: then the transport is closed gracefully right after).
       bool stopping;
       {
-        std::lock_guard<std::mutex> lock(wake_->mu);
-        stopping = stop_;
+        std::lock_guard<std::mutex> lock(inbox_->mu);
+        stopping = inbox_->stop;
       }
       if (transport_ != nullptr && !stopping) transport_->Abort(s);
       FailEverything(s);
@@ -43,12 +44,13 @@ void EngineImpl::Loop() {
 }
 
 bool EngineImpl::WaitForWork() {
-  std::unique_lock<std::mutex> lock(wake_->mu);
+  std::unique_lock<std::mutex> lock(inbox_->mu);
   if (asleep_) {
-    wake_->cv.wait(lock,
-                   [&] { return stop_ || !queue_.empty() || join_requested_ || wake_->doorbell; });
-    if (stop_) return false;
-    wake_->doorbell = false;
+    inbox_->cv.wait(lock, [&] {
+      return inbox_->stop || !inbox_->queue.empty() || inbox_->join_requested || inbox_->doorbell;
+    });
+    if (inbox_->stop) return false;
+    inbox_->doorbell = false;
     lock.unlock();
     absl::Status s = Wake();
     if (!s.ok()) {
@@ -59,18 +61,18 @@ bool EngineImpl::WaitForWork() {
     asleep_ = false;
     return true;
   }
-  if (stop_) {
+  if (inbox_->stop) {
     // Stopping while awake: leaving at once would strand the others in the next round. Keep
     // taking part (saying so, see RunCycle) until a round finds nothing pending anywhere; the
     // others may still finish work in process sets without this rank. Bounded by the timeout.
     const absl::Time now = absl::Now();
     if (stop_deadline_ == absl::InfiniteFuture()) stop_deadline_ = now + options_.timeout;
     if (now > stop_deadline_) return false;
-    wake_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_));
+    inbox_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_));
     return true;
   }
   // Awake: gather submissions for the rest of the cycle time before the next round.
-  wake_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_), [&] { return stop_; });
+  inbox_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_), [&] { return inbox_->stop; });
   return true;
 }
 
@@ -87,12 +89,12 @@ void EngineImpl::PostDoorbells() {
   const transport::Descriptor descriptor{};
   const uint32_t epoch = epoch_;
   {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    wake_->sleep_epoch = epoch;
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    inbox_->sleep_epoch = epoch;
     // Rings of the previous epoch that came after this rank woke by itself are not news.
-    wake_->doorbell = false;
+    inbox_->doorbell = false;
   }
-  std::shared_ptr<Wakeup> wake = wake_;
+  std::shared_ptr<Inbox> wake = inbox_;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     auto request = transport_->Irecv(peer, DoorbellTag(epoch), descriptor, nullptr, 0);
@@ -152,10 +154,10 @@ bool EngineImpl::HasLocalWork() const {
 }
 
 void EngineImpl::TakeQueue() {
-  std::lock_guard<std::mutex> lock(wake_->mu);
-  while (!queue_.empty()) {
-    std::unique_ptr<LocalOp> op = std::move(queue_.front());
-    queue_.pop_front();
+  std::lock_guard<std::mutex> lock(inbox_->mu);
+  while (!inbox_->queue.empty()) {
+    std::unique_ptr<LocalOp> op = std::move(inbox_->queue.front());
+    inbox_->queue.pop_front();
     ProcessSet& set = *sets_[static_cast<size_t>(op->process_set)];
     set.fresh.push_back(op.get());
     set.pending[op->name] = std::move(op);
@@ -163,10 +165,10 @@ void EngineImpl::TakeQueue() {
   // Join takes effect once this rank's own operations are done: from then on it only lends its
   // identity to the others' allreduces, and every average counts exactly the ranks that
   // contributed data.
-  if (join_requested_ && !HasLocalWork()) {
-    join_requested_ = false;
+  if (inbox_->join_requested && !HasLocalWork()) {
+    inbox_->join_requested = false;
     joined_ = true;
-    active_join_ = join_handle_;
+    active_join_ = inbox_->join_handle;
   }
 }
 
@@ -178,32 +180,41 @@ absl::Status EngineImpl::RunCycle() {
   }
   TakeQueue();
   {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    stopping_ = stop_;
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    stopping_ = inbox_->stop;
   }
-  executed_bytes_ = 0;
-  DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0]));
+  RoundInput in;
+  in.has_pending = HasLocalWork() || joined_;
+  in.joined = joined_;
+  in.stopping = stopping_;
+  in.proposal = proposal_;
+  for (const auto& set : sets_) in.set_pending.push_back(set->pending.empty() ? 0 : 1);
+  DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0], in));
   bool ran_something = !world.responses.empty();
-  DDP_RETURN_IF_ERROR(Execute(*sets_[0], world.responses, world.active_members));
+  ApplyParameters(world.params);
+  AddProcessSets(*sets_[0], world.responses);
+  DDP_RETURN_IF_ERROR(Apply(*sets_[0], world));
   if (!world.stopping.empty()) FailWorkNeeding(world.stopping);
   for (size_t id = 1; id < world.set_pending.size(); ++id) {
     ProcessSet& set = *sets_[id];
     if (world.set_pending[id] == 0 || set.my_index < 0) continue;
-    DDP_ASSIGN_OR_RETURN(RoundOutcome round, Negotiate(set));
-    DDP_RETURN_IF_ERROR(Execute(set, round.responses, round.active_members));
+    RoundInput set_in;
+    set_in.has_pending = !set.pending.empty();
+    set_in.proposal = proposal_;
+    DDP_ASSIGN_OR_RETURN(RoundOutcome round, Negotiate(set, set_in));
     ran_something = ran_something || !round.responses.empty();
+    DDP_RETURN_IF_ERROR(Apply(set, round));
   }
-  if (autotuner_ && executed_bytes_ > 0 &&
-      autotuner_->RecordCycle(executed_bytes_, SteadySeconds())) {
+  const uint64_t executed = executor_->TakeExecutedBytes();
+  if (autotuner_ && executed > 0 && autotuner_->RecordCycle(executed, SteadySeconds())) {
     proposal_ = autotuner_->current();
   }
   if (timeline_ != nullptr) timeline_->Flush();
-  {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    ++stats_.cycles;
-    if (autotuner_) stats_.autotune_converged = autotuner_->converged();
-    if (!world.anything_pending) ++stats_.sleeps;
-  }
+  stats_.Update([&](EngineStats& s) {
+    ++s.cycles;
+    if (autotuner_) s.autotune_converged = autotuner_->converged();
+    if (!world.anything_pending) ++s.sleeps;
+  });
   if (!world.anything_pending) {
     // Nobody has anything: every rank reached the same conclusion in the same round. A rank
     // that is shutting down leaves now; the others sleep and learn of it from its goodbye.
@@ -217,6 +228,90 @@ absl::Status EngineImpl::RunCycle() {
   // pacing only: ranks that decide differently simply wait for each other in the next round.)
   next_cycle_ = ran_something ? start : start + absl::Milliseconds(params_.cycle_time_ms);
   return absl::OkStatus();
+}
+
+absl::StatusOr<RoundOutcome> EngineImpl::Negotiate(ProcessSet& set, const RoundInput& in) {
+  Contribution c = negotiator_.Prepare(set, in, absl::Now());
+  const std::string what = absl::StrCat("engine negotiation (process set ", set.id, ")");
+  DDP_RETURN_IF_ERROR(
+      Annotate(collectives::Allreduce(*set.comm, c.vector.data(), c.vector.data(), c.vector.size(),
+                                      DataType::kUInt8, ReduceOp::kMax),
+               what));
+  const std::vector<size_t> counts = Negotiator::AnnouncementCounts(set, c.vector);
+  size_t total = 0;
+  for (size_t n : counts) total += n;
+  std::string gathered;
+  if (total > 0) {
+    gathered.resize(total);
+    DDP_RETURN_IF_ERROR(Annotate(collectives::Allgatherv(*set.comm, c.announcements.data(),
+                                                         gathered.data(), counts, DataType::kUInt8),
+                                 what));
+  }
+  return negotiator_.Process(set, c.vector, gathered, absl::Now(),
+                             timeline_ != nullptr ? timeline_->NowMicros() : 0);
+}
+
+absl::Status EngineImpl::Apply(ProcessSet& set, RoundOutcome& round) {
+  stats_.Update([&](EngineStats& s) {
+    s.cache_hits += round.cache_hits;
+    s.cache_misses += round.cache_misses;
+  });
+  DDP_RETURN_IF_ERROR(executor_->Execute(set, round.responses, round.active_members));
+  if (!round.join_finished) return absl::OkStatus();
+  // Every rank has joined.
+  for (const std::string& name : round.unfinished) {
+    executor_->Finish(set, name,
+                      absl::FailedPreconditionError(absl::StrCat(
+                          "'", name, "': every rank joined before all of them submitted it")));
+  }
+  joined_ = false;
+  if (active_join_ != nullptr) {
+    active_join_->int_result = round.last_to_join;
+    std::shared_ptr<HandleState> handle = std::move(active_join_);
+    {
+      std::lock_guard<std::mutex> lock(inbox_->mu);
+      inbox_->join_handle.reset();
+    }
+    handle->Finish(absl::OkStatus());
+  }
+  return absl::OkStatus();
+}
+
+void EngineImpl::ApplyParameters(const TunedParams& next) {
+  if (next == params_) return;
+  params_ = next;
+  executor_->set_fusion_threshold(next.fusion_threshold);
+  stats_.Update([&](EngineStats& s) {
+    s.fusion_threshold = next.fusion_threshold;
+    s.cycle_time_ms = next.cycle_time_ms;
+    ++s.parameter_changes;
+    // FNV-1a over (cycle, threshold, cycle time): equal on ranks that switched together.
+    for (uint64_t v : {cycle_, static_cast<uint64_t>(next.fusion_threshold),
+                       static_cast<uint64_t>(next.cycle_time_ms * 1000)}) {
+      s.parameter_digest = (s.parameter_digest ^ v) * 1099511628211ull;
+    }
+  });
+}
+
+void EngineImpl::AddProcessSets(ProcessSet& world, std::vector<Response>& responses) {
+  auto is_add = [](const Response& r) {
+    return r.error.ok() && r.meta.kind == OpKind::kAddProcessSet;
+  };
+  for (Response& r : responses) {
+    if (!is_add(r)) continue;
+    const int id = static_cast<int>(sets_.size());
+    std::vector<int> members(r.meta.shapes[0].begin(), r.meta.shapes[0].end());
+    absl::StatusOr<std::unique_ptr<ProcessSet>> made = MakeSet(id, members);
+    absl::Status status = Annotate(made.status(), "add_process_set");
+    if (made.ok()) {
+      sets_.push_back(*std::move(made));
+      std::lock_guard<std::mutex> lock(inbox_->mu);
+      inbox_->set_members.push_back(members);
+    }
+    if (LocalOp* op = executor_->Local(world, r.name)) op->handle->int_result = id;
+    executor_->Finish(world, r.name, status);
+  }
+  responses.erase(std::remove_if(responses.begin(), responses.end(), is_add), responses.end());
 }
 
 void EngineImpl::FailWorkNeeding(const std::vector<int>& gone) {
@@ -233,7 +328,7 @@ void EngineImpl::FailWorkNeeding(const std::vector<int>& gone) {
     for (const auto& [name, op] : set->pending) names.push_back(name);
     for (const std::string& name : names) {
       const OpKind kind = set->pending[name]->meta.kind;
-      Finish(*set, name, Annotate(why, absl::StrCat(OpKindName(kind), " '", name, "'")));
+      executor_->Finish(*set, name, Annotate(why, absl::StrCat(OpKindName(kind), " '", name, "'")));
     }
     set->fresh.clear();
     set->table.clear();
@@ -241,9 +336,9 @@ void EngineImpl::FailWorkNeeding(const std::vector<int>& gone) {
   }
   std::shared_ptr<HandleState> join;
   {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    join = std::move(join_handle_);
-    join_requested_ = false;
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    join = std::move(inbox_->join_handle);
+    inbox_->join_requested = false;
   }
   joined_ = false;
   active_join_.reset();
@@ -255,16 +350,16 @@ void EngineImpl::FailEverything(const absl::Status& why) {
   const absl::Status status = BrokenForGood(why);
   std::vector<std::pair<std::shared_ptr<HandleState>, std::string>> to_fail;
   {
-    std::lock_guard<std::mutex> lock(wake_->mu);
-    if (failed_.ok()) failed_ = status;
-    for (auto& op : queue_) to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
-    queue_.clear();
-    in_flight_.clear();
-    if (join_handle_ != nullptr && !join_handle_->done.load()) {
-      to_fail.emplace_back(join_handle_, "join");
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    if (inbox_->failed.ok()) inbox_->failed = status;
+    for (auto& op : inbox_->queue) to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
+    inbox_->queue.clear();
+    inbox_->in_flight.clear();
+    if (inbox_->join_handle != nullptr && !inbox_->join_handle->done.load()) {
+      to_fail.emplace_back(inbox_->join_handle, "join");
     }
-    join_handle_.reset();
-    join_requested_ = false;
+    inbox_->join_handle.reset();
+    inbox_->join_requested = false;
   }
   for (auto& set : sets_) {
     for (auto& [name, op] : set->pending)

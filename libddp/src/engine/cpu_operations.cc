@@ -1,0 +1,211 @@
+// The operations on CPU memory: libddp's collectives, with tensor fusion (a persistent fusion
+// buffer; scale factors applied while packing and unpacking, so tensors with different factors
+// still fuse) and joined ranks' identity contributions.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/collectives.h"
+#include "common/status.h"
+#include "engine/operations.h"
+#include "reduce/epilogue.h"
+#include "reduce/reduce.h"
+
+namespace ddp::engine {
+namespace {
+
+using reduce::Epilogue;
+
+class CpuOperations final : public DeviceOperations {
+ public:
+  CpuOperations(Executor& executor, std::string transport_name)
+      : executor_(executor), transport_(std::move(transport_name)) {}
+
+  absl::Status Allreduce(ProcessSet& set, const std::vector<Response*>& batch,
+                         int active) override {
+    if (batch.size() == 1 && batch[0]->meta.shapes.size() == 1) {
+      return Alone(set, *batch[0], active);  // no copy into the fusion buffer
+    }
+    return Fused(set, batch, active);
+  }
+
+  absl::Status Run(ProcessSet& set, const Response& r, LocalOp& op) override;
+
+ private:
+  absl::Status Alone(ProcessSet& set, const Response& r, int active);
+  absl::Status Fused(ProcessSet& set, const std::vector<Response*>& batch, int active);
+  char* Buffer(size_t bytes) {
+    if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
+    return fusion_buffer_.data();
+  }
+
+  Executor& executor_;
+  const std::string transport_;  // as the timeline shows it
+  std::vector<char> fusion_buffer_;
+};
+
+absl::Status CpuOperations::Alone(ProcessSet& set, const Response& r, int active) {
+  const TensorMeta& m = r.meta;
+  const size_t count = m.ElementCount();
+  const size_t bytes = count * DataTypeSize(m.type);
+  LocalOp* op = executor_.Local(set, r.name);
+  const int64_t start = executor_.Now();
+  const void* in;
+  void* out;
+  if (op != nullptr) {
+    executor_.Waited(*op, r, start);
+    in = op->inputs[0];
+    out = op->outputs[0];
+    if (m.prescale != 1.0) {
+      reduce::Scale(m.type, out, in, count, m.prescale);
+      in = out;
+    }
+  } else {
+    // Joined: contribute the identity from scratch memory.
+    in = out = Buffer(bytes);
+    reduce::FillIdentity(m.type, reduce::Combining(m.op), out, count);
+  }
+  const std::string method = collectives::AllreduceMethod(*set.comm, count, m.type, m.op);
+  // Finished inside the collective, where it costs least (on the ring: this rank's block only).
+  absl::Status s = collectives::Allreduce(*set.comm, in, out, count, m.type, m.op,
+                                          Epilogue::For(m.op, active, m.postscale));
+  if (!s.ok()) return Annotate(s, absl::StrCat("allreduce '", r.name, "'"));
+  executor_.Phase(
+      r.name, "ALLREDUCE", start, executor_.Now(),
+      {{"algorithm", method}, {"transport", transport_}, {"bytes", absl::StrCat(bytes)}});
+  executor_.Ran(1, bytes, /*fused=*/false);
+  executor_.Finish(set, r.name, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>& batch,
+                                  int active) {
+  const DataType type = batch[0]->meta.type;
+  const ReduceOp op = batch[0]->meta.op;
+  const size_t es = DataTypeSize(type);
+  uint64_t total = 0;
+  for (const Response* r : batch) total += r->meta.ElementCount();
+  char* buffer = Buffer(total * es);
+
+  const int64_t t0 = executor_.Now();
+  std::vector<LocalOp*> ops;
+  size_t offset = 0;
+  for (const Response* r : batch) {
+    LocalOp* local = executor_.Local(set, r->name);
+    ops.push_back(local);
+    for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
+      const size_t n = ElementCount(r->meta.shapes[k]);
+      char* dst = buffer + offset * es;
+      if (local == nullptr) {
+        reduce::FillIdentity(type, reduce::Combining(op), dst, n);
+      } else if (r->meta.prescale != 1.0) {
+        reduce::Scale(type, dst, local->inputs[k], n, r->meta.prescale);
+      } else if (n > 0) {
+        std::memcpy(dst, local->inputs[k], n * es);
+      }
+      offset += n;
+    }
+  }
+  const int64_t t1 = executor_.Now();
+  const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
+  // Combined only: each tensor is finished with its own postscale while unpacking.
+  absl::Status s = collectives::Allreduce(*set.comm, buffer, buffer, total, type, op, Epilogue{});
+  if (!s.ok()) {
+    std::vector<std::string> names;
+    for (const Response* r : batch) names.push_back("'" + r->name + "'");
+    return Annotate(s, absl::StrCat("allreduce of fused tensors ", absl::StrJoin(names, ", ")));
+  }
+  const int64_t t2 = executor_.Now();
+  offset = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* r = batch[b];
+    for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
+      const size_t n = ElementCount(r->meta.shapes[k]);
+      if (ops[b] != nullptr) {
+        Epilogue::For(op, active, r->meta.postscale)
+            .Apply(type, ops[b]->outputs[k], buffer + offset * es, n);
+      }
+      offset += n;
+    }
+  }
+  const int64_t t3 = executor_.Now();
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* r = batch[b];
+    if (ops[b] != nullptr) executor_.Waited(*ops[b], *r, t0);
+    executor_.Phase(r->name, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
+    executor_.Phase(r->name, "ALLREDUCE", t1, t2,
+                    {{"algorithm", method},
+                     {"transport", transport_},
+                     {"fused_tensors", absl::StrCat(batch.size())},
+                     {"fused_bytes", absl::StrCat(total * es)}});
+    executor_.Phase(r->name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
+    executor_.Finish(set, r->name, absl::OkStatus());
+  }
+  executor_.Ran(batch.size(), total * es, /*fused=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op) {
+  const TensorMeta& m = r.meta;
+  HandleState& h = *op.handle;
+  const int n = set.comm->size();
+  const size_t es = DataTypeSize(m.type);
+  const int64_t start = executor_.Now();
+  executor_.Waited(op, r, start);
+  absl::Status s;
+  uint64_t bytes = m.Bytes();
+  switch (m.kind) {
+    case OpKind::kAllgather: {
+      SplitLayout layout = AllgatherLayout(m, r.first_dims);
+      h.output_shape = std::move(layout.output_shape);
+      h.output.resize(ElementCount(h.output_shape) * es);
+      bytes = h.output.size();
+      s = collectives::Allgatherv(*set.comm, op.inputs[0], h.output.data(), layout.counts, m.type);
+      break;
+    }
+    case OpKind::kBroadcast:
+      s = collectives::Broadcast(*set.comm, op.outputs[0], op.outputs[0], m.ElementCount(), m.type,
+                                 m.root);
+      break;
+    case OpKind::kAlltoall:
+      h.output_shape = m.shapes[0];
+      h.output.resize(m.ElementCount() * es);
+      s = collectives::Alltoall(*set.comm, op.inputs[0], h.output.data(),
+                                m.ElementCount() / static_cast<size_t>(n), m.type);
+      break;
+    case OpKind::kReduceScatter: {
+      SplitLayout layout = ReduceScatterLayout(m, n, set.my_index);
+      const std::vector<size_t>& counts = layout.counts;
+      h.output_shape = layout.output_shape;
+      h.output.resize(counts[static_cast<size_t>(set.my_index)] * es);
+      const void* in = op.inputs[0];
+      if (m.prescale != 1.0) {
+        reduce::Scale(m.type, Buffer(m.Bytes()), in, m.ElementCount(), m.prescale);
+        in = fusion_buffer_.data();
+      }
+      s = collectives::ReduceScatterv(*set.comm, in, h.output.data(), counts, m.type, m.op,
+                                      Epilogue::For(m.op, n, m.postscale));
+      break;
+    }
+    default:
+      s = absl::InternalError("unexpected operation");
+  }
+  if (!s.ok()) return Annotate(s, absl::StrCat(OpKindName(m.kind), " '", r.name, "'"));
+  std::string phase(OpKindName(m.kind));
+  std::transform(phase.begin(), phase.end(), phase.begin(), ::toupper);
+  executor_.Phase(r.name, phase.c_str(), start, executor_.Now(), {{"transport", transport_}});
+  executor_.Ran(1, bytes, /*fused=*/false);
+  executor_.Finish(set, r.name, absl::OkStatus());
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceOperations> MakeCpuOperations(Executor& executor,
+                                                    std::string transport_name) {
+  return std::make_unique<CpuOperations>(executor, std::move(transport_name));
+}
+
+}  // namespace ddp::engine
