@@ -61,20 +61,6 @@ absl::string_view TransportKindName(TransportKind kind) {
   return "?";
 }
 
-absl::string_view AlgorithmName(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::kAuto:
-      return "auto";
-    case Algorithm::kRing:
-      return "ring";
-    case Algorithm::kRecursiveDoubling:
-      return "rd";
-    case Algorithm::kHierarchical:
-      return "hier";
-  }
-  return "?";
-}
-
 absl::StatusOr<Options> Options::FromEnvironment() {
   Options o;
   DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0, &o.rank));

@@ -6,16 +6,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "ddp/types.h"
 
 namespace ddp {
 
 enum class TransportKind { kAuto, kTcp, kShm, kMpi, kOfi };
-enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };
 // How ranks find each other: a TCP rendezvous store (ddprun, or rank 0 at DDP_RENDEZVOUS_ADDR),
 // or MPI collectives under mpirun (DDP_BOOTSTRAP; auto picks MPI when an MPI launcher started
 // the job, no DDP_RENDEZVOUS_ADDR is given and libddp was built with MPI).
 enum class BootstrapKind { kAuto, kStore, kMpi };
-enum class LogLevel { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4, kOff = 5 };
 
 struct Options {
   // Identity. rank/size are required when size > 1; the local/cross values are derived from host
@@ -113,6 +112,5 @@ struct Options {
 };
 
 absl::string_view TransportKindName(TransportKind kind);
-absl::string_view AlgorithmName(Algorithm algorithm);
 
 }  // namespace ddp

@@ -49,6 +49,14 @@ constexpr bool IsFloating(DataType type) {
          type == DataType::kBFloat16;
 }
 
+// The allreduce algorithm (DDP_ALGO): chosen by size and topology, or forced.
+enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };
+// "auto", "ring", "rd", "hier".
+absl::string_view AlgorithmName(Algorithm algorithm);
+
+// How much libddp logs (DDP_LOG_LEVEL).
+enum class LogLevel { kTrace = 0, kDebug = 1, kInfo = 2, kWarning = 3, kError = 4, kOff = 5 };
+
 // Where a tensor's memory lives. CPU memory goes through the transports; CUDA memory through the
 // NCCL backend (built with DDP_WITH_NCCL). All CUDA tensors of one rank must be on one device.
 struct Device {

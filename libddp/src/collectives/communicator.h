@@ -11,7 +11,6 @@
 #include "absl/status/status.h"
 #include "collectives/backend.h"
 #include "collectives/comm_ids.h"
-#include "ddp/options.h"
 #include "ddp/types.h"
 #include "transport/transport.h"
 

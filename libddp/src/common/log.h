@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
-#include "ddp/options.h"
+#include "ddp/types.h"
 
 namespace ddp::log {
 

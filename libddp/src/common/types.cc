@@ -130,4 +130,18 @@ bool IsValid(DataType type) { return static_cast<int>(type) < kNumDataTypes; }
 
 bool IsValid(ReduceOp op) { return static_cast<int>(op) < kNumReduceOps; }
 
+absl::string_view AlgorithmName(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kRecursiveDoubling:
+      return "rd";
+    case Algorithm::kHierarchical:
+      return "hier";
+  }
+  return "?";
+}
+
 }  // namespace ddp
