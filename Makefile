@@ -9,9 +9,10 @@ VENV := .venv
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
-  python3-matplotlib python3-sklearn iproute2 clang-format clang-tidy
+  python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
-.PHONY: all deps venv build demo test test-python test-pip test-fast test-slow sanitize asan tsan bench install clean format
+.PHONY: all deps venv build demo test test-full test-python test-pip test-fast test-slow test-matrix \
+  sanitize asan tsan bench install clean format
 
 all: build
 
@@ -29,8 +30,9 @@ $(VENV)/.ok:
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	touch $@
 
+# Development builds treat warnings as errors (a user's plain CMake or pip build does not).
 $(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_WERROR=ON \
 	  -DPython_EXECUTABLE=$(abspath $(VENV))/bin/python -DDDP_WITH_PYTHON=ON
 
 # Builds everything and installs the `ddp` package (extension, libddp.so, Python files) and the
@@ -48,13 +50,22 @@ build: deps venv $(BUILD)/build.ninja
 demo: build
 	$(VENV)/bin/ddprun -np 4 $(VENV)/bin/python examples/pytorch/train_digits.py
 
-# Every test: the C++ suite (fast and slow labels), the Python suite, `pip install .` from
-# scratch, then ASan/UBSan and TSan builds of the C++ suite.
+# What CI runs: the C++ suite (fast and slow labels; tests/cpp/CMakeLists.txt says what the
+# matrix label holds), the Python suite, `pip install .` from scratch, then ASan/UBSan (built
+# with clang, so a second compiler's warnings stop the build too) and TSan builds of the fast
+# label.
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|slow'
 	$(MAKE) test-python
 	$(MAKE) test-pip
 	$(MAKE) sanitize
+
+# Everything `make test` runs, and the whole conformance matrix (N = 1..8 on every transport,
+# every fake-host layout).
+test-full: test test-matrix
+
+test-matrix: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L matrix
 
 # The Python package, ddp.torch, ddprun and the demo: real multi-process jobs (pytest).
 test-python: build
@@ -70,13 +81,14 @@ test-fast: build
 test-slow: build
 	cd $(BUILD) && ctest --output-on-failure -L slow
 
-# Sanitizer builds run the whole suite with smaller payloads (DDP_TEST_QUICK=1). They leave out
+# Sanitizer builds run the fast label with smaller payloads (DDP_TEST_QUICK=1). They leave out
 # the NCCL plugin (its CUDA runtime is not instrumented and needs a GPU to run); the tests then
 # cover libddp's side of it: CUDA submissions refused with the reason.
 sanitize: asan tsan
 
 asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDDP_WERROR=ON \
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && DDP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
@@ -85,6 +97,7 @@ asan: deps
 
 tsan: deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_SANITIZE=thread \
+	  -DDDP_WERROR=ON \
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-tsan -j $(JOBS)
 	cd build-tsan && DDP_TEST_QUICK=1 \

@@ -101,8 +101,11 @@ int main(int argc, char** argv) {
   if (sizes.size() > 64) return 2;
   void* mem =
       mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return 1;
+  if (mem == MAP_FAILED || mem == nullptr) return 1;
+  // Placement new is noexcept, so its result may be null to the compiler (GCC 13's
+  // -Wnull-dereference says so about every use below): check it.
   auto* shared = new (mem) Shared();
+  if (shared == nullptr) return 1;
   for (int rank = 0; rank < n; ++rank) {
     if (fork() != 0) continue;
     std::vector<char> src(max_bytes, static_cast<char>(rank + 1));
