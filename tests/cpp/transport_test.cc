@@ -17,6 +17,7 @@
 #include "ddp/errors.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
+#include "transport/ofi/ofi_wire.h"
 
 namespace ddp::testing {
 namespace {
@@ -55,19 +56,35 @@ absl::Status Exchange(Transport& t, uint64_t tag, const std::vector<int>& peers)
 struct Param {
   const char* name;
   const char* transport;
+  const char* provider = "";  // libfabric's
 };
 
-class PeerFailure : public ::testing::TestWithParam<Param> {};
+JobSpec Spec(const Param& p) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env["DDP_TRANSPORT"] = p.transport;
+  if (p.provider[0] != '\0') spec.env["DDP_OFI_PROVIDER"] = p.provider;
+  // A death is noticed by events (a closed connection, a gone process, a failed send), not by
+  // this timeout; over libfabric the first heartbeat to the dead rank fails, sent every 1/5 of it.
+  spec.env["DDP_TIMEOUT_SECONDS"] = p.provider[0] != '\0' ? "5" : "60";
+  return spec;
+}
+
+class PeerFailure : public ::testing::TestWithParam<Param> {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (std::string(GetParam().transport) == "ofi" && !transport::ofi::Available(&why)) {
+      GTEST_SKIP() << why;
+    }
+  }
+};
 
 // A parameter server must outlive a worker: with kIsolatePeer a dead peer fails only what was
 // with it, every later request to it is refused with the same error naming it, the handler hears
 // of it once, and the others go on.
 TEST_P(PeerFailure, IsolatedPeerFailsAloneAndTheOthersGoOn) {
-  JobSpec spec;
-  spec.size = 3;
-  spec.env["DDP_TRANSPORT"] = GetParam().transport;
-  spec.env["DDP_TIMEOUT_SECONDS"] = "60";  // a death, not a timeout
-  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+  JobResult job = RunJob(Spec(GetParam()), [](int rank) -> absl::Status {
     auto joined = Join();
     CHECK_OK(joined.status());
     Transport& t = *joined->transport;
@@ -110,11 +127,7 @@ TEST_P(PeerFailure, IsolatedPeerFailsAloneAndTheOthersGoOn) {
 // The default, kFailTransport, is what collectives need: the whole transport fails, ABORTED,
 // naming the dead rank on every survivor.
 TEST_P(PeerFailure, ByDefaultTheTransportFailsNamingThePeer) {
-  JobSpec spec;
-  spec.size = 3;
-  spec.env["DDP_TRANSPORT"] = GetParam().transport;
-  spec.env["DDP_TIMEOUT_SECONDS"] = "60";
-  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+  JobResult job = RunJob(Spec(GetParam()), [](int rank) -> absl::Status {
     auto joined = Join();
     CHECK_OK(joined.status());
     Transport& t = *joined->transport;
@@ -139,11 +152,7 @@ TEST_P(PeerFailure, ByDefaultTheTransportFailsNamingThePeer) {
 // to rank 0 alone, so it hears rank 0's goodbye first, whatever the timing: that goodbye names
 // rank 1 as gone before it, and so does the error rank 2 gets.
 TEST_P(PeerFailure, AGoodbyeNamesTheRanksThatLeftBeforeIt) {
-  JobSpec spec;
-  spec.size = 3;
-  spec.env["DDP_TRANSPORT"] = GetParam().transport;
-  spec.env["DDP_TIMEOUT_SECONDS"] = "60";
-  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+  JobResult job = RunJob(Spec(GetParam()), [](int rank) -> absl::Status {
     auto joined = Join();
     CHECK_OK(joined.status());
     Transport& t = *joined->transport;
@@ -167,7 +176,8 @@ TEST_P(PeerFailure, AGoodbyeNamesTheRanksThatLeftBeforeIt) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PeerFailure,
-                         ::testing::Values(Param{"Tcp", "tcp"}, Param{"Shm", "shm"}),
+                         ::testing::Values(Param{"Tcp", "tcp"}, Param{"Shm", "shm"},
+                                           Param{"OfiTcpRxm", "ofi", "tcp;ofi_rxm"}),
                          [](const ::testing::TestParamInfo<Param>& p) {
                            return std::string(p.param.name);
                          });

@@ -21,6 +21,12 @@ def test_numpy_api_every_dtype_and_op(run_job, np):
     assert result.stdout.count(": ok") == np
 
 
+def test_a_rank_that_left_is_named_as_data(run_job):
+    # DDPError carries the status code, the blamed ranks and the tensor (ddp/errors.h).
+    result = run_job(3, "left.py")
+    assert result.stdout.count(": ok") == 2 and "rank 2: left" in result.stdout, result.stdout
+
+
 @pytest.mark.parametrize("np", [1, 3])
 def test_torch_api_every_dtype_and_op(run_job, np):
     result = run_job(np, "api_torch.py")

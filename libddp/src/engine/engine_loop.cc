@@ -315,8 +315,11 @@ void EngineImpl::AddProcessSets(ProcessSet& world, std::vector<Response>& respon
 }
 
 void EngineImpl::FailWorkNeeding(const std::vector<int>& gone) {
-  const absl::Status why = absl::UnavailableError(
-      absl::StrCat(gone.size() == 1 ? "rank " : "ranks ", absl::StrJoin(gone, ", "), " shut down"));
+  // The work needs a rank that is gone for good: broken for good (ABORTED), naming it.
+  const absl::Status why =
+      WithRanks(absl::AbortedError(absl::StrCat(gone.size() == 1 ? "rank " : "ranks ",
+                                                absl::StrJoin(gone, ", "), " shut down")),
+                gone);
   // Every member of an affected set sees the same world round, so the tables stay identical.
   for (auto& set : sets_) {
     if (set->my_index < 0) continue;

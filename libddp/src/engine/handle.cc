@@ -6,11 +6,17 @@ namespace ddp {
 namespace engine {
 namespace {
 
-// A copy that shares nothing with `s`. absl::Status reference-counts its message, and the
-// engine thread and the caller's thread would otherwise release the same one; Debian's Abseil is
-// not built for ThreadSanitizer, so that hand-over would be reported as a race.
+// A copy that shares nothing with `s`, payloads (ddp/errors.h) included. absl::Status and its
+// payloads' Cords are reference-counted, and the engine thread and the caller's thread would
+// otherwise release the same ones; Debian's Abseil is not built for ThreadSanitizer, so that
+// hand-over would be reported as a race.
 absl::Status Unshared(const absl::Status& s) {
-  return s.ok() ? absl::OkStatus() : absl::Status(s.code(), std::string(s.message()));
+  if (s.ok()) return absl::OkStatus();
+  absl::Status copy(s.code(), std::string(s.message()));
+  s.ForEachPayload([&copy](absl::string_view url, const absl::Cord& payload) {
+    copy.SetPayload(std::string(url), absl::Cord(std::string(payload)));
+  });
+  return copy;
 }
 
 }  // namespace

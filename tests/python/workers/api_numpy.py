@@ -199,8 +199,9 @@ def main():
     ddp.barrier()
 
     # Clear errors, and the job goes on after each.
-    expect_error("dtype", lambda: ddp.allreduce(np.ones(3, np.complex64)), "complex64",
-                 "does not reduce", code="INVALID_ARGUMENT")
+    e = expect_error("dtype", lambda: ddp.allreduce(np.ones(3, np.complex64)), "complex64",
+                     "does not reduce", code="INVALID_ARGUMENT")
+    assert e.ranks == [] and e.tensor is None, (e.ranks, e.tensor)  # nobody to blame
     expect_error("bool", lambda: ddp.allreduce(np.ones(3, bool)), "bool")
     expect_error("non-contiguous", lambda: ddp.allreduce(np.ones((4, 4))[:, 1]), "not contiguous")
     expect_error("root", lambda: ddp.broadcast(np.ones(3), size), f"root_rank {size}",
@@ -233,6 +234,9 @@ def main():
                          lambda: ddp.allreduce(np.ones(3 + (rank == 1)), name="mismatch"),
                          "mismatch", "rank")
         assert "shape" in str(e), str(e)
+        # Who and what, as data: the rank that differs, and the tensor.
+        assert e.code == "INVALID_ARGUMENT" and e.ranks == [1] and e.tensor == "mismatch", (
+            e.code, e.ranks, e.tensor)
     # Still usable afterwards.
     check("after errors", ddp.allreduce(np.ones(2), op=ddp.Sum), np.full(2, size), np.float64)
 
