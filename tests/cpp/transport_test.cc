@@ -175,6 +175,51 @@ TEST_P(PeerFailure, AGoodbyeNamesTheRanksThatLeftBeforeIt) {
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
+// A goodbye follows the last message its sender sent, but over several TCP streams per peer
+// messages on different streams are not ordered: the goodbye read on one stream must not fail a
+// receive whose message is still on its way on another. Rank 1 sends large and small messages
+// round-robin over three streams and shuts down at once; rank 0 must get them all, in every
+// round (each round a new job assembly, so the timing varies).
+TEST(TcpStreams, EverythingSentBeforeAGoodbyeArrives) {
+  JobSpec spec;
+  spec.size = 2;
+  spec.env["DDP_TRANSPORT"] = "tcp";
+  spec.env["DDP_TCP_STREAMS"] = "3";
+  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+    constexpr int kMessages = 7;
+    for (int round = 0; round < 8; ++round) {
+      auto joined = Join();
+      CHECK_OK(joined.status());
+      Transport& t = *joined->transport;
+      std::vector<std::vector<char>> buffers;
+      std::vector<transport::RequestPtr> requests;
+      for (int i = 0; i < kMessages; ++i) {
+        // Large ones (past the eager limit) stay in the kernel until their receive is posted.
+        const size_t bytes = i % 2 == 0 ? (size_t{1} << 20) + static_cast<size_t>(i) : 64;
+        buffers.emplace_back(bytes, rank == 1 ? static_cast<char>('a' + i) : '\0');
+        const uint64_t tag = 100 + static_cast<uint64_t>(i);
+        requests.push_back(rank == 1 ? t.Isend(0, tag, Descriptor{}, buffers.back().data(), bytes)
+                                     : t.Irecv(1, tag, Descriptor{}, buffers.back().data(), bytes));
+      }
+      for (auto& r : requests) CHECK_OK(t.Wait(r.get()));
+      if (rank == 0) {
+        for (int i = 0; i < kMessages; ++i) {
+          const auto& b = buffers[static_cast<size_t>(i)];
+          CHECK_OK(Expect(b.front() == 'a' + i && b.back() == 'a' + i,
+                          absl::StrCat("round ", round, ": message ", i, " corrupt")));
+        }
+        // Then rank 1's goodbye, as a notification.
+        absl::Status bye = t.Wait(t.Irecv(1, kBell, Descriptor{}, nullptr, 0).get());
+        CHECK_OK(Expect(bye.code() == absl::StatusCode::kUnavailable, bye.ToString()));
+      }
+      CHECK_OK(t.Shutdown());
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, PeerFailure,
                          ::testing::Values(Param{"Tcp", "tcp"}, Param{"Shm", "shm"},
                                            Param{"OfiTcpRxm", "ofi", "tcp;ofi_rxm"}),

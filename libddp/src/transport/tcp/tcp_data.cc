@@ -147,6 +147,8 @@ absl::Status TcpTransport::ReadSome(Stream* s) {
   auto closed = [&](int err) -> absl::Status {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
     s->state = StreamState::kClosed;
+    if (err == 0 && !s->done && peers_[static_cast<size_t>(peer)]->streams_done > 0) StreamDone(s);
+    if (s->done && err == 0) return absl::OkStatus();
     if (peer_state(peer) == PeerState::kLeft && err == 0) return absl::OkStatus();
     if (failed() || peer_state(peer) == PeerState::kFailed) return absl::OkStatus();
     if (err != 0) {
@@ -281,7 +283,8 @@ absl::Status TcpTransport::FinishMessage(Stream* s) {
     return absl::OkStatus();
   }
   if (s->header.type == FrameType::kBye) {
-    PeerLeftLocked(s->peer, s->notice, peers_[static_cast<size_t>(s->peer)]->matcher);
+    peers_[static_cast<size_t>(s->peer)]->bye_notice = std::move(s->notice);
+    if (!s->done) StreamDone(s);
     return absl::OkStatus();
   }
   if (s->current) {
@@ -301,6 +304,13 @@ absl::Status TcpTransport::FinishMessage(Stream* s) {
     request->Complete(absl::OkStatus());
   }
   return absl::OkStatus();
+}
+
+void TcpTransport::StreamDone(Stream* s) {
+  Peer& p = *peers_[static_cast<size_t>(s->peer)];
+  s->done = true;
+  if (++p.streams_done < config_.streams) return;
+  PeerLeftLocked(s->peer, p.bye_notice, p.matcher);
 }
 
 void TcpTransport::PostRecv(int peer, PostedRecv op) {

@@ -44,6 +44,7 @@ struct TcpTransport::Stream {
   std::shared_ptr<Unexpected> current_unexpected;  // or the buffer of an early message
   std::string notice;                              // or the notice of an ABORT or BYE frame
   bool paused = false;  // a header waits for its receive to be posted (backpressure)
+  bool done = false;    // the peer said goodbye on this stream (or closed it after one elsewhere)
 };
 
 struct TcpTransport::Peer {
@@ -52,6 +53,10 @@ struct TcpTransport::Peer {
   int next_stream = 0;
   Matcher<Early> matcher;
   absl::Time last_sent = absl::InfinitePast();
+  // A peer says goodbye on every stream, after the last message it sent on it. Messages on
+  // different streams are not ordered, so it has left only once every stream is done.
+  int streams_done = 0;
+  std::string bye_notice;
 };
 
 }  // namespace ddp::transport::tcp

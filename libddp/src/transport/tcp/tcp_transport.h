@@ -131,6 +131,9 @@ class TcpTransport final : public PeerTransport {
   absl::Status OnHeader(Stream* s, const FrameHeader& h);
   absl::Status MatchMessage(Stream* s);
   absl::Status FinishMessage(Stream* s);
+  // The peer is done with stream `s` (its goodbye, or a clean close after a goodbye on another
+  // stream); once all its streams are, it has left.
+  void StreamDone(Stream* s);
   void FailLocked(const absl::Status& status) override;
   void IsolateLocked(int peer, const absl::Status& status) override;
   // Completes every request with `peer` (-1: every peer) with `why`; drops what was buffered.
