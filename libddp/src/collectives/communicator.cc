@@ -211,6 +211,8 @@ Blocks Blocks::Even(size_t total, int parts) {
   const size_t base = total / n;
   const size_t extra = total % n;
   size_t offset = 0;
+  b.offset.reserve(n);
+  b.count.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     const size_t count = base + (i < extra ? 1 : 0);
     b.offset.push_back(offset);

@@ -281,8 +281,10 @@ absl::Status ShmAllreduce::Large(uint64_t first, const char* in, char* out, size
       std::max<size_t>(1, domain_->config().chunk_bytes / es) * static_cast<size_t>(n);
   const uint64_t steps = (count + group - 1) / group;
   AreaControl* mine = domain_->area_control(me, area_);
-  Blocks blocks;  // this step's slice of each rank
-  Blocks prev;
+  // Each rank's slice of a step: every step but the last is a whole group.
+  const Blocks whole = Blocks::Even(group, n);
+  const Blocks tail = Blocks::Even(count % group == 0 ? group : count % group, n);
+  const Blocks* prev = nullptr;
 
   // A large output goes around the caches (it is written once and not read here again).
   const bool stream = count * es >= domain_->config().stream_bytes;
@@ -314,7 +316,7 @@ absl::Status ShmAllreduce::Large(uint64_t first, const char* in, char* out, size
     const size_t slot = s % slots;
     const size_t base = g * group;
     const size_t elems = std::min(group, count - base);
-    blocks = Blocks::Even(elems, n);
+    const Blocks& blocks = elems == group ? whole : tail;
     const std::vector<size_t>& offset = blocks.offset;
     const std::vector<size_t>& part = blocks.count;
     // The slot is free once everyone has finished the step that used it last.
@@ -346,11 +348,11 @@ absl::Status ShmAllreduce::Large(uint64_t first, const char* in, char* out, size
     mine->red.value.store(s, std::memory_order_release);
     Publish(mine);
     // While the others reduce this step, gather the previous one.
-    if (g > 0) DDP_RETURN_IF_ERROR(gather(s - 1, prev_base, prev));
+    if (g > 0) DDP_RETURN_IF_ERROR(gather(s - 1, prev_base, *prev));
     prev_base = base;
-    prev = std::move(blocks);
+    prev = &blocks;
   }
-  absl::Status last = gather(first + steps - 1, prev_base, prev);
+  absl::Status last = gather(first + steps - 1, prev_base, *prev);
   if (stream) StreamFence();
   return last;
 }
