@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,6 +33,16 @@ absl::StatusOr<bootstrap::Job> Join() {
   auto options = Options::FromEnvironment();
   if (!options.ok()) return options.status();
   return bootstrap::AssembleJob(&*options, 2);
+}
+
+// Runs `body` on every rank of `spec`'s job with this rank's transport, as a job of processes.
+JobResult RunOnTransport(const JobSpec& spec,
+                         std::function<absl::Status(Transport& t, int rank)> body) {
+  return RunJob(spec, [&body](int rank) -> absl::Status {
+    auto joined = Join();
+    CHECK_OK(joined.status());
+    return body(*joined->transport, rank);
+  });
 }
 
 // Every rank sends `tag` to every other and receives it from each: all are connected and alive.
@@ -84,10 +95,7 @@ class PeerFailure : public ::testing::TestWithParam<Param> {
 // with it, every later request to it is refused with the same error naming it, the handler hears
 // of it once, and the others go on.
 TEST_P(PeerFailure, IsolatedPeerFailsAloneAndTheOthersGoOn) {
-  JobResult job = RunJob(Spec(GetParam()), [](int rank) -> absl::Status {
-    auto joined = Join();
-    CHECK_OK(joined.status());
-    Transport& t = *joined->transport;
+  JobResult job = RunOnTransport(Spec(GetParam()), [](Transport& t, int rank) -> absl::Status {
     t.SetPeerFailurePolicy(Transport::PeerFailurePolicy::kIsolatePeer);
     std::atomic<int> events{0};
     std::atomic<int> event_peer{-1};
@@ -127,10 +135,7 @@ TEST_P(PeerFailure, IsolatedPeerFailsAloneAndTheOthersGoOn) {
 // The default, kFailTransport, is what collectives need: the whole transport fails, ABORTED,
 // naming the dead rank on every survivor.
 TEST_P(PeerFailure, ByDefaultTheTransportFailsNamingThePeer) {
-  JobResult job = RunJob(Spec(GetParam()), [](int rank) -> absl::Status {
-    auto joined = Join();
-    CHECK_OK(joined.status());
-    Transport& t = *joined->transport;
+  JobResult job = RunOnTransport(Spec(GetParam()), [](Transport& t, int rank) -> absl::Status {
     CHECK_OK(Exchange(t, 1, {0, 1, 2}));
     if (rank == 2) ::raise(SIGKILL);
     int32_t value = 0;
@@ -152,10 +157,7 @@ TEST_P(PeerFailure, ByDefaultTheTransportFailsNamingThePeer) {
 // to rank 0 alone, so it hears rank 0's goodbye first, whatever the timing: that goodbye names
 // rank 1 as gone before it, and so does the error rank 2 gets.
 TEST_P(PeerFailure, AGoodbyeNamesTheRanksThatLeftBeforeIt) {
-  JobResult job = RunJob(Spec(GetParam()), [](int rank) -> absl::Status {
-    auto joined = Join();
-    CHECK_OK(joined.status());
-    Transport& t = *joined->transport;
+  JobResult job = RunOnTransport(Spec(GetParam()), [](Transport& t, int rank) -> absl::Status {
     CHECK_OK(Exchange(t, 1, {0, 1, 2}));
     if (rank == 1) return t.Shutdown();
     absl::Status bye;
@@ -181,9 +183,8 @@ TEST_P(PeerFailure, AGoodbyeNamesTheRanksThatLeftBeforeIt) {
 // round-robin over three streams and shuts down at once; rank 0 must get them all, in every
 // round (each round a new job assembly, so the timing varies).
 TEST(TcpStreams, EverythingSentBeforeAGoodbyeArrives) {
-  JobSpec spec;
+  JobSpec spec = Spec(Param{"Tcp", "tcp"});
   spec.size = 2;
-  spec.env["DDP_TRANSPORT"] = "tcp";
   spec.env["DDP_TCP_STREAMS"] = "3";
   JobResult job = RunJob(spec, [](int rank) -> absl::Status {
     constexpr int kMessages = 7;

@@ -111,22 +111,12 @@ class MpiWire final : public Wire {
 
   absl::Status PostSend(int peer, uint64_t data_tag, const void* data, size_t bytes,
                         uint64_t token) override {
-    MPI_Request request = MPI_REQUEST_NULL;
-    DDP_MPI_CHECK(MPI_Isend(data, static_cast<int>(bytes), MPI_BYTE, peer, Tag(data_tag),
-                            data_comm_, &request),
-                  "MPI_Isend");
-    data_.Add(request, Transfer{token, false, peer});
-    return absl::OkStatus();
+    return PostData(peer, data_tag, const_cast<void*>(data), bytes, token, /*receive=*/false);
   }
 
   absl::Status PostRecv(int peer, uint64_t data_tag, void* data, size_t bytes,
                         uint64_t token) override {
-    MPI_Request request = MPI_REQUEST_NULL;
-    DDP_MPI_CHECK(MPI_Irecv(data, static_cast<int>(bytes), MPI_BYTE, peer, Tag(data_tag),
-                            data_comm_, &request),
-                  "MPI_Irecv");
-    data_.Add(request, Transfer{token, true, peer});
-    return absl::OkStatus();
+    return PostData(peer, data_tag, data, bytes, token, /*receive=*/true);
   }
 
   absl::Status Poll(std::vector<Event>* events) override {
@@ -187,7 +177,7 @@ class MpiWire final : public Wire {
 
   void Abandon() override {
     // MPI has no way to take back a started send: the requests are freed and MPI finishes them
-    // on its own (a receive that was matched may still be written; see the README).
+    // on its own (a receive that was matched may still be written; see docs/transports.md).
     data_.ForEach([](MPI_Request& r, const Transfer&) {
       if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
     });
@@ -197,6 +187,19 @@ class MpiWire final : public Wire {
   bool Busy() const override { return !data_.empty() || !control_.empty(); }
 
  private:
+  // One data transfer with `peer` on the data communicator: MPI_Irecv or MPI_Isend.
+  absl::Status PostData(int peer, uint64_t data_tag, void* data, size_t bytes, uint64_t token,
+                        bool receive) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int count = static_cast<int>(bytes);
+    const int rc =
+        receive ? MPI_Irecv(data, count, MPI_BYTE, peer, Tag(data_tag), data_comm_, &request)
+                : MPI_Isend(data, count, MPI_BYTE, peer, Tag(data_tag), data_comm_, &request);
+    DDP_MPI_CHECK(rc, receive ? "MPI_Irecv" : "MPI_Isend");
+    data_.Add(request, Transfer{token, receive, peer});
+    return absl::OkStatus();
+  }
+
   struct ControlSend {
     int peer = -1;
     std::unique_ptr<std::string> buffer;  // what MPI sends from

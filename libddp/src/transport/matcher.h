@@ -35,25 +35,9 @@ template <class Early>
 class Matcher {
  public:
   // A message with `tag` arrived: the receive it matches (taken), if one is posted.
-  std::optional<PostedRecv> TakePosted(uint64_t tag) {
-    auto it = posted_.find(tag);
-    if (it == posted_.end()) return std::nullopt;
-    PostedRecv op = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) posted_.erase(it);
-    Leave(op.tag, /*early=*/false);
-    return op;
-  }
+  std::optional<PostedRecv> TakePosted(uint64_t tag) { return TakeFirst(posted_, tag, false); }
   // A receive for `tag` is posted: the early message it matches (taken), if one arrived.
-  std::optional<Early> TakeEarly(uint64_t tag) {
-    auto it = early_.find(tag);
-    if (it == early_.end()) return std::nullopt;
-    Early e = std::move(it->second.front());
-    it->second.pop_front();
-    if (it->second.empty()) early_.erase(it);
-    Leave(tag, /*early=*/true);
-    return e;
-  }
+  std::optional<Early> TakeEarly(uint64_t tag) { return TakeFirst(early_, tag, true); }
   void Post(PostedRecv op) {
     Join(op.tag, op.descriptor, /*early=*/false);
     posted_[op.tag].push_back(std::move(op));
@@ -128,6 +112,18 @@ class Matcher {
       if (g.posted + g.early == 0) groups_.erase(it);
     }
     if (!early && !IsNotificationTag(tag)) --waiting_posted_;
+  }
+  // The first entry of `tag` in `queues` (posted receives, or early messages), taken.
+  template <class T>
+  std::optional<T> TakeFirst(absl::flat_hash_map<uint64_t, std::deque<T>>& queues, uint64_t tag,
+                             bool early) {
+    auto it = queues.find(tag);
+    if (it == queues.end()) return std::nullopt;
+    T first = std::move(it->second.front());
+    it->second.pop_front();
+    if (it->second.empty()) queues.erase(it);
+    Leave(tag, early);
+    return first;
   }
   // The posted receives on notification tags (`notifications`) or the others.
   std::vector<PostedRecv> TakeIf(bool notifications) {

@@ -37,13 +37,19 @@ std::string ShmWire::Name() const {
                       " KiB rings)");
 }
 
+bool ShmWire::Refused(int peer, uint64_t token) {
+  if (!peers_[static_cast<size_t>(peer)].dead && !abandoned_) return false;
+  deferred_.push_back({wire::Event::Kind::kDone,
+                       token,
+                       absl::UnavailableError("its process has exited"),
+                       peer,
+                       {}});
+  return true;
+}
+
 absl::Status ShmWire::PostControl(int peer, std::string payload) {
+  if (Refused(peer, 0)) return absl::OkStatus();
   Peer& p = peers_[static_cast<size_t>(peer)];
-  if (p.dead || abandoned_) {
-    deferred_.push_back(
-        {wire::Event::Kind::kDone, 0, absl::UnavailableError("its process has exited"), peer, {}});
-    return absl::OkStatus();
-  }
   Outgoing o;
   o.record.kind = kControl;
   o.record.bytes = payload.size();
@@ -55,15 +61,8 @@ absl::Status ShmWire::PostControl(int peer, std::string payload) {
 
 absl::Status ShmWire::PostSend(int peer, uint64_t data_tag, const void* data, size_t bytes,
                                uint64_t token) {
+  if (Refused(peer, token)) return absl::OkStatus();
   Peer& p = peers_[static_cast<size_t>(peer)];
-  if (p.dead || abandoned_) {
-    deferred_.push_back({wire::Event::Kind::kDone,
-                         token,
-                         absl::UnavailableError("its process has exited"),
-                         peer,
-                         {}});
-    return absl::OkStatus();
-  }
   Outgoing o;
   o.record.kind = kData;
   o.record.bytes = bytes;
@@ -77,15 +76,8 @@ absl::Status ShmWire::PostSend(int peer, uint64_t data_tag, const void* data, si
 
 absl::Status ShmWire::PostRecv(int peer, uint64_t data_tag, void* data, size_t bytes,
                                uint64_t token) {
+  if (Refused(peer, token)) return absl::OkStatus();
   Peer& p = peers_[static_cast<size_t>(peer)];
-  if (p.dead || abandoned_) {
-    deferred_.push_back({wire::Event::Kind::kDone,
-                         token,
-                         absl::UnavailableError("its process has exited"),
-                         peer,
-                         {}});
-    return absl::OkStatus();
-  }
   p.posted[data_tag] = Posted{static_cast<char*>(data), bytes, token};
   return absl::OkStatus();
 }

@@ -49,6 +49,9 @@ class ShmWire final : public wire::Wire {
 
  private:
   enum Kind : uint32_t { kControl = 1, kData = 2 };
+  // With `peer` dead (or the wire abandoned), a post completes at once with the error (its
+  // event comes with the next Poll): true.
+  bool Refused(int peer, uint64_t token);
   struct Record {
     uint32_t kind = 0;
     uint32_t reserved = 0;

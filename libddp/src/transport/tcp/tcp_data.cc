@@ -159,17 +159,27 @@ absl::Status TcpTransport::ReadSome(Stream* s) {
     return PeerError(peer, absl::StatusCode::kUnavailable,
                      "closed the connection unexpectedly; did that process die?");
   };
+  // Reads what the socket has into the stage. False when nothing came: ReadSome returns
+  // `*result` (OK for now, or the error of a closed stream).
+  auto fill = [&](absl::Status* result) {
+    bool got = false;
+    bool eof = false;
+    int err = 0;
+    absl::Status st =
+        FillStage(s->fd.get(), s->stage, s->stage_begin, s->stage_end, &got, &eof, &err);
+    if (!st.ok() || eof) {
+      *result = closed(err);
+      return false;
+    }
+    *result = absl::OkStatus();
+    return got;
+  };
   while (s->state == StreamState::kOpen) {
     if (s->paused) return absl::OkStatus();
     const size_t staged = s->stage_end - s->stage_begin;
     if (!s->in_payload) {
       if (staged < kFrameHeaderSize) {
-        bool got, eof;
-        int err = 0;
-        absl::Status st =
-            FillStage(s->fd.get(), s->stage, s->stage_begin, s->stage_end, &got, &eof, &err);
-        if (!st.ok() || eof) return closed(err);
-        if (!got) return absl::OkStatus();
+        if (absl::Status result; !fill(&result)) return result;
         Heard(peer, absl::Now());
         continue;
       }
@@ -206,12 +216,7 @@ absl::Status TcpTransport::ReadSome(Stream* s) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
       return closed(errno);
     }
-    bool got, eof;
-    int err = 0;
-    absl::Status st =
-        FillStage(s->fd.get(), s->stage, s->stage_begin, s->stage_end, &got, &eof, &err);
-    if (!st.ok() || eof) return closed(err);
-    if (!got) return absl::OkStatus();
+    if (absl::Status result; !fill(&result)) return result;
     Progressed(peer, absl::Now());
   }
   return absl::OkStatus();

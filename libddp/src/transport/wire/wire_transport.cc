@@ -550,18 +550,20 @@ void WireTransport::CheckDeadlines(absl::Time now) {
 
 // ---- waiting ----------------------------------------------------------------------------------
 
+bool WireTransport::TryProgress() {
+  if (!progress_mu_.try_lock()) return false;
+  const bool progressed = ProgressLocked();
+  progress_mu_.unlock();
+  return progressed;
+}
+
 absl::Status WireTransport::Wait(Request* request) {
   if (request->Test()) return request->status();
   pollers_.fetch_add(1);
   // Long waits (a peer still computing) cost almost nothing: short sleeps between polls.
   Backoff backoff({200, 1800, absl::Microseconds(20), absl::Microseconds(500)});
   while (!request->Test()) {
-    bool progressed = false;
-    if (progress_mu_.try_lock()) {
-      progressed = ProgressLocked();
-      progress_mu_.unlock();
-    }
-    if (progressed) {
+    if (TryProgress()) {
       backoff.Reset();
       continue;
     }
@@ -581,12 +583,8 @@ void WireTransport::Run() {
       std::lock_guard<std::mutex> lock(mu_);
       if (stopping_) break;
     }
-    bool progressed = false;
-    if (pollers_.load() == 0 && progress_mu_.try_lock()) {
-      progressed = ProgressLocked();
-      progress_mu_.unlock();
-    }
-    if (progressed) {
+    // A caller that waits drives progress itself; this thread stays out of its way.
+    if (pollers_.load() == 0 && TryProgress()) {
       backoff.Reset();
       continue;
     }

@@ -116,6 +116,8 @@ class WireTransport final : public PeerTransport {
   // transfer with a peer failed, takes in what the wire already holds before blaming the peer
   // (its own abort, which says why, may be there), and runs the periodic checks.
   bool ProgressLocked();
+  // ProgressLocked if no other thread is making progress; whether anything moved.
+  bool TryProgress();
   bool PollOnceLocked();
   void HandleControl(int peer, std::string payload);
   void HandleInOrder(int peer, const std::string& payload);
