@@ -1,0 +1,185 @@
+#!/usr/bin/env python3
+"""A cluster of simulated hosts on this machine: one network namespace per host, each with its own
+address on a common bridge, links limited with `tc`. Created on entry, always deleted on exit.
+
+    with Cluster(4, rate="1gbit") as c:
+        c.run(0, ["ddprun", "-np", "8", "-H", c.hosts_arg(2), "--rsh", c.rsh, ...])
+
+    python3 benchmarks/netsim/netsim.py --hosts 4 --rate 1gbit -- COMMAND...
+        runs COMMAND in host 0 with NETSIM_HOSTS (the addresses, comma-separated), NETSIM_RSH
+        (a remote shell entering a host: RSH HOST 'COMMAND LINE', as ssh takes it) and
+        NETSIM_NAMESPACES set, then deletes the cluster.
+
+What is emulated: each host's link to the bridge is a veth pair; with a rate, a token-bucket
+filter (`tc qdisc ... tbf`) limits both directions, at the host's end (what it sends) and at
+the bridge's end (what it receives). Latency would need `sch_netem`; where the kernel has it,
+`delay` adds it on both ends, elsewhere the call fails saying so. The bridge lives in a namespace
+of its own, so nothing here touches the machine's own interfaces or routes, and no packet leaves
+the cluster. The hosts share the machine's host name and /dev/shm: give each its own name
+(ddprun -H does: DDP_HOSTNAME is the name it was given) or libddp rightly takes them for one.
+Needs root and iproute2.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+SUBNET = "10.216.0"  # every cluster has its own bridge namespace, so clusters never collide
+
+
+class NetsimError(RuntimeError):
+    pass
+
+
+def available() -> str | None:
+    """None if clusters can be made here, else why not."""
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    if shutil.which("ip") is None:
+        return "needs iproute2's ip"
+    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        return f"ip netns does not work here: {probe.stderr.strip()}"
+    return None
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise NetsimError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+
+
+def _tc(namespace: str, *args: str) -> None:
+    done = subprocess.run(["ip", "netns", "exec", namespace, "tc", *args], capture_output=True,
+                          text=True)
+    if done.returncode != 0:
+        raise NetsimError(f"tc {' '.join(args)} in {namespace}: {done.stderr.strip()}")
+
+
+class Cluster:
+    """H hosts at SUBNET.1 .. SUBNET.H. RATE (tc's syntax: 1gbit, 400mbit) limits every link in
+    both directions; DELAY (e.g. 100us) needs sch_netem."""
+
+    def __init__(self, hosts: int, rate: str | None = None, delay: str | None = None):
+        if not 1 <= hosts <= 200:
+            raise ValueError(f"hosts must be 1..200, not {hosts}")
+        self.size, self.rate, self.delay = hosts, rate, delay
+        self.tag = f"ns{os.getpid() % 100000}{secrets.token_hex(2)}"
+        self.bridge = f"{self.tag}br"
+        self.namespaces = [f"{self.tag}h{i}" for i in range(hosts)]
+        self.addresses = [f"{SUBNET}.{i + 1}" for i in range(hosts)]
+        self.rsh = ""
+        self._dir = ""
+        self._made: list[str] = []
+
+    def __enter__(self) -> "Cluster":
+        try:
+            self._create()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _create(self) -> None:
+        for namespace in (self.bridge, *self.namespaces):
+            _ip("netns", "add", namespace)
+            self._made.append(namespace)
+        _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
+        _ip("-n", self.bridge, "link", "set", "br0", "up")
+        for i, (namespace, address) in enumerate(zip(self.namespaces, self.addresses)):
+            port = f"p{i}"
+            _ip("-n", namespace, "link", "add", "eth0", "type", "veth", "peer", "name", port,
+                "netns", self.bridge)
+            _ip("-n", self.bridge, "link", "set", port, "master", "br0", "up")
+            _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
+            _ip("-n", namespace, "link", "set", "eth0", "up")
+            _ip("-n", namespace, "link", "set", "lo", "up")
+            for where, dev in ((namespace, "eth0"), (self.bridge, port)):
+                self._shape(where, dev)
+        self._dir = tempfile.mkdtemp(prefix="netsim-")
+        self.rsh = os.path.join(self._dir, "rsh")
+        cases = "".join(f"  {a}) ns={n} ;;\n" for a, n in zip(self.addresses, self.namespaces))
+        with open(self.rsh, "w", encoding="utf-8") as f:
+            f.write("#!/bin/sh\n# RSH HOST 'COMMAND LINE': runs the line in that host's namespace\n"
+                    f'case "$1" in\n{cases}'
+                    '  *) echo "ssh: Could not resolve hostname $1: no such simulated host" >&2;'
+                    " exit 255 ;;\nesac\n"
+                    'exec ip netns exec "$ns" sh -c "$2"\n')
+        os.chmod(self.rsh, 0o755)
+
+    def _shape(self, namespace: str, dev: str) -> None:
+        if self.delay:
+            netem = ["delay", self.delay] + (["rate", self.rate] if self.rate else [])
+            try:
+                _tc(namespace, "qdisc", "add", "dev", dev, "root", "netem", *netem)
+            except NetsimError as e:
+                raise NetsimError(f"{e} (this kernel may lack sch_netem: run without a delay)")
+        elif self.rate:
+            # A burst of at least rate x 1 ms keeps the bucket from starving fast links.
+            _tc(namespace, "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
+                "burst", "1mb", "latency", "100ms")
+
+    def close(self) -> None:
+        for namespace in reversed(self._made):
+            subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
+        self._made = []
+        if self._dir:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = ""
+
+    def hosts_arg(self, slots: int, count: int | None = None) -> str:
+        """-H's argument for the first COUNT hosts with SLOTS ranks each."""
+        return ",".join(f"{a}:{slots}" for a in self.addresses[:count or self.size])
+
+    def argv(self, host: int, command: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", self.namespaces[host], *command]
+
+    def environ(self) -> dict:
+        return {"NETSIM_HOSTS": ",".join(self.addresses), "NETSIM_RSH": self.rsh,
+                "NETSIM_NAMESPACES": ",".join(self.namespaces)}
+
+    def run(self, host: int, command: list[str], **kwargs) -> subprocess.CompletedProcess:
+        env = {**kwargs.pop("env", os.environ), **self.environ()}
+        return subprocess.run(self.argv(host, command), env=env, **kwargs)
+
+    def popen(self, host: int, command: list[str], **kwargs) -> subprocess.Popen:
+        env = {**kwargs.pop("env", os.environ), **self.environ()}
+        return subprocess.Popen(self.argv(host, command), env=env, **kwargs)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--hosts", type=int, required=True, help="how many simulated hosts")
+    parser.add_argument("--rate", help="link rate in both directions, tc's syntax (1gbit)")
+    parser.add_argument("--delay", help="one-way delay per link end (needs sch_netem)")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="run in host 0")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("missing COMMAND")
+    why = available()
+    if why:
+        print(f"netsim: {why}", file=sys.stderr)
+        return 77
+    try:
+        with Cluster(args.hosts, args.rate, args.delay) as cluster:
+            print(f"netsim: {args.hosts} hosts {','.join(cluster.addresses)}"
+                  f"{f' at {args.rate}' if args.rate else ''}; running: {shlex.join(command)}",
+                  file=sys.stderr, flush=True)
+            return cluster.run(0, command).returncode
+    except NetsimError as e:
+        print(f"netsim: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
