@@ -330,7 +330,7 @@ def test_help_documents_the_timeline_rule(ddp_cli_env):
 
 
 def test_prefixer_cuts_lines_at_newlines_and_carriage_returns(run_mod):
-    p = run_mod._Prefixer(7)
+    p = run_mod._Prefixer(b"[7] ")
     assert p.feed(b"a\nb") == [b"[7] a\n"]
     assert p.feed(b"c") == []
     assert p.feed(b"d\r") == [b"[7] bcd\r"]
@@ -347,13 +347,84 @@ def test_rank_env_maps_flags(run_mod):
                                 "5", "--timeline-filename", "t.json", "--", "prog", "-np", "9"])
     assert args.command == ["prog", "-np", "9"]
     base = {"DDP_TIMELINE": "inherited.json", "OMPI_COMM_WORLD_SIZE": "8", "PATH": "/bin"}
-    env0 = run_mod._rank_env(base, 0, args, 1234, "t" * 32)
-    env3 = run_mod._rank_env(base, 3, args, 1234, "t" * 32)
+    env0 = run_mod._rank_env(base, 0, args, "127.0.0.1", 1234, "t" * 32)
+    env3 = run_mod._rank_env(base, 3, args, "127.0.0.1", 1234, "t" * 32)
     assert env0["DDP_FUSION_THRESHOLD"] == "524288" and env0["DDP_CYCLE_TIME_MS"] == "5"
     assert env0["DDP_TIMELINE"] == "t.json" and "DDP_TIMELINE" not in env3
     assert env3["DDP_RANK"] == "3" and env3["DDP_LOCAL_SIZE"] == "4"
     assert "OMPI_COMM_WORLD_SIZE" not in env3 and env3["PATH"] == "/bin"
     assert "DDP_AUTOTUNE" not in env3 and "DDP_START_TIMEOUT_SECONDS" not in env3
+    assert "DDP_HOSTNAME" not in env3  # one machine: libddp's own host name
+
+
+# --- several hosts: parsing and placement (the jobs themselves: test_run_hosts.py) -----------
+
+
+def test_hosts_and_hostfiles_parse_as_mpi_and_horovod_write_them(run_mod):
+    H = run_mod.Host
+    assert run_mod.parse_hosts("a:4, b:2,c") == [H("a", 4), H("b", 2), H("c", 1)]
+    assert run_mod.parse_hosts("[fe80::1]:2") == [H("fe80::1", 2)]
+    text = "# mpi-operator\nworker-0 slots=2\n\nworker-1 slots=2 max_slots=4 # comment\n" \
+           "worker-2:3\nworker-3\n"
+    assert run_mod.parse_hostfile(text) == [H("worker-0", 2), H("worker-1", 2), H("worker-2", 3),
+                                            H("worker-3", 1)]
+    for bad in ("a:0", "a:x", ":2", "a:-1"):
+        with pytest.raises(ValueError, match="is not HOST or HOST:SLOTS"):
+            run_mod.parse_hosts(bad)
+    with pytest.raises(ValueError, match=r"hf:2: 'b cores=4' is not 'HOST slots=N'"):
+        run_mod.parse_hostfile("a slots=1\nb cores=4\n", "hf")
+
+
+def test_ranks_fill_hosts_in_order_with_horovods_local_and_cross_ranks(run_mod):
+    H, P = run_mod.Host, run_mod.Place
+    assert run_mod.place([H("a", 2), H("b", 2)], 4) == [
+        P("a", 0, 2, 0, 2), P("a", 1, 2, 0, 2), P("b", 0, 2, 1, 2), P("b", 1, 2, 1, 2)]
+    # Uneven: local rank 1 exists on a only, so its cross size is 1; unused hosts get nothing.
+    assert run_mod.place([H("a", 2), H("b", 1), H("c", 5)], 3) == [
+        P("a", 0, 2, 0, 2), P("a", 1, 2, 0, 1), P("b", 0, 1, 1, 2)]
+    with pytest.raises(ValueError, match=r"-np 5 but the hosts have only 4 slots \(a:2, b:2\)"):
+        run_mod.place([H("a", 2), H("b", 2)], 5)
+    with pytest.raises(ValueError, match="host a is given twice"):
+        run_mod.place([H("a", 2), H("a", 2)], 2)
+
+
+def test_rank_env_on_several_hosts_names_the_host(run_mod):
+    args = run_mod._parse_args(["-np", "3", "-H", "a:2,b:1", "prog"])
+    env = run_mod._rank_env({}, 2, args, "10.0.0.1", 99, "t" * 32, args.places[2])
+    assert (env["DDP_HOSTNAME"], env["DDP_LOCAL_RANK"], env["DDP_LOCAL_SIZE"],
+            env["DDP_CROSS_RANK"], env["DDP_CROSS_SIZE"]) == ("b", "0", "1", "1", "2")
+    assert (env["DDP_RENDEZVOUS_ADDR"], env["DDP_RENDEZVOUS_PORT"]) == ("10.0.0.1", "99")
+
+
+def test_remote_shell_commands_carry_no_secret(run_mod):
+    args = run_mod._parse_args(["-np", "2", "-H", "a,b", "--ssh-port", "2222",
+                                "--ssh-identity-file", "/k/id", "prog"])
+    argv = run_mod._remote_command(args, "b")
+    assert argv[:7] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-p", "2222"]
+    assert argv[7:10] == ["-i", "/k/id", "b"] and argv[10].endswith("run.py --_agent")
+    args = run_mod._parse_args(["-np", "2", "-H", "a,b", "--rsh", "my-rsh --flag", "prog"])
+    assert run_mod._remote_command(args, "b")[:3] == ["my-rsh", "--flag", "b"]
+
+
+def test_several_host_arguments_are_checked(run_mod, capsys, tmp_path):
+    cases = [
+        (["-H", "a", "--hostfile", "f"], "give -H or --hostfile, not both"),
+        (["-H", "a:1"], "-np 2 but the hosts have only 1 slot (a:1)"),
+        (["--hostfile", str(tmp_path / "none")], "No such file or directory"),
+        (["--nnodes", "2", "--node-rank", "0"], "go together"),
+        (["--nnodes", "2", "--node-rank", "2", "--rendezvous", "h:1"], "not in 0..1"),
+        (["--nnodes", "3", "--node-rank", "0", "--rendezvous", "h:1"], "do not split evenly"),
+        (["--nnodes", "2", "--node-rank", "0", "--rendezvous", "h"], "is not HOST:PORT"),
+    ]
+    for extra, message in cases:
+        assert run_mod.main(["-np", "2", *extra, "prog"]) == 2, extra
+        assert message in capsys.readouterr().err, extra
+
+
+def test_this_machine_is_local_and_others_are_not(run_mod):
+    assert run_mod.is_local("localhost") and run_mod.is_local("127.0.0.1")
+    assert not run_mod.is_local("192.0.2.1")  # TEST-NET-1: never an address of a machine here
+    assert not run_mod.is_local("no-such-host.invalid")
 
 
 def test_main_returns_2_on_bad_arguments(run_mod, capsys):
@@ -366,8 +437,8 @@ def fake_store(run_mod, monkeypatch):
     """Replaces the compiled store with a listening socket; records that it was closed."""
     closed = []
 
-    def start(token):
-        assert re.fullmatch(r"[0-9a-f]{32}", token)
+    def start(token, addr="127.0.0.1", port=0):
+        assert re.fullmatch(r"[0-9a-f]{32}", token) and (addr, port) == ("127.0.0.1", 0)
         sock = socket.create_server(("127.0.0.1", 0))
         return sock.getsockname()[1], lambda: closed.append(sock.close())
 

@@ -1,14 +1,20 @@
-"""ddprun: runs N ranks of a command on this machine around a rendezvous store, rank-prefixed.
+"""ddprun: runs N ranks of a command as one libddp job, on this machine or on several hosts.
 
-    ddprun -np 4 python train.py          (or: python -m ddp.run -np 4 python train.py)
+    ddprun -np 4 python train.py                         (or: python -m ddp.run ...)
+    ddprun -np 8 -H host1:4,host2:4 python train.py      (--hostfile FILE: "host slots=N" lines)
+    ddprun --nnodes 2 --node-rank 0 --rendezvous HOST:PORT -np 8 python train.py   (per node)
 
 The launcher hosts the store the ranks meet at, gives each rank its DDP_* environment, copies
-their output line by line with "[rank] " in front, and, when one rank fails, stops the others
-so that a job never hangs on a dead peer. Its exit status is the first failing rank's.
+their output line by line with "[rank] " (several hosts: "[host:rank] ") in front, and, when one
+rank fails, stops the others so that a job never hangs on a dead peer. Its exit status is the
+first failing rank's. On other hosts it starts one agent per host over ssh (or --rsh CMD): this
+same file run with --_agent, which reads the job (token included) from its standard input, so
+that no secret is ever on a command line, and stops its ranks when that input closes.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import queue
@@ -17,15 +23,18 @@ import secrets
 import selectors
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
+from typing import NamedTuple
 
 GRACE_SECONDS = 5.0  # between asking ranks to stop (SIGTERM/SIGINT) and SIGKILL
 _LAST_WORDS_SECONDS = 1.0  # lets a failed rank's last output out before the launcher blames it
 _DRAIN_SECONDS = 5.0  # output still open after every rank ended belongs to a stray grandchild
 _ADDR = "127.0.0.1"
+_AGENT_GRACE_SECONDS = 3.0  # an agent gets its own ranks' grace, and this, before SIGKILL
 
 # Inherited variables that would tell a rank it belongs to some other job.
 _SCRUBBED_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "DDP_LOCAL_", "DDP_CROSS_", "DDP_RENDEZVOUS_")
@@ -50,14 +59,40 @@ def _number(minimum: float, strict: bool = False):
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="ddprun", usage="%(prog)s -np N [--timeline-filename F] [--fusion-threshold-mb M]\n"
-        "              [--cycle-time-ms C] [--autotune] [--start-timeout S] [--verbose] COMMAND...",
-        description="Run N ranks of COMMAND on this machine as one libddp job.",
-        epilog="Every output line is prefixed with its rank. If a rank fails, the others are "
-        "stopped and ddprun exits with the failing rank's status (128+N for signal N).")
+        prog="ddprun",
+        usage="%(prog)s -np N [-H HOST:SLOTS,... | --hostfile FILE | --nnodes K --node-rank I "
+        "--rendezvous HOST:PORT]\n              [options] COMMAND...",
+        description="Run N ranks of COMMAND as one libddp job: on this machine, on the hosts "
+        "given (started over ssh), or, run once per node, on the node it runs on.",
+        epilog="Every output line is prefixed with its rank ([host:rank] on several hosts). If a "
+        "rank fails, or a host cannot be reached, the others are stopped and ddprun exits with "
+        "the failing rank's status (128+N for signal N).")
     add = parser.add_argument
     add("-np", "--num-proc", dest="np", type=int, required=True, metavar="N",
-        help="number of ranks to start")
+        help="number of ranks to start (in all)")
+    hosts = parser.add_argument_group("several hosts, started from here")
+    hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
+                       help="hosts and how many ranks each takes, filled in order "
+                       "(HOST alone: 1 slot); hosts of this machine are started directly")
+    hosts.add_argument("--hostfile", metavar="FILE",
+                       help="one host per line: 'HOST slots=N' (as the MPI operator writes "
+                       "it), 'HOST:N' or 'HOST'; '#' starts a comment")
+    hosts.add_argument("--ssh-port", type=int, metavar="PORT", help="ssh's port on the hosts")
+    hosts.add_argument("--ssh-identity-file", metavar="FILE", help="ssh's private key")
+    hosts.add_argument("--rsh", metavar="CMD",
+                       help="replaces ssh: run as CMD HOST COMMAND, COMMAND one shell command "
+                       "line, as ssh takes it (e.g. a script running `ip netns exec`)")
+    hosts.add_argument("--rendezvous-addr", metavar="ADDR",
+                       help="the address of this machine the other hosts reach its store at "
+                       "(default: the one the route to the first other host leaves from)")
+    nodes = parser.add_argument_group("one ddprun per node (as torchrun)")
+    nodes.add_argument("--nnodes", type=int, metavar="K", help="number of nodes in the job")
+    nodes.add_argument("--node-rank", type=int, metavar="I",
+                       help="this node's index, 0..K-1; node 0 hosts the rendezvous store")
+    nodes.add_argument("--rendezvous", metavar="HOST:PORT",
+                       help="node 0's address and the port its store listens on")
+    nodes.add_argument("--token-file", metavar="FILE",
+                       help="the job's secret, the same on every node (default: $DDP_JOB_TOKEN)")
     add("--timeline-filename", metavar="F",
         help="write a Chrome-trace timeline (DDP_TIMELINE). If F contains '{rank}', every rank "
         "writes its own file, {rank} replaced by its rank; otherwise only rank 0 writes F, as "
@@ -76,6 +111,78 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Host(NamedTuple):
+    name: str
+    slots: int
+
+
+class Place(NamedTuple):
+    """Where one rank runs, and its place among the ranks of its host and across hosts."""
+    host: str
+    local_rank: int
+    local_size: int
+    cross_rank: int
+    cross_size: int
+
+
+def _host(text: str, where: str) -> Host:
+    text = text.strip()
+    name, colon, slots = text.rpartition(":")
+    if not colon:
+        name, slots = text, "1"
+    name = name.strip("[]")  # [v6 address]:slots
+    if not name or not slots.isdigit() or int(slots) < 1:
+        raise ValueError(f"{where}: {text!r} is not HOST or HOST:SLOTS (SLOTS >= 1)")
+    return Host(name, int(slots))
+
+
+def parse_hosts(text: str) -> list[Host]:
+    """-H host1:4,host2:4 (a host without slots has 1)."""
+    return [_host(item, "-H") for item in text.split(",") if item.strip()]
+
+
+def parse_hostfile(text: str, path: str = "hostfile") -> list[Host]:
+    """Lines 'HOST slots=N' (also max_slots=, ignored), 'HOST:N' or 'HOST'; '#' comments."""
+    hosts = []
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        where = f"{path}:{number}"
+        slots = [w for w in words[1:] if w.startswith("slots=")]
+        extra = [w for w in words[1:] if not w.startswith(("slots=", "max_slots="))]
+        if extra or len(slots) > 1:
+            raise ValueError(f"{where}: {line.strip()!r} is not 'HOST slots=N'")
+        hosts.append(_host(f"{words[0]}:{slots[0][6:]}" if slots else words[0], where))
+    return hosts
+
+
+def place(hosts: list[Host], np: int) -> list[Place]:
+    """Fills the hosts' slots in order: ranks 0.. on the first host, then the next, as mpirun
+    and horovodrun do. A rank's cross rank counts the hosts that have its local rank."""
+    seen = set()
+    for host in hosts:
+        if host.name in seen:
+            raise ValueError(f"host {host.name} is given twice")
+        seen.add(host.name)
+    total = sum(h.slots for h in hosts)
+    if np > total:
+        listed = ", ".join(f"{h.name}:{h.slots}" for h in hosts)
+        raise ValueError(f"-np {np} but the hosts have only {total} slot{'s' if total != 1 else ''} "
+                         f"({listed})")
+    counts, left = [], np
+    for host in hosts:
+        counts.append(min(host.slots, left))
+        left -= counts[-1]
+    places = []
+    for index, (host, count) in enumerate(zip(hosts, counts)):
+        for local in range(count):
+            cross = [c for c in counts if c > local]
+            places.append(Place(host.name, local, count,
+                                sum(1 for c in counts[:index] if c > local), len(cross)))
+    return places
+
+
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = _build_parser()
     args = parser.parse_args(argv)
@@ -85,6 +192,35 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("missing COMMAND: the program each rank runs")
     if args.np < 1:
         parser.error(f"-np must be at least 1 (got {args.np})")
+    if args.hosts and args.hostfile:
+        parser.error("give -H or --hostfile, not both")
+    node_flags = [args.nnodes is not None, args.node_rank is not None, bool(args.rendezvous)]
+    if any(node_flags):
+        if not all(node_flags):
+            parser.error("--nnodes, --node-rank and --rendezvous go together")
+        if args.hosts or args.hostfile:
+            parser.error("--nnodes runs once per node: it takes no -H or --hostfile")
+        if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+            parser.error(f"--node-rank {args.node_rank} is not in 0..{args.nnodes - 1}")
+        if args.np % args.nnodes:
+            parser.error(f"-np {args.np} ranks do not split evenly over {args.nnodes} nodes")
+        host, colon, port = args.rendezvous.rpartition(":")
+        if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            parser.error(f"--rendezvous {args.rendezvous!r} is not HOST:PORT")
+        args.rendezvous_host, args.rendezvous_port = host.strip("[]"), int(port)
+    try:
+        if args.hostfile:
+            with open(args.hostfile, encoding="utf-8") as f:
+                args.host_list = parse_hostfile(f.read(), args.hostfile)
+            if not args.host_list:
+                parser.error(f"--hostfile {args.hostfile}: no hosts in it")
+        else:
+            args.host_list = parse_hosts(args.hosts) if args.hosts else None
+        args.places = place(args.host_list, args.np) if args.host_list else None
+    except OSError as e:
+        parser.error(f"--hostfile {args.hostfile}: {e.strerror or e}")
+    except ValueError as e:
+        parser.error(str(e))
     return args
 
 
@@ -92,15 +228,19 @@ def _decimal(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
-def _rank_env(base, rank: int, args: argparse.Namespace, port: int, token: str) -> dict:
+def _rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, token: str,
+              where: Place | None = None) -> dict:
     """The environment of one rank: the launcher's, less other jobs' ranks, plus this job's."""
     env = {k: v for k, v in base.items()
            if k not in _SCRUBBED_NAMES and not k.startswith(_SCRUBBED_PREFIXES)}
-    size = str(args.np)
-    env.update(DDP_RANK=str(rank), DDP_SIZE=size, DDP_LOCAL_RANK=str(rank), DDP_LOCAL_SIZE=size,
-               DDP_CROSS_RANK="0", DDP_CROSS_SIZE="1", DDP_RENDEZVOUS_ADDR=_ADDR,
+    where = where or Place("", rank, args.np, 0, 1)
+    env.update(DDP_RANK=str(rank), DDP_SIZE=str(args.np), DDP_LOCAL_RANK=str(where.local_rank),
+               DDP_LOCAL_SIZE=str(where.local_size), DDP_CROSS_RANK=str(where.cross_rank),
+               DDP_CROSS_SIZE=str(where.cross_size), DDP_RENDEZVOUS_ADDR=addr,
                DDP_RENDEZVOUS_PORT=str(port), DDP_RENDEZVOUS_EXTERNAL="1", DDP_JOB_TOKEN=token,
                PYTHONUNBUFFERED="1")
+    if where.host and args.places:  # the host as the launcher knows it: what libddp groups by
+        env["DDP_HOSTNAME"] = where.host
     if args.fusion_threshold_mb is not None:
         env["DDP_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1048576))
     if args.cycle_time_ms is not None:
@@ -120,12 +260,62 @@ def _rank_env(base, rank: int, args: argparse.Namespace, port: int, token: str) 
     return env
 
 
-def _start_store(token: str):
+def _start_store(token: str, addr: str = _ADDR, port: int = 0):
     """Hosts the rendezvous store; returns its port and a function that stops it."""
     from ddp import _ddp  # here, so that argument errors need no compiled extension
 
-    server = _ddp.StoreServer(_ADDR, 0, token)
+    server = _ddp.StoreServer(addr, port, token)
     return server.port, server.close
+
+
+def is_local(host: str) -> bool:
+    """Whether HOST names this machine (this network namespace): one of its addresses."""
+    if host == "localhost":
+        return True
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)
+    except (socket.gaierror, UnicodeError):
+        return False  # not known here; the remote shell may know it
+    for family, _, _, _, address in infos:
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as probe:
+                probe.bind((address[0], 0))  # only an address of this machine binds
+            return True
+        except OSError:
+            continue
+    return False
+
+
+def _address_toward(host: str) -> str:
+    """The address of this machine that traffic to HOST leaves from (nothing is sent)."""
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(address)
+            return probe.getsockname()[0]
+    except OSError:  # not resolvable here (an ssh alias, say): this machine's own name
+        return socket.gethostbyname(socket.gethostname())
+
+
+# Variables of the launcher's session that say nothing about the job; every other one goes to
+# the ranks on other hosts too (as horovodrun does), so that PATH, a virtual environment,
+# PYTHONPATH and the user's DDP_* settings hold there as here.
+_LOCAL_ONLY_NAMES = {"HOSTNAME", "HOST", "PWD", "OLDPWD", "SHLVL", "_", "DISPLAY", "XAUTHORITY",
+                     "TERM", "TERMCAP", "COLUMNS", "LINES"}
+_LOCAL_ONLY_PREFIXES = ("SSH_", "BASH_FUNC_", "XDG_")
+
+
+def _remote_command(args: argparse.Namespace, host: str) -> list[str]:
+    """How an agent is started on HOST: ssh (or --rsh) HOST 'python run.py --_agent'."""
+    agent = shlex.join([sys.executable, os.path.abspath(__file__), "--_agent"])
+    if args.rsh:
+        return [*shlex.split(args.rsh), host, agent]
+    ssh = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10"]
+    if args.ssh_port is not None:
+        ssh += ["-p", str(args.ssh_port)]
+    if args.ssh_identity_file:
+        ssh += ["-i", args.ssh_identity_file]
+    return [*ssh, host, agent]
 
 
 def _describe(status: int) -> str:
@@ -167,10 +357,10 @@ _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
 
 class _Prefixer:
     """Cuts one stream of a rank into lines ending in "\\n", "\\r" or "\\r\\n", each prefixed with
-    "[rank] ". A "\\r" ends a line too, so a redrawn progress bar is shown as it is drawn."""
+    PREFIX. A "\\r" ends a line too, so a redrawn progress bar is shown as it is drawn."""
 
-    def __init__(self, rank: int):
-        self._prefix = f"[{rank}] ".encode()
+    def __init__(self, prefix: bytes):
+        self._prefix = prefix
         self._partial: list[bytes] = []
         self._after_cr = False
 
@@ -197,61 +387,108 @@ class _Prefixer:
         return [self._prefix + rest + b"\n"] if rest else []
 
 
+# An agent's word to the launcher: a line of its stderr starting with this (never printed).
+_CONTROL = b"\x1eddprun "
+
+
 class _OutputPump(threading.Thread):
-    """Copies every rank's stdout and stderr to the launcher's, line by line, prefixed."""
+    """Copies the output of every process the launcher started to the launcher's, line by line,
+    prefixed; an agent's lines come prefixed already, and its control lines become events."""
 
     def __init__(self, out: _Sink, err: _Sink):
         super().__init__(name="ddprun-output", daemon=True)
         self._selector = selectors.DefaultSelector()
         self._sinks = (out, err)
-        self._open: dict[int, int] = {}  # rank -> how many of its pipes are still open
+        self._open: dict[int, int] = {}  # unit -> how many of its pipes are still open
         self._closed = threading.Condition()
 
-    def add(self, rank: int, proc: subprocess.Popen) -> None:
-        """Only before start()."""
-        for pipe, sink in zip((proc.stdout, proc.stderr), self._sinks):
-            self._selector.register(pipe, selectors.EVENT_READ, (rank, _Prefixer(rank), sink))
-        self._open[rank] = 2
+    def add(self, unit: int, proc: subprocess.Popen, prefix: bytes, control=None) -> None:
+        """Only before start(). CONTROL(line) takes the control lines of its stderr."""
+        for pipe, sink, ctl in ((proc.stdout, self._sinks[0], None),
+                                (proc.stderr, self._sinks[1], control)):
+            self._selector.register(pipe, selectors.EVENT_READ, (unit, _Prefixer(prefix), sink,
+                                                                 ctl))
+        self._open[unit] = 2
 
     def run(self) -> None:
         while self._selector.get_map():
             for key, _ in self._selector.select():
-                rank, prefixer, sink = key.data
+                unit, prefixer, sink, control = key.data
                 data = os.read(key.fd, 1 << 16)
-                sink.write(prefixer.feed(data) if data else prefixer.close())
+                lines = prefixer.feed(data) if data else prefixer.close()
+                if control is not None:
+                    for line in [line for line in lines if line.startswith(_CONTROL)]:
+                        control(line)
+                    lines = [line for line in lines if not line.startswith(_CONTROL)]
+                sink.write(lines)
                 if not data:
                     self._selector.unregister(key.fileobj)
                     key.fileobj.close()
                     with self._closed:
-                        self._open[rank] -= 1
+                        self._open[unit] -= 1
                         self._closed.notify_all()
 
-    def wait_closed(self, rank: int, timeout: float) -> None:
+    def wait_closed(self, unit: int, timeout: float) -> None:
         with self._closed:
-            self._closed.wait_for(lambda: self._open.get(rank, 0) == 0, timeout)
+            self._closed.wait_for(lambda: self._open.get(unit, 0) == 0, timeout)
+
+
+class _Unit:
+    """One process the launcher starts: a rank here, or the agent that runs a host's ranks."""
+
+    def __init__(self, ranks: list[int], argv: list[str], env: dict, prefix: str,
+                 host: str = "", spec: dict | None = None):
+        self.ranks, self.argv, self.env, self.host, self.spec = ranks, argv, env, host, spec
+        self.prefix = prefix.encode()
+        self.started = spec is None  # an agent has started once it says so
+        self.proc: subprocess.Popen | None = None
+
+    def describe(self) -> str:
+        first, last = self.ranks[0], self.ranks[-1]
+        what = f"rank {first}" if first == last else f"ranks {first}-{last}"
+        return f"{what} on host {self.host}" if self.host else what
+
+
+def _span(ranks: list[int]) -> str:
+    return _Unit(ranks, [], {}, "").describe()
 
 
 class _Job:
-    """The ranks of one job: starts them, watches them, stops them all when one fails."""
+    """The processes of one job: starts them, watches them, stops them all when one fails.
+    AGENT: this job is one host's part of a larger one; it reports each rank's end on stderr,
+    says nothing of its own, and stops when its standard input closes."""
 
-    def __init__(self, size: int, out: _Sink, err: _Sink):
-        self._size = size
+    def __init__(self, units: list[_Unit], out: _Sink, err: _Sink, agent: bool = False,
+                 host: str = ""):
+        self._units = units
         self._err = err
+        self._agent = agent
+        self._host_of = {r: u.host for u in units for r in u.ranks}
         self._pump = _OutputPump(out, err)
         self._events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in signal handlers
-        self._procs: dict[int, subprocess.Popen] = {}
         self._alive: set[int] = set()
+        self._stdin_closed: set[int] = set()
+        self._remote = any(u.spec is not None for u in units)
+        self._name = f"ddprun (on {host})" if agent else "ddprun"
         self.statuses: dict[int, int] = {}
         self._code: int | None = None  # set by the first failure or interruption: the cause
 
     def say(self, message: str) -> None:
-        self._err.write([f"ddprun: {message}\n".encode()])
+        self._err.write([f"{self._name}: {message}\n".encode()])
 
-    def run(self, command: list[str], env_of_rank) -> int:
-        handlers = self._catch_signals()
+    def _report(self, rank: int, status: int) -> None:
+        if self._agent:
+            self._err.write([_CONTROL + f"exit {rank} {status}\n".encode()])
+
+    def run(self) -> int:
+        handlers = {} if self._agent else self._catch_signals()
         try:
-            self._start(command, env_of_rank)
+            self._start()
             self._pump.start()
+            if self._agent:
+                self._err.write([_CONTROL + b"started\n"])
+                threading.Thread(target=self._watch_stdin, name="ddprun-stdin",
+                                 daemon=True).start()
             self._wait()
             self._pump.join(_DRAIN_SECONDS)
             return self._code or 0
@@ -271,36 +508,78 @@ class _Job:
                 previous[signum] = handler
         return previous
 
-    def _start(self, command: list[str], env_of_rank) -> None:
-        for rank in range(self._size):
+    def _watch_stdin(self) -> None:
+        """An agent's input stays open while the launcher wants its ranks to run."""
+        try:  # the raw descriptor: a buffered reader's lock would stop the interpreter's exit
+            while os.read(0, 1 << 16):
+                pass
+        except OSError:
+            pass
+        self._events.put(("stop", None, None))
+
+    def _control(self, index: int, line: bytes) -> None:
+        words = line[len(_CONTROL):].split()
+        if words == [b"started"]:
+            self._events.put(("started", index, None))
+        elif len(words) == 3 and words[0] == b"exit":
+            self._events.put(("rank", int(words[1]), int(words[2])))
+
+    def _start(self) -> None:
+        for index, unit in enumerate(self._units):
+            remote = unit.spec is not None
+            # Standard input goes to rank 0 here; an agent's is the launcher's line to it.
+            first = unit.ranks[0] == 0 and not remote and not self._agent
             try:
-                proc = subprocess.Popen(
-                    command, env=env_of_rank(rank), start_new_session=True, bufsize=0,
-                    stdin=None if rank == 0 else subprocess.DEVNULL,  # stdin goes to rank 0
+                unit.proc = subprocess.Popen(
+                    unit.argv, env=unit.env, start_new_session=True, bufsize=0,
+                    stdin=subprocess.PIPE if remote else None if first else subprocess.DEVNULL,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             except OSError as e:
                 not_found = isinstance(e, FileNotFoundError)
                 why = "command not found" if not_found else e.strerror or str(e)
-                self.say(f"cannot start rank {rank}: {command[0]}: {why}")
+                self.say(f"cannot start {unit.describe()}: {unit.argv[0]}: {why}")
                 self._code = 127 if not_found else 126
+                for rank in unit.ranks:
+                    self._report(rank, self._code)
                 self._signal(signal.SIGKILL)
                 return
-            self._procs[rank] = proc
-            self._alive.add(rank)
-            self._pump.add(rank, proc)
-            threading.Thread(target=lambda r=rank, p=proc: self._events.put(("exit", r, p.wait())),
-                             name=f"ddprun-wait-{rank}", daemon=True).start()
+            if remote:
+                try:  # the job, token included, goes only through this pipe
+                    unit.proc.stdin.write(json.dumps(unit.spec).encode() + b"\n")
+                    unit.proc.stdin.flush()
+                except OSError:
+                    pass  # it ended at once; its exit says why
+            self._alive.add(index)
+            self._pump.add(index, unit.proc, unit.prefix,
+                           (lambda line, i=index: self._control(i, line)) if remote else None)
+            threading.Thread(target=lambda i=index, p=unit.proc: self._events.put(
+                ("exit", i, p.wait())), name=f"ddprun-wait-{index}", daemon=True).start()
 
     def _signal(self, signum: int) -> None:
-        """Signals the process group of every rank still running (grandchildren included)."""
-        for rank in self._alive:
+        """Signals every process group still running (grandchildren included). An agent is
+        asked to stop by closing its input, and it stops its ranks; only SIGKILL reaches it."""
+        for index in self._alive:
+            proc = self._units[index].proc
+            if self._units[index].spec is not None and signum != signal.SIGKILL:
+                if index not in self._stdin_closed:
+                    self._stdin_closed.add(index)
+                    try:
+                        proc.stdin.close()
+                    except OSError:
+                        pass
+                continue
             try:
-                os.killpg(self._procs[rank].pid, signum)
+                os.killpg(proc.pid, signum)
             except (ProcessLookupError, PermissionError):
                 pass  # it has just exited
 
+    def _stop_all(self, signum: int = signal.SIGTERM) -> float:
+        """Asks every process to stop; returns when to SIGKILL those still running."""
+        self._signal(signum)
+        return time.monotonic() + GRACE_SECONDS + (_AGENT_GRACE_SECONDS if self._remote else 0)
+
     def _wait(self) -> None:
-        deadline = None  # when the ranks asked to stop get SIGKILL
+        deadline = None  # when the processes asked to stop get SIGKILL
         while self._alive:
             timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
@@ -309,51 +588,193 @@ class _Job:
                 self._signal(signal.SIGKILL)
                 deadline = None
                 continue
-            if kind == "exit":
+            if kind == "exit" and self._units[first].spec is not None:
+                # Its control lines first: they are queued once its output has closed.
+                self._pump.wait_closed(first, _DRAIN_SECONDS)
+                self._events.put(("gone", first, second))
+            elif kind == "exit":
                 self._alive.discard(first)
+                rank = self._units[first].ranks[0]
+                self.statuses[rank] = second
+                self._pump.wait_closed(first, _LAST_WORDS_SECONDS)  # its last words first
+                self._report(rank, second)
+                if second != 0 and self._code is None:
+                    deadline = self._fail(rank, second)
+            elif kind == "rank":
                 self.statuses[first] = second
                 if second != 0 and self._code is None:
-                    self._fail(first, second)
-                    deadline = time.monotonic() + GRACE_SECONDS
+                    deadline = self._fail(first, second)
+            elif kind == "started":
+                self._units[first].started = True
+            elif kind == "gone":
+                self._alive.discard(first)
+                if second != 0 and self._code is None:
+                    deadline = self._lost(self._units[first], second)
+            elif kind == "stop":  # an agent's launcher is done with it
+                if self._code is None:
+                    self._code = 128 + signal.SIGTERM
+                    deadline = self._stop_all()
             elif self._code is None:  # the first SIGINT/SIGTERM/SIGHUP to the launcher
                 self._code = 128 + first
                 verb = {signal.SIGINT: "interrupted", signal.SIGHUP: "hung up"}.get(first,
                                                                                  "terminated")
-                self.say(f"{verb}, stopping {_ranks(len(self._alive))}")
-                self._signal(signal.SIGTERM if first == signal.SIGHUP else first)
-                deadline = time.monotonic() + GRACE_SECONDS
+                self.say(f"{verb}, stopping {_ranks(self._running())}")
+                deadline = self._stop_all(signal.SIGTERM if first == signal.SIGHUP else first)
             else:  # a second signal: no more waiting
                 self._signal(signal.SIGKILL)
                 deadline = None
 
-    def _fail(self, rank: int, status: int) -> None:
+    def _running(self) -> int:
+        return sum(len([r for r in self._units[i].ranks if r not in self.statuses])
+                   for i in self._alive)
+
+    def _fail(self, rank: int, status: int) -> float:
         self._code = 128 - status if status < 0 else status  # as a shell says
-        self._pump.wait_closed(rank, _LAST_WORDS_SECONDS)  # its traceback first, then our word
-        self.say(f"rank {rank} {_describe(status)}")
-        if self._alive:
-            self.say(f"stopping the other {_ranks(len(self._alive))}")
-            self._signal(signal.SIGTERM)
+        if not self._agent:
+            host = self._host_of.get(rank)
+            self.say(f"rank {rank}{f' on host {host}' if host else ''} {_describe(status)}")
+            if self._running():
+                self.say(f"stopping the other {_ranks(self._running())}")
+        return self._stop_all()
+
+    def _lost(self, unit: _Unit, status: int) -> float:
+        """An agent ended badly without a failing rank to show for it."""
+        self._code = status if 0 < status < 256 else 1
+        how = _describe(status)
+        if unit.started:
+            self.say(f"lost host {unit.host} ({unit.describe()}): its agent {how}")
+        else:
+            self.say(f"cannot start {unit.describe()}: {shlex.join(unit.argv[:-2])} {unit.host} "
+                     f"{how} (is the host up and reachable, with ddp installed at the same "
+                     "path?)")
+        if self._running():
+            self.say(f"stopping the other {_ranks(self._running())}")
+        return self._stop_all()
+
+
+def _forwarded_env() -> dict:
+    return {k: v for k, v in os.environ.items()
+            if k not in _LOCAL_ONLY_NAMES and not k.startswith(_LOCAL_ONLY_PREFIXES)}
+
+
+def _host_units(args: argparse.Namespace, addr: str, port: int, token: str) -> list[_Unit]:
+    """A unit per rank on this machine's hosts, one agent per other host."""
+    by_host: dict[str, list[int]] = {}
+    for rank, where in enumerate(args.places):
+        by_host.setdefault(where.host, []).append(rank)
+    forwarded = _forwarded_env()
+    units = []
+    for host, ranks in by_host.items():
+        if host in args.local_hosts:
+            units += [_Unit([r], args.command, _rank_env(os.environ, r, args, addr, port, token,
+                                                         args.places[r]), f"[{host}:{r}] ", host)
+                      for r in ranks]
+            continue
+        spec = {"host": host, "cwd": os.getcwd(), "command": args.command,
+                "ranks": {str(r): _rank_env(forwarded, r, args, addr, port, token,
+                                            args.places[r]) for r in ranks}}
+        units.append(_Unit(ranks, _remote_command(args, host), dict(os.environ), "", host, spec))
+    return units
+
+
+def _agent_main() -> int:
+    """One host's part of a job started elsewhere: the job comes as one JSON line on stdin."""
+    out, err = _Sink(sys.stdout.buffer), _Sink(sys.stderr.buffer)
+    try:
+        line = b""
+        while not line.endswith(b"\n"):  # only this line: what follows is the launcher's EOF
+            piece = os.read(0, 1)
+            if not piece:
+                break
+            line += piece
+        spec = json.loads(line)
+        host, command, ranks = spec["host"], spec["command"], spec["ranks"]
+    except (ValueError, KeyError, TypeError) as e:
+        err.write([f"ddprun agent: no job on standard input ({e})\n".encode()])
+        return 2
+    try:
+        os.chdir(spec.get("cwd") or ".")
+    except OSError:
+        pass  # this host has no such directory: the ranks start in the login directory
+    base = {k: v for k, v in os.environ.items()
+            if k not in _SCRUBBED_NAMES and not k.startswith(_SCRUBBED_PREFIXES)}
+    units = [_Unit([int(r)], command, {**base, **env}, f"[{host}:{r}] ", host)
+             for r, env in sorted(ranks.items(), key=lambda item: int(item[0]))]
+    return _Job(units, out, err, agent=True, host=host).run()
+
+
+def _read_token(args: argparse.Namespace) -> str:
+    if args.token_file:
+        with open(args.token_file, encoding="utf-8") as f:
+            token = f.read().strip()
+    else:
+        token = os.environ.get("DDP_JOB_TOKEN", "").strip()
+    if not token:
+        raise ValueError("--nnodes needs the job's secret, the same on every node: set "
+                         "DDP_JOB_TOKEN (e.g. to `openssl rand -hex 16`) or give --token-file")
+    return token
+
+
+def _node_units(args: argparse.Namespace, token: str) -> list[_Unit]:
+    """This node's ranks: node I of K runs ranks I*L .. I*L+L-1, L = N/K."""
+    per_node = args.np // args.nnodes
+    host = os.environ.get("DDP_HOSTNAME") or socket.gethostname()
+    first = args.node_rank * per_node
+    return [_Unit([r], args.command,
+                  _rank_env(os.environ, r, args, args.rendezvous_host, args.rendezvous_port, token,
+                            Place(host, r - first, per_node, args.node_rank, args.nnodes)),
+                  f"[{host}:{r}] ") for r in range(first, first + per_node)]
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs ddprun with `argv` (default: sys.argv[1:]); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--_agent"]:
+        return _agent_main()
     try:
         args = _parse_args(argv)
     except SystemExit as e:  # argparse's --help and usage errors
         return e.code if isinstance(e.code, int) else 2
     out, err = _Sink(sys.stdout.buffer), _Sink(sys.stderr.buffer)
-    job = _Job(args.np, out, err)
-    token = secrets.token_hex(16)  # never printed: it is what lets a process into the job
+    say = lambda message: err.write([f"ddprun: {message}\n".encode()])  # noqa: E731
     try:
-        port, close_store = _start_store(token)
-    except Exception as e:  # noqa: BLE001 - any failure here means no job, said clearly
-        job.say(f"cannot start the rendezvous store: {e}")
-        return 1
+        token = _read_token(args) if args.nnodes else secrets.token_hex(16)  # never printed
+    except (OSError, ValueError) as e:
+        say(f"{e.strerror or e}: {args.token_file}" if isinstance(e, OSError) else str(e))
+        return 2
+    bind, addr, port = _ADDR, _ADDR, 0
+    remote: list[str] = []
+    if args.nnodes:
+        bind, addr, port = "0.0.0.0", args.rendezvous_host, args.rendezvous_port
+    elif args.places:
+        hosts = list(dict.fromkeys(p.host for p in args.places))
+        args.local_hosts = {h for h in hosts if is_local(h)}
+        remote = [h for h in hosts if h not in args.local_hosts]
+        if remote:  # the other hosts reach the store at an address of this machine
+            bind, addr = "0.0.0.0", args.rendezvous_addr or _address_toward(remote[0])
+    close_store = lambda: None  # noqa: E731
+    if not args.nnodes or args.node_rank == 0:
+        try:
+            port, close_store = _start_store(token, bind, port)
+        except Exception as e:  # noqa: BLE001 - any failure here means no job, said clearly
+            say(f"cannot start the rendezvous store on {bind}:{port}: {e}")
+            return 1
+    if args.nnodes:
+        units = _node_units(args, token)
+    elif args.places:
+        units = _host_units(args, addr, port, token)
+    else:
+        units = [_Unit([r], args.command, _rank_env(os.environ, r, args, addr, port, token),
+                       f"[{r}] ") for r in range(args.np)]
+    job = _Job(units, out, err)
     try:
         if args.verbose:
-            job.say(f"rendezvous store on {_ADDR}:{port}; starting {_ranks(args.np)}: "
-                    f"{shlex.join(args.command)}")
-        code = job.run(args.command, lambda rank: _rank_env(os.environ, rank, args, port, token))
+            where = f"; on hosts here {sorted(args.local_hosts)}, over " \
+                    f"{(shlex.split(args.rsh) if args.rsh else ['ssh'])[0]} {remote}" \
+                    if args.places else ""
+            job.say(f"rendezvous store on {addr}:{port}{where}; starting "
+                    f"{_ranks(sum(len(u.ranks) for u in units))}: {shlex.join(args.command)}")
+        code = job.run()
     finally:
         close_store()
     if args.verbose:

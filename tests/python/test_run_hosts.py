@@ -1,0 +1,140 @@
+"""ddprun across hosts: -H/--hostfile with a remote shell, and --nnodes once per node, on a cluster
+of network namespaces (benchmarks/netsim) that each test module makes and deletes. Every
+simulated host has its own address and, through ddprun, its own host name, so that ranks on
+different hosts really talk over the bridge. Skipped, saying why, where namespaces cannot be made
+(not root)."""
+import importlib.util
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+WORKER = ROOT / "tests" / "python" / "workers" / "hosts.py"
+HANG = 120  # a hung launcher fails the test after this
+
+spec = importlib.util.spec_from_file_location("netsim", ROOT / "benchmarks" / "netsim" / "netsim.py")
+netsim = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(netsim)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    why = netsim.available()
+    if why:
+        pytest.skip(f"network namespaces: {why}")
+    with netsim.Cluster(3) as c:
+        yield c
+
+
+def ddprun(cluster, host, *args, env, timeout=HANG):
+    start = time.monotonic()
+    done = cluster.run(host, [sys.executable, "-m", "ddp.run", *map(str, args)], env=env,
+                       capture_output=True, text=True, timeout=timeout)
+    return done, time.monotonic() - start
+
+
+def gone(pids):
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            return False
+        except ProcessLookupError:
+            pass
+    return True
+
+
+def test_a_job_across_two_hosts_started_from_one(cluster, ddp_env):
+    a, b = cluster.addresses[:2]
+    done, _ = ddprun(cluster, 0, "-np", 4, "-H", f"{a}:2,{b}:2", "--rsh", cluster.rsh,
+                     sys.executable, WORKER, env=ddp_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = sorted(done.stdout.splitlines())
+    for rank, host in enumerate((a, a, b, b)):
+        # Every line says where it comes from; libddp sees two hosts of two ranks each.
+        assert any(re.fullmatch(rf"\[{host}:{rank}\] rank {rank} of 4 on {host} local {rank % 2}/2 "
+                                rf"hosts {a},{a},{b},{b} pid \d+ ok", line) for line in lines), lines
+    assert "ddprun" not in done.stderr  # silent on success
+
+
+def test_a_hostfile_as_the_mpi_operator_writes_it(cluster, ddp_env, tmp_path):
+    a, b, c = cluster.addresses
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(f"# written by the launcher\n{a} slots=1\n{b} slots=2\n\n{c} slots=4\n")
+    done, _ = ddprun(cluster, 0, "-np", 4, "--hostfile", hostfile, "--rsh", cluster.rsh,
+                     sys.executable, WORKER, env=ddp_env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    places = dict(re.findall(r"^\[([\d.]+:\d)\] rank \d of 4 on ([\d.]+) ", done.stdout, re.M))
+    assert places == {f"{a}:0": a, f"{b}:1": b, f"{b}:2": b, f"{c}:3": c}, done.stdout
+
+
+def test_an_unreachable_host_is_named_and_the_job_stops(cluster, ddp_env):
+    a = cluster.addresses[0]
+    done, took = ddprun(cluster, 0, "-np", 3, "-H", f"{a}:2,10.216.0.99:1", "--rsh", cluster.rsh,
+                        sys.executable, WORKER, env=ddp_env, timeout=60)
+    assert done.returncode == 255, done.stdout + done.stderr
+    assert "cannot start rank 2 on host 10.216.0.99" in done.stderr, done.stderr
+    assert "exited with status 255" in done.stderr
+    assert "stopping the other 2 ranks" in done.stderr
+    assert took < 30  # not the start timeout: the ranks here were stopped
+
+
+def test_a_rank_that_dies_on_another_host_stops_the_whole_job(cluster, ddp_env):
+    a, b = cluster.addresses[:2]
+    done, took = ddprun(cluster, 0, "-np", 4, "-H", f"{a}:2,{b}:2", "--rsh", cluster.rsh,
+                        sys.executable, WORKER, "die", 3, env=ddp_env, timeout=90)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert f"ddprun: rank 3 on host {b} exited with status 3" in done.stderr, done.stderr
+    assert "stopping the other 3 ranks" in done.stderr
+    pids = [int(p) for p in re.findall(r" pid (\d+) ok$", done.stdout, re.M)]
+    assert len(pids) == 4 and gone(pids), done.stdout  # on both hosts, nothing left behind
+    assert took < 50  # not the 60 s the survivors would sleep
+
+
+def test_one_ddprun_per_node_as_torchrun(cluster, ddp_env):
+    a = cluster.addresses[0]
+    token = os.urandom(16).hex()  # in the environment: a scheduler's secret
+    nodes = [cluster.popen(i, [sys.executable, "-m", "ddp.run", "--nnodes", "2", "--node-rank",
+                               str(i), "--rendezvous", f"{a}:29517", "-np", "4", sys.executable,
+                               str(WORKER)],
+                           env={**ddp_env, "DDP_JOB_TOKEN": token, "DDP_HOSTNAME": f"node{i}"},
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i in (1, 0)]  # node 1 first: its ranks wait for node 0's store
+    outputs = [node.communicate(timeout=HANG) for node in nodes]
+    for node, (out, err) in zip(nodes, outputs):
+        assert node.returncode == 0, out + err
+    out = outputs[1][0] + outputs[0][0]
+    for rank in range(4):
+        host = f"node{rank // 2}"
+        assert re.search(rf"^\[{host}:{rank}\] rank {rank} of 4 on {host} local {rank % 2}/2 "
+                         r"hosts node0,node0,node1,node1 ", out, re.M), out
+
+
+def test_one_ddprun_per_node_needs_the_token(cluster, ddp_env):
+    env = {k: v for k, v in ddp_env.items() if k != "DDP_JOB_TOKEN"}
+    done, _ = ddprun(cluster, 0, "--nnodes", 2, "--node-rank", 0, "--rendezvous",
+                     f"{cluster.addresses[0]}:29518", "-np", 2, "true", env=env)
+    assert done.returncode == 2
+    assert "set DDP_JOB_TOKEN" in done.stderr, done.stderr
+
+
+def test_ctrl_c_stops_the_ranks_on_every_host(cluster, ddp_env):
+    a, b = cluster.addresses[:2]
+    launcher = cluster.popen(0, [sys.executable, "-m", "ddp.run", "-np", "4", "-H", f"{a}:2,{b}:2",
+                                 "--rsh", cluster.rsh, sys.executable, str(WORKER), "die", "99"],
+                             env=ddp_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True)
+    pids = []
+    while len(pids) < 4:  # every rank is up, on both hosts
+        line = launcher.stdout.readline()
+        assert line, launcher.stderr.read()
+        pids += [int(p) for p in re.findall(r" pid (\d+) ok$", line)]
+    launcher.send_signal(2)
+    out, err = launcher.communicate(timeout=HANG)
+    assert launcher.returncode == 130, err
+    assert "ddprun: interrupted, stopping 4 ranks" in err, err
+    assert gone(pids)
