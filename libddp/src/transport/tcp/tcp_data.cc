@@ -146,6 +146,8 @@ absl::Status TcpTransport::ReadSome(Stream* s) {
   const int peer = s->peer;
   auto closed = [&](int err) -> absl::Status {
     ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
+    // The peer ended its side: end ours, so that a peer waiting for that to close goes on.
+    if (err == 0) ::shutdown(s->fd.get(), SHUT_WR);
     s->state = StreamState::kClosed;
     if (err == 0 && !s->done && peers_[static_cast<size_t>(peer)]->streams_done > 0) StreamDone(s);
     if (s->done && err == 0) return absl::OkStatus();

@@ -1,6 +1,7 @@
 // TcpTransport: construction, the progress loop, waiting, failures and goodbyes.
 #include "transport/tcp/tcp_transport.h"
 
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -282,12 +283,38 @@ void TcpTransport::Run() {
     std::lock_guard<std::mutex> lock(mu_);
     stopped_ = true;
   }
+  const bool healthy = !failed();
   RecordFailure(absl::FailedPreconditionError("transport is shut down"));
   FailRequestsLocked(-1, health());
+  // Peers that are alive end their side as soon as they read ours; a bound for those that do not.
+  CloseStreams(healthy ? absl::Now() + std::min(kFlushOnShutdown, config_.timeout) : absl::Now());
+}
+
+// A socket closed with unread data, or one that data reaches after it was closed, answers with a
+// reset, and a reset makes the peer's kernel drop what it has received from us but not yet
+// handed to its reader: the last messages before our goodbye. So: end our side (FIN after all we
+// sent), read and drop what the peers still send until they end theirs, then close.
+void TcpTransport::CloseStreams(absl::Time deadline) {
+  std::vector<pollfd> open;
   for (auto& s : streams_) {
-    if (s->fd.valid()) ::shutdown(s->fd.get(), SHUT_RDWR);
-    s->fd.Reset();
+    if (!s->fd.valid()) continue;
+    ::shutdown(s->fd.get(), SHUT_WR);
+    open.push_back({s->fd.get(), POLLIN, 0});
   }
+  char sink[4096];
+  while (!open.empty() && absl::Now() < deadline) {
+    if (::poll(open.data(), open.size(), 10) < 0 && errno != EINTR) break;
+    for (pollfd& p : open) {
+      if (p.revents == 0) continue;
+      const ssize_t r = ::recv(p.fd, sink, sizeof(sink), MSG_DONTWAIT);
+      if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        p.fd = -1;  // the peer has closed its end too
+      }
+    }
+    open.erase(std::remove_if(open.begin(), open.end(), [](const pollfd& p) { return p.fd < 0; }),
+               open.end());
+  }
+  for (auto& s : streams_) s->fd.Reset();
 }
 
 bool TcpTransport::SendsPending() const {

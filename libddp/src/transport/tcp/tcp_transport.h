@@ -141,6 +141,7 @@ class TcpTransport final : public PeerTransport {
   void ReleaseUnexpected(Unexpected& u);
   void SendControlFrames(FrameType type, const std::string& payload, int peer);
   bool SendsPending() const;
+  void CloseStreams(absl::Time deadline);
   void MarkBusy(int peer, absl::Time now);
   bool WaitingOn(const Peer& p) const;
   void SendHeartbeats(absl::Time now);
