@@ -21,6 +21,9 @@ absl::Status Request::Wait() {
 }
 
 void Request::Complete(absl::Status status) {
+  // The waiter may free this request as soon as it sees kDone, and this function still wakes it
+  // and hands over the callback after that: hold a reference until the end.
+  const std::shared_ptr<Request> self = weak_from_this().lock();
   status_ = std::move(status);
   state_.store(kDone, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) FutexWakeAll(&state_, /*shared=*/false);

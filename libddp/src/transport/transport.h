@@ -53,7 +53,9 @@ struct Descriptor {
 };
 
 // One posted transfer. Completed exactly once by the transport; waited on by the poster.
-class Request {
+// Always owned by a RequestPtr: Complete keeps itself alive while it runs, since a waiter that
+// sees it done may drop the last other reference at once.
+class Request : public std::enable_shared_from_this<Request> {
  public:
   bool Test() const { return state_.load(std::memory_order_acquire) != kPending; }
   // Blocks (a short spin, then a futex sleep: wait.h) until complete; returns the outcome.
