@@ -449,10 +449,6 @@ class _Unit:
         return f"{what} on host {self.host}" if self.host else what
 
 
-def _span(ranks: list[int]) -> str:
-    return _Unit(ranks, [], {}, "").describe()
-
-
 class _Job:
     """The processes of one job: starts them, watches them, stops them all when one fails.
     AGENT: this job is one host's part of a larger one; it reports each rank's end on stderr,
@@ -596,7 +592,8 @@ class _Job:
                 self._alive.discard(first)
                 rank = self._units[first].ranks[0]
                 self.statuses[rank] = second
-                self._pump.wait_closed(first, _LAST_WORDS_SECONDS)  # its last words first
+                if second != 0 or self._agent:  # its last words before what is said of it
+                    self._pump.wait_closed(first, _LAST_WORDS_SECONDS)
                 self._report(rank, second)
                 if second != 0 and self._code is None:
                     deadline = self._fail(rank, second)
