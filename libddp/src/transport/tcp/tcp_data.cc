@@ -81,6 +81,7 @@ absl::Status TcpTransport::WriteSome(Stream* s) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
       const int err = errno;
       if (peer_state(s->peer) == PeerState::kLeft) return absl::OkStatus();
+      if (HeardLastWordsOf(s->peer)) return absl::OkStatus();
       return PeerError(s->peer, absl::StatusCode::kUnavailable,
                        absl::StrCat("connection lost while sending (", std::strerror(err),
                                     "); did that process die?"));
@@ -111,6 +112,21 @@ absl::Status TcpTransport::WriteSome(Stream* s) {
     }
   }
   return absl::OkStatus();
+}
+
+bool TcpTransport::HeardLastWordsOf(int peer) {
+  if (failed()) return true;
+  std::vector<Stream*> open;
+  for (auto& s : streams_) {
+    if (s->peer == peer && s->state == StreamState::kOpen && s->fd.valid()) open.push_back(s.get());
+  }
+  // A reset connection still hands over the bytes that arrived before the reset. Errors here
+  // are the broken connection itself: the caller reports that if nothing better was said.
+  for (Stream* s : open) {
+    if (s->state == StreamState::kOpen) (void)ReadSome(s);
+    if (failed() || peer_state(peer) != PeerState::kAlive) return true;
+  }
+  return false;
 }
 
 // Fills the staging buffer; *got says whether any byte arrived.

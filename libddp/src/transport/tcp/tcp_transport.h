@@ -128,6 +128,9 @@ class TcpTransport final : public PeerTransport {
   void Claim(int peer, Early early, PostedRecv op);
   absl::Status WriteSome(Stream* s);
   absl::Status ReadSome(Stream* s);
+  // Reads whatever `peer` sent before its connection broke. True when that settled the matter:
+  // it said goodbye or aborted (an abort names the rank at fault, which may be another).
+  bool HeardLastWordsOf(int peer);
   absl::Status OnHeader(Stream* s, const FrameHeader& h);
   absl::Status MatchMessage(Stream* s);
   absl::Status FinishMessage(Stream* s);
