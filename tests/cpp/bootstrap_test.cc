@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "bootstrap/job.h"
 #include "bootstrap/tcp_store.h"
 #include "bootstrap/topology.h"
 #include "common/auth.h"
@@ -147,6 +148,19 @@ TEST(Topology, LocalAndCrossRanksFromHostNames) {
     EXPECT_EQ(t.cross_rank, want_cross_rank[r]) << r;
     EXPECT_EQ(t.cross_size, 3) << r;
   }
+}
+
+// Ranks on one machine share its cores whatever their host names say (containers of one node,
+// simulated hosts): the transports spin less when they outnumber the cores.
+TEST(Topology, RanksOnAMachineCountByBootIdElseByHostName) {
+  const std::vector<std::string> hosts = {"host0", "host0", "host1", "host1", "host2"};
+  EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {"m", "m", "m", "m", "n"}, 2), 4);
+  EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {"m", "m", "m", "m", "n"}, 4), 1);
+  EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {"", "", "", "", ""}, 2), 2);
+  EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {}, 0), 2);
+  const std::string id = bootstrap::MachineId();
+  EXPECT_EQ(id.size(), 36u) << id;  // this kernel's boot id, a UUID
+  EXPECT_EQ(id, bootstrap::MachineId());
 }
 
 TEST(Store, SetGetAddAndTimeouts) {

@@ -3,9 +3,14 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <fstream>
 #include <map>
+#include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bootstrap/exchange.h"
 #include "common/log.h"
 #include "common/socket.h"
@@ -79,7 +84,8 @@ class Assembler {
   std::unique_ptr<transport::tcp::TcpTransport> tcp_;
   std::unique_ptr<transport::ofi::OfiWire> ofi_;
   std::unique_ptr<transport::wire::Wire> mpi_wire_;
-  absl::Status shm_error_;  // PrepareShm failed (reported when connecting)
+  absl::Status shm_error_;    // PrepareShm failed (reported when connecting)
+  int ranks_on_machine_ = 1;  // of the job, sharing this machine's cores
 };
 
 absl::StatusOr<Job> Assembler::Run(Options* options) {
@@ -96,8 +102,18 @@ absl::StatusOr<Job> Assembler::Run(Options* options) {
       DDP_ASSIGN_OR_RETURN(exchange, StoreExchange(options_, deadline_, &job_.store_server));
     }
     const std::vector<int> all = AllRanks(n);
-    // Hosts first: they decide which transports to set up.
-    DDP_ASSIGN_OR_RETURN(job_.hosts, exchange->Allgather("host", job_.hosts[0], all));
+    // Hosts first: they decide which transports to set up. Machines come with them.
+    DDP_ASSIGN_OR_RETURN(
+        std::vector<std::string> places,
+        exchange->Allgather("host", absl::StrCat(job_.hosts[0], "\n", MachineId()), all));
+    job_.machines.assign(static_cast<size_t>(n), "");
+    for (size_t r = 0; r < places.size(); ++r) {
+      std::pair<std::string, std::string> parts =
+          absl::StrSplit(places[r], absl::MaxSplits('\n', 1));
+      job_.hosts[r] = std::move(parts.first);
+      job_.machines[r] = std::move(parts.second);
+    }
+    ranks_on_machine_ = RanksOnMachine(job_.hosts, job_.machines, options_.rank);
     plan_ = PlanTransports(options_, job_.hosts);
     std::vector<std::string> addresses(static_cast<size_t>(n));
     if (plan_.net) {
@@ -159,6 +175,7 @@ absl::StatusOr<std::string> Assembler::PrepareNet(const std::string& listen_ip) 
   config.streams = options_.tcp_streams;
   config.socket_buffer_bytes = options_.socket_buffer_bytes;
   config.timeout = options_.timeout;
+  config.ranks_on_machine = ranks_on_machine_;
   DDP_ASSIGN_OR_RETURN(tcp_, transport::tcp::TcpTransport::Create(config));
   return tcp_->listen_address();
 }
@@ -178,6 +195,7 @@ std::string Assembler::PrepareShm() {
   config.slots = static_cast<size_t>(options_.shm_slots);
   config.small_bytes = static_cast<size_t>(options_.shm_small_bytes);
   config.timeout = options_.timeout;
+  config.ranks_on_machine = ranks_on_machine_;
   config.areas = backend_slots_;
   // The allreduce of shared memory alone runs when this host holds the whole job; with other
   // hosts, the hierarchical algorithm uses the point-to-point path. DDP_ALGO=ring or rd asks for
@@ -276,6 +294,22 @@ absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectNet(
 }
 
 }  // namespace
+
+std::string MachineId() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  if (!in || !std::getline(in, id)) return "";
+  return std::string(absl::StripAsciiWhitespace(id));
+}
+
+int RanksOnMachine(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
+                   int rank) {
+  const auto me = static_cast<size_t>(rank);
+  if (me < machines.size() && !machines[me].empty()) {
+    return static_cast<int>(std::count(machines.begin(), machines.end(), machines[me]));
+  }
+  return static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[me]));
+}
 
 std::string HostName(const Options& options) {
   if (!options.hostname.empty()) return options.hostname;

@@ -25,6 +25,9 @@ namespace ddp::bootstrap {
 
 struct Job {
   std::vector<std::string> hosts;  // every rank's host identity
+  // Every rank's machine (the kernel's boot id; empty where unknown). Ranks on one machine share
+  // its cores whatever their host names say: containers of one node, simulated hosts.
+  std::vector<std::string> machines;
   Topology topology;
   std::unique_ptr<transport::Transport> transport;  // null in a job of one rank
   // This host's shared memory when other ranks of the job share it (null otherwise).
@@ -42,5 +45,14 @@ absl::StatusOr<Job> AssembleJob(Options* options, int backend_slots);
 
 // This rank's host identity: DDP_HOSTNAME, else the host name.
 std::string HostName(const Options& options);
+
+// This machine's identity: the running kernel's boot id, shared by every container and network
+// namespace on it; empty where /proc does not say.
+std::string MachineId();
+
+// How many of `machines` (by rank) are `rank`'s machine; where that is unknown, how many of
+// `hosts` are its host.
+int RanksOnMachine(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
+                   int rank);
 
 }  // namespace ddp::bootstrap

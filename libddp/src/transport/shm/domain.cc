@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <thread>
@@ -70,7 +71,8 @@ absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  spin_iterations.store(d->config_.local_size > cores ? 50 : 20000);
+  const int sharing = std::max(d->config_.local_size, d->config_.ranks_on_machine);
+  spin_iterations.store(sharing > cores ? 50 : 20000);
   d->pids_[static_cast<size_t>(me)] = getpid();
   return d;
 }

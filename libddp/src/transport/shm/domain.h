@@ -35,6 +35,9 @@ struct ShmConfig {
   size_t stream_bytes = 8 << 20;  // allreduce: from this size, write the output around caches
   int areas = 2;                  // reduction areas (collectives/backend.h: one per slot)
   absl::Duration timeout = absl::Seconds(300);
+  // Ranks of the job on this machine, whatever their host names (0: local_size). More than its
+  // cores, and waits spin briefly before yielding.
+  int ranks_on_machine = 0;
   bool native_allreduce = true;
 };
 

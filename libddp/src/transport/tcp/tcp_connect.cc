@@ -36,8 +36,10 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
     }
     SetHosts(hosts);
     connect_deadline_ = deadline;
-    const auto local =
-        std::count(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(config_.rank)]);
+    const long local =
+        config_.ranks_on_machine > 0
+            ? config_.ranks_on_machine
+            : std::count(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(config_.rank)]);
     cpu_set_t cpus;
     const long cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     oversubscribed_ = local > cores;

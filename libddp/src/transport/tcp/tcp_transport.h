@@ -41,6 +41,9 @@ struct TcpConfig {
   int streams = 1;
   int socket_buffer_bytes = 0;
   absl::Duration timeout = absl::Seconds(300);
+  // Ranks of the job on this machine (0: count those with this rank's host name). More than its
+  // cores, and waiting ranks spin less: the one they wait for may need the core.
+  int ranks_on_machine = 0;
   // A connection that has not authenticated within this is dropped.
   absl::Duration handshake_timeout = absl::Seconds(10);
 };
