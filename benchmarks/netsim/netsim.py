@@ -15,14 +15,15 @@ filter (`tc qdisc ... tbf`) limits both directions, at the host's end (what it s
 the bridge's end (what it receives). Latency would need `sch_netem`; where the kernel has it,
 `delay` adds it on both ends, elsewhere the call fails saying so. The bridge lives in a namespace
 of its own, so nothing here touches the machine's own interfaces or routes, and no packet leaves
-the cluster. The hosts share the machine's host name and /dev/shm: give each its own name
-(ddprun -H does: DDP_HOSTNAME is the name it was given) or libddp rightly takes them for one.
+the cluster. Commands run in a host get its own host name (host0, host1, ...: a UTS namespace
+each), but all hosts share /dev/shm and the file system.
 Needs root and iproute2.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
 import shlex
 import shutil
@@ -62,6 +63,14 @@ def _tc(namespace: str, *args: str) -> None:
         raise NetsimError(f"tc {' '.join(args)} in {namespace}: {done.stderr.strip()}")
 
 
+def rate_bits(text: str) -> float:
+    """tc's rate syntax, decimal units: 1gbit -> 1e9 bits/s."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)bit", text.lower())
+    if not m:
+        raise ValueError(f"rate {text!r}: say 1gbit, 400mbit")
+    return float(m.group(1)) * 1000 ** "_kmgt".index(m.group(2) or "_")
+
+
 class Cluster:
     """H hosts at SUBNET.1 .. SUBNET.H. RATE (tc's syntax: 1gbit, 400mbit) limits every link in
     both directions; DELAY (e.g. 100us) needs sch_netem."""
@@ -69,11 +78,16 @@ class Cluster:
     def __init__(self, hosts: int, rate: str | None = None, delay: str | None = None):
         if not 1 <= hosts <= 200:
             raise ValueError(f"hosts must be 1..200, not {hosts}")
+        if rate is not None:
+            rate_bits(rate)  # refuses what tc would not take, before anything is made
         self.size, self.rate, self.delay = hosts, rate, delay
         self.tag = f"ns{os.getpid() % 100000}{secrets.token_hex(2)}"
         self.bridge = f"{self.tag}br"
         self.namespaces = [f"{self.tag}h{i}" for i in range(hosts)]
         self.addresses = [f"{SUBNET}.{i + 1}" for i in range(hosts)]
+        # Each host's own host name (a UTS namespace per command): Open MPI keys its session
+        # directories and shared-memory files by it, libddp its idea of "same host".
+        self.hostnames = [f"host{i}" for i in range(hosts)]
         self.rsh = ""
         self._dir = ""
         self._made: list[str] = []
@@ -106,14 +120,19 @@ class Cluster:
             for where, dev in ((namespace, "eth0"), (self.bridge, port)):
                 self._shape(where, dev)
         self._dir = tempfile.mkdtemp(prefix="netsim-")
-        self.rsh = os.path.join(self._dir, "rsh")
-        cases = "".join(f"  {a}) ns={n} ;;\n" for a, n in zip(self.addresses, self.namespaces))
+        # Not named ssh or rsh: Open MPI adds ssh's own options to agents of those names.
+        self.rsh = os.path.join(self._dir, "enter")
+        cases = "".join(f"  {a}) ns={n} name={h} ;;\n"
+                        for a, n, h in zip(self.addresses, self.namespaces, self.hostnames))
         with open(self.rsh, "w", encoding="utf-8") as f:
-            f.write("#!/bin/sh\n# RSH HOST 'COMMAND LINE': runs the line in that host's namespace\n"
+            f.write("#!/bin/sh\n# ENTER HOST COMMAND...: runs the command line in that host's"
+                    " namespace,\n# joining the words as ssh does (ddprun passes one, mpirun"
+                    " several)\n"
                     f'case "$1" in\n{cases}'
                     '  *) echo "ssh: Could not resolve hostname $1: no such simulated host" >&2;'
-                    " exit 255 ;;\nesac\n"
-                    'exec ip netns exec "$ns" sh -c "$2"\n')
+                    " exit 255 ;;\nesac\nshift\n"
+                    'exec ip netns exec "$ns" unshare --uts sh -c \'hostname "$0"; exec sh -c "$1"\''
+                    ' "$name" "$*"\n')
         os.chmod(self.rsh, 0o755)
 
     def _shape(self, namespace: str, dev: str) -> None:
@@ -124,9 +143,12 @@ class Cluster:
             except NetsimError as e:
                 raise NetsimError(f"{e} (this kernel may lack sch_netem: run without a delay)")
         elif self.rate:
-            # A burst of at least rate x 1 ms keeps the bucket from starving fast links.
+            # The bucket holds 1 ms at the link rate (at least 128 KiB, two 64 KiB GSO
+            # packets): enough that fast links are not starved between timer ticks, little
+            # enough that a 1 MiB transfer cannot pass at memory speed after a pause.
+            burst = max(128 << 10, int(rate_bits(self.rate) / 8 / 1000))
             _tc(namespace, "qdisc", "add", "dev", dev, "root", "tbf", "rate", self.rate,
-                "burst", "1mb", "latency", "100ms")
+                "burst", str(burst), "latency", "100ms")
 
     def close(self) -> None:
         for namespace in reversed(self._made):
@@ -141,7 +163,8 @@ class Cluster:
         return ",".join(f"{a}:{slots}" for a in self.addresses[:count or self.size])
 
     def argv(self, host: int, command: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.namespaces[host], *command]
+        return ["ip", "netns", "exec", self.namespaces[host], "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', self.hostnames[host], *command]
 
     def environ(self) -> dict:
         return {"NETSIM_HOSTS": ",".join(self.addresses), "NETSIM_RSH": self.rsh,

@@ -7,6 +7,7 @@ import importlib.util
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -138,3 +139,36 @@ def test_ctrl_c_stops_the_ranks_on_every_host(cluster, ddp_env):
     assert launcher.returncode == 130, err
     assert "ddprun: interrupted, stopping 4 ranks" in err, err
     assert gone(pids)
+
+
+def test_open_mpi_starts_libddp_across_hosts(cluster, ddp_env):
+    """mpirun with its remote shell entering the namespaces (what benchmarks/netsim/scaling.py
+    measures Open MPI with): libddp joins through MPI, each host with its own host name."""
+    if not shutil.which("mpirun"):
+        pytest.skip("no mpirun")
+    a, b = cluster.addresses[:2]
+    env = {k: v for k, v in ddp_env.items() if not k.startswith("DDP_")}
+    # Simulated host names resolve nowhere: name the interface (as NCCL_SOCKET_IFNAME would).
+    env["DDP_IFACE"] = "eth0"
+    done = cluster.run(0, ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "4",
+                           "-H", f"{a}:2,{b}:2", "--mca", "plm_rsh_agent", cluster.rsh,
+                           "--mca", "btl_tcp_if_include", "eth0", "--mca", "oob_tcp_if_include",
+                           "eth0", sys.executable, str(WORKER)],
+                       env=env, capture_output=True, text=True, timeout=HANG)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rank in range(4):
+        host = cluster.hostnames[rank // 2]
+        assert re.search(rf"^rank {rank} of 4 on {host} local {rank % 2}/2 "
+                         r"hosts host0,host0,host1,host1 ", done.stdout, re.M), done.stdout
+
+
+def test_the_remote_shell_joins_words_as_ssh_does(cluster):
+    """ddprun passes the remote command as one word, mpirun as several: both must work."""
+    b = cluster.addresses[1]
+    one = subprocess.run([cluster.rsh, b, "echo 'a  b' $(hostname)"], capture_output=True,
+                         text=True, timeout=30)
+    several = subprocess.run([cluster.rsh, b, "echo", "'a  b'", "$(hostname)"],
+                             capture_output=True, text=True, timeout=30)
+    assert one.stdout == several.stdout == "a  b host1\n", (one, several)
+    nowhere = subprocess.run([cluster.rsh, "10.216.0.99", "true"], capture_output=True, text=True)
+    assert nowhere.returncode == 255 and "Could not resolve hostname" in nowhere.stderr

@@ -1,8 +1,9 @@
 """A job across simulated hosts (tests/python/test_run_hosts.py): every rank checks the place
-ddprun gave it against libddp's own view, that the job token is on no command line of the
+ddprun (or mpirun) gave it against libddp's own view, that the job token is on no command line of the
 machine, and an allreduce across the hosts. `die R` makes rank R exit 3 once all are up."""
 import os
 import pathlib
+import socket
 import sys
 import time
 
@@ -26,18 +27,26 @@ def main():
     ddp.init()
     rank, size = ddp.rank(), ddp.size()
     env = os.environ
-    host = env["DDP_HOSTNAME"] if "DDP_HOSTNAME" in env else "?"
-    checks = {
-        "local_rank": (ddp.local_rank(), int(env["DDP_LOCAL_RANK"])),
-        "local_size": (ddp.local_size(), int(env["DDP_LOCAL_SIZE"])),
-        "cross_size": (ddp.cross_size(), int(env["DDP_CROSS_SIZE"])),
-    }
+    if "OMPI_COMM_WORLD_RANK" in env:  # started by Open MPI's mpirun: its view, host names
+        host = socket.gethostname()
+        checks = {
+            "rank": (rank, int(env["OMPI_COMM_WORLD_RANK"])),
+            "local_rank": (ddp.local_rank(), int(env["OMPI_COMM_WORLD_LOCAL_RANK"])),
+            "local_size": (ddp.local_size(), int(env["OMPI_COMM_WORLD_LOCAL_SIZE"])),
+        }
+    else:
+        host = env["DDP_HOSTNAME"] if "DDP_HOSTNAME" in env else "?"
+        checks = {
+            "local_rank": (ddp.local_rank(), int(env["DDP_LOCAL_RANK"])),
+            "local_size": (ddp.local_size(), int(env["DDP_LOCAL_SIZE"])),
+            "cross_size": (ddp.cross_size(), int(env["DDP_CROSS_SIZE"])),
+        }
+        leaked = token_on_a_command_line(env["DDP_JOB_TOKEN"].encode())
+        if leaked:
+            sys.exit(f"rank {rank}: the job token is on the command line of processes {leaked}")
     for what, (lib, launcher) in checks.items():
         if lib != launcher:
-            sys.exit(f"rank {rank}: libddp's {what} {lib} but ddprun said {launcher}")
-    leaked = token_on_a_command_line(env["DDP_JOB_TOKEN"].encode())
-    if leaked:
-        sys.exit(f"rank {rank}: the job token is on the command line of processes {leaked}")
+            sys.exit(f"rank {rank}: libddp's {what} {lib} but the launcher said {launcher}")
     total = ddp.allreduce(np.full(1024, rank + 1, dtype=np.float32), op=ddp.Sum, name="sum")
     if not np.all(total == size * (size + 1) / 2):
         sys.exit(f"rank {rank}: wrong sum {total[:4]}")
