@@ -36,14 +36,16 @@ $(BUILD)/build.ninja:
 	  -DPython_EXECUTABLE=$(abspath $(VENV))/bin/python -DDDP_WITH_PYTHON=ON
 
 # Builds everything and installs the `ddp` package (extension, libddp.so, Python files) and the
-# `ddprun` command into .venv.
+# `ddprun` and `ddp-model` commands into .venv.
 build: deps venv $(BUILD)/build.ninja
 	cmake --build $(BUILD) -j $(JOBS)
 	@site=$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'); \
 	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
 	printf '#!%s\nimport sys\nfrom ddp.run import main\nsys.exit(main())\n' \
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddprun && chmod +x $(VENV)/bin/ddprun && \
-	echo "installed ddp into $$site and ddprun into $(VENV)/bin"
+	printf '#!%s\nimport sys\nfrom ddp.model import main\nsys.exit(main())\n' \
+	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddp-model && chmod +x $(VENV)/bin/ddp-model && \
+	echo "installed ddp into $$site and ddprun, ddp-model into $(VENV)/bin"
 
 # The demo: a real 4-rank PyTorch training job on the embedded default transport (handwritten
 # digits from scikit-learn, no download): >= 97% test accuracy in well under a minute.

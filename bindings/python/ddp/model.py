@@ -1,0 +1,353 @@
+"""The allreduce cost model: alpha-beta-gamma, with the CPU as a second roof.
+
+    ddp-model fit benchmarks/results/scaling-DATE.json --plot fit.png --out params.json
+    ddp-model predict --params params.json --ranks 1024 --per-host 8 --link 400gbit \\
+        --bytes 64M,1G --gpu
+    python -m ddp.model ...        (the same; also runs as a plain script, without libddp built)
+
+An allreduce of K bytes over N = H x L ranks (H hosts, L ranks per host, links of B bit/s in each
+direction) costs the steps it takes times alpha (one message's latency and software overhead),
+plus the larger of two times: the bytes on the busiest link at eta x B (eta: the share of the
+link's rate that carries payload, after framing, headers and acknowledgements), and the work of
+the host's processes spread over its P cores: gamma seconds per byte a rank sends across hosts
+(copies, the kernel's TCP, the reduction), gamma_l per byte it moves within the host (shared
+memory). With more ranks on a host than cores, a step also waits for its sender to be scheduled:
+alpha counts L/P times. On GPUs (--gpu) the reduction and the copies run on the device and the CPU
+roof is left out; --intra-link gives the rate between the GPUs of a host (NVLink).
+
+    ring          2(N-1) alpha + max(2(N-1)/N K / (eta B),
+                                     2(N-1)/N K (gamma + (L-1) gamma_l) / P)
+                    (the ranks of a host adjacent in the ring: one of its L edges crosses)
+    recursive     log2(N) alpha + max(log2(H) L K / (eta B),
+      doubling                      L K (log2(H) gamma + log2(L) gamma_l) / P)
+                    (every step exchanges the whole buffer; L ranks of a host share its link)
+    hierarchical  (2(H-1) + 2(L-1)) alpha + max(2(H-1)/H K / (eta B), 2(H-1)/H K gamma / P)
+                    + 2(L-1) K gamma_l / P
+                    (reduce-scatter within the host, L rings across hosts on K/L each, then
+                    all-gather within the host: the phases within the host do not overlap the
+                    one across, so they add)
+
+In the network-namespace cluster (benchmarks/netsim) all hosts share one machine's cores, so the
+fit uses P = cores / H. `fit` finds alpha, eta, gamma and gamma_l from the harness's measurements
+(benchmarks/netsim/scaling.py) by least squares on the log of the time, prints the prediction
+error at every point and can plot predicted against measured. The parameter server is not
+modelled yet: it does not exist yet.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+
+ALGOS = ("ring", "rd", "hier")
+UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+
+
+def parse_bytes(text: str) -> int:
+    m = re.fullmatch(r"(\d+)([KMGT]?)(I?B)?", text.strip().upper())
+    if not m:
+        raise argparse.ArgumentTypeError(f"bad size {text!r} (say 64M, 1G)")
+    return int(m.group(1)) << UNITS[m.group(2)]
+
+
+def parse_rate(text: str) -> float:
+    """Bits per second from 400gbit, 25gbit, 1e9."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)bit", text.strip().lower())
+    if m:
+        return float(m.group(1)) * 1000 ** "_kmgt".index(m.group(2) or "_")
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad rate {text!r} (say 400gbit)") from None
+
+
+class Params:
+    def __init__(self, alpha: float, eta: float, gamma: float, gamma_local: float | None = None):
+        self.alpha, self.eta, self.gamma = alpha, eta, gamma
+        self.gamma_local = gamma if gamma_local is None else gamma_local
+
+    def as_dict(self) -> dict:
+        return {"alpha_seconds": self.alpha, "eta": self.eta, "gamma_seconds_per_byte": self.gamma,
+                "gamma_local_seconds_per_byte": self.gamma_local}
+
+    @staticmethod
+    def from_dict(d: dict) -> "Params":
+        return Params(d["alpha_seconds"], d["eta"], d["gamma_seconds_per_byte"],
+                      d.get("gamma_local_seconds_per_byte"))
+
+    def __str__(self) -> str:
+        def rate(g):
+            return f"{1 / g / 1e9:.2f} GB/s" if g > 0 else "free"
+        return (f"alpha = {self.alpha * 1e6:.1f} us per step, eta = {self.eta:.3f} of the link, "
+                f"gamma = {self.gamma * 1e9:.3f} ns per byte across hosts ({rate(self.gamma)} "
+                f"per core), {self.gamma_local * 1e9:.3f} ns per byte within a host "
+                f"({rate(self.gamma_local)} per core)")
+
+
+def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: float,
+            cores_per_host: float | None, intra_rate: float | None = None) -> float:
+    """Seconds for one allreduce of SIZE bytes; cores_per_host None: no CPU roof (GPUs);
+    intra_rate: bit/s between the ranks of a host (NVLink), None: only the CPU roof counts."""
+    n = hosts * per_host
+    if n <= 1:
+        return 0.0
+    link = p.eta * rate / 8  # payload bytes per second on one link, each direction
+    # More ranks than cores: a step waits for its sender to be scheduled.
+    crowd = max(1.0, per_host / cores_per_host) if cores_per_host else 1.0
+    alpha = p.alpha * crowd
+    g, gl = p.gamma, p.gamma_local
+    local_phase = 0.0
+    if algo == "ring":
+        # Host-adjacent ranks: one of a host's L edges crosses to the next host.
+        steps, net = 2 * (n - 1), 2 * (n - 1) / n * size
+        work = 2 * (n - 1) / n * size * (g + (per_host - 1) * gl)
+        if intra_rate and per_host > 1:  # the edges within a host carry as much
+            net = max(net, 2 * (n - 1) / n * size * link / (intra_rate / 8))
+    elif algo == "rd":
+        steps = math.log2(n)
+        net = math.log2(hosts) * per_host * size if hosts > 1 else 0.0
+        work = per_host * size * (math.log2(hosts) * g + math.log2(per_host) * gl)
+    elif algo == "hier":
+        # Reduce-scatter within the host, L rings across hosts on K/L each, all-gather within:
+        # the phases within the host come before and after the one across.
+        steps = 2 * (hosts - 1) + 2 * (per_host - 1)
+        net = 2 * (hosts - 1) / hosts * size
+        work = 2 * (hosts - 1) / hosts * size * g
+        if per_host > 1:
+            local_phase = (2 * (per_host - 1) / per_host * size / (intra_rate / 8) if intra_rate
+                           else 0.0)
+            if cores_per_host:
+                local_phase = max(local_phase,
+                                  2 * (per_host - 1) * size * gl / cores_per_host)
+    else:
+        raise ValueError(f"unknown algorithm {algo!r}")
+    cpu = work / cores_per_host if cores_per_host else 0.0
+    return steps * alpha + max(net / link, cpu) + local_phase
+
+
+def bound(algo: str, size: float, hosts: int, per_host: int, rate: float) -> float:
+    """The bandwidth bound the harness reports against: links at full rate, nothing else."""
+    n = hosts * per_host
+    if algo == "hier":
+        return 2 * (hosts - 1) / hosts * size / (rate / 8)
+    return 2 * (n - 1) / n * size / (rate / 8)
+
+
+# ---- fitting ------------------------------------------------------------------------------
+
+def load_points(paths: list[str], impls=("ring", "hier"), min_bytes: int = 1 << 20):
+    points, cores = [], None
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        cores = cores or data.get("machine", {}).get("cores")
+        for pt in data["points"]:
+            if "seconds" in pt and pt["impl"] in impls and pt["bytes"] >= min_bytes:
+                points.append(pt)
+    return points, cores or 2
+
+
+def _nelder_mead(f, x0: list[float], steps: list[float], iters: int = 4000) -> list[float]:
+    simplex = [list(x0)] + [[x + (s if i == j else 0) for j, x in enumerate(x0)]
+                            for i, s in enumerate(steps)]
+    values = [f(x) for x in simplex]
+    for _ in range(iters):
+        order = sorted(range(len(simplex)), key=values.__getitem__)
+        simplex, values = [simplex[i] for i in order], [values[i] for i in order]
+        if abs(values[-1] - values[0]) < 1e-12:
+            break
+        centroid = [sum(x[j] for x in simplex[:-1]) / (len(simplex) - 1) for j in range(len(x0))]
+        worst = simplex[-1]
+        reflect = [c + (c - w) for c, w in zip(centroid, worst)]
+        fr = f(reflect)
+        if fr < values[0]:
+            expand = [c + 2 * (c - w) for c, w in zip(centroid, worst)]
+            fe = f(expand)
+            simplex[-1], values[-1] = (expand, fe) if fe < fr else (reflect, fr)
+        elif fr < values[-2]:
+            simplex[-1], values[-1] = reflect, fr
+        else:
+            contract = [c + 0.5 * (w - c) for c, w in zip(centroid, worst)]
+            fc = f(contract)
+            if fc < values[-1]:
+                simplex[-1], values[-1] = contract, fc
+            else:
+                best = simplex[0]
+                simplex = [best] + [[b + 0.5 * (x - b) for b, x in zip(best, pt)]
+                                    for pt in simplex[1:]]
+                values = [values[0]] + [f(x) for x in simplex[1:]]
+    return simplex[min(range(len(simplex)), key=values.__getitem__)]
+
+
+def _sim_cores(pt: dict, cores: int) -> float:
+    return cores / pt["hosts"]
+
+
+def fit(points: list[dict], cores: int) -> Params:
+    def unpack(x):  # log-space keeps every parameter positive; eta in (0, 1]
+        return Params(math.exp(x[0]), 1 / (1 + math.exp(-x[1])), math.exp(x[2]), math.exp(x[3]))
+
+    def loss(x):
+        p = unpack(x)
+        total = 0.0
+        for pt in points:
+            t = predict(p, pt["impl"], pt["bytes"], pt["hosts"], pt["per_host"], pt["rate"],
+                        _sim_cores(pt, cores))
+            total += math.log(t / pt["seconds"]) ** 2
+        return total
+
+    best = None
+    for a0 in (1e-5, 1e-4, 1e-3):
+        for g0 in (1e-10, 1e-9):
+            x = _nelder_mead(loss, [math.log(a0), 3.0, math.log(g0), math.log(g0)],
+                             [1.0, 1.0, 1.0, 1.0])
+            x = _nelder_mead(loss, x, [0.3, 0.3, 0.3, 0.3])  # restarted: NM stalls
+            if best is None or loss(x) < loss(best):
+                best = x
+    return unpack(best)
+
+
+def errors(p: Params, points: list[dict], cores: int) -> list[tuple[dict, float, float]]:
+    out = []
+    for pt in points:
+        t = predict(p, pt["impl"], pt["bytes"], pt["hosts"], pt["per_host"], pt["rate"],
+                    _sim_cores(pt, cores))
+        out.append((pt, t, t / pt["seconds"] - 1))
+    return out
+
+
+def plot(rows, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6.4, 5.6))
+    colors = {1e9: "tab:blue", 4e9: "tab:orange", 10e9: "tab:red"}
+    for impl, marker in (("ring", "o"), ("hier", "s")):
+        for rate, color in colors.items():
+            sel = [(pt["seconds"] * 1e3, t * 1e3) for pt, t, _ in rows
+                   if pt["impl"] == impl and abs(pt["rate"] - rate) < 1]
+            if sel:
+                ax.scatter(*zip(*sel), marker=marker, color=color, s=22,
+                           label=f"{impl} {rate / 1e9:g} Gbit/s")
+    lo = min(min(pt["seconds"], t) for pt, t, _ in rows) * 1e3 * 0.8
+    hi = max(max(pt["seconds"], t) for pt, t, _ in rows) * 1e3 * 1.25
+    ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
+    ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="0.9",
+                    label="within 15%")
+    ax.set(xscale="log", yscale="log", xlabel="measured (ms)", ylabel="predicted (ms)",
+           title="libddp allreduce: cost model against the netsim harness")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ---- commands -----------------------------------------------------------------------------
+
+def cmd_fit(args) -> int:
+    points, cores = load_points(args.results, min_bytes=args.min_bytes)
+    if args.cores:
+        cores = args.cores
+    if len(points) < 3:
+        print("ddp-model: fewer than 3 measured points of ring or hier", file=sys.stderr)
+        return 1
+    p = fit(points, cores)
+    rows = errors(p, points, cores)
+    print(f"# fitted on {len(points)} points (ring, hier; >= {args.min_bytes} bytes; "
+          f"{cores} cores shared by the simulated hosts)\n# {p}")
+    print(f"# {'algo':5s} {'rate':>6s} {'H':>2s} {'L':>2s} {'bytes':>9s} {'measured ms':>12s} "
+          f"{'predicted ms':>13s} {'error':>7s}")
+    for pt, t, err in sorted(rows, key=lambda r: (r[0]["impl"], r[0]["rate"], r[0]["hosts"],
+                                                  r[0]["per_host"], r[0]["bytes"])):
+        print(f"  {pt['impl']:5s} {pt['rate'] / 1e9:5g}G {pt['hosts']:2d} {pt['per_host']:2d} "
+              f"{pt['bytes']:9d} {pt['seconds'] * 1e3:12.2f} {t * 1e3:13.2f} {err:+7.1%}")
+    worst = max(abs(e) for _, _, e in rows)
+    within = sum(abs(e) <= 0.15 for _, _, e in rows)
+    print(f"# largest error {worst:.1%}; {within} of {len(rows)} points within 15%")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            json.dump({**p.as_dict(), "fitted_on": args.results, "cores": cores,
+                       "points": len(points), "largest_error": worst}, f, indent=1)
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+def cmd_predict(args) -> int:
+    if args.params:
+        with open(args.params, encoding="utf-8") as f:
+            p = Params.from_dict(json.load(f))
+    else:
+        p = Params(args.alpha * 1e-6, args.eta, args.gamma * 1e-9)
+    for name, value in (("alpha", args.alpha), ("eta", args.eta), ("gamma", args.gamma)):
+        if args.params and getattr(args, f"set_{name}"):
+            setattr(p, name, value * {"alpha": 1e-6, "eta": 1, "gamma": 1e-9}[name])
+    rate = parse_rate(args.link)
+    intra = parse_rate(args.intra_link) if args.intra_link else None
+    cores = None if args.gpu else args.cores_per_host
+    ranks = [int(r) for r in args.ranks.split(",")]
+    sizes = [parse_bytes(s) for s in args.bytes.split(",")]
+    print(f"# {p}\n# links {rate / 1e9:g} Gbit/s, {args.per_host} ranks per host, "
+          + ("reduction on the GPU (no CPU roof)" if cores is None
+             else f"{cores:g} cores per host")
+          + (f", {intra / 1e9:g} Gbit/s within a host" if intra else ""))
+    print(f"# {'ranks':>6s} {'bytes':>12s} " + " ".join(f"{a + ' ms':>11s}" for a in args.algos)
+          + "   fastest (its busbw in GB/s; share of its own link bound)")
+    for n in ranks:
+        if n % args.per_host:
+            print(f"ddp-model: {n} ranks is not a multiple of {args.per_host} per host",
+                  file=sys.stderr)
+            return 2
+        hosts = n // args.per_host
+        for size in sizes:
+            times = {a: predict(p, a, size, hosts, args.per_host, rate, cores, intra)
+                     for a in args.algos}
+            best = min(times, key=times.get)
+            t = times[best]
+            busbw = 2 * (n - 1) / n * size / t / 1e9 if t > 0 else math.inf
+            share = bound(best, size, hosts, args.per_host, rate) / t if t > 0 else 1
+            print(f"  {n:6d} {size:12d} " + " ".join(f"{times[a] * 1e3:11.3f}" for a in args.algos)
+                  + f"   {best} ({busbw:.2f}, {share:.0%})")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ddp-model", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    f = sub.add_parser("fit", help="fit alpha, eta, gamma to harness results and check them")
+    f.add_argument("results", nargs="+", help="scaling-*.json from benchmarks/netsim/scaling.py")
+    f.add_argument("--min-bytes", type=parse_bytes, default=1 << 20,
+                   help="ignore smaller allreduces (default 1M)")
+    f.add_argument("--cores", type=int, help="cores of the machine that ran the harness")
+    f.add_argument("--out", help="write the parameters here (JSON), for predict --params")
+    f.add_argument("--plot", help="predicted against measured (PNG; needs matplotlib)")
+    f.set_defaults(run=cmd_fit)
+    p = sub.add_parser("predict", help="allreduce time for given ranks, sizes and links")
+    p.add_argument("--params", help="parameters from fit --out (else --alpha, --eta, --gamma)")
+    p.add_argument("--alpha", type=float, default=20.0, help="microseconds per step")
+    p.add_argument("--eta", type=float, default=0.95, help="payload share of the link rate")
+    p.add_argument("--gamma", type=float, default=0.3, help="ns of CPU per byte across hosts")
+    p.add_argument("--ranks", default="8,64,128,512,1024", help="rank counts (comma-separated)")
+    p.add_argument("--per-host", type=int, default=8, help="ranks per host (default 8)")
+    p.add_argument("--link", default="400gbit", help="each host's link, each direction")
+    p.add_argument("--bytes", default="1M,64M,1G", help="allreduce sizes")
+    p.add_argument("--algos", type=lambda s: s.split(","), default=list(ALGOS),
+                   help="of ring,rd,hier")
+    p.add_argument("--gpu", action="store_true", help="reduce on the GPU: no CPU roof")
+    p.add_argument("--intra-link", help="rate between the ranks of a host (NVLink: 2400gbit)")
+    p.add_argument("--cores-per-host", type=float, default=32.0)
+    p.set_defaults(run=cmd_predict)
+    args = parser.parse_args(argv)
+    if args.command == "predict":
+        raw = argv if argv is not None else sys.argv[1:]
+        for name in ("alpha", "eta", "gamma"):
+            setattr(args, f"set_{name}", any(a.startswith(f"--{name}") for a in raw))
+        bad = set(args.algos) - set(ALGOS)
+        if bad:
+            parser.error(f"unknown --algos {','.join(sorted(bad))}")
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""The cost model (ddp.model, `ddp-model`): its formulas against the bounds they must meet, a
+fit that recovers known parameters, and the command line. Pure Python: no ranks."""
+import importlib.util
+import json
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+MODEL = ROOT / "bindings" / "python" / "ddp" / "model.py"
+spec = importlib.util.spec_from_file_location("ddp_model", MODEL)
+model = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(model)
+
+MIB = 1 << 20
+
+
+def test_with_free_steps_perfect_links_and_no_cpu_each_algorithm_meets_its_bound():
+    p = model.Params(alpha=0.0, eta=1.0, gamma=0.0)
+    for hosts, per_host in ((2, 1), (4, 2), (8, 2), (128, 8)):
+        n = hosts * per_host
+        ring = model.predict(p, "ring", 64 * MIB, hosts, per_host, 1e9, None)
+        assert ring == pytest.approx(2 * (n - 1) / n * 64 * MIB / 125e6)
+        assert ring == pytest.approx(model.bound("ring", 64 * MIB, hosts, per_host, 1e9))
+        hier = model.predict(p, "hier", 64 * MIB, hosts, per_host, 1e9, None)
+        assert hier == pytest.approx(model.bound("hier", 64 * MIB, hosts, per_host, 1e9))
+        assert hier <= ring  # it moves 2(H-1)/H, not 2(N-1)/N, of the buffer over a link
+        rd = model.predict(p, "rd", 64 * MIB, hosts, per_host, 1e9, None)
+        assert rd == pytest.approx(math.log2(hosts) * per_host * 64 * MIB / 125e6)
+
+
+def test_latency_and_cpu_terms():
+    p = model.Params(alpha=10e-6, eta=1.0, gamma=1e-9)
+    # A tiny buffer costs the steps: 2(N-1) for the ring, log2 N for recursive doubling.
+    assert model.predict(p, "ring", 8, 64, 1, 100e9, None) == pytest.approx(126 * 10e-6, rel=1e-3)
+    assert model.predict(p, "rd", 8, 64, 1, 100e9, None) == pytest.approx(6 * 10e-6, rel=1e-3)
+    # Hierarchical: 2(H-1) steps across hosts and 2(L-1) within.
+    assert model.predict(p, "hier", 8, 16, 4, 100e9, None) == pytest.approx(36 * 10e-6, rel=1e-3)
+    # Fast links and few cores: the CPU roof decides, and more cores lower it.
+    slow = model.predict(p, "ring", 64 * MIB, 2, 2, 100e9, 0.5)
+    fast = model.predict(p, "ring", 64 * MIB, 2, 2, 100e9, 4)
+    assert slow > fast > model.bound("ring", 64 * MIB, 2, 2, 100e9)
+    # 4 ranks per core: every step waits 4 times as long; each rank's 2(N-1)/N K crosses one
+    # shared-memory edge and, for one rank in L, one TCP edge.
+    assert slow == pytest.approx(6 * 10e-6 * 4 + 1.5 * 64 * MIB * (1e-9 + 1e-9) / 0.5)
+    # NVLink within the host adds the hierarchical allreduce's two local phases.
+    gpu = model.predict(p, "hier", 64 * MIB, 128, 8, 400e9, None, intra_rate=2400e9)
+    assert gpu == pytest.approx(268 * 10e-6 + 2 * 127 / 128 * 64 * MIB / 50e9
+                                + 2 * 7 / 8 * 64 * MIB / 300e9)
+
+
+def synthetic(params, cores=2):
+    points = []
+    for rate in (1e9, 4e9, 10e9):
+        for hosts in (2, 4, 8):
+            for per_host in (1, 2):
+                for impl in ("ring", "hier") if per_host > 1 else ("ring",):
+                    for size in (MIB, 16 * MIB, 64 * MIB):
+                        t = model.predict(params, impl, size, hosts, per_host, rate,
+                                          cores / hosts)
+                        points.append({"rate": rate, "hosts": hosts, "per_host": per_host,
+                                       "impl": impl, "bytes": size, "seconds": t})
+    return points
+
+
+def test_the_fit_recovers_the_parameters_that_made_the_points():
+    truth = model.Params(alpha=80e-6, eta=0.95, gamma=2e-9, gamma_local=0.5e-9)
+    got = model.fit(synthetic(truth), 2)
+    assert got.alpha == pytest.approx(truth.alpha, rel=0.02)
+    assert got.eta == pytest.approx(truth.eta, rel=0.01)
+    assert got.gamma == pytest.approx(truth.gamma, rel=0.01)
+    assert got.gamma_local == pytest.approx(truth.gamma_local, rel=0.02)
+    assert max(abs(e) for _, _, e in model.errors(got, synthetic(truth), 2)) < 0.01
+
+
+def test_command_line_fit_then_predict(tmp_path):
+    truth = model.Params(alpha=50e-6, eta=0.9, gamma=1.5e-9)
+    results = tmp_path / "scaling.json"
+    results.write_text(json.dumps({"machine": {"cores": 2}, "points": synthetic(truth)}))
+    params = tmp_path / "params.json"
+    fit = subprocess.run([sys.executable, str(MODEL), "fit", str(results), "--out", str(params)],
+                         capture_output=True, text=True, check=True)
+    assert "largest error 0.0%" in fit.stdout, fit.stdout
+    assert json.loads(params.read_text())["eta"] == pytest.approx(0.9, rel=0.01)
+    pred = subprocess.run([sys.executable, str(MODEL), "predict", "--params", str(params),
+                           "--ranks", "16,1024", "--per-host", "8", "--link", "400gbit",
+                           "--bytes", "64M", "--gpu", "--intra-link", "2400gbit"],
+                          capture_output=True, text=True, check=True)
+    rows = [line.split() for line in pred.stdout.splitlines() if not line.startswith("#")]
+    assert [r[0] for r in rows] == ["16", "1024"]
+    assert rows[1][5] == "hier", pred.stdout  # 2046 ring steps cost more than 254 across hosts
+    bad = subprocess.run([sys.executable, str(MODEL), "predict", "--ranks", "12", "--per-host",
+                          "8"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "not a multiple of 8" in bad.stderr
