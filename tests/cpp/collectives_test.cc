@@ -1,6 +1,9 @@
 // Conformance: every collective x dtype x op x count x placement, for N = 1..8 real processes,
 // against references in higher precision, fresh random data each run, outputs poisoned first.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -303,6 +306,44 @@ TEST_P(OfiLarge, SixteenMiBAllreducesAreExact) {
   });
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// libfabric's shm provider named regions after the pid, so a killed rank's leftover made the
+// fi_enable of a later process with that pid fail (EBUSY). Regions are now ours by name and those
+// of dead processes are swept; a live process's region is left alone.
+TEST(OfiShmRegions, LeftoversOfDeadRanksAreSweptLiveOnesKept) {
+  std::string why;
+  if (!transport::ofi::Available(&why)) GTEST_SKIP() << why;
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  auto make = [](const std::string& name) {
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  };
+  auto exists = [](const std::string& name) {
+    const int fd = ::shm_open(name.c_str(), O_RDONLY, 0);
+    if (fd >= 0) ::close(fd);
+    return fd >= 0;
+  };
+  const std::string dead = absl::StrCat("ddp-ofi-", child, "-00000000000000aa");
+  const std::string live = absl::StrCat("ddp-ofi-", ::getpid(), "-00000000000000bb");
+  ASSERT_TRUE(make(dead));
+  ASSERT_TRUE(make(live));
+  JobSpec spec;
+  spec.size = 2;
+  spec.env = {{"DDP_TRANSPORT", "ofi"}, {"DDP_OFI_PROVIDER", "shm"}, {"DDP_TIMEOUT_SECONDS", "30"}};
+  JobResult job = RunWithContext(spec, [](Context& ctx) { return ctx.Barrier(); });
+  const bool dead_swept = !exists(dead);
+  const bool live_kept = exists(live);
+  ::shm_unlink(live.c_str());
+  ::shm_unlink(dead.c_str());
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+  EXPECT_TRUE(dead_swept);
+  EXPECT_TRUE(live_kept);
 }
 
 INSTANTIATE_TEST_SUITE_P(Ofi, OfiLarge, ::testing::Values("shm", "tcp;ofi_rxm"),

@@ -23,6 +23,7 @@
 // but the sends to it: the heartbeats to every other peer still go. Completion errors are read with
 // fi_cq_readerr and reported with the provider's own text (fi_cq_strerror).
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <rdma/fabric.h>
 #include <rdma/fi_cm.h>
@@ -30,10 +31,15 @@
 #include <rdma/fi_endpoint.h>
 #include <rdma/fi_errno.h>
 #include <rdma/fi_tagged.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -65,6 +71,42 @@ absl::Status FiError(int rc, absl::string_view what) {
     const int ddp_fi_rc = static_cast<int>(expr);          \
     if (ddp_fi_rc != 0) return FiError(ddp_fi_rc, (what)); \
   } while (0)
+
+// libfabric's shm provider names an endpoint's region in /dev/shm after the process id
+// ("PID:0:0") unless told otherwise. A killed rank leaves its region behind, and pids come round
+// again (pid_max is often 32768): a later process given that pid failed fi_enable with EBUSY.
+// Our endpoints get names of their own that never collide, "ddp-ofi-PID-RANDOM", and regions so
+// named whose process is gone are removed before a new one is made.
+constexpr char kShmRegionPrefix[] = "ddp-ofi-";
+
+std::string ShmRegionName() {
+  uint64_t salt = 0;
+  if (FILE* f = std::fopen("/dev/urandom", "rb"); f != nullptr) {
+    if (std::fread(&salt, sizeof(salt), 1, f) != 1) salt = 0;
+    std::fclose(f);
+  }
+  if (salt == 0)
+    salt = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return absl::StrCat(kShmRegionPrefix, ::getpid(), "-", absl::Hex(salt, absl::kZeroPad16));
+}
+
+void SweepDeadShmRegions() {
+  DIR* dir = ::opendir("/dev/shm");
+  if (dir == nullptr) return;
+  const size_t prefix = std::strlen(kShmRegionPrefix);
+  while (const dirent* entry = ::readdir(dir)) {
+    const char* name = entry->d_name;
+    if (std::strncmp(name, kShmRegionPrefix, prefix) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name + prefix, &end, 10);
+    if (pid <= 0 || end == nullptr || *end != '-') continue;
+    // Only a process that no longer exists: a live one (ours, or another that got the pid)
+    // keeps its region.
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;
+    ::shm_unlink(name);
+  }
+  ::closedir(dir);
+}
 
 std::string MrModeText(int mode) {
   std::vector<std::string> bits;
@@ -178,6 +220,12 @@ class OfiWireImpl final : public OfiWire {
     DDP_FI_CHECK(fi_endpoint(domain_, info, &ep_, nullptr), "fi_endpoint");
     DDP_FI_CHECK(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
     DDP_FI_CHECK(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
+    if (provider_ == "shm") {
+      SweepDeadShmRegions();
+      const std::string region = ShmRegionName();
+      DDP_FI_CHECK(fi_setname(&ep_->fid, const_cast<char*>(region.c_str()), region.size() + 1),
+                   "fi_setname");
+    }
     DDP_FI_CHECK(fi_enable(ep_), "fi_enable");
     char name[256];
     size_t length = sizeof(name);
