@@ -49,21 +49,21 @@ size_t ParseBytes(const char* text) {
   return static_cast<size_t>(value);
 }
 
-// Sends and receives `total` bytes on `fd` concurrently.
-void Exchange(int fd, size_t total, size_t chunk) {
-  std::vector<char> out(chunk, 'x');
-  std::vector<char> in(chunk);
+// Sends `total` bytes on `out` while receiving as many on `in` (the same socket, or two).
+void Exchange(int out, int in, size_t total, size_t chunk) {
+  std::vector<char> buffer(chunk, 'x');
+  std::vector<char> sink(chunk);
   std::thread receiver([&] {
     size_t got = 0;
     while (got < total) {
-      const ssize_t n = ::recv(fd, in.data(), std::min(chunk, total - got), 0);
+      const ssize_t n = ::recv(in, sink.data(), std::min(chunk, total - got), 0);
       if (n <= 0) std::exit(3);
       got += static_cast<size_t>(n);
     }
   });
   size_t sent = 0;
   while (sent < total) {
-    const ssize_t n = ::send(fd, out.data(), std::min(chunk, total - sent), MSG_NOSIGNAL);
+    const ssize_t n = ::send(out, buffer.data(), std::min(chunk, total - sent), MSG_NOSIGNAL);
     if (n <= 0) std::exit(3);
     sent += static_cast<size_t>(n);
   }
@@ -90,13 +90,13 @@ double RunOnce(size_t total, size_t chunk) {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) ::_exit(2);
     const int one = 1;
     ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    Exchange(fd, total, chunk);
+    Exchange(fd, fd, total, chunk);
     ::_exit(0);
   }
   const int fd = ::accept(listener, nullptr, nullptr);
   const int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  Exchange(fd, total, chunk);
+  Exchange(fd, fd, total, chunk);
   int status = 0;
   ::waitpid(child, &status, 0);
   const double seconds =
@@ -156,23 +156,7 @@ int RunRing(const std::string& listen_at, const std::string& next, size_t total,
     return 3;
   }
   const auto start = std::chrono::steady_clock::now();
-  std::vector<char> buffer(chunk, 'x');
-  std::vector<char> sink(chunk);
-  std::thread receiver([&] {
-    size_t got = 0;
-    while (got < total) {
-      const ssize_t n = ::recv(in, sink.data(), std::min(chunk, total - got), 0);
-      if (n <= 0) std::exit(3);
-      got += static_cast<size_t>(n);
-    }
-  });
-  size_t sent = 0;
-  while (sent < total) {
-    const ssize_t n = ::send(out, buffer.data(), std::min(chunk, total - sent), MSG_NOSIGNAL);
-    if (n <= 0) std::exit(3);
-    sent += static_cast<size_t>(n);
-  }
-  receiver.join();
+  Exchange(out, in, total, chunk);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("ring_seconds=%.6f bytes=%zu\n", seconds, total);

@@ -41,6 +41,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import netsim  # noqa: E402
 
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "ddp"))
+import model  # noqa: E402  (bindings/python/ddp/model.py, without importing libddp)
+
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30}
 IMPLS = ("ring", "hier", "mpi", "gloo")
 
@@ -57,14 +60,6 @@ def rate_bits(text: str) -> float:
         return netsim.rate_bits(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e))
-
-
-def ring_bound(size: int, n: int, rate: float) -> float:
-    return 2 * (n - 1) / n * size / (rate / 8) if n > 1 else 0.0
-
-
-def hier_bound(size: int, hosts: int, rate: float) -> float:
-    return 2 * (hosts - 1) / hosts * size / (rate / 8) if hosts > 1 else 0.0
 
 
 def parse_table(text: str) -> dict[int, float]:
@@ -250,8 +245,8 @@ def main(argv=None) -> int:
                             save()
                             continue
                         for size, seconds in sorted(times.items()):
-                            bound = (hier_bound(size, hosts, rate) if impl == "hier"
-                                     else ring_bound(size, n, rate))
+                            bound = model.bound("hier" if impl == "hier" else "ring", size,
+                                                hosts, per_host, rate)
                             result["points"].append({
                                 "rate": rate, "hosts": hosts, "per_host": per_host, "impl": impl,
                                 "bytes": size, "seconds": seconds, "bound_seconds": bound,
