@@ -17,6 +17,11 @@ the bridge's end (what it receives). Latency would need `sch_netem`; where the k
 of its own, so nothing here touches the machine's own interfaces or routes, and no packet leaves
 the cluster. Commands run in a host get its own host name (host0, host1, ...: a UTS namespace
 each), but all hosts share /dev/shm and the file system.
+
+Named hosts (`names=`, e.g. the pods of an MPIJob) get namespaces of those names, and every host
+resolves every other by name, and by NAME.DOMAIN with `domain=` (a cluster DNS's records), through
+a hosts file that `ip netns exec` puts over /etc/hosts (/etc/netns/NAME/hosts, deleted with the
+cluster).
 Needs root and iproute2.
 """
 from __future__ import annotations
@@ -75,22 +80,33 @@ class Cluster:
     """H hosts at SUBNET.1 .. SUBNET.H. RATE (tc's syntax: 1gbit, 400mbit) limits every link in
     both directions; DELAY (e.g. 100us) needs sch_netem."""
 
-    def __init__(self, hosts: int, rate: str | None = None, delay: str | None = None):
+    def __init__(self, hosts: int, rate: str | None = None, delay: str | None = None,
+                 names: list[str] | None = None, domain: str | None = None):
         if not 1 <= hosts <= 200:
             raise ValueError(f"hosts must be 1..200, not {hosts}")
         if rate is not None:
             rate_bits(rate)  # refuses what tc would not take, before anything is made
+        if names is not None and (len(names) != hosts or len(set(names)) != hosts or not all(
+                re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", n) for n in names)):
+            raise ValueError(f"names must be {hosts} distinct DNS labels, not {names}")
+        if domain is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", domain):
+            raise ValueError(f"domain {domain!r} is not a DNS name")
         self.size, self.rate, self.delay = hosts, rate, delay
         self.tag = f"ns{os.getpid() % 100000}{secrets.token_hex(2)}"
         self.bridge = f"{self.tag}br"
-        self.namespaces = [f"{self.tag}h{i}" for i in range(hosts)]
+        self.namespaces = list(names) if names else [f"{self.tag}h{i}" for i in range(hosts)]
         self.addresses = [f"{SUBNET}.{i + 1}" for i in range(hosts)]
         # Each host's own host name (a UTS namespace per command): Open MPI keys its session
         # directories and shared-memory files by it, libddp its idea of "same host".
-        self.hostnames = [f"host{i}" for i in range(hosts)]
+        self.hostnames = list(names) if names else [f"host{i}" for i in range(hosts)]
+        self.named, self.domain = names is not None, domain
+        # What the remote shell answers to for each host: its address, and its names if named.
+        self.aliases = [[a] + ([h] + ([f"{h}.{domain}"] if domain else []) if self.named else [])
+                        for a, h in zip(self.addresses, self.hostnames)]
         self.rsh = ""
         self._dir = ""
         self._made: list[str] = []
+        self._etc: list[str] = []
 
     def __enter__(self) -> "Cluster":
         try:
@@ -105,8 +121,14 @@ class Cluster:
 
     def _create(self) -> None:
         for namespace in (self.bridge, *self.namespaces):
+            if os.path.exists(f"/var/run/netns/{namespace}"):
+                raise NetsimError(f"a network namespace named {namespace} exists already "
+                                  "(another cluster of these names is running, or was left: "
+                                  f"ip netns del {namespace})")
             _ip("netns", "add", namespace)
             self._made.append(namespace)
+        if self.named:
+            self._write_hosts_files()
         _ip("-n", self.bridge, "link", "add", "br0", "type", "bridge")
         _ip("-n", self.bridge, "link", "set", "br0", "up")
         for i, (namespace, address) in enumerate(zip(self.namespaces, self.addresses)):
@@ -122,18 +144,37 @@ class Cluster:
         self._dir = tempfile.mkdtemp(prefix="netsim-")
         # Not named ssh or rsh: Open MPI adds ssh's own options to agents of those names.
         self.rsh = os.path.join(self._dir, "enter")
-        cases = "".join(f"  {a}) ns={n} name={h} ;;\n"
-                        for a, n, h in zip(self.addresses, self.namespaces, self.hostnames))
+        cases = "".join(f"  {'|'.join(names)}) ns={n} name={h} ;;\n"
+                        for names, n, h in zip(self.aliases, self.namespaces, self.hostnames))
         with open(self.rsh, "w", encoding="utf-8") as f:
-            f.write("#!/bin/sh\n# ENTER HOST COMMAND...: runs the command line in that host's"
-                    " namespace,\n# joining the words as ssh does (ddprun passes one, mpirun"
-                    " several)\n"
+            f.write("#!/bin/sh\n# ENTER [SSH OPTIONS] HOST COMMAND...: runs the command line in"
+                    " that host's namespace,\n# joining the words as ssh does (ddprun passes"
+                    " one, mpirun several); ssh's\n# options (-o ConnectionAttempts=10, as the"
+                    " MPI operator passes) are ignored\n"
+                    'while :; do\n  case "$1" in\n'
+                    "    -[bcDEeFIiJLlmOopQRSWw]) shift 2 ;;\n"
+                    "    -?*) shift ;;\n"
+                    "    *) break ;;\n  esac\ndone\n"
                     f'case "$1" in\n{cases}'
                     '  *) echo "ssh: Could not resolve hostname $1: no such simulated host" >&2;'
                     " exit 255 ;;\nesac\nshift\n"
                     'exec ip netns exec "$ns" unshare --uts sh -c \'hostname "$0"; exec sh -c "$1"\''
                     ' "$name" "$*"\n')
         os.chmod(self.rsh, 0o755)
+
+    def _write_hosts_files(self) -> None:
+        """/etc/netns/NAMESPACE/hosts, which `ip netns exec` mounts over /etc/hosts: every host
+        by name (and NAME.DOMAIN), as a cluster's DNS would answer."""
+        lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback"]
+        lines += [f"{a} {' '.join(reversed(names[1:]))}" for a, names in
+                  zip(self.addresses, self.aliases)]
+        os.makedirs("/etc/netns", exist_ok=True)
+        for namespace in self.namespaces:
+            folder = f"/etc/netns/{namespace}"
+            os.makedirs(folder)  # new: _create checked that no namespace of this name exists
+            self._etc.append(folder)
+            with open(f"{folder}/hosts", "w", encoding="utf-8") as f:
+                f.write("\n".join(lines) + "\n")
 
     def _shape(self, namespace: str, dev: str) -> None:
         if self.delay:
@@ -154,6 +195,9 @@ class Cluster:
         for namespace in reversed(self._made):
             subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
         self._made = []
+        for folder in self._etc:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._etc = []
         if self._dir:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = ""
