@@ -92,6 +92,8 @@ def parse_args():
                    help="one rank's samples/s; prints the scaling efficiency against it")
     p.add_argument("--engine-stats", action="store_true",
                    help="ddp only: print the fusion engine's counters per step at the end")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: this rank's GPU (its local rank) where torch sees one")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds torch-ddp waits at start and in a collective")
     args = p.parse_args()
@@ -226,15 +228,23 @@ def main():
         if rank == 0:
             print(text, flush=True)
 
+    if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()):
+        local_rank = env_int("DDP_LOCAL_RANK", "LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
+                             default=0)
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
+
     torch.manual_seed(42)  # the same initial model everywhere (it is broadcast from rank 0, too)
-    model = MODELS[args.model]()
+    model = MODELS[args.model]().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     model, optimizer = backend.wrap(model, optimizer)
 
     # Fixed random data, different on every rank, as Horovod's synthetic benchmark.
     gen = torch.Generator().manual_seed(1000 + rank)
-    data = torch.randn(args.batch_size, *IMAGE_SHAPE, generator=gen)
-    target = torch.randint(0, NUM_CLASSES, (args.batch_size,), generator=gen)
+    data = torch.randn(args.batch_size, *IMAGE_SHAPE, generator=gen).to(device)
+    target = torch.randint(0, NUM_CLASSES, (args.batch_size,), generator=gen).to(device)
 
     def benchmark_step():
         optimizer.zero_grad()
@@ -248,7 +258,7 @@ def main():
     log(f"Batch size: {args.batch_size}")
     log(f"Number of ranks: {size}")
     log(f"Backend: {backend.name}{' (fp16 allreduce)' if args.fp16_allreduce else ''}, "
-        f"torch {torch.__version__}, {threads} thread(s) per rank")
+        f"torch {torch.__version__}, {threads} thread(s) per rank, on {device}")
 
     log("Running warmup...")
     for _ in range(args.num_warmup_batches):

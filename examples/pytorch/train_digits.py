@@ -71,6 +71,14 @@ def evaluate(model, x, y):
     return float(counts[0] / counts[1])
 
 
+def pick_device(choice):
+    """CUDA tensors go through libddp's NCCL backend; a rank uses the GPU of its local rank."""
+    if choice == "cpu" or (choice == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    torch.cuda.set_device(ddp.local_rank() % torch.cuda.device_count())
+    return torch.device("cuda", torch.cuda.current_device())
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epochs", type=int, default=20)
@@ -80,6 +88,8 @@ def main():
     parser.add_argument("--fp16-allreduce", action="store_true")
     parser.add_argument("--checkpoint", default="checkpoints/digits.pt",
                         help="written by rank 0 after training ('' to skip)")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="auto: this rank's GPU (its local rank) where torch sees one")
     parser.add_argument("--target-accuracy", type=float, default=0.0,
                         help="exit with status 1 if the final test accuracy is below this")
     args = parser.parse_args()
@@ -89,11 +99,13 @@ def main():
     # Ranks share the machine's cores: one intra-op thread each unless there are cores to spare.
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // ddp.local_size()))
     torch.manual_seed(args.seed + rank)  # different dropout per rank; weights come from rank 0
+    device = pick_device(args.device)
 
     (x_train, y_train), (x_test, y_test) = load_data(args.seed)
-    x_shard, y_shard = x_train[rank::size], y_train[rank::size]
+    x_test, y_test = x_test.to(device), y_test.to(device)
+    x_shard, y_shard = x_train[rank::size].to(device), y_train[rank::size].to(device)
 
-    model = Net()
+    model = Net().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr * size, momentum=0.9)
     ddp.broadcast_parameters(model.state_dict(), root_rank=0)
     ddp.broadcast_optimizer_state(optimizer, root_rank=0)
@@ -107,12 +119,13 @@ def main():
     if rank == 0:
         print(f"training on {size} ranks: {len(y_train)} images ({len(x_shard)} on rank 0), "
               f"{len(y_test)} held out, {sum(p.numel() for p in model.parameters())} "
-              f"parameters, {steps} steps of {args.batch_size} per rank per epoch", flush=True)
+              f"parameters on {device}, {steps} steps of {args.batch_size} per rank per epoch",
+              flush=True)
 
     start = time.perf_counter()
     samples = 0
     for epoch in range(args.epochs):
-        order = torch.randperm(len(y_shard))
+        order = torch.randperm(len(y_shard), device=device)
         total_loss = torch.zeros(1, dtype=torch.float64)
         for step in range(steps):
             batch = order[step * args.batch_size:(step + 1) * args.batch_size]
