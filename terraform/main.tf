@@ -1,0 +1,158 @@
+provider "aws" {
+  region = var.region
+
+  default_tags {
+    tags = var.tags
+  }
+}
+
+data "aws_availability_zones" "available" {
+  #checkov:skip=CKV_AWS_394:only the first two zones are used (local.azs), whatever zones AWS adds later
+  state = "available"
+
+  filter {
+    name   = "opt-in-status"
+    values = ["opt-in-not-required"]
+  }
+}
+
+locals {
+  # EKS wants subnets in two zones; the GPU nodes and FSx sit in the first one, beside each other
+  # (EFA does not cross availability zones, and a placement group holds one zone).
+  azs = slice(data.aws_availability_zones.available.names, 0, 2)
+
+  # Amazon Linux 2023 nodes: the Lustre client for FSx, installed before the node joins.
+  lustre_client = [{
+    content_type = "text/x-shellscript"
+    content      = <<-EOT
+      #!/bin/bash
+      set -euo pipefail
+      dnf install -y lustre-client
+    EOT
+  }]
+}
+
+module "vpc" {
+  #checkov:skip=CKV_TF_1:a registry module pinned by version; its releases are what we review
+  source  = "terraform-aws-modules/vpc/aws"
+  version = "~> 6.6"
+
+  name = var.cluster_name
+  cidr = var.vpc_cidr
+  azs  = local.azs
+  # Large private subnets: every pod takes a VPC address (and p5 nodes 32 EFA interfaces).
+  private_subnets = [for i in range(2) : cidrsubnet(var.vpc_cidr, 2, i)]
+  public_subnets  = [for i in range(2) : cidrsubnet(var.vpc_cidr, 6, 48 + i)]
+
+  enable_nat_gateway = true
+  single_nat_gateway = true
+
+  public_subnet_tags  = { "kubernetes.io/role/elb" = 1 }
+  private_subnet_tags = { "kubernetes.io/role/internal-elb" = 1 }
+}
+
+module "eks" {
+  #checkov:skip=CKV_TF_1:a registry module pinned by version; its releases are what we review
+  source  = "terraform-aws-modules/eks/aws"
+  version = "~> 21.15"
+
+  name               = var.cluster_name
+  kubernetes_version = var.kubernetes_version
+
+  endpoint_public_access       = true
+  endpoint_public_access_cidrs = var.endpoint_public_cidrs
+  # Whoever runs `terraform apply` administers the cluster (kubectl apply -k afterwards).
+  enable_cluster_creator_admin_permissions = true
+
+  vpc_id     = module.vpc.vpc_id
+  subnet_ids = module.vpc.private_subnets
+
+  addons = {
+    coredns                = {}
+    kube-proxy             = {}
+    eks-pod-identity-agent = { before_compute = true }
+    # EFA-only interfaces (enable_efa_only below) need VPC CNI 1.18.4 or later.
+    vpc-cni = { before_compute = true, most_recent = true }
+  }
+
+  eks_managed_node_groups = {
+    # Cluster add-ons, the device plugins' controllers, the MPI operator, and launchers.
+    system = {
+      ami_type       = "AL2023_x86_64_STANDARD"
+      instance_types = ["m6i.large"]
+      min_size       = 2
+      max_size       = 3
+      desired_size   = 2
+      labels         = { "libddp/pool" = "system" }
+    }
+
+    # The cpu overlay's workers (and, later, parameter servers).
+    cpu = {
+      ami_type              = "AL2023_x86_64_STANDARD"
+      instance_types        = [var.cpu_instance_type]
+      min_size              = 0
+      max_size              = max(var.cpu_nodes, 1)
+      desired_size          = var.cpu_nodes
+      labels                = { "libddp/pool" = "cpu" }
+      cloudinit_pre_nodeadm = local.lustre_client
+    }
+
+    # The gpu-efa overlay's workers: every EFA interface of the instance, a cluster placement
+    # group (made by the module for EFA node groups), one availability zone, tainted so that
+    # only pods that ask for GPUs land there.
+    gpu = {
+      ami_type           = "AL2023_x86_64_NVIDIA"
+      instance_types     = [var.gpu_instance_type]
+      min_size           = var.gpu_nodes
+      max_size           = var.gpu_nodes
+      desired_size       = var.gpu_nodes
+      subnet_ids         = [module.vpc.private_subnets[0]]
+      enable_efa_support = true
+      enable_efa_only    = true
+
+      labels = {
+        "libddp/pool"                   = "gpu-efa"
+        "nvidia.com/gpu.present"        = "true" # the NVIDIA device plugin schedules on this
+        "vpc.amazonaws.com/efa.present" = "true"
+      }
+      taints = {
+        gpu = { key = "nvidia.com/gpu", value = "true", effect = "NO_SCHEDULE" }
+      }
+
+      # Room for images (the GPU image is ~15 GB) and datasets staged locally.
+      block_device_mappings = {
+        xvda = {
+          device_name = "/dev/xvda"
+          ebs = {
+            volume_size           = 500
+            volume_type           = "gp3"
+            encrypted             = true
+            delete_on_termination = true
+          }
+        }
+      }
+      cloudinit_pre_nodeadm = local.lustre_client
+
+      capacity_reservation_specification = var.gpu_capacity_reservation_id == null ? null : {
+        capacity_reservation_target = {
+          capacity_reservation_id = var.gpu_capacity_reservation_id
+        }
+      }
+    }
+  }
+}
+
+# The image registry: `terraform output image_repository` is where k8s/README.md pushes to.
+resource "aws_ecr_repository" "libddp" {
+  name                 = var.cluster_name
+  image_tag_mutability = "IMMUTABLE"
+  force_delete         = true
+
+  image_scanning_configuration {
+    scan_on_push = true
+  }
+
+  encryption_configuration {
+    encryption_type = "KMS"
+  }
+}

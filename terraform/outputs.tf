@@ -1,0 +1,38 @@
+output "configure_kubectl" {
+  description = "Points kubectl at the new cluster."
+  value       = "aws eks --region ${var.region} update-kubeconfig --name ${module.eks.cluster_name}"
+}
+
+output "cluster_name" {
+  description = "Name of the EKS cluster."
+  value       = module.eks.cluster_name
+}
+
+output "image_repository" {
+  description = "ECR repository the images are pushed to (k8s/README.md)."
+  value       = aws_ecr_repository.libddp.repository_url
+}
+
+output "fsx_id" {
+  description = "FSx for Lustre file system id (the PersistentVolume's volumeHandle)."
+  value       = aws_fsx_lustre_file_system.data.id
+}
+
+output "fsx_dns_name" {
+  description = "FSx for Lustre DNS name."
+  value       = aws_fsx_lustre_file_system.data.dns_name
+}
+
+output "fsx_mount_name" {
+  description = "FSx for Lustre mount name."
+  value       = aws_fsx_lustre_file_system.data.mount_name
+}
+
+output "fsx_env" {
+  description = "The three FSx values as k8s/mpijob/overlays/gpu-efa/fsx.env takes them."
+  value       = <<-EOT
+    FSX_ID=${aws_fsx_lustre_file_system.data.id}
+    FSX_DNS_NAME=${aws_fsx_lustre_file_system.data.dns_name}
+    FSX_MOUNT_NAME=${aws_fsx_lustre_file_system.data.mount_name}
+  EOT
+}

@@ -1,0 +1,142 @@
+variable "region" {
+  description = "AWS region of the cluster (one where the GPU instance type is offered)."
+  type        = string
+  default     = "us-west-2"
+
+  validation {
+    condition     = can(regex("^[a-z]{2}(-gov)?-[a-z]+-[0-9]$", var.region))
+    error_message = "region must be an AWS region name such as us-west-2."
+  }
+}
+
+variable "cluster_name" {
+  description = "Name of the EKS cluster; also prefixes the VPC, FSx and ECR names."
+  type        = string
+  default     = "libddp"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,30}[a-z0-9]$", var.cluster_name))
+    error_message = "cluster_name must be 3-32 lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "kubernetes_version" {
+  description = "EKS Kubernetes version."
+  type        = string
+  default     = "1.33"
+
+  validation {
+    condition     = can(regex("^1\\.(2[89]|3[0-9])$", var.kubernetes_version))
+    error_message = "kubernetes_version must be 1.28 or later, as MAJOR.MINOR."
+  }
+}
+
+variable "vpc_cidr" {
+  description = "CIDR of the VPC; split into public and private subnets in two availability zones."
+  type        = string
+  default     = "10.0.0.0/16"
+
+  validation {
+    condition     = can(cidrhost(var.vpc_cidr, 0)) && tonumber(split("/", var.vpc_cidr)[1]) <= 18
+    error_message = "vpc_cidr must be an IPv4 CIDR of /18 or larger (pods take VPC addresses)."
+  }
+}
+
+variable "endpoint_public_cidrs" {
+  description = "Addresses allowed to reach the cluster's public API endpoint (your own, not 0.0.0.0/0)."
+  type        = list(string)
+
+  validation {
+    condition     = length(var.endpoint_public_cidrs) > 0 && alltrue([for c in var.endpoint_public_cidrs : can(cidrhost(c, 0)) && c != "0.0.0.0/0"])
+    error_message = "endpoint_public_cidrs must list IPv4 CIDRs, none of them 0.0.0.0/0."
+  }
+}
+
+variable "gpu_instance_type" {
+  description = "Instance type of the GPU node group: one with EFA and 8 GPUs."
+  type        = string
+  default     = "p5.48xlarge"
+
+  validation {
+    condition     = contains(["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"], var.gpu_instance_type)
+    error_message = "gpu_instance_type must be an EFA instance with 8 GPUs: p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge or p5en.48xlarge."
+  }
+}
+
+variable "gpu_nodes" {
+  description = "GPU nodes: the MPIJobs in k8s/mpijob/overlays/gpu-efa use 2 (one worker pod each)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.gpu_nodes >= 2 && var.gpu_nodes <= 64 && floor(var.gpu_nodes) == var.gpu_nodes
+    error_message = "gpu_nodes must be a whole number from 2 (a job across hosts) to 64."
+  }
+}
+
+variable "gpu_capacity_reservation_id" {
+  description = "On-Demand Capacity Reservation the GPU nodes start in (p5 is rarely available without one); null: none."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.gpu_capacity_reservation_id == null || can(regex("^cr-[0-9a-f]{17}$", var.gpu_capacity_reservation_id))
+    error_message = "gpu_capacity_reservation_id must be a capacity reservation id (cr-...) or null."
+  }
+}
+
+variable "cpu_instance_type" {
+  description = "Instance type of the CPU node group (the cpu overlay's workers, launchers)."
+  type        = string
+  default     = "c6i.4xlarge"
+}
+
+variable "cpu_nodes" {
+  description = "CPU nodes for the cpu overlay (2 worker pods of 2 CPUs each fit on one)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.cpu_nodes >= 0 && var.cpu_nodes <= 100 && floor(var.cpu_nodes) == var.cpu_nodes
+    error_message = "cpu_nodes must be a whole number from 0 to 100."
+  }
+}
+
+variable "fsx_storage_capacity_gib" {
+  description = "FSx for Lustre capacity in GiB (PERSISTENT_2: 1200, 2400, then multiples of 2400)."
+  type        = number
+  default     = 1200
+
+  validation {
+    condition     = var.fsx_storage_capacity_gib == 1200 || (var.fsx_storage_capacity_gib >= 2400 && var.fsx_storage_capacity_gib % 2400 == 0)
+    error_message = "fsx_storage_capacity_gib must be 1200, or a multiple of 2400."
+  }
+}
+
+variable "fsx_throughput_per_tib" {
+  description = "FSx for Lustre PERSISTENT_2 throughput, MB/s per TiB of storage."
+  type        = number
+  default     = 250
+
+  validation {
+    condition     = contains([125, 250, 500, 1000], var.fsx_throughput_per_tib)
+    error_message = "fsx_throughput_per_tib must be 125, 250, 500 or 1000."
+  }
+}
+
+variable "mpi_operator_version" {
+  description = "Release of the Kubeflow MPI operator whose manifests are applied."
+  type        = string
+  default     = "v0.8.2"
+
+  validation {
+    condition     = can(regex("^v0\\.[0-9]+\\.[0-9]+$", var.mpi_operator_version))
+    error_message = "mpi_operator_version must be a release tag such as v0.8.2."
+  }
+}
+
+variable "tags" {
+  description = "Tags on every AWS resource."
+  type        = map(string)
+  default     = { project = "libddp" }
+}
