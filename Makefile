@@ -5,14 +5,16 @@ JOBS ?= 2
 # Debian's Python: it sees Debian's numpy and PyTorch (1.13), which the venv inherits.
 PYTHON ?= /usr/bin/python3
 VENV := .venv
+# The deployment checks' tools (yamllint, checkov, ...): a venv of their own, apart from torch's.
+DEPLOY_VENV := .venv-deploy
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
-.PHONY: all deps venv build demo test test-full test-python test-pip test-fast test-slow test-matrix \
-  sanitize asan tsan bench install clean format
+.PHONY: all deps venv deploy-venv build demo test test-full test-python test-deploy test-pip \
+  test-fast test-slow test-matrix sanitize asan tsan bench install clean format
 
 all: build
 
@@ -28,6 +30,12 @@ deps:
 venv: $(VENV)/.ok
 $(VENV)/.ok:
 	$(PYTHON) -m venv --system-site-packages $(VENV)
+	touch $@
+
+deploy-venv: $(DEPLOY_VENV)/.ok
+$(DEPLOY_VENV)/.ok: tests/deploy/requirements.txt
+	rm -rf $(DEPLOY_VENV) && $(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/pip install -q -r tests/deploy/requirements.txt
 	touch $@
 
 # Development builds treat warnings as errors (a user's plain CMake or pip build does not).
@@ -53,12 +61,14 @@ demo: build
 	$(VENV)/bin/ddprun -np 4 $(VENV)/bin/python examples/pytorch/train_digits.py
 
 # What CI runs: the C++ suite (fast and slow labels; tests/cpp/CMakeLists.txt says what the
-# matrix label holds), the Python suite, `pip install .` from scratch, then ASan/UBSan (built
+# matrix label holds), the Python suite, the deployment checks, `pip install .` from scratch,
+# then ASan/UBSan (built
 # with clang, so a second compiler's warnings stop the build too) and TSan builds of the fast
 # label.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|slow'
 	$(MAKE) test-python
+	$(MAKE) test-deploy
 	$(MAKE) test-pip
 	$(MAKE) sanitize
 
@@ -72,6 +82,11 @@ test-matrix: build
 # The Python package, ddp.torch, ddprun and the demo: real multi-process jobs (pytest).
 test-python: build
 	$(VENV)/bin/python -m pytest -q tests/python
+
+# k8s/ and terraform/ checked offline, and the MPIJob rehearsed on network namespaces
+# (tests/deploy; about 1 min).
+test-deploy: build deploy-venv
+	$(DEPLOY_VENV)/bin/python -m pytest -q tests/deploy
 
 # `pip install .` from scratch in a clean virtual environment, then a 2-rank job (about 6 min).
 test-pip: deps
@@ -117,4 +132,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan
+	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV)

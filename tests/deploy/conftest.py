@@ -1,0 +1,24 @@
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import deploycheck  # noqa: E402
+
+
+@pytest.fixture
+def copy_of(tmp_path):
+    """copy_of('k8s') copies that folder of the repository under tmp_path (same relative place,
+    so relative references still hold) and returns the copy's path."""
+    def copy(relative):
+        target = tmp_path / relative
+        shutil.copytree(deploycheck.ROOT / relative, target)
+        return target
+    return copy
+
+
+def needs(command):
+    if deploycheck.tool(command) is None:
+        pytest.skip(f"{command} is not installed here (make test-deploy installs it)")

@@ -1,0 +1,369 @@
+"""Offline checks of k8s/ and terraform/: each function takes files (the project's, or a broken
+copy a test made) and returns the problems it finds as strings, empty when there are none.
+tests/deploy/test_*.py run them; `python tests/deploy/deploycheck.py` prints them all."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The MPIJob schema is data kept beside the project (../shared/schemas/), not in it.
+SHARED = pathlib.Path(os.environ.get("DDP_SHARED", ROOT.parent / "shared"))
+MPIJOB_SCHEMA = SHARED / "schemas" / "mpijob-kubeflow-v2beta1.json"
+OVERLAYS = {p.name: p for p in sorted((ROOT / "k8s" / "mpijob" / "overlays").iterdir())}
+DOCKERFILES = sorted((ROOT / "k8s" / "image").glob("Dockerfile.*"))
+KUBERNETES_VERSION = "1.33"  # terraform/variables.tf's default
+
+
+def tool(name: str) -> str | None:
+    """A command from this Python's environment (the deploy venv), else from PATH."""
+    here = pathlib.Path(sys.executable).parent / name
+    return str(here) if here.exists() else shutil.which(name)
+
+
+def yaml_files(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
+    """Every YAML file of the project (git's list; a walk outside a checkout)."""
+    done = subprocess.run(["git", "-C", str(root), "ls-files", "--cached", "--others",
+                           "--exclude-standard", "*.yaml", "*.yml"], capture_output=True, text=True)
+    if done.returncode == 0:
+        return [root / line for line in done.stdout.splitlines() if (root / line).exists()]
+    return sorted(p for p in root.rglob("*.y*ml") if not any(
+        part.startswith((".", "build")) for part in p.relative_to(root).parts))
+
+
+def parse_yaml(paths: list[pathlib.Path]) -> list[str]:
+    problems = []
+    for path in paths:
+        try:
+            list(yaml.safe_load_all(path.read_text()))
+        except yaml.YAMLError as e:
+            problems.append(f"{path}: {e}")
+    return problems
+
+
+def yamllint(paths: list[pathlib.Path],
+             config: pathlib.Path = ROOT / ".yamllint.yaml") -> list[str]:
+    done = subprocess.run([tool("yamllint"), "-f", "parsable", "-s", "-c", str(config),
+                           *map(str, paths)], capture_output=True, text=True)
+    problems = done.stdout.splitlines()
+    if done.returncode != 0 and not problems:
+        problems = [done.stderr.strip() or f"yamllint exited with {done.returncode}"]
+    return problems
+
+
+def kustomize(folder: pathlib.Path) -> list[dict]:
+    """The overlay rendered as `kubectl apply -k` renders it (RuntimeError: why not)."""
+    done = subprocess.run(["kubectl", "kustomize", str(folder)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize {folder}: {done.stderr.strip()}")
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def prune_nulls(value):
+    """What the API server stores: null values dropped (a `command:` with no value is absent)."""
+    if isinstance(value, dict):
+        return {k: prune_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [prune_nulls(v) for v in value if v is not None]
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _mpijob_validator():
+    import jsonschema
+    schema = json.loads(MPIJOB_SCHEMA.read_text())
+    return jsonschema.Draft7Validator(schema)
+
+
+def mpijob_schema(doc: dict) -> list[str]:
+    """The operator CRD's strict schema (unknown fields are errors, as with strict validation)."""
+    name = doc.get("metadata", {}).get("name")
+    return [f"MPIJob {name}: {'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
+            for e in _mpijob_validator().iter_errors(prune_nulls(doc))]
+
+
+def _mpirun_option(args: list[str], *names: str) -> str | None:
+    for i, word in enumerate(args[:-1]):
+        if word in names:
+            return args[i + 1]
+    return None
+
+
+def image_env_values(dockerfile: pathlib.Path) -> dict[str, str]:
+    """The variables a Dockerfile's ENV lines set (NAME=VALUE forms)."""
+    values = {}
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    for line in re.findall(r"^ENV\s+(.*)$", text, re.M):
+        values.update(word.split("=", 1) for word in shlex.split(line) if "=" in word)
+    return values
+
+
+def image_env(image: str) -> set[str]:
+    """Variables set in the image libddp:TAG (the ENV lines of k8s/image/Dockerfile.TAG, and of
+    every Dockerfile for another image), which mpirun's -x may pass on."""
+    names = {"PATH", "HOME", "HOSTNAME"}
+    tag = image.rpartition(":")[2]
+    for dockerfile in DOCKERFILES:
+        if dockerfile.suffix[1:] == tag or not any(d.suffix[1:] == tag for d in DOCKERFILES):
+            names.update(image_env_values(dockerfile))
+    if tag == "gpu-efa":
+        names.add("LD_LIBRARY_PATH")  # set by the CUDA base image, extended by the Dockerfile
+    return names
+
+
+def _resource_problems(where: str, container: dict) -> list[str]:
+    problems = []
+    resources = container.get("resources", {})
+    requests, limits = resources.get("requests", {}), resources.get("limits", {})
+    for key in ("nvidia.com/gpu", "vpc.amazonaws.com/efa", "hugepages-2Mi", "memory"):
+        if key in requests or key in limits:
+            if requests.get(key) != limits.get(key):
+                problems.append(f"{where}: {key} requests {requests.get(key)} != limits "
+                                f"{limits.get(key)} (must be equal)")
+    return problems
+
+
+def _quantity(text) -> float:
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(text))
+    if not m:
+        raise ValueError(f"quantity {text!r}")
+    scale = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9,
+             "T": 1e12}
+    return float(m.group(1)) * scale.get(m.group(2), 1)
+
+
+def mpijob_rules(doc: dict) -> list[str]:
+    """What the schema cannot say and the operator's controller rejects, and what the launcher's
+    mpirun line must agree with (ranks = workers x slots)."""
+    name = doc.get("metadata", {}).get("name", "?")
+    spec = doc.get("spec", {})
+    replicas = spec.get("mpiReplicaSpecs", {})
+    problems = []
+    launcher, worker = replicas.get("Launcher"), replicas.get("Worker")
+    if launcher is None or launcher.get("replicas") != 1:
+        problems.append(f"MPIJob {name}: Launcher must be present with replicas 1")
+    if worker is not None and worker.get("replicas", 1) < 1:
+        problems.append(f"MPIJob {name}: Worker replicas must be >= 1")
+    for role, replica in replicas.items():
+        if replica.get("restartPolicy") not in ("Never", "OnFailure"):
+            problems.append(f"MPIJob {name}: {role} restartPolicy must be Never or OnFailure, "
+                            f"not {replica.get('restartPolicy')}")
+        if not replica.get("template", {}).get("spec", {}).get("containers"):
+            problems.append(f"MPIJob {name}: {role} has no container")
+    run_policy = spec.get("runPolicy", {})
+    if run_policy.get("cleanPodPolicy", "None") not in ("None", "Running", "All"):
+        problems.append(f"MPIJob {name}: cleanPodPolicy must be None, Running or All")
+    for key in ("backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
+        if run_policy.get(key, 0) < 0:
+            problems.append(f"MPIJob {name}: runPolicy.{key} must be >= 0")
+    if spec.get("slotsPerWorker", 1) < 0:
+        problems.append(f"MPIJob {name}: slotsPerWorker must be >= 0")
+    if spec.get("launcherCreationPolicy", "AtStartup") not in ("AtStartup", "WaitForWorkersReady"):
+        problems.append(f"MPIJob {name}: launcherCreationPolicy must be AtStartup or "
+                        "WaitForWorkersReady")
+    if worker is not None and not re.fullmatch(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?",
+                                               f"{name}-worker-{worker.get('replicas', 1) - 1}"):
+        problems.append(f"MPIJob {name}: {name}-worker-N is not a DNS-1035 label")
+    if problems or worker is None:
+        return problems
+
+    # The launcher's mpirun line against the job's shape and the environment it passes on.
+    slots = spec.get("slotsPerWorker", 1)
+    container = launcher["template"]["spec"]["containers"][0]
+    if "command" in container:
+        problems.append(f"MPIJob {name}: the launcher sets command, which bypasses the image's "
+                        "entrypoint (it waits for the workers' DNS names): use args")
+    args = container.get("args", [])
+    if args[:1] != ["mpirun"]:
+        problems.append(f"MPIJob {name}: the launcher's args do not start with mpirun")
+        return problems
+    np, per_node = _mpirun_option(args, "-np", "-n"), _mpirun_option(args, "-N", "--npernode")
+    if np is None or int(np) != worker["replicas"] * slots:
+        problems.append(f"MPIJob {name}: mpirun -np {np} is not workers x slotsPerWorker = "
+                        f"{worker['replicas']} x {slots}")
+    if per_node is None or int(per_node) != slots:
+        problems.append(f"MPIJob {name}: mpirun -N {per_node} is not slotsPerWorker {slots}")
+    env = {e["name"] for e in container.get("env", [])} | image_env(container.get("image", ""))
+    for i, word in enumerate(args[:-1]):
+        if word == "-x" and "=" not in args[i + 1] and args[i + 1] not in env:
+            problems.append(f"MPIJob {name}: mpirun -x {args[i + 1]} passes a variable that "
+                            "neither the launcher's env nor the image sets")
+    for flag in ("--allow-run-as-root", "--bind-to"):
+        if flag not in args:
+            problems.append(f"MPIJob {name}: mpirun without {flag}")
+
+    # Workers: sshd, equal requests and limits, /dev/shm in memory with a size below the limit.
+    pod = worker["template"]["spec"]
+    wc = pod["containers"][0]
+    problems += _resource_problems(f"MPIJob {name} worker", wc)
+    shm = [m["name"] for m in wc.get("volumeMounts", []) if m.get("mountPath") == "/dev/shm"]
+    volumes = {v["name"]: v for v in pod.get("volumes", [])}
+    if not shm or volumes.get(shm[0], {}).get("emptyDir", {}).get("medium") != "Memory":
+        problems.append(f"MPIJob {name}: workers need /dev/shm as a memory emptyDir")
+    else:
+        size = volumes[shm[0]]["emptyDir"].get("sizeLimit")
+        limit = wc.get("resources", {}).get("limits", {}).get("memory")
+        if size is None:
+            problems.append(f"MPIJob {name}: /dev/shm has no sizeLimit")
+        elif limit is None or _quantity(size) >= _quantity(limit):
+            problems.append(f"MPIJob {name}: /dev/shm sizeLimit {size} must be below the memory "
+                            f"limit {limit} (it counts against it)")
+    if "IPC_LOCK" not in wc.get("securityContext", {}).get("capabilities", {}).get("add", []):
+        problems.append(f"MPIJob {name}: workers need IPC_LOCK (pinned memory)")
+    if "nvidia.com/gpu" in wc.get("resources", {}).get("limits", {}):
+        gpus = int(wc["resources"]["limits"]["nvidia.com/gpu"])
+        if gpus != slots:
+            problems.append(f"MPIJob {name}: slotsPerWorker {slots} is not the {gpus} GPUs a "
+                            "worker asks for")
+        if not any(t.get("key") == "nvidia.com/gpu" for t in pod.get("tolerations", [])):
+            problems.append(f"MPIJob {name}: GPU workers do not tolerate the nvidia.com/gpu taint")
+    return problems
+
+
+def builtin_kind(doc: dict) -> list[str]:
+    """Built-in kinds against Kubernetes' own schema, strict (unknown fields are errors)."""
+    import kubernetes_validate
+    try:
+        kubernetes_validate.validate(prune_nulls(doc), KUBERNETES_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as e:
+        return [f"{doc.get('kind')} {doc.get('metadata', {}).get('name')}: "
+                f"{'.'.join(map(str, e.path))}: {e.message}"]
+    return []
+
+
+def manifests(docs: list[dict]) -> list[str]:
+    """Every rendered object: MPIJobs against the CRD's schema and the controller's rules, the
+    rest against Kubernetes' schemas."""
+    problems = []
+    for doc in docs:
+        if doc.get("kind") == "MPIJob":
+            problems += mpijob_schema(doc) + mpijob_rules(doc)
+        else:
+            problems += builtin_kind(doc)
+    return problems
+
+
+def hadolint(dockerfile: pathlib.Path) -> list[str]:
+    done = subprocess.run([tool("hadolint"), "--no-color", str(dockerfile)], capture_output=True,
+                          text=True)
+    return [] if done.returncode == 0 else (done.stdout + done.stderr).strip().splitlines()
+
+
+def dockerfile_sources(dockerfile: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+    """Every COPY source (but --from stages) exists in the build context (the repository)."""
+    problems = []
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    for line in re.findall(r"^COPY\s+(.*)$", text, re.M):
+        words = shlex.split(line)
+        if any(w.startswith("--from") for w in words):
+            continue
+        for source in [w for w in words if not w.startswith("--")][:-1]:
+            if not (root / source).exists():
+                problems.append(f"{dockerfile.name}: COPY {source}: not in the repository")
+    return problems
+
+
+# Terraform ---------------------------------------------------------------------------------
+
+def terraform_fmt(folder: pathlib.Path) -> list[str]:
+    done = subprocess.run(["terraform", "fmt", "-check", "-recursive", "-diff", str(folder)],
+                          capture_output=True, text=True)
+    return [] if done.returncode == 0 else [f"terraform fmt: {done.stdout.strip()}"]
+
+
+def _hcl(folder: pathlib.Path) -> dict[pathlib.Path, dict]:
+    import hcl2
+    parsed = {}
+    for path in sorted(folder.glob("*.tf")):
+        with path.open() as f:
+            parsed[path] = hcl2.load(f)
+    return parsed
+
+
+def terraform_parse(folder: pathlib.Path) -> list[str]:
+    try:
+        _hcl(folder)
+    except Exception as e:  # lark's errors carry the line and column
+        return [f"HCL parse: {type(e).__name__}: {e}"]
+    return []
+
+
+TF_REFERENCE = re.compile(
+    r"(?<![\w.\"])(var|local|module|data\.[a-z0-9_]+|(?:aws|helm|terraform|kubernetes)_[a-z0-9_]+)"
+    r"\.([A-Za-z_][\w-]*)")
+
+
+def terraform_references(folder: pathlib.Path) -> list[str]:
+    """Every var., local., module., data. and resource reference names something declared."""
+    declared: dict[str, set[str]] = {"var": set(), "local": set(), "module": set()}
+    for blocks in _hcl(folder).values():
+        for block in blocks.get("variable", []):
+            declared["var"].update(block)
+        for block in blocks.get("locals", []):
+            declared["local"].update(block)
+        for block in blocks.get("module", []):
+            declared["module"].update(block)
+        for kind in ("resource", "data"):
+            for block in blocks.get(kind, []):
+                for rtype, named in block.items():
+                    key = f"data.{rtype}" if kind == "data" else rtype
+                    declared.setdefault(key, set()).update(named)
+    problems = []
+    for path in sorted(folder.glob("*.tf")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = re.sub(r'"(?:[^"\\$]|\\.)*"', '""', line.split("#")[0])  # not in plain strings
+            code += " " + " ".join(re.findall(r"\$\{([^}]*)\}", line))  # but in interpolations
+            for kind, name in TF_REFERENCE.findall(code):
+                if kind.startswith(("aws_", "helm_", "terraform_", "kubernetes_")) and \
+                        kind not in declared:
+                    problems.append(f"{path.name}:{number}: {kind}.{name}: no such resource type "
+                                    "declared")
+                elif name not in declared.get(kind, set()):
+                    problems.append(f"{path.name}:{number}: {kind}.{name} is not declared")
+    return problems
+
+
+def checkov(folder: pathlib.Path) -> list[str]:
+    """checkov's Terraform checks; a finding is fixed, or skipped in the code with its reason."""
+    done = subprocess.run([tool("checkov"), "-d", str(folder), "--framework", "terraform",
+                           "--quiet", "--compact", "--skip-download", "-o", "json"],
+                          capture_output=True, text=True, env={**os.environ, "LOG_LEVEL": "ERROR"})
+    try:
+        report = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        return [f"checkov gave no report (exit {done.returncode}): {done.stderr.strip()[-2000:]}"]
+    reports = report if isinstance(report, list) else [report]
+    problems = []
+    for r in reports:
+        for failed in r.get("results", {}).get("failed_checks", []):
+            problems.append(f"{failed['file_path']}:{failed['file_line_range'][0]}: "
+                            f"{failed['check_id']} {failed['check_name']} "
+                            f"({failed['resource']})")
+    return problems
+
+
+def main() -> int:
+    problems = parse_yaml(yaml_files()) + yamllint(yaml_files())
+    for name, folder in OVERLAYS.items():
+        problems += manifests(kustomize(folder))
+    for dockerfile in DOCKERFILES:
+        problems += hadolint(dockerfile) + dockerfile_sources(dockerfile)
+    tf = ROOT / "terraform"
+    problems += terraform_parse(tf) + terraform_references(tf) + checkov(tf)
+    if shutil.which("terraform"):
+        problems += terraform_fmt(tf)
+    print("\n".join(problems) or "no problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""k8s/image/: both Dockerfiles hadolint-clean, everything they COPY in the repository, and the
+entrypoint's wait for the hostfile's names (what the launcher pod runs before mpirun)."""
+import os
+import subprocess
+
+import pytest
+
+import deploycheck as dc
+from conftest import needs
+
+ENTRYPOINT = dc.ROOT / "k8s" / "image" / "entrypoint.sh"
+
+
+def test_there_is_a_cpu_and_a_gpu_efa_image():
+    assert [d.name for d in dc.DOCKERFILES] == ["Dockerfile.cpu", "Dockerfile.gpu-efa"]
+    gpu = (dc.ROOT / "k8s" / "image" / "Dockerfile.gpu-efa").read_text()
+    for needed in ("efa_installer.sh -y -g", "-DDDP_WITH_MPI=ON", "-DDDP_WITH_OFI=ON",
+                   "-DDDP_WITH_NCCL=ON", "/opt/amazon/ofi-nccl", "sshd"):
+        assert needed in gpu, needed
+
+
+@pytest.mark.parametrize("dockerfile", dc.DOCKERFILES, ids=lambda p: p.name)
+def test_hadolint_is_clean(dockerfile):
+    needs("hadolint")
+    assert dc.hadolint(dockerfile) == []
+
+
+def test_hadolint_catches_a_planted_error(tmp_path):
+    needs("hadolint")
+    broken = tmp_path / "Dockerfile"
+    broken.write_text(dc.DOCKERFILES[0].read_text().replace("FROM debian:12-slim",
+                                                            "FROM debian:latest"))
+    assert any("DL3007" in line for line in dc.hadolint(broken))
+
+
+@pytest.mark.parametrize("dockerfile", dc.DOCKERFILES, ids=lambda p: p.name)
+def test_everything_copied_is_in_the_repository(dockerfile, tmp_path):
+    assert dc.dockerfile_sources(dockerfile) == []
+    broken = tmp_path / dockerfile.name
+    broken.write_text(dockerfile.read_text().replace("COPY examples", "COPY example"))
+    assert dc.dockerfile_sources(broken) == [f"{dockerfile.name}: COPY example: not in the "
+                                             "repository"]
+
+
+def entrypoint(tmp_path, hostfile_text, *command, wait="2"):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text(hostfile_text)
+    env = {**os.environ, "K_MPI_JOB_ROLE": "launcher", "DDP_DNS_WAIT_SECONDS": wait,
+           "OMPI_MCA_orte_default_hostfile": str(hostfile)}
+    return subprocess.run(["sh", str(ENTRYPOINT), *command], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_the_entrypoint_runs_the_command_once_every_host_resolves(tmp_path):
+    done = entrypoint(tmp_path, "# by the operator\nlocalhost slots=2\n\nlocalhost slots=2\n",
+                      "echo", "started")
+    assert done.returncode == 0 and done.stdout == "started\n", done
+
+
+def test_the_entrypoint_names_a_host_that_never_resolves(tmp_path):
+    done = entrypoint(tmp_path, "localhost slots=1\njob-worker-9.job.ns.invalid slots=1\n",
+                      "echo", "started")
+    assert done.returncode == 1 and done.stdout == ""
+    assert "job-worker-9.job.ns.invalid (from" in done.stderr and "after 2s" in done.stderr

@@ -1,0 +1,88 @@
+"""terraform/: formatted, parsed, every reference declared, checkov's checks passed (or skipped
+in the code with a reason), variables validated; each check also fed a broken copy.
+`terraform init`/`validate` need the providers and modules, which this machine cannot download:
+terraform/README.md makes them the user's first step."""
+import re
+import shutil
+
+import pytest
+
+import deploycheck as dc
+from conftest import needs
+
+TF = dc.ROOT / "terraform"
+
+
+def test_terraform_is_formatted(copy_of):
+    if shutil.which("terraform") is None:
+        pytest.skip("terraform is not installed here")
+    assert dc.terraform_fmt(TF) == []
+    broken = copy_of("terraform")
+    main = broken / "main.tf"
+    main.write_text(main.read_text().replace("  name = var.cluster_name",
+                                             "  name=var.cluster_name"))
+    assert dc.terraform_fmt(broken) != []
+
+
+def test_the_hcl_parses(copy_of):
+    assert dc.terraform_parse(TF) == []
+    broken = copy_of("terraform")
+    (broken / "outputs.tf").write_text((broken / "outputs.tf").read_text() + "\noutput \"x\" {\n")
+    assert "HCL parse" in "\n".join(dc.terraform_parse(broken))
+
+
+def test_every_reference_is_declared(copy_of):
+    assert dc.terraform_references(TF) == []
+    broken = copy_of("terraform")
+    main = broken / "main.tf"
+    text = main.read_text().replace("var.vpc_cidr", "var.vpc_cdir", 1)
+    text = text.replace("module.vpc.vpc_id", "module.network.vpc_id")
+    main.write_text(text)
+    fsx = broken / "fsx.tf"
+    fsx.write_text(fsx.read_text().replace("aws_security_group.fsx.id",
+                                           "aws_security_group.lustre.id", 1))
+    addons = broken / "addons.tf"
+    addons.write_text(addons.read_text().replace("local.gpu_toleration", "local.gpu_tolerations"))
+    found = "\n".join(dc.terraform_references(broken))
+    for wrong in ("var.vpc_cdir", "module.network", "aws_security_group.lustre",
+                  "local.gpu_tolerations"):
+        assert f"{wrong} is not declared" in found, found
+
+
+def test_the_references_are_really_seen():
+    """The check above is only worth something if it sees the references that are there."""
+    text = "\n".join(p.read_text() for p in TF.glob("*.tf"))
+    for kind in ("var", "local", "module", "data.aws_caller_identity", "aws_security_group"):
+        assert re.search(rf"\b{re.escape(kind)}\.\w+", text), kind
+
+
+def test_variables_are_validated():
+    variables = dc._hcl(TF)[TF / "variables.tf"]["variable"]
+    validated = {name for block in variables for name, body in block.items()
+                 if body.get("validation")}
+    assert {"gpu_nodes", "gpu_instance_type", "cluster_name", "region", "endpoint_public_cidrs",
+            "fsx_storage_capacity_gib"} <= validated
+    gpu_nodes = next(b["gpu_nodes"] for b in variables if "gpu_nodes" in b)
+    assert "var.gpu_nodes >= 2" in str(gpu_nodes["validation"][0]["condition"])
+
+
+def test_checkov_passes_and_catches_a_planted_finding(copy_of):
+    needs("checkov")
+    assert dc.checkov(TF) == []
+    broken = copy_of("terraform")
+    (broken / "open.tf").write_text('''resource "aws_security_group" "open" {
+  name        = "open"
+  description = "ssh from anywhere"
+  vpc_id      = module.vpc.vpc_id
+
+  ingress {
+    description = "ssh"
+    from_port   = 22
+    to_port     = 22
+    protocol    = "tcp"
+    cidr_blocks = ["0.0.0.0/0"]
+  }
+}
+''')
+    found = "\n".join(dc.checkov(broken))
+    assert "CKV_AWS_24" in found, found  # port 22 open to the world
