@@ -7,65 +7,43 @@ resource "aws_security_group" "fsx" {
   vpc_id      = module.vpc.vpc_id
 }
 
-# Lustre uses TCP 988 and 1018-1023, from the clients and between the file system's servers.
+# Lustre uses TCP 988 and 1018-1023: from the clients, between the file system's servers, and
+# from the servers back to the clients. One rule per flow and port range.
 locals {
   lustre_ports = { lnet = [988, 988], lustre = [1018, 1023] }
+  lustre_flows = {
+    fsx_from_nodes  = { ingress = true, on = aws_security_group.fsx.id, peer = module.eks.node_security_group_id, what = "from the EKS nodes" }
+    fsx_from_itself = { ingress = true, on = aws_security_group.fsx.id, peer = aws_security_group.fsx.id, what = "between the file system's servers" }
+    fsx_to_nodes    = { ingress = false, on = aws_security_group.fsx.id, peer = module.eks.node_security_group_id, what = "replies to the EKS nodes" }
+    fsx_to_itself   = { ingress = false, on = aws_security_group.fsx.id, peer = aws_security_group.fsx.id, what = "between the file system's servers" }
+    nodes_from_fsx  = { ingress = true, on = module.eks.node_security_group_id, peer = aws_security_group.fsx.id, what = "from FSx" }
+  }
+  lustre_rules = {
+    for pair in setproduct(keys(local.lustre_flows), keys(local.lustre_ports)) :
+    "${pair[0]}_${pair[1]}" => merge(local.lustre_flows[pair[0]], { port = pair[1], range = local.lustre_ports[pair[1]] })
+  }
 }
 
-resource "aws_vpc_security_group_ingress_rule" "fsx_from_nodes" {
-  for_each = local.lustre_ports
+resource "aws_vpc_security_group_ingress_rule" "lustre" {
+  for_each = { for name, rule in local.lustre_rules : name => rule if rule.ingress }
 
-  security_group_id            = aws_security_group.fsx.id
-  description                  = "Lustre (${each.key}) from the EKS nodes"
-  referenced_security_group_id = module.eks.node_security_group_id
+  security_group_id            = each.value.on
+  description                  = "Lustre (${each.value.port}) ${each.value.what}"
+  referenced_security_group_id = each.value.peer
   ip_protocol                  = "tcp"
-  from_port                    = each.value[0]
-  to_port                      = each.value[1]
+  from_port                    = each.value.range[0]
+  to_port                      = each.value.range[1]
 }
 
-resource "aws_vpc_security_group_ingress_rule" "fsx_from_itself" {
-  for_each = local.lustre_ports
+resource "aws_vpc_security_group_egress_rule" "lustre" {
+  for_each = { for name, rule in local.lustre_rules : name => rule if !rule.ingress }
 
-  security_group_id            = aws_security_group.fsx.id
-  description                  = "Lustre (${each.key}) between the file system's servers"
-  referenced_security_group_id = aws_security_group.fsx.id
+  security_group_id            = each.value.on
+  description                  = "Lustre (${each.value.port}) ${each.value.what}"
+  referenced_security_group_id = each.value.peer
   ip_protocol                  = "tcp"
-  from_port                    = each.value[0]
-  to_port                      = each.value[1]
-}
-
-resource "aws_vpc_security_group_egress_rule" "fsx_to_nodes" {
-  for_each = local.lustre_ports
-
-  security_group_id            = aws_security_group.fsx.id
-  description                  = "Lustre (${each.key}) replies to the EKS nodes"
-  referenced_security_group_id = module.eks.node_security_group_id
-  ip_protocol                  = "tcp"
-  from_port                    = each.value[0]
-  to_port                      = each.value[1]
-}
-
-resource "aws_vpc_security_group_egress_rule" "fsx_to_itself" {
-  for_each = local.lustre_ports
-
-  security_group_id            = aws_security_group.fsx.id
-  description                  = "Lustre (${each.key}) between the file system's servers"
-  referenced_security_group_id = aws_security_group.fsx.id
-  ip_protocol                  = "tcp"
-  from_port                    = each.value[0]
-  to_port                      = each.value[1]
-}
-
-# The clients' side: the servers connect back to the nodes on the same ports.
-resource "aws_vpc_security_group_ingress_rule" "nodes_from_fsx" {
-  for_each = local.lustre_ports
-
-  security_group_id            = module.eks.node_security_group_id
-  description                  = "Lustre (${each.key}) from FSx"
-  referenced_security_group_id = aws_security_group.fsx.id
-  ip_protocol                  = "tcp"
-  from_port                    = each.value[0]
-  to_port                      = each.value[1]
+  from_port                    = each.value.range[0]
+  to_port                      = each.value.range[1]
 }
 
 data "aws_caller_identity" "current" {}
