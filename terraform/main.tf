@@ -7,7 +7,7 @@ provider "aws" {
 }
 
 data "aws_availability_zones" "available" {
-  #checkov:skip=CKV_AWS_394:only the first two zones are used (local.azs), whatever zones AWS adds later
+  #checkov:skip=CKV_AWS_394:only two zones are used (local.azs), whatever zones AWS adds later
   state = "available"
 
   filter {
@@ -16,10 +16,22 @@ data "aws_availability_zones" "available" {
   }
 }
 
+# The zones that offer the GPU instance type.
+data "aws_ec2_instance_type_offerings" "gpu" {
+  location_type = "availability-zone"
+
+  filter {
+    name   = "instance-type"
+    values = [var.gpu_instance_type]
+  }
+}
+
 locals {
   # EKS wants subnets in two zones; the GPU nodes and FSx sit in the first one, beside each other
   # (EFA does not cross availability zones, and a placement group holds one zone).
-  azs = slice(data.aws_availability_zones.available.names, 0, 2)
+  gpu_az = coalesce(var.gpu_availability_zone,
+  try(sort(data.aws_ec2_instance_type_offerings.gpu.locations)[0], data.aws_availability_zones.available.names[0]))
+  azs = [local.gpu_az, [for zone in data.aws_availability_zones.available.names : zone if zone != local.gpu_az][0]]
 
   # Amazon Linux 2023 nodes: the Lustre client for FSx, installed before the node joins.
   lustre_client = [{
@@ -30,6 +42,13 @@ locals {
       dnf install -y lustre-client
     EOT
   }]
+}
+
+check "gpu_zone_offers_the_instance_type" {
+  assert {
+    condition     = contains(data.aws_ec2_instance_type_offerings.gpu.locations, local.gpu_az)
+    error_message = "${var.gpu_instance_type} is not offered in ${local.gpu_az}: set gpu_availability_zone to one of ${join(", ", sort(data.aws_ec2_instance_type_offerings.gpu.locations))}."
+  }
 }
 
 module "vpc" {

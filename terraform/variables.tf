@@ -53,13 +53,24 @@ variable "endpoint_public_cidrs" {
 }
 
 variable "gpu_instance_type" {
-  description = "Instance type of the GPU node group: one with EFA and 8 GPUs."
+  description = "Instance type of the GPU node group: 8 GPUs and 32 EFA devices, as the gpu-efa MPIJobs ask (other types need their counts changed there)."
   type        = string
   default     = "p5.48xlarge"
 
   validation {
-    condition     = contains(["p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge"], var.gpu_instance_type)
-    error_message = "gpu_instance_type must be an EFA instance with 8 GPUs: p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge or p5en.48xlarge."
+    condition     = contains(["p5.48xlarge", "p5e.48xlarge"], var.gpu_instance_type)
+    error_message = "gpu_instance_type must be p5.48xlarge or p5e.48xlarge (8 GPUs, 32 EFA devices: k8s/mpijob/overlays/gpu-efa asks for those)."
+  }
+}
+
+variable "gpu_availability_zone" {
+  description = "Zone of the GPU nodes and FSx (that of your capacity reservation); null: the first zone of the region that offers gpu_instance_type."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.gpu_availability_zone == null || can(regex("^[a-z]{2}(-gov)?-[a-z]+-[0-9][a-z]$", var.gpu_availability_zone))
+    error_message = "gpu_availability_zone must be a zone name such as us-west-2b, or null."
   }
 }
 
@@ -75,7 +86,7 @@ variable "gpu_nodes" {
 }
 
 variable "gpu_capacity_reservation_id" {
-  description = "On-Demand Capacity Reservation the GPU nodes start in (p5 is rarely available without one); null: none."
+  description = "On-Demand Capacity Reservation the GPU nodes start in (p5 is rarely available without one), in gpu_availability_zone and not tied to a placement group (the node group makes its own); null: none."
   type        = string
   default     = null
 

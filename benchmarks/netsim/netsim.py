@@ -81,7 +81,8 @@ class Cluster:
     both directions; DELAY (e.g. 100us) needs sch_netem."""
 
     def __init__(self, hosts: int, rate: str | None = None, delay: str | None = None,
-                 names: list[str] | None = None, domain: str | None = None):
+                 names: list[str] | None = None, domain: str | None = None,
+                 sshd_env: bool = False):
         if not 1 <= hosts <= 200:
             raise ValueError(f"hosts must be 1..200, not {hosts}")
         if rate is not None:
@@ -100,6 +101,9 @@ class Cluster:
         # directories and shared-memory files by it, libddp its idea of "same host".
         self.hostnames = list(names) if names else [f"host{i}" for i in range(hosts)]
         self.named, self.domain = names is not None, domain
+        # sshd_env: the remote shell starts commands with the environment an sshd session has
+        # (PATH, HOME, LANG only), not the caller's, as ssh to a real host (or pod) does.
+        self.sshd_env = sshd_env
         # What the remote shell answers to for each host: its address, and its names if named.
         self.aliases = [[a] + ([h] + ([f"{h}.{domain}"] if domain else []) if self.named else [])
                         for a, h in zip(self.addresses, self.hostnames)]
@@ -158,7 +162,10 @@ class Cluster:
                     f'case "$1" in\n{cases}'
                     '  *) echo "ssh: Could not resolve hostname $1: no such simulated host" >&2;'
                     " exit 255 ;;\nesac\nshift\n"
-                    'exec ip netns exec "$ns" unshare --uts sh -c \'hostname "$0"; exec sh -c "$1"\''
+                    + ("exec env -i HOME=/root LANG=C.UTF-8"
+                       " PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "
+                       if self.sshd_env else "exec ") +
+                    'ip netns exec "$ns" unshare --uts sh -c \'hostname "$0"; exec sh -c "$1"\''
                     ' "$name" "$*"\n')
         os.chmod(self.rsh, 0o755)
 

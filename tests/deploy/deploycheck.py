@@ -124,7 +124,7 @@ def _resource_problems(where: str, container: dict) -> list[str]:
     problems = []
     resources = container.get("resources", {})
     requests, limits = resources.get("requests", {}), resources.get("limits", {})
-    for key in ("nvidia.com/gpu", "vpc.amazonaws.com/efa", "hugepages-2Mi", "memory"):
+    for key in ("nvidia.com/gpu", "vpc.amazonaws.com/efa", "hugepages-2Mi", "memory", "cpu"):
         if key in requests or key in limits:
             if requests.get(key) != limits.get(key):
                 problems.append(f"{where}: {key} requests {requests.get(key)} != limits "
@@ -332,6 +332,32 @@ def terraform_references(folder: pathlib.Path) -> list[str]:
     return problems
 
 
+def module_inputs(folder: pathlib.Path) -> list[str]:
+    """Every argument given to a registry module, and to an EKS managed node group, is an input
+    of that module's version (tests/deploy/module_inputs.py)."""
+    from module_inputs import EKS_V21_MANAGED_NODE_GROUP, MODULES
+    problems = []
+    for path, blocks in _hcl(folder).items():
+        for block in blocks.get("module", []):
+            for name, body in block.items():
+                unwrap = lambda v: v[0] if isinstance(v, list) and len(v) == 1 else v  # noqa: E731
+                source = unwrap(body.get("source"))
+                known = MODULES.get(source)
+                if known is None:
+                    problems.append(f"{path.name}: module {name}: source {source} "
+                                    "has no list of inputs in tests/deploy/module_inputs.py")
+                    continue
+                problems += [f"{path.name}: module {name}: {key} is not an input of {source}"
+                             for key in body if key not in known and not key.startswith("__")]
+                groups = unwrap(body.get("eks_managed_node_groups", {}))
+                for group, settings in (groups.items() if isinstance(groups, dict) else ()):
+                    problems += [f"{path.name}: node group {group}: {key} is not an input of an "
+                                 "EKS managed node group" for key in settings
+                                 if key not in EKS_V21_MANAGED_NODE_GROUP
+                                 and not key.startswith("__")]
+    return problems
+
+
 def checkov(folder: pathlib.Path) -> list[str]:
     """checkov's Terraform checks; a finding is fixed, or skipped in the code with its reason."""
     done = subprocess.run([tool("checkov"), "-d", str(folder), "--framework", "terraform",
@@ -358,7 +384,7 @@ def main() -> int:
     for dockerfile in DOCKERFILES:
         problems += hadolint(dockerfile) + dockerfile_sources(dockerfile)
     tf = ROOT / "terraform"
-    problems += terraform_parse(tf) + terraform_references(tf) + checkov(tf)
+    problems += terraform_parse(tf) + terraform_references(tf) + module_inputs(tf) + checkov(tf)
     if shutil.which("terraform"):
         problems += terraform_fmt(tf)
     print("\n".join(problems) or "no problems")

@@ -5,9 +5,11 @@ per pod and named as the MPI operator names them (<job>-launcher, <job>-worker-<
 host name and resolving the others as <pod>.<job>.<namespace>.svc, as the headless Service's DNS
 does), the hostfile is written as the operator writes /etc/mpi/hostfile and given to Open MPI with
 the operator's own variables, and the command runs in the launcher's namespace through the image's
-entrypoint. What differs from a cluster, and only this: Open MPI's remote shell is `ip netns exec`
-instead of ssh (sshd's part is not rehearsed), the image's /opt/libddp is this checkout, and
-`python3` and `ddp-bench` are this checkout's .venv and build.
+entrypoint. Commands on the workers start with an sshd session's environment (PATH, HOME, LANG),
+not the launcher's: what the ranks need must come through mpirun's -x, as on a cluster. What
+differs from a cluster, and only this: Open MPI's remote shell is `ip netns exec` instead of ssh
+(sshd itself is not rehearsed), the image's /opt/libddp is this checkout, and `python3` and
+`ddp-bench` are this checkout's .venv and build.
 
     python3 tests/deploy/rehearsal.py [--overlay cpu] [--job ddp-digits]    (as root)
 """
@@ -87,7 +89,8 @@ def rehearse(job: dict, workdir: pathlib.Path, timeout: float = 600,
     env["OMPI_MCA_orte_default_hostfile"] = str(hostfile)  # /etc/mpi/hostfile in the pod
     env["OMPI_MCA_plm_rsh_agent"] = "{rsh}"  # ssh in the pod
     args = [a.replace(IMAGE_ROOT, f"{dc.ROOT}/") for a in container["args"]]
-    with netsim.Cluster(len(view["pods"]), names=view["pods"], domain=view["domain"]) as cluster:
+    with netsim.Cluster(len(view["pods"]), names=view["pods"], domain=view["domain"],
+                        sshd_env=True) as cluster:
         env["OMPI_MCA_plm_rsh_agent"] = cluster.rsh
         return cluster.run(0, ["sh", str(ENTRYPOINT), *args], env=env, cwd=str(workdir),
                            capture_output=True, text=True, timeout=timeout)

@@ -49,6 +49,19 @@ def test_every_reference_is_declared(copy_of):
         assert f"{wrong} is not declared" in found, found
 
 
+def test_module_and_node_group_inputs_are_the_modules_own(copy_of):
+    assert dc.module_inputs(TF) == []
+    broken = copy_of("terraform")
+    main = broken / "main.tf"
+    text = main.read_text().replace("endpoint_public_access_cidrs", "endpoint_public_access_cidr")
+    text = text.replace("enable_efa_support = true", "efa_support = true")
+    main.write_text(text.replace("single_nat_gateway", "one_nat_gateways"))
+    found = "\n".join(dc.module_inputs(broken))
+    assert "endpoint_public_access_cidr is not an input of terraform-aws-modules/eks/aws" in found
+    assert "node group gpu: efa_support is not an input" in found
+    assert "one_nat_gateways is not an input of terraform-aws-modules/vpc/aws" in found
+
+
 def test_the_references_are_really_seen():
     """The check above is only worth something if it sees the references that are there."""
     text = "\n".join(p.read_text() for p in TF.glob("*.tf"))
