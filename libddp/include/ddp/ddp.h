@@ -5,6 +5,7 @@
 #include "ddp/errors.h"      // IWYU pragma: export
 #include "ddp/info.h"        // IWYU pragma: export
 #include "ddp/options.h"     // IWYU pragma: export
+#include "ddp/ps.h"          // IWYU pragma: export
 #include "ddp/rendezvous.h"  // IWYU pragma: export
 #include "ddp/types.h"       // IWYU pragma: export
 #include "ddp/version.h"     // IWYU pragma: export

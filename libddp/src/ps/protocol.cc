@@ -1,0 +1,122 @@
+#include "ps/protocol.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "collectives/comm_ids.h"
+#include "ddp/errors.h"
+
+namespace ddp::ps {
+
+namespace {
+
+constexpr int kRequestBits = 42;
+constexpr uint64_t kRequestMask = (uint64_t{1} << kRequestBits) - 1;
+
+bool Terminated(const char* s, size_t n) { return std::memchr(s, 0, n) != nullptr; }
+
+}  // namespace
+
+absl::string_view OpName(Op op) {
+  switch (op) {
+    case Op::kInit:
+      return "init";
+    case Op::kPush:
+      return "push";
+    case Op::kPull:
+      return "pull";
+    case Op::kPushPull:
+      return "push_pull";
+    case Op::kDone:
+      return "done";
+  }
+  return "unknown";
+}
+
+absl::Status CheckRequest(const RequestHeader& h) {
+  if (h.magic != kMagic) return absl::InvalidArgumentError("not a parameter-server request");
+  if (h.op < static_cast<uint32_t>(Op::kInit) || h.op > static_cast<uint32_t>(Op::kDone)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown request op ", h.op));
+  }
+  if (!Terminated(h.config.key_name, kNameBytes) ||
+      !Terminated(h.config.optimizer, kOptimizerNameBytes)) {
+    return absl::InvalidArgumentError("request names are not terminated");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckResponse(const ResponseHeader& h) {
+  if (h.magic != kMagic) return absl::InternalError("not a parameter-server response");
+  if (!Terminated(h.message, kMessageBytes)) {
+    return absl::InternalError("parameter-server response message not terminated");
+  }
+  return absl::OkStatus();
+}
+
+ResponseHeader ErrorResponse(const absl::Status& status) {
+  ResponseHeader r;
+  r.code = static_cast<uint32_t>(status.code());
+  const std::vector<int> ranks = BlamedRanks(status);
+  if (!ranks.empty()) r.blamed_rank = static_cast<uint32_t>(ranks.front());
+  const absl::string_view m = status.message();
+  const size_t n = std::min(m.size(), kMessageBytes - 1);
+  std::memcpy(r.message, m.data(), n);
+  r.message[n] = 0;
+  return r;
+}
+
+absl::Status ResponseStatus(const ResponseHeader& h) {
+  if (h.code == 0) return absl::OkStatus();
+  const auto code = h.code <= 16 ? static_cast<absl::StatusCode>(h.code) : absl::StatusCode::kUnknown;
+  absl::Status status(code, h.message);
+  if (h.blamed_rank != UINT32_MAX) {
+    const int rank = static_cast<int>(h.blamed_rank);
+    status = WithRanks(status, {rank});
+  }
+  return status;
+}
+
+std::string KeyName(const PartitionConfig& c) {
+  std::string name(c.key_name, strnlen(c.key_name, kNameBytes));
+  if (c.parts > 1) absl::StrAppend(&name, " (partition ", c.part, " of ", c.parts, ")");
+  return name;
+}
+
+std::string ConfigDifference(const PartitionConfig& a, const PartitionConfig& b) {
+  if (std::strncmp(a.key_name, b.key_name, kNameBytes) != 0) {
+    return absl::StrCat("name '", KeyName(a), "' vs '", KeyName(b), "'");
+  }
+  if (a.key_id != b.key_id || a.part != b.part || a.parts != b.parts) {
+    return absl::StrCat("registration order (key ", a.key_id, " vs ", b.key_id, ")");
+  }
+  if (a.dtype != b.dtype) {
+    return absl::StrCat("dtype ", DataTypeName(static_cast<DataType>(a.dtype)), " vs ",
+                        DataTypeName(static_cast<DataType>(b.dtype)));
+  }
+  if (a.count != b.count) return absl::StrCat("element count ", a.count, " vs ", b.count);
+  if (a.consistency != b.consistency) return "consistency (sync vs async)";
+  if (a.staleness != b.staleness) {
+    return absl::StrCat("staleness ", a.staleness, " vs ", b.staleness);
+  }
+  if (std::strncmp(a.optimizer, b.optimizer, kOptimizerNameBytes) != 0 ||
+      a.learning_rate != b.learning_rate || a.momentum != b.momentum ||
+      a.nesterov != b.nesterov || a.beta1 != b.beta1 || a.beta2 != b.beta2 ||
+      a.epsilon != b.epsilon || a.weight_decay != b.weight_decay ||
+      a.gradient_scale != b.gradient_scale) {
+    return "optimizer settings";
+  }
+  return "";
+}
+
+uint64_t Tag(uint64_t request, Part part) {
+  // Requests wait on a notification tag (the last id of that range); everything else on the
+  // first id of the parameter-server range.
+  const uint64_t id =
+      part == Part::kRequest
+          ? collectives::CommRangeEnd(collectives::CommRange::kNotification) - 1
+          : collectives::CommRangeBegin(collectives::CommRange::kParameterServer);
+  return (id << (64 - collectives::kCommIdBits)) | ((request & kRequestMask) << 2) |
+         static_cast<uint64_t>(part);
+}
+
+}  // namespace ddp::ps

@@ -1,0 +1,100 @@
+// The parameter server's messages, between a worker and a server over the job's transport.
+//
+// Every (worker, server) pair has one stream of requests, numbered from 0 by the worker. Request
+// n travels as a fixed-size RequestHeader on a notification tag (a server waits on it for as long
+// as the worker computes, which is not a stall: transport.h), then, for pushes and inits, its
+// payload; the answer is a ResponseHeader, then, for pulls, the payload. Each of the four has its
+// own tag (n, kind), so answers may come in any order (a sync pull waits for the slowest worker
+// while later requests are answered). A pull's payload is always sent, and received straight
+// into the caller's buffer: an error answer sends its bytes too (unspecified), which keeps the
+// receive posted in advance and the copy away.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "ddp/types.h"
+
+namespace ddp::ps {
+
+enum class Op : uint32_t {
+  kInit = 1,      // register a partition (payload: its initial value, from worker 0 only)
+  kPush = 2,      // payload: a gradient
+  kPull = 3,      // answer payload: the value
+  kPushPull = 4,  // both
+  kDone = 5,      // this worker has finished
+};
+absl::string_view OpName(Op op);
+
+inline constexpr uint32_t kMagic = 0x50504444;  // "DDPP"
+inline constexpr size_t kNameBytes = 64;
+inline constexpr size_t kOptimizerNameBytes = 32;
+inline constexpr size_t kMessageBytes = 240;
+
+// What a partition is and how it behaves; sent with every init and compared by the server.
+struct PartitionConfig {
+  char key_name[kNameBytes] = {};
+  uint32_t key_id = 0;
+  uint32_t part = 0;    // index within the key
+  uint32_t parts = 0;   // partitions of the key
+  uint8_t dtype = 0;
+  uint8_t consistency = 0;
+  uint8_t nesterov = 0;
+  uint8_t pad0 = 0;
+  int32_t staleness = -1;
+  uint64_t count = 0;   // elements of this partition
+  char optimizer[kOptimizerNameBytes] = {};
+  double learning_rate = 0;
+  double momentum = 0;
+  double beta1 = 0;
+  double beta2 = 0;
+  double epsilon = 0;
+  double weight_decay = 0;
+  double gradient_scale = 1;
+};
+
+struct RequestHeader {
+  uint32_t magic = kMagic;
+  uint32_t op = 0;
+  uint32_t partition = 0;  // the partition's id (registration order over all keys)
+  uint32_t flags = 0;
+  uint64_t seq = 0;        // pushes: this worker's push number for the partition (from 1)
+  int64_t clock = 0;       // pulls: sync, the version wanted; async, this worker's pushes
+  uint64_t bytes = 0;      // the payload's bytes (pushes, inits) or the answer's (pulls)
+  PartitionConfig config;  // inits
+};
+
+inline constexpr uint32_t kInitHasValue = 1;  // an init carrying the initial value
+
+struct ResponseHeader {
+  uint32_t magic = kMagic;
+  uint32_t code = 0;         // absl::StatusCode
+  int64_t version = 0;
+  uint64_t seq_base = 0;     // inits: this worker's pushes the server has already (restored)
+  int64_t clock_base = 0;
+  uint32_t contributors = 0;
+  uint32_t blamed_rank = UINT32_MAX;  // the job rank the error is about, if any
+  char message[kMessageBytes] = {};
+};
+
+// Validates what a peer sent: the magic, a known op, names terminated. Messages from peers are
+// untrusted bytes: nothing is assumed before this passes.
+absl::Status CheckRequest(const RequestHeader& header);
+absl::Status CheckResponse(const ResponseHeader& header);
+
+// The status a response carries, and back (the message truncated to fit).
+ResponseHeader ErrorResponse(const absl::Status& status);
+absl::Status ResponseStatus(const ResponseHeader& header);
+
+std::string KeyName(const PartitionConfig& config);
+// Whether two inits describe the same partition; "" or what differs.
+std::string ConfigDifference(const PartitionConfig& a, const PartitionConfig& b);
+
+// Tags (64 bits): the communicator id (20 bits), the request number (42 bits), the kind (2).
+enum class Part : uint32_t { kRequest = 0, kRequestPayload = 1, kResponse = 2, kResponsePayload = 3 };
+uint64_t Tag(uint64_t request, Part part);
+
+}  // namespace ddp::ps

@@ -1,0 +1,600 @@
+// ddp/ps.h: roles, registration and placement, the worker's side of the protocol (protocol.h),
+// and the server's thread (server.h).
+#include "ddp/ps.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "bootstrap/job.h"
+#include "common/env.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "ddp/errors.h"
+#include "ps/protocol.h"
+#include "ps/server.h"
+
+namespace ddp::ps {
+
+absl::StatusOr<PsOptions> PsOptions::FromEnvironment() {
+  PsOptions o;
+  DDP_ASSIGN_OR_RETURN(auto servers, env::GetInt("DDP_PS_SERVERS", 0, 1 << 20));
+  if (servers) o.num_servers = static_cast<int>(*servers);
+  DDP_ASSIGN_OR_RETURN(auto part, env::GetBytes("DDP_PS_PARTITION_BYTES", 1024, 1LL << 30));
+  if (part) o.partition_bytes = *part;
+  if (auto dir = env::Get("DDP_PS_CHECKPOINT_DIR")) o.checkpoint_dir = *dir;
+  DDP_ASSIGN_OR_RETURN(auto steps, env::GetInt("DDP_PS_CHECKPOINT_STEPS", 0, INT64_MAX));
+  if (steps) o.checkpoint_steps = *steps;
+  DDP_ASSIGN_OR_RETURN(auto seconds, env::GetDouble("DDP_PS_CHECKPOINT_SECONDS", 0, 1e9));
+  if (seconds) o.checkpoint_seconds = *seconds;
+  DDP_ASSIGN_OR_RETURN(auto loss, env::GetChoice("DDP_PS_ON_WORKER_LOSS", {"fail", "continue"}));
+  if (loss) o.on_worker_loss = *loss == 1 ? WorkerLossPolicy::kContinue : WorkerLossPolicy::kFail;
+  return o;
+}
+
+// One operation: a transfer (or a local request) per partition and part.
+class HandleState {
+ public:
+  transport::Transport* transport = nullptr;
+  std::vector<transport::RequestPtr> requests;
+  std::vector<bool> local;
+  std::vector<size_t> of;  // which partition each request belongs to
+  std::unique_ptr<RequestHeader[]> sent;
+  std::unique_ptr<ResponseHeader[]> answers;
+  std::vector<std::string> what;  // per partition: "push of key 'w' (partition 1 of 2) on ..."
+  absl::Status failed;            // refused before anything was sent
+
+  std::mutex mu;
+  bool finished = false;
+  absl::Status status;
+  int64_t version = 0;
+  int contributors = 0;
+
+  absl::Status Finish() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (finished) return status;
+    status = failed;
+    std::vector<absl::Status> transfer(what.size());
+    for (size_t i = 0; i < requests.size(); ++i) {
+      absl::Status s = local[i] || transport == nullptr ? requests[i]->Wait()
+                                                       : transport->Wait(requests[i].get());
+      if (!s.ok() && transfer[of[i]].ok()) transfer[of[i]] = s;
+    }
+    version = INT64_MAX;
+    contributors = INT32_MAX;
+    for (size_t p = 0; p < what.size() && status.ok(); ++p) {
+      if (!transfer[p].ok()) {
+        status = Annotate(transfer[p], what[p]);
+        break;
+      }
+      const ResponseHeader& r = answers[p];
+      absl::Status s = CheckResponse(r);
+      if (s.ok()) s = ResponseStatus(r);
+      if (!s.ok()) {
+        status = Annotate(s, what[p]);
+        break;
+      }
+      version = std::min(version, r.version);
+      contributors = std::min(contributors, static_cast<int>(r.contributors));
+    }
+    if (what.empty()) version = contributors = 0;
+    finished = true;
+    return status;
+  }
+};
+
+absl::Status Handle::Wait() { return state_ == nullptr ? absl::OkStatus() : state_->Finish(); }
+
+bool Handle::Test() const {
+  if (state_ == nullptr) return true;
+  for (auto& r : state_->requests) {
+    if (!r->Test()) return false;
+  }
+  return true;
+}
+
+int64_t Handle::version() const { return state_ == nullptr ? 0 : state_->version; }
+int Handle::contributors() const { return state_ == nullptr ? 0 : state_->contributors; }
+
+namespace {
+
+Handle Refused(absl::Status status) {
+  auto state = std::make_shared<HandleState>();
+  state->failed = std::move(status);
+  return Handle(std::move(state));
+}
+
+}  // namespace
+
+class ParameterServerImpl {
+ public:
+  struct PartitionInfo {
+    uint32_t id = 0;
+    int server = 0;
+    size_t offset = 0;  // bytes into the key
+    size_t bytes = 0;
+    uint64_t pushes = 0;  // this worker's pushes (the next push is pushes + 1)
+  };
+  struct Key {
+    std::string name;
+    DataType type = DataType::kFloat32;
+    size_t count = 0;
+    KeyOptions options;
+    std::vector<PartitionInfo> parts;
+  };
+
+  Options options;
+  PsOptions ps;
+  bootstrap::Job job;
+  int workers = 1;
+  int servers = 1;
+  bool worker = true;
+  bool server = true;
+  std::unique_ptr<ServerLoop> loop;
+  std::thread loop_thread;  // colocated
+  absl::Status loop_status;
+
+  std::mutex mu;  // guards everything below
+  std::vector<Key> keys;
+  std::vector<int64_t> server_bytes;
+  uint32_t next_partition = 0;
+  std::vector<uint64_t> next_request;  // per server
+  bool finished = false;
+
+  int Rank() const { return options.rank; }
+  int ServerRank(int s) const { return ps.num_servers == 0 ? s : workers + s; }
+  int WorkerIndex() const { return worker ? Rank() : -1; }
+  int ServerIndex() const {
+    if (!server) return -1;
+    return ps.num_servers == 0 ? Rank() : Rank() - workers;
+  }
+  bool Local(int s) const { return server && ServerIndex() == s; }
+  std::string PeerName(int rank) const {
+    if (rank == Rank() || job.transport == nullptr) return absl::StrCat("rank ", rank);
+    return job.transport->PeerName(rank);
+  }
+  std::string ServerName(int s) const {
+    return absl::StrCat("server ", s, " (", PeerName(ServerRank(s)), ")");
+  }
+
+  absl::Status Init();
+  Handle Submit(int key, Op op, const void* gradient, void* out);
+  absl::Status Finish();
+};
+
+absl::Status ParameterServerImpl::Init() {
+  DDP_RETURN_IF_ERROR(options.Validate());
+  log::SetLevel(options.log_level);
+  log::SetRank(options.rank);
+  if (ps.num_servers < 0 || ps.num_servers >= options.size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "DDP_PS_SERVERS=", ps.num_servers, " leaves no worker in a job of ", options.size,
+        " ranks (servers are the last ranks; 0 = every rank serves and works)"));
+  }
+  if (ps.partition_bytes < 1024) {
+    return absl::InvalidArgumentError("DDP_PS_PARTITION_BYTES must be at least 1024");
+  }
+  if (ps.num_servers == 0) {
+    workers = servers = options.size;
+  } else {
+    servers = ps.num_servers;
+    workers = options.size - servers;
+    worker = options.rank < workers;
+    server = !worker;
+  }
+  DDP_ASSIGN_OR_RETURN(job, bootstrap::AssembleJob(&options, 0));
+  if (job.transport) {
+    job.transport->SetPeerFailurePolicy(transport::Transport::PeerFailurePolicy::kIsolatePeer);
+  }
+  next_request.assign(static_cast<size_t>(servers), 0);
+  server_bytes.assign(static_cast<size_t>(servers), 0);
+  if (server) {
+    CoreConfig c;
+    c.num_workers = workers;
+    c.server_index = ServerIndex();
+    c.num_servers = servers;
+    for (int w = 0; w < workers; ++w) c.worker_ranks.push_back(w);
+    c.worker_name = [this](int w) { return absl::StrCat("worker ", w, " (", PeerName(w), ")"); };
+    c.on_worker_loss = ps.on_worker_loss;
+    c.wait_limit = options.timeout * 0.8;
+    c.checkpoint_dir = ps.checkpoint_dir;
+    c.checkpoint_steps = ps.checkpoint_steps;
+    c.checkpoint_seconds = ps.checkpoint_seconds;
+    loop = std::make_unique<ServerLoop>(std::move(c), job.transport.get(),
+                                        worker ? Rank() : -1);
+    if (worker) {
+      loop_thread = std::thread([this] {
+        loop_status = loop->Run();
+        if (!loop_status.ok()) {
+          DDP_LOG(kError, "parameter server %d: %s", ServerIndex(), loop_status.message());
+        }
+      });
+    }
+  }
+  DDP_LOG(kInfo, "parameter-server job: rank %d of %d, %s; %d workers, %d servers%s", Rank(),
+          options.size, worker && server ? "worker and server" : worker ? "worker" : "server",
+          workers, servers, ps.num_servers == 0 ? " (colocated)" : "");
+  return absl::OkStatus();
+}
+
+Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void* out) {
+  auto state = std::make_shared<HandleState>();
+  state->transport = job.transport.get();
+  std::lock_guard<std::mutex> lock(mu);
+  if (!worker) return Refused(absl::FailedPreconditionError("this rank is a server, not a worker"));
+  if (finished) {
+    return Refused(absl::FailedPreconditionError(
+        absl::StrCat(OpName(op), " after Finish(): this worker has left the job")));
+  }
+  if (key_id < 0 || static_cast<size_t>(key_id) >= keys.size()) {
+    return Refused(absl::InvalidArgumentError(absl::StrCat("no key ", key_id)));
+  }
+  Key& key = keys[static_cast<size_t>(key_id)];
+  const bool pushes = op == Op::kPush || op == Op::kPushPull;
+  const bool pulls = op == Op::kPull || op == Op::kPushPull;
+  if ((pushes && gradient == nullptr) || (pulls && out == nullptr)) {
+    return Refused(absl::InvalidArgumentError(
+        absl::StrCat(OpName(op), " of key '", key.name, "' with a null buffer")));
+  }
+  const size_t n = key.parts.size();
+  state->sent.reset(new RequestHeader[n]);
+  state->answers.reset(new ResponseHeader[n]);
+  for (size_t i = 0; i < n; ++i) {
+    PartitionInfo& part = key.parts[i];
+    RequestHeader& h = state->sent[i];
+    h.op = static_cast<uint32_t>(op);
+    h.partition = part.id;
+    if (pushes) h.seq = ++part.pushes;
+    h.clock = static_cast<int64_t>(part.pushes);
+    h.bytes = part.bytes;
+    state->what.push_back(absl::StrCat(OpName(op), " of key '", key.name, "'",
+                                       n > 1 ? absl::StrCat(" (partition ", i, " of ", n, ")") : "",
+                                       " on ", ServerName(part.server)));
+    const char* src = pushes ? static_cast<const char*>(gradient) + part.offset : nullptr;
+    char* dst = pulls ? static_cast<char*>(out) + part.offset : nullptr;
+    if (Local(part.server)) {
+      LocalRequest r;
+      r.header = h;
+      r.payload = src;
+      r.out = dst;
+      r.response = &state->answers[i];
+      r.done = std::make_shared<transport::Request>();
+      r.keep = state;
+      state->requests.push_back(r.done);
+      state->local.push_back(true);
+      state->of.push_back(i);
+      loop->SubmitLocal(std::move(r));
+      continue;
+    }
+    const int rank = ServerRank(part.server);
+    const uint64_t req = next_request[static_cast<size_t>(part.server)]++;
+    transport::Transport& t = *job.transport;
+    const auto add = [&](transport::RequestPtr r) {
+      state->requests.push_back(std::move(r));
+      state->local.push_back(false);
+      state->of.push_back(i);
+    };
+    add(t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{}, &state->answers[i],
+                sizeof(ResponseHeader)));
+    if (pulls) {
+      add(t.Irecv(rank, Tag(req, Part::kResponsePayload), transport::Descriptor{}, dst,
+                  part.bytes));
+    }
+    add(t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)));
+    if (pushes) {
+      add(t.Isend(rank, Tag(req, Part::kRequestPayload), transport::Descriptor{}, src,
+                  part.bytes));
+    }
+  }
+  return Handle(std::move(state));
+}
+
+absl::Status ParameterServerImpl::Finish() {
+  std::vector<Handle> dones;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (finished) return absl::OkStatus();
+    finished = true;
+    if (worker) {
+      for (int s = 0; s < servers; ++s) {
+        auto state = std::make_shared<HandleState>();
+        state->transport = job.transport.get();
+        state->sent.reset(new RequestHeader[1]);
+        state->answers.reset(new ResponseHeader[1]);
+        RequestHeader& h = state->sent[0];
+        h.op = static_cast<uint32_t>(Op::kDone);
+        state->what.push_back(absl::StrCat("finish on ", ServerName(s)));
+        state->of.push_back(0);
+        if (Local(s)) {
+          LocalRequest r;
+          r.header = h;
+          r.response = &state->answers[0];
+          r.done = std::make_shared<transport::Request>();
+          r.keep = state;
+          state->requests.push_back(r.done);
+          state->local.push_back(true);
+          loop->SubmitLocal(std::move(r));
+        } else if (job.transport->peer_state(ServerRank(s)) ==
+                   transport::Transport::PeerState::kAlive) {
+          const uint64_t req = next_request[static_cast<size_t>(s)]++;
+          state->requests.push_back(job.transport->Irecv(ServerRank(s), Tag(req, Part::kResponse),
+                                                         transport::Descriptor{},
+                                                         &state->answers[0],
+                                                         sizeof(ResponseHeader)));
+          state->requests.push_back(job.transport->Isend(ServerRank(s), Tag(req, Part::kRequest),
+                                                         transport::Descriptor{}, &h, sizeof(h)));
+          state->local.assign(2, false);
+          state->of.assign(2, 0);
+        } else {
+          continue;
+        }
+        dones.emplace_back(std::move(state));
+      }
+    }
+  }
+  absl::Status first;
+  for (Handle& h : dones) {
+    absl::Status s = h.Wait();
+    if (!s.ok()) {
+      DDP_LOG(kWarning, "parameter server: %s", s.message());
+      if (first.ok()) first = s;
+    }
+  }
+  if (loop_thread.joinable()) loop_thread.join();
+  if (!loop_status.ok() && first.ok()) first = loop_status;
+  if (job.transport) job.transport->Shutdown().IgnoreError();
+  if (job.store_server) job.store_server->Stop();
+  return first;
+}
+
+// ParameterServer.
+
+ParameterServer::ParameterServer(std::unique_ptr<ParameterServerImpl> impl)
+    : impl_(std::move(impl)) {}
+
+ParameterServer::~ParameterServer() {
+  if (impl_->server && !impl_->worker) {
+    if (impl_->job.transport) impl_->job.transport->Shutdown().IgnoreError();
+    return;
+  }
+  Finish().IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::Create(
+    const Options& options, const PsOptions& ps_options) {
+  auto impl = std::make_unique<ParameterServerImpl>();
+  impl->options = options;
+  impl->ps = ps_options;
+  absl::Status status = impl->Init();
+  if (!status.ok()) {
+    if (impl->job.transport) impl->job.transport->Shutdown().IgnoreError();
+    return Annotate(status, absl::StrCat("ddp parameter server init (rank ", options.rank, " of ",
+                                         options.size, ")"));
+  }
+  return std::unique_ptr<ParameterServer>(new ParameterServer(std::move(impl)));
+}
+
+absl::StatusOr<std::unique_ptr<ParameterServer>> ParameterServer::CreateFromEnvironment() {
+  DDP_ASSIGN_OR_RETURN(Options options, Options::FromEnvironment());
+  DDP_ASSIGN_OR_RETURN(PsOptions ps, PsOptions::FromEnvironment());
+  return Create(options, ps);
+}
+
+int ParameterServer::rank() const { return impl_->Rank(); }
+int ParameterServer::size() const { return impl_->options.size; }
+bool ParameterServer::is_worker() const { return impl_->worker; }
+bool ParameterServer::is_server() const { return impl_->server; }
+int ParameterServer::num_workers() const { return impl_->workers; }
+int ParameterServer::num_servers() const { return impl_->servers; }
+int ParameterServer::worker_index() const { return impl_->WorkerIndex(); }
+int ParameterServer::server_index() const { return impl_->ServerIndex(); }
+int ParameterServer::ServerRank(int server) const { return impl_->ServerRank(server); }
+int ParameterServer::WorkerRank(int worker) const { return worker; }
+
+absl::Status ParameterServer::Serve() {
+  if (!impl_->server || impl_->worker) return absl::OkStatus();
+  absl::Status status = impl_->loop->Run();
+  if (impl_->job.transport) impl_->job.transport->Shutdown().IgnoreError();
+  if (impl_->job.store_server) impl_->job.store_server->Stop();
+  return status;
+}
+
+absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType type,
+                                              absl::Span<const int64_t> shape,
+                                              const void* initial, const KeyOptions& options) {
+  ParameterServerImpl& m = *impl_;
+  if (!m.worker) return absl::FailedPreconditionError("Register on a server rank");
+  if (name.empty() || name.size() >= kNameBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key name '", name, "' must have 1 to ", kNameBytes - 1, " characters"));
+  }
+  if (static_cast<int>(type) >= kNumDataTypes) {
+    return absl::InvalidArgumentError(absl::StrCat("key '", name, "': unknown dtype"));
+  }
+  size_t count = 1;
+  for (int64_t d : shape) {
+    if (d < 0 || (d > 0 && count > (size_t{1} << 40) / static_cast<size_t>(d))) {
+      return absl::InvalidArgumentError(absl::StrCat("key '", name, "': bad shape"));
+    }
+    count *= static_cast<size_t>(d);
+  }
+  if (count == 0) return absl::InvalidArgumentError(absl::StrCat("key '", name, "' is empty"));
+  const bool async = options.consistency == Consistency::kAsync;
+  if (async && !IsFloating(type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key '", name, "': async keys need a floating dtype (the server applies an optimizer), not ",
+        DataTypeName(type)));
+  }
+  if (options.optimizer.name.empty() || options.optimizer.name.size() >= kOptimizerNameBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("key '", name, "': bad optimizer name"));
+  }
+  if (options.staleness < -1) {
+    return absl::InvalidArgumentError(absl::StrCat("key '", name, "': staleness must be >= -1"));
+  }
+  if (m.WorkerIndex() == 0 && initial == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key '", name, "': worker 0 must give the initial value"));
+  }
+  const size_t es = DataTypeSize(type);
+  const size_t per = std::max<size_t>(1, static_cast<size_t>(m.ps.partition_bytes) / es);
+  const size_t nparts = (count + per - 1) / per;
+  int key_id;
+  std::vector<PartitionConfig> configs;
+  std::vector<std::string> shares;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.finished) return absl::FailedPreconditionError("Register after Finish()");
+    for (const auto& k : m.keys) {
+      if (k.name == name) {
+        return absl::AlreadyExistsError(absl::StrCat("key '", name, "' is registered already"));
+      }
+    }
+    ParameterServerImpl::Key key;
+    key.name = name;
+    key.type = type;
+    key.count = count;
+    key.options = options;
+    key_id = static_cast<int>(m.keys.size());
+    for (size_t i = 0; i < nparts; ++i) {
+      ParameterServerImpl::PartitionInfo part;
+      part.id = m.next_partition++;
+      part.offset = i * per * es;
+      part.bytes = std::min(per, count - i * per) * es;
+      // Size-balanced: the server holding the fewest bytes so far (the lowest index on a tie).
+      part.server = static_cast<int>(
+          std::min_element(m.server_bytes.begin(), m.server_bytes.end()) - m.server_bytes.begin());
+      m.server_bytes[static_cast<size_t>(part.server)] += static_cast<int64_t>(part.bytes);
+      key.parts.push_back(part);
+      PartitionConfig c;
+      std::memcpy(c.key_name, name.data(), name.size());
+      c.key_id = static_cast<uint32_t>(key_id);
+      c.part = static_cast<uint32_t>(i);
+      c.parts = static_cast<uint32_t>(nparts);
+      c.dtype = static_cast<uint8_t>(type);
+      c.consistency = static_cast<uint8_t>(options.consistency);
+      c.staleness = async ? options.staleness : -1;
+      c.count = part.bytes / es;
+      if (async) {
+        const OptimizerConfig& o = options.optimizer;
+        std::memcpy(c.optimizer, o.name.data(), o.name.size());
+        c.learning_rate = o.learning_rate;
+        c.momentum = o.momentum;
+        c.nesterov = o.nesterov ? 1 : 0;
+        c.beta1 = o.beta1;
+        c.beta2 = o.beta2;
+        c.epsilon = o.epsilon;
+        c.weight_decay = o.weight_decay;
+        c.gradient_scale = o.gradient_scale;
+      }
+      configs.push_back(c);
+    }
+    m.keys.push_back(std::move(key));
+    for (size_t s = 0; s < m.server_bytes.size(); ++s) {
+      shares.push_back(absl::StrCat(m.server_bytes[s]));
+    }
+  }
+  if (m.WorkerIndex() == 0) {
+    DDP_LOG(kInfo, "parameter server: key '%s' (%d bytes) in %d partitions; bytes per server: %s",
+            name, count * es, nparts, absl::StrJoin(shares, " "));
+  }
+  // One init per partition, all in flight together.
+  std::vector<std::shared_ptr<HandleState>> states;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    ParameterServerImpl::Key& key = m.keys[static_cast<size_t>(key_id)];
+    for (size_t i = 0; i < nparts; ++i) {
+      auto state = std::make_shared<HandleState>();
+      state->transport = m.job.transport.get();
+      state->sent.reset(new RequestHeader[1]);
+      state->answers.reset(new ResponseHeader[1]);
+      RequestHeader& h = state->sent[0];
+      const auto& part = key.parts[i];
+      h.op = static_cast<uint32_t>(Op::kInit);
+      h.partition = part.id;
+      h.config = configs[i];
+      const char* value = nullptr;
+      if (m.WorkerIndex() == 0) {
+        h.flags = kInitHasValue;
+        h.bytes = part.bytes;
+        value = static_cast<const char*>(initial) + part.offset;
+      }
+      state->what.push_back(absl::StrCat("register key '", name, "'",
+                                         nparts > 1 ? absl::StrCat(" (partition ", i, ")") : "",
+                                         " on ", m.ServerName(part.server)));
+      if (m.Local(part.server)) {
+        LocalRequest r;
+        r.header = h;
+        r.payload = value;
+        r.response = &state->answers[0];
+        r.done = std::make_shared<transport::Request>();
+        r.keep = state;
+        state->requests.push_back(r.done);
+        state->local.push_back(true);
+        state->of.push_back(0);
+        m.loop->SubmitLocal(std::move(r));
+      } else {
+        const int rank = m.ServerRank(part.server);
+        const uint64_t req = m.next_request[static_cast<size_t>(part.server)]++;
+        transport::Transport& t = *m.job.transport;
+        state->requests.push_back(t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{},
+                                          &state->answers[0], sizeof(ResponseHeader)));
+        state->requests.push_back(
+            t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)));
+        if (value != nullptr) {
+          state->requests.push_back(t.Isend(rank, Tag(req, Part::kRequestPayload),
+                                            transport::Descriptor{}, value, part.bytes));
+        }
+        state->local.assign(state->requests.size(), false);
+        state->of.assign(state->requests.size(), 0);
+      }
+      states.push_back(std::move(state));
+    }
+  }
+  absl::Status first;
+  for (size_t i = 0; i < states.size(); ++i) {
+    absl::Status s = states[i]->Finish();
+    if (!s.ok() && first.ok()) first = s;
+    if (s.ok()) {
+      std::lock_guard<std::mutex> lock(m.mu);
+      m.keys[static_cast<size_t>(key_id)].parts[i].pushes = states[i]->answers[0].seq_base;
+    }
+  }
+  if (!first.ok()) return first;
+  return key_id;
+}
+
+size_t ParameterServer::KeyCount(int key) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (key < 0 || static_cast<size_t>(key) >= impl_->keys.size()) return 0;
+  return impl_->keys[static_cast<size_t>(key)].count;
+}
+
+std::vector<int64_t> ParameterServer::ServerBytes() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->server_bytes;
+}
+
+Handle ParameterServer::Push(int key, const void* gradient) {
+  return impl_->Submit(key, Op::kPush, gradient, nullptr);
+}
+Handle ParameterServer::Pull(int key, void* out) {
+  return impl_->Submit(key, Op::kPull, nullptr, out);
+}
+Handle ParameterServer::PushPull(int key, const void* gradient, void* out) {
+  return impl_->Submit(key, Op::kPushPull, gradient, out);
+}
+
+absl::Status ParameterServer::Finish() {
+  if (!impl_->worker) return absl::OkStatus();
+  return impl_->Finish();
+}
+
+ServerStats ParameterServer::server_stats() const {
+  return impl_->loop ? impl_->loop->stats() : ServerStats{};
+}
+
+}  // namespace ddp::ps

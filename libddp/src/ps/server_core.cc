@@ -1,0 +1,684 @@
+#include "ps/server_core.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/log.h"
+#include "common/status.h"
+#include "ddp/errors.h"
+#include "ps/optimizer.h"
+#include "reduce/reduce.h"
+
+namespace ddp::ps {
+
+namespace {
+
+constexpr char kCheckpointMagic[8] = {'D', 'D', 'P', 'P', 'S', 'C', 'K', '1'};
+
+bool Floating(DataType t) {
+  return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
+         t == DataType::kBFloat16;
+}
+
+OptimizerConfig OptimizerOf(const PartitionConfig& c) {
+  OptimizerConfig o;
+  o.name = std::string(c.optimizer, strnlen(c.optimizer, kOptimizerNameBytes));
+  o.learning_rate = c.learning_rate;
+  o.momentum = c.momentum;
+  o.nesterov = c.nesterov != 0;
+  o.beta1 = c.beta1;
+  o.beta2 = c.beta2;
+  o.epsilon = c.epsilon;
+  o.weight_decay = c.weight_decay;
+  o.gradient_scale = c.gradient_scale;
+  return o;
+}
+
+// Checkpoint records: little-endian raw fields (the file is read back by the same build on the
+// same kind of machine; the magic names the format).
+class Writer {
+ public:
+  template <typename T>
+  void Put(const T& v) {
+    out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
+  }
+  void Bytes(absl::string_view s) {
+    Put<uint64_t>(s.size());
+    out_.append(s.data(), s.size());
+  }
+  std::string& str() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class Reader {
+ public:
+  explicit Reader(absl::string_view in) : in_(in) {}
+  template <typename T>
+  bool Get(T* v) {
+    if (in_.size() < sizeof(T)) return false;
+    std::memcpy(v, in_.data(), sizeof(T));
+    in_.remove_prefix(sizeof(T));
+    return true;
+  }
+  bool Bytes(std::string* s, uint64_t limit) {
+    uint64_t n = 0;
+    if (!Get(&n) || n > limit || n > in_.size()) return false;
+    s->assign(in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool done() const { return in_.empty(); }
+
+ private:
+  absl::string_view in_;
+};
+
+}  // namespace
+
+ServerCore::ServerCore(CoreConfig config)
+    : config_(std::move(config)),
+      workers_(static_cast<size_t>(config_.num_workers), WorkerState::kAlive) {}
+
+std::string ServerCore::Name(int worker) const {
+  if (config_.worker_name) return config_.worker_name(worker);
+  return absl::StrCat("worker ", worker);
+}
+
+std::string ServerCore::CheckpointPath() const {
+  if (config_.checkpoint_dir.empty()) return "";
+  return absl::StrCat(config_.checkpoint_dir, "/server-", config_.server_index, "-of-",
+                      config_.num_servers, ".ckpt");
+}
+
+ServerStats ServerCore::stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return stats_;
+}
+
+std::vector<char>& ServerCore::Writable(Partition& p) {
+  // Answers in flight hold the value: give this change a copy of its own.
+  if (p.value.use_count() > 1) p.value = std::make_shared<std::vector<char>>(*p.value);
+  return *p.value;
+}
+
+void ServerCore::Fail(int worker, uint64_t request, uint64_t pull_bytes,
+                      const absl::Status& status, std::vector<Outgoing>* out) const {
+  Outgoing o;
+  o.worker = worker;
+  o.request = request;
+  o.header = ErrorResponse(status);
+  if (pull_bytes > 0 && static_cast<int64_t>(pull_bytes) <= config_.max_payload_bytes) {
+    o.has_payload = true;
+    o.payload = std::make_shared<const std::vector<char>>(pull_bytes, 0);
+  }
+  out->push_back(std::move(o));
+}
+
+absl::Status ServerCore::ConfigError(const PartitionConfig& c) const {
+  const auto type = static_cast<DataType>(c.dtype);
+  if (c.dtype >= kNumDataTypes) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", c.dtype));
+  }
+  if (c.count == 0 || c.count > static_cast<uint64_t>(config_.max_payload_bytes) /
+                                    DataTypeSize(type)) {
+    return absl::InvalidArgumentError(absl::StrCat("partition of ", c.count, " elements"));
+  }
+  if (c.parts == 0 || c.part >= c.parts) {
+    return absl::InvalidArgumentError(absl::StrCat("partition ", c.part, " of ", c.parts));
+  }
+  if (c.consistency > 1) return absl::InvalidArgumentError("unknown consistency");
+  if (c.consistency == static_cast<uint8_t>(Consistency::kAsync)) {
+    if (!Floating(type)) {
+      return absl::InvalidArgumentError(absl::StrCat("async keys need a floating dtype, not ",
+                                                     DataTypeName(type)));
+    }
+    if (c.staleness < -1) return absl::InvalidArgumentError("staleness must be -1 or >= 0");
+  }
+  return absl::OkStatus();
+}
+
+void ServerCore::Handle(int worker, uint64_t request, const RequestHeader& h, const char* payload,
+                        std::vector<Outgoing>* out) {
+  const auto op = static_cast<Op>(h.op);
+  const uint64_t pull_bytes = (op == Op::kPull || op == Op::kPushPull) ? h.bytes : 0;
+  if (op == Op::kDone) {
+    WorkerGone(worker, absl::OkStatus(), false, out);
+    Outgoing o;
+    o.worker = worker;
+    o.request = request;
+    out->push_back(std::move(o));
+    return;
+  }
+  if (op == Op::kInit) {
+    Init(worker, request, h, payload, out);
+    return;
+  }
+  auto it = parts_.find(h.partition);
+  if (it == parts_.end() || !it->second.has_value) {
+    Fail(worker, request, pull_bytes,
+         absl::FailedPreconditionError(absl::StrCat(
+             OpName(op), " of partition ", h.partition, " by ", Name(worker),
+             ", which this server does not hold (registered on every worker, in the same order?)")),
+         out);
+    return;
+  }
+  Partition& p = it->second;
+  const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
+  if (op == Op::kPush || op == Op::kPushPull) {
+    if (!ApplyPush(worker, request, p, h, payload, op == Op::kPush, out)) return;
+  }
+  if (op == Op::kPull || op == Op::kPushPull) {
+    if (h.bytes != p.bytes) {
+      Fail(worker, request, pull_bytes,
+           absl::InvalidArgumentError(absl::StrCat("pull of ", h.bytes, " bytes of key '",
+                                                   KeyName(p.config), "', which has ", p.bytes)),
+           out);
+      return;
+    }
+    if (sync && !sync_failure_.ok()) {
+      Fail(worker, request, pull_bytes, sync_failure_, out);
+      return;
+    }
+    Waiter w;
+    w.worker = worker;
+    w.request = request;
+    // PushPull: the step just pushed (sync), or this worker's pushes (async).
+    w.clock = op == Op::kPushPull ? (sync ? static_cast<int64_t>(h.seq)
+                                          : p.clock[static_cast<size_t>(worker)])
+                                  : h.clock;
+    w.bytes = h.bytes;
+    w.since = absl::Now();
+    if (Ready(p, w)) {
+      Answer(p, w, out);
+    } else {
+      p.waiters.push_back(w);
+    }
+  }
+}
+
+void ServerCore::Init(int worker, uint64_t request, const RequestHeader& h, const char* payload,
+                      std::vector<Outgoing>* out) {
+  const PartitionConfig& c = h.config;
+  absl::Status bad = ConfigError(c);
+  if (!bad.ok()) {
+    Fail(worker, request, 0,
+         absl::InvalidArgumentError(absl::StrCat("key '", KeyName(c), "' from ", Name(worker),
+                                                 ": ", bad.message())),
+         out);
+    return;
+  }
+  const auto type = static_cast<DataType>(c.dtype);
+  const size_t bytes = c.count * DataTypeSize(type);
+  const bool carries = (h.flags & kInitHasValue) != 0;
+  if (carries && h.bytes != bytes) {
+    Fail(worker, request, 0,
+         absl::InvalidArgumentError(absl::StrCat("init of key '", KeyName(c), "' with ", h.bytes,
+                                                 " bytes; it has ", bytes)),
+         out);
+    return;
+  }
+  auto [it, fresh] = parts_.try_emplace(h.partition);
+  Partition& p = it->second;
+  if (fresh) {
+    p.config = c;
+    p.type = type;
+    p.bytes = bytes;
+    p.last_seq.assign(workers_.size(), 0);
+    p.clock.assign(workers_.size(), 0);
+    if (c.consistency == static_cast<uint8_t>(Consistency::kAsync)) {
+      auto made = MakeOptimizer(OptimizerOf(c), c.count);
+      if (!made.ok()) {
+        parts_.erase(it);
+        Fail(worker, request, 0, made.status(), out);
+        return;
+      }
+      p.optimizer = std::move(*made);
+    }
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.bytes_held += static_cast<int64_t>(bytes);
+  } else {
+    const std::string diff = ConfigDifference(p.config, c);
+    if (!diff.empty()) {
+      Fail(worker, request, 0,
+           WithRanks(absl::InvalidArgumentError(absl::StrCat(
+                         Name(worker), " registered partition ", h.partition, " as '", KeyName(c),
+                         "', unlike the registration this server has",
+                         p.restored ? " (from its checkpoint)" : "", ": ", diff)),
+                     {config_.worker_ranks[static_cast<size_t>(worker)]}),
+           out);
+      return;
+    }
+  }
+  if (carries && !p.has_value) {
+    p.value = std::make_shared<std::vector<char>>(payload, payload + bytes);
+    p.has_value = true;
+  }
+  Waiter w;
+  w.worker = worker;
+  w.request = request;
+  w.init = true;
+  w.since = absl::Now();
+  if (p.has_value) {
+    Answer(p, w, out);
+    AnswerReady(h.partition, p, out);
+  } else if (workers_[0] != WorkerState::kAlive) {
+    Fail(worker, request, 0,
+         absl::FailedPreconditionError(absl::StrCat(
+             "key '", KeyName(c), "' has no value: ", Name(0), ", which gives it, is gone")),
+         out);
+  } else {
+    p.waiters.push_back(w);
+  }
+}
+
+bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const RequestHeader& h,
+                           const char* payload, bool answer_on_success,
+                           std::vector<Outgoing>* out) {
+  const auto op = static_cast<Op>(h.op);
+  const uint64_t pull_bytes = op == Op::kPushPull ? h.bytes : 0;
+  const size_t w = static_cast<size_t>(worker);
+  const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
+  if (h.bytes != p.bytes) {
+    Fail(worker, request, pull_bytes,
+         absl::InvalidArgumentError(absl::StrCat("push of ", h.bytes, " bytes to key '",
+                                                 KeyName(p.config), "', which has ", p.bytes)),
+         out);
+    return false;
+  }
+  if (sync && !sync_failure_.ok()) {
+    Fail(worker, request, pull_bytes, sync_failure_, out);
+    return false;
+  }
+  if (h.seq <= p.last_seq[w]) {
+    // Sent again (after a reconnect): applied already, acknowledged again.
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.duplicate_pushes;
+  } else {
+    if (sync) {
+      const int64_t step = static_cast<int64_t>(h.seq) - 1;
+      if (step < p.version) {
+        Fail(worker, request, pull_bytes,
+             absl::FailedPreconditionError(absl::StrCat(
+                 Name(worker), " pushed step ", step, " of key '", KeyName(p.config),
+                 "', which completed without it (version ", p.version, ")")),
+             out);
+        return false;
+      }
+      Agg& a = p.aggs[step];
+      if (a.sum == nullptr) {
+        a.sum = std::make_shared<std::vector<char>>(payload, payload + p.bytes);
+        a.pushed.assign(workers_.size(), 0);
+      } else {
+        reduce::Combine(p.type, ReduceOp::kSum, a.sum->data(), a.sum->data(), payload,
+                        p.config.count);
+      }
+      a.pushed[w] = 1;
+      ++a.count;
+    } else {
+      ApplyOptimizer(*p.optimizer, p.type, Writable(p).data(), payload, p.config.count);
+      ++p.version;
+      ++steps_;
+    }
+    p.last_seq[w] = h.seq;
+    p.clock[w] = static_cast<int64_t>(h.seq);
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      ++stats_.pushes_applied;
+    }
+    if (sync) CompleteSteps(p);
+    AnswerReady(h.partition, p, out);
+    MaybeCheckpointBySteps();
+  }
+  if (answer_on_success) {
+    Outgoing o;
+    o.worker = worker;
+    o.request = request;
+    o.header.version = p.version;
+    out->push_back(std::move(o));
+  }
+  return true;
+}
+
+void ServerCore::CompleteSteps(Partition& p) {
+  while (!p.aggs.empty()) {
+    auto first = p.aggs.begin();
+    if (first->first != p.version) break;
+    Agg& a = first->second;
+    bool all = a.count > 0;
+    for (size_t w = 0; w < workers_.size() && all; ++w) {
+      if (workers_[w] == WorkerState::kAlive && a.pushed[w] == 0) all = false;
+    }
+    if (!all) break;
+    p.value = std::move(a.sum);
+    p.contributors = static_cast<uint32_t>(a.count);
+    p.version = first->first + 1;
+    ++steps_;
+    p.aggs.erase(first);
+  }
+}
+
+int64_t ServerCore::MinLiveClock(const Partition& p) const {
+  int64_t least = std::numeric_limits<int64_t>::max();
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    if (workers_[w] == WorkerState::kAlive) least = std::min(least, p.clock[w]);
+  }
+  return least;
+}
+
+bool ServerCore::Ready(const Partition& p, const Waiter& w) const {
+  if (w.init) return p.has_value;
+  if (p.config.consistency == static_cast<uint8_t>(Consistency::kSync)) {
+    return p.version >= w.clock;
+  }
+  if (p.config.staleness < 0) return true;
+  return MinLiveClock(p) >= w.clock - p.config.staleness;
+}
+
+void ServerCore::Answer(const Partition& p, const Waiter& w, std::vector<Outgoing>* out) {
+  Outgoing o;
+  o.worker = w.worker;
+  o.request = w.request;
+  o.header.version = p.version;
+  o.header.contributors = p.contributors;
+  if (w.init) {
+    o.header.seq_base = p.last_seq[static_cast<size_t>(w.worker)];
+    o.header.clock_base = p.clock[static_cast<size_t>(w.worker)];
+  } else {
+    o.has_payload = true;
+    o.payload = p.value;
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.pulls_answered;
+    if (p.config.consistency == static_cast<uint8_t>(Consistency::kAsync) &&
+        p.config.staleness >= 0) {
+      const int64_t least = MinLiveClock(p);
+      if (least != std::numeric_limits<int64_t>::max()) {
+        stats_.max_staleness_seen = std::max(stats_.max_staleness_seen, w.clock - least);
+      }
+    }
+  }
+  out->push_back(std::move(o));
+}
+
+void ServerCore::AnswerReady(uint32_t /*id*/, Partition& p, std::vector<Outgoing>* out) {
+  auto& ws = p.waiters;
+  for (size_t i = 0; i < ws.size();) {
+    if (Ready(p, ws[i])) {
+      Answer(p, ws[i], out);
+      ws.erase(ws.begin() + static_cast<std::ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+}
+
+std::string ServerCore::Behind(const Partition& p, const Waiter& w) const {
+  std::vector<std::string> names;
+  if (w.init) {
+    names.push_back(Name(0));
+  } else if (p.config.consistency == static_cast<uint8_t>(Consistency::kSync)) {
+    auto it = p.aggs.find(p.version);
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (workers_[i] != WorkerState::kAlive) continue;
+      if (it == p.aggs.end() || it->second.pushed[i] == 0) names.push_back(Name(static_cast<int>(i)));
+    }
+  } else {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      if (workers_[i] == WorkerState::kAlive && p.clock[i] < w.clock - p.config.staleness) {
+        names.push_back(Name(static_cast<int>(i)));
+      }
+    }
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+void ServerCore::WorkerGone(int worker, const absl::Status& why, bool failed,
+                            std::vector<Outgoing>* out) {
+  const size_t w = static_cast<size_t>(worker);
+  if (workers_[w] != WorkerState::kAlive) return;
+  workers_[w] = failed ? WorkerState::kFailed : WorkerState::kDone;
+  int alive = 0;
+  for (WorkerState s : workers_) alive += s == WorkerState::kAlive ? 1 : 0;
+  bool has_sync = false;
+  for (auto& [id, p] : parts_) {
+    has_sync |= p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
+    // Its own waits are answered by nobody: it is gone.
+    auto& ws = p.waiters;
+    ws.erase(std::remove_if(ws.begin(), ws.end(),
+                            [worker](const Waiter& x) { return x.worker == worker; }),
+             ws.end());
+  }
+  if (failed) {
+    const int rank = config_.worker_ranks[w];
+    if (has_sync && config_.on_worker_loss == WorkerLossPolicy::kFail && sync_failure_.ok()) {
+      sync_failure_ = WithRanks(
+          absl::AbortedError(absl::StrCat(
+              Name(worker), " died (", why.message(),
+              "); a sync step needs every worker's push (DDP_PS_ON_WORKER_LOSS=continue lets "
+              "the others go on without it)")),
+          {rank});
+      DDP_LOG(kError, "parameter server %d: %s", config_.server_index, sync_failure_.message());
+    } else {
+      DDP_LOG(kWarning, "parameter server %d: %s died (%s); training goes on with %d workers",
+              config_.server_index, Name(worker), why.message(), alive);
+    }
+  }
+  for (auto& [id, p] : parts_) {
+    const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
+    if (sync && !sync_failure_.ok()) {
+      for (const Waiter& x : p.waiters) Fail(x.worker, x.request, x.init ? 0 : x.bytes, sync_failure_, out);
+      p.waiters.clear();
+      continue;
+    }
+    if (sync) CompleteSteps(p);
+    if (!p.has_value && workers_[0] != WorkerState::kAlive) {
+      for (const Waiter& x : p.waiters) {
+        Fail(x.worker, x.request, 0,
+             WithRanks(absl::FailedPreconditionError(absl::StrCat(
+                           "key '", KeyName(p.config), "' has no value: ", Name(0),
+                           ", which gives it, is gone")),
+                       {config_.worker_ranks[0]}),
+             out);
+      }
+      p.waiters.clear();
+      continue;
+    }
+    AnswerReady(id, p, out);
+  }
+}
+
+void ServerCore::Tick(absl::Time now, std::vector<Outgoing>* out) {
+  for (auto& [id, p] : parts_) {
+    auto& ws = p.waiters;
+    for (size_t i = 0; i < ws.size();) {
+      if (now - ws[i].since < config_.wait_limit) {
+        ++i;
+        continue;
+      }
+      const std::string behind = Behind(p, ws[i]);
+      std::vector<int> ranks;
+      for (size_t k = 0; k < workers_.size(); ++k) {
+        if (behind.find(Name(static_cast<int>(k))) != std::string::npos) {
+          ranks.push_back(config_.worker_ranks[k]);
+        }
+      }
+      const absl::Status late = WithRanks(
+          absl::DeadlineExceededError(absl::StrCat(
+              ws[i].init ? "init" : "pull", " of key '", KeyName(p.config), "' by ",
+              Name(ws[i].worker), " waited ", absl::FormatDuration(now - ws[i].since),
+              " for: ", behind.empty() ? "(nobody alive)" : behind,
+              " (is a worker stuck, or did the workers register or push differently?)")),
+          ranks);
+      Fail(ws[i].worker, ws[i].request, ws[i].init ? 0 : ws[i].bytes, late, out);
+      ws.erase(ws.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+  }
+  if (config_.checkpoint_seconds > 0 && !config_.checkpoint_dir.empty() &&
+      now - last_checkpoint_ >= absl::Seconds(config_.checkpoint_seconds)) {
+    absl::Status s = WriteCheckpoint();
+    if (!s.ok()) DDP_LOG(kError, "parameter server checkpoint: %s", s.message());
+  }
+}
+
+bool ServerCore::AllWorkersGone() const {
+  return std::none_of(workers_.begin(), workers_.end(),
+                      [](WorkerState s) { return s == WorkerState::kAlive; });
+}
+
+void ServerCore::MaybeCheckpointBySteps() {
+  if (config_.checkpoint_steps <= 0 || config_.checkpoint_dir.empty()) return;
+  if (steps_ - steps_at_checkpoint_ < config_.checkpoint_steps) return;
+  absl::Status s = WriteCheckpoint();
+  if (!s.ok()) DDP_LOG(kError, "parameter server checkpoint: %s", s.message());
+}
+
+absl::Status ServerCore::WriteCheckpoint() {
+  last_checkpoint_ = absl::Now();
+  steps_at_checkpoint_ = steps_;
+  const std::string path = CheckpointPath();
+  if (path.empty()) return absl::OkStatus();
+  Writer wr;
+  wr.str().append(kCheckpointMagic, sizeof(kCheckpointMagic));
+  wr.Put<int32_t>(config_.server_index);
+  wr.Put<int32_t>(config_.num_servers);
+  wr.Put<int32_t>(config_.num_workers);
+  uint32_t n = 0;
+  for (auto& [id, p] : parts_) n += p.has_value ? 1 : 0;
+  wr.Put<uint32_t>(n);
+  for (auto& [id, p] : parts_) {
+    if (!p.has_value) continue;
+    wr.Put<uint32_t>(id);
+    wr.Put(p.config);
+    wr.Put<int64_t>(p.version);
+    wr.Put<uint32_t>(p.contributors);
+    wr.Bytes(absl::string_view(p.value->data(), p.value->size()));
+    wr.Bytes(p.optimizer ? p.optimizer->SaveState() : std::string());
+    const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      // A sync step in progress is not saved: its pushes count as not received.
+      const uint64_t seq = sync ? std::min<uint64_t>(p.last_seq[w], static_cast<uint64_t>(p.version))
+                                : p.last_seq[w];
+      wr.Put<uint64_t>(seq);
+      wr.Put<int64_t>(sync ? static_cast<int64_t>(seq) : p.clock[w]);
+    }
+  }
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoError(absl::StrCat("parameter server checkpoint: open ", tmp));
+  const std::string& data = wr.str();
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t k = ::write(fd, data.data() + done, data.size() - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) {
+      absl::Status e = ErrnoError(absl::StrCat("parameter server checkpoint: write ", tmp));
+      ::close(fd);
+      return e;
+    }
+    done += static_cast<size_t>(k);
+  }
+  if (::fsync(fd) != 0) {
+    absl::Status e = ErrnoError(absl::StrCat("parameter server checkpoint: fsync ", tmp));
+    ::close(fd);
+    return e;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return ErrnoError(absl::StrCat("parameter server checkpoint: rename to ", path));
+  }
+  const int dir = ::open(config_.checkpoint_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.checkpoints_written;
+  return absl::OkStatus();
+}
+
+absl::Status ServerCore::Restore() {
+  const std::string path = CheckpointPath();
+  if (path.empty()) return absl::OkStatus();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    DDP_LOG(kInfo, "parameter server %d: no checkpoint at %s, starting afresh",
+            config_.server_index, path);
+    return absl::OkStatus();
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string data = buffer.str();
+  const auto corrupt = [&path](absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("parameter-server checkpoint ", path, ": ", what));
+  };
+  if (data.size() < sizeof(kCheckpointMagic) ||
+      std::memcmp(data.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0) {
+    return corrupt("not a libddp parameter-server checkpoint");
+  }
+  Reader rd(absl::string_view(data).substr(sizeof(kCheckpointMagic)));
+  int32_t server = 0, servers = 0, workers = 0;
+  uint32_t n = 0;
+  if (!rd.Get(&server) || !rd.Get(&servers) || !rd.Get(&workers) || !rd.Get(&n)) {
+    return corrupt("truncated header");
+  }
+  if (server != config_.server_index || servers != config_.num_servers ||
+      workers != config_.num_workers) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "parameter-server checkpoint ", path, " was written by server ", server, " of ", servers,
+        " with ", workers, " workers; this job has ", config_.num_servers, " servers and ",
+        config_.num_workers, " workers"));
+  }
+  std::map<uint32_t, Partition> restored;
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t id = 0;
+    Partition p;
+    std::string value, state;
+    if (!rd.Get(&id) || !rd.Get(&p.config) || !rd.Get(&p.version) || !rd.Get(&p.contributors) ||
+        !rd.Bytes(&value, static_cast<uint64_t>(config_.max_payload_bytes)) ||
+        !rd.Bytes(&state, uint64_t{1} << 40)) {
+      return corrupt(absl::StrCat("truncated at partition ", i));
+    }
+    p.config.key_name[kNameBytes - 1] = 0;
+    p.config.optimizer[kOptimizerNameBytes - 1] = 0;
+    DDP_RETURN_IF_ERROR(ConfigError(p.config));
+    p.type = static_cast<DataType>(p.config.dtype);
+    p.bytes = p.config.count * DataTypeSize(p.type);
+    if (value.size() != p.bytes) return corrupt(absl::StrCat("partition ", id, "'s value size"));
+    p.value = std::make_shared<std::vector<char>>(value.begin(), value.end());
+    p.has_value = true;
+    p.restored = true;
+    p.last_seq.resize(workers_.size());
+    p.clock.resize(workers_.size());
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      if (!rd.Get(&p.last_seq[w]) || !rd.Get(&p.clock[w])) return corrupt("truncated counters");
+    }
+    if (p.config.consistency == static_cast<uint8_t>(Consistency::kAsync)) {
+      DDP_ASSIGN_OR_RETURN(p.optimizer, MakeOptimizer(OptimizerOf(p.config), p.config.count));
+      DDP_RETURN_IF_ERROR(Annotate(p.optimizer->LoadState(state), path));
+    }
+    restored.emplace(id, std::move(p));
+  }
+  if (!rd.done()) return corrupt("trailing bytes");
+  int64_t bytes = 0;
+  for (auto& [id, p] : restored) bytes += static_cast<int64_t>(p.bytes);
+  parts_ = std::move(restored);
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.keys_restored = static_cast<int64_t>(parts_.size());
+  stats_.bytes_held = bytes;
+  DDP_LOG(kWarning, "parameter server %d: restored %u partitions from %s", config_.server_index,
+          n, path);
+  return absl::OkStatus();
+}
+
+}  // namespace ddp::ps
