@@ -3,6 +3,7 @@
     ddprun -np 4 python train.py                         (or: python -m ddp.run ...)
     ddprun -np 8 -H host1:4,host2:4 python train.py      (--hostfile FILE: "host slots=N" lines)
     ddprun --nnodes 2 --node-rank 0 --rendezvous HOST:PORT -np 8 python train.py   (per node)
+    ddprun -np 4 --servers 2 python train_ps.py          (parameter server: 2 more ranks serve)
 
 The launcher hosts the store the ranks meet at, gives each rank its DDP_* environment, copies
 their output line by line with "[rank] " (several hosts: "[host:rank] ") in front, and, when one
@@ -93,6 +94,10 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="node 0's address and the port its store listens on")
     nodes.add_argument("--token-file", metavar="FILE",
                        help="the job's secret, the same on every node (default: $DDP_JOB_TOKEN)")
+    add("--servers", type=int, default=0, metavar="K",
+        help="parameter-server mode: start K server processes (python -m ddp.ps.server) as "
+        "ranks N..N+K-1 beside the N workers (DDP_PS_SERVERS=K); with -H or --hostfile they take "
+        "the last K slots, so list the servers' hosts last")
     add("--timeline-filename", metavar="F",
         help="write a Chrome-trace timeline (DDP_TIMELINE). If F contains '{rank}', every rank "
         "writes its own file, {rank} replaced by its rank; otherwise only rank 0 writes F, as "
@@ -208,6 +213,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
             parser.error(f"--rendezvous {args.rendezvous!r} is not HOST:PORT")
         args.rendezvous_host, args.rendezvous_port = host.strip("[]"), int(port)
+    if args.servers < 0:
+        parser.error(f"--servers must be >= 0 (got {args.servers})")
+    if args.servers and args.nnodes:
+        parser.error("--servers starts servers from one launcher: use -H/--hostfile, or "
+                     "DDP_PS_SERVERS under a per-node launch")
+    args.workers = args.np
+    args.np += args.servers  # every rank of the job: the workers, then the servers
     try:
         if args.hostfile:
             with open(args.hostfile, encoding="utf-8") as f:
@@ -228,6 +240,20 @@ def _decimal(value: float) -> str:
     return str(int(value)) if value.is_integer() else repr(value)
 
 
+def server_command() -> list[str]:
+    """What a parameter-server rank runs."""
+    return [sys.executable, "-m", "ddp.ps.server"]
+
+
+def _command(args: argparse.Namespace, rank: int) -> list[str]:
+    return args.command if rank < args.workers else server_command()
+
+
+def _tolerated(args: argparse.Namespace) -> frozenset:
+    """With --servers, the workers: one that fails does not stop the job."""
+    return frozenset(range(args.workers)) if args.servers else frozenset()
+
+
 def _rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, token: str,
               where: Place | None = None) -> dict:
     """The environment of one rank: the launcher's, less other jobs' ranks, plus this job's."""
@@ -241,6 +267,8 @@ def _rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, t
                PYTHONUNBUFFERED="1")
     if where.host and args.places:  # the host as the launcher knows it: what libddp groups by
         env["DDP_HOSTNAME"] = where.host
+    if args.servers:
+        env["DDP_PS_SERVERS"] = str(args.servers)
     if args.fusion_threshold_mb is not None:
         env["DDP_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1048576))
     if args.cycle_time_ms is not None:
@@ -455,8 +483,12 @@ class _Job:
     says nothing of its own, and stops when its standard input closes."""
 
     def __init__(self, units: list[_Unit], out: _Sink, err: _Sink, agent: bool = False,
-                 host: str = ""):
+                 host: str = "", tolerated: frozenset = frozenset()):
         self._units = units
+        # Ranks whose failure does not stop the others (a parameter server's workers: the
+        # library itself goes on without them in async mode, or fails the others, naming them).
+        self._tolerated = tolerated
+        self._tolerated_code: int | None = None
         self._err = err
         self._agent = agent
         self._host_of = {r: u.host for u in units for r in u.ranks}
@@ -487,7 +519,7 @@ class _Job:
                                  daemon=True).start()
             self._wait()
             self._pump.join(_DRAIN_SECONDS)
-            return self._code or 0
+            return self._code or self._tolerated_code or 0
         finally:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
@@ -595,11 +627,11 @@ class _Job:
                 if second != 0 or self._agent:  # its last words before what is said of it
                     self._pump.wait_closed(first, _LAST_WORDS_SECONDS)
                 self._report(rank, second)
-                if second != 0 and self._code is None:
+                if second != 0 and self._code is None and not self._tolerate(rank, second):
                     deadline = self._fail(rank, second)
             elif kind == "rank":
                 self.statuses[first] = second
-                if second != 0 and self._code is None:
+                if second != 0 and self._code is None and not self._tolerate(first, second):
                     deadline = self._fail(first, second)
             elif kind == "started":
                 self._units[first].started = True
@@ -620,6 +652,20 @@ class _Job:
             else:  # a second signal: no more waiting
                 self._signal(signal.SIGKILL)
                 deadline = None
+
+    def _tolerate(self, rank: int, status: int) -> bool:
+        """A tolerated rank's failure: said, remembered for the exit status, nothing stopped."""
+        if rank not in self._tolerated:
+            return False
+        if self._tolerated_code is None:
+            self._tolerated_code = 128 - status if status < 0 else status
+        if not self._agent:
+            host = self._host_of.get(rank)
+            self.say(f"worker rank {rank}{f' on host {host}' if host else ''} {_describe(status)}"
+                     f"; parameter-server mode: the others go on (the servers decide: async "
+                     f"training continues, sync steps fail naming it unless "
+                     f"DDP_PS_ON_WORKER_LOSS=continue)")
+        return True
 
     def _running(self) -> int:
         return sum(len([r for r in self._units[i].ranks if r not in self.statuses])
@@ -663,11 +709,13 @@ def _host_units(args: argparse.Namespace, addr: str, port: int, token: str) -> l
     units = []
     for host, ranks in by_host.items():
         if host in args.local_hosts:
-            units += [_Unit([r], args.command, _rank_env(os.environ, r, args, addr, port, token,
+            units += [_Unit([r], _command(args, r), _rank_env(os.environ, r, args, addr, port, token,
                                                          args.places[r]), f"[{host}:{r}] ", host)
                       for r in ranks]
             continue
         spec = {"host": host, "cwd": os.getcwd(), "command": args.command,
+                "server_command": server_command(), "first_server": args.workers,
+                "tolerated": sorted(_tolerated(args)),
                 "ranks": {str(r): _rank_env(forwarded, r, args, addr, port, token,
                                             args.places[r]) for r in ranks}}
         units.append(_Unit(ranks, _remote_command(args, host), dict(os.environ), "", host, spec))
@@ -695,9 +743,12 @@ def _agent_main() -> int:
         pass  # this host has no such directory: the ranks start in the login directory
     base = {k: v for k, v in os.environ.items()
             if k not in _SCRUBBED_NAMES and not k.startswith(_SCRUBBED_PREFIXES)}
-    units = [_Unit([int(r)], command, {**base, **env}, f"[{host}:{r}] ", host)
+    first_server = int(spec.get("first_server", 1 << 30))
+    units = [_Unit([int(r)], spec["server_command"] if int(r) >= first_server else command,
+                   {**base, **env}, f"[{host}:{r}] ", host)
              for r, env in sorted(ranks.items(), key=lambda item: int(item[0]))]
-    return _Job(units, out, err, agent=True, host=host).run()
+    return _Job(units, out, err, agent=True, host=host,
+                tolerated=frozenset(spec.get("tolerated", []))).run()
 
 
 def _read_token(args: argparse.Namespace) -> str:
@@ -761,9 +812,9 @@ def main(argv: list[str] | None = None) -> int:
     elif args.places:
         units = _host_units(args, addr, port, token)
     else:
-        units = [_Unit([r], args.command, _rank_env(os.environ, r, args, addr, port, token),
+        units = [_Unit([r], _command(args, r), _rank_env(os.environ, r, args, addr, port, token),
                        f"[{r}] ") for r in range(args.np)]
-    job = _Job(units, out, err)
+    job = _Job(units, out, err, tolerated=_tolerated(args))
     try:
         if args.verbose:
             where = f"; on hosts here {sorted(args.local_hosts)}, over " \

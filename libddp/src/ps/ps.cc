@@ -439,9 +439,17 @@ absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType 
     return absl::InvalidArgumentError(
         absl::StrCat("key '", name, "': worker 0 must give the initial value"));
   }
+  // Partitions of at most partition_bytes; and a key of 256 KiB or more is spread over every
+  // server (in as many equal parts at least), so that one large tensor never makes one server
+  // the hot spot (what users of ps-lite and TensorFlow's parameter servers complain of).
   const size_t es = DataTypeSize(type);
-  const size_t per = std::max<size_t>(1, static_cast<size_t>(m.ps.partition_bytes) / es);
-  const size_t nparts = (count + per - 1) / per;
+  const size_t max_per = std::max<size_t>(1, static_cast<size_t>(m.ps.partition_bytes) / es);
+  size_t nparts = (count + max_per - 1) / max_per;
+  if (count * es >= (size_t{256} << 10)) {
+    nparts = std::max(nparts, std::min(count, static_cast<size_t>(m.servers)));
+  }
+  const size_t per = (count + nparts - 1) / nparts;
+  nparts = (count + per - 1) / per;
   int key_id;
   std::vector<PartitionConfig> configs;
   std::vector<std::string> shares;

@@ -8,6 +8,9 @@ tensors' storage), plus Horovod's training helpers:
     ddp.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = ddp.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     ddp.broadcast_optimizer_state(opt, root_rank=0)
+
+Parameter-server training (ddp.ps underneath): ddp.ParameterServerOptimizer(opt, named_parameters,
+mode="sync"|"async", staleness=s).
 """
 
 from .. import (Average, DDPError, Handle, Max, Min, Product, ReduceOp, Sum, add_process_set,
@@ -21,6 +24,7 @@ from .functions import (allgather, allgather_async, allreduce, allreduce_, allre
                         grouped_allreduce_async, grouped_allreduce_async_, reducescatter,
                         reducescatter_async)
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
+from .ps import ParameterServerOptimizer
 
 __all__ = [
     "DDPError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "init",
@@ -32,4 +36,5 @@ __all__ = [
     "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
     "engine_stats", "broadcast_object", "allgather_object", "Compression",
     "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
+    "ParameterServerOptimizer",
 ]

@@ -1,0 +1,174 @@
+"""Parameter-server training for PyTorch: ParameterServerOptimizer (re-exported by ddp.torch).
+
+    import ddp.torch as ddp
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    opt = ddp.ParameterServerOptimizer(opt, named_parameters=model.named_parameters(),
+                                       mode="async")
+    for x, y in data:
+        opt.zero_grad(); loss_fn(model(x), y).backward(); opt.step()
+    opt.finish()
+
+Every parameter becomes a key of ddp.ps (registered in the same order on every worker, worker 0's
+values the initial ones, which every worker pulls at once, so no broadcast is needed):
+
+- mode="sync": step() pushes every gradient and pulls the sum of one push per worker (BytePS's
+  summation service), divides it by the number of workers that contributed, and runs the wrapped
+  optimizer locally: the same update on every worker, as with DistributedOptimizer.
+- mode="async": the servers run the optimizer. step() pushes every gradient and pulls the
+  parameters the servers hold now; the wrapped optimizer's settings (torch.optim.SGD: lr,
+  momentum, nesterov, weight_decay; torch.optim.Adam: lr, betas, eps, weight_decay) are sent to
+  the servers at registration, per parameter group, and the wrapped optimizer itself never
+  steps. staleness=s bounds how far a worker runs ahead of the slowest (ddp.ps).
+
+CUDA parameters are staged through pinned host memory (one buffer per parameter, reused).
+"""
+
+import torch
+
+from .. import ps as _ps
+from .._ops import error
+from .functions import _TorchAdapter
+
+_PREFIX = "param."
+
+
+def _server_optimizer(optimizer, group, gradient_scale):
+    """The server-side optimizer settings that do what `optimizer` does to `group`."""
+    if isinstance(optimizer, torch.optim.Adam) and not isinstance(optimizer, torch.optim.AdamW):
+        if group.get("amsgrad"):
+            raise error("ddp.torch.ParameterServerOptimizer: Adam(amsgrad=True) has no server-side "
+                        "equivalent")
+        return dict(optimizer="adam", lr=group["lr"], betas=group["betas"], eps=group["eps"],
+                    weight_decay=group.get("weight_decay", 0.0), gradient_scale=gradient_scale)
+    if isinstance(optimizer, torch.optim.SGD):
+        if group.get("dampening", 0):
+            raise error("ddp.torch.ParameterServerOptimizer: SGD(dampening != 0) has no "
+                        "server-side equivalent")
+        return dict(optimizer="sgd", lr=group["lr"], momentum=group.get("momentum", 0.0),
+                    nesterov=group.get("nesterov", False),
+                    weight_decay=group.get("weight_decay", 0.0), gradient_scale=gradient_scale)
+    raise error(f"ddp.torch.ParameterServerOptimizer: mode='async' runs the optimizer on the "
+                f"servers, which have SGD and Adam; {type(optimizer).__name__} is neither "
+                f"(use mode='sync', where the workers run it)")
+
+
+class ParameterServerOptimizer:
+    """Wraps `optimizer` for parameter-server training; see the module's documentation.
+
+    named_parameters: (name, parameter) pairs (model.named_parameters()); without them the
+    parameters are named by their order in the optimizer's groups. gradient_scale (async):
+    the servers multiply each gradient by it first (e.g. 1/num_workers)."""
+
+    def __init__(self, optimizer, named_parameters=None, mode="sync", staleness=None,
+                 gradient_scale=1.0):
+        if mode not in ("sync", "async"):
+            raise error(f"ddp.torch.ParameterServerOptimizer: mode must be 'sync' or 'async', "
+                        f"not {mode!r}")
+        if not _ps.is_initialized():
+            _ps.init()
+        self.optimizer = optimizer
+        self.mode = mode
+        by_param = {}
+        if named_parameters is not None:
+            for name, p in named_parameters:
+                by_param.setdefault(id(p), name)  # a shared parameter keeps its first name
+        self._params = []  # (key name, parameter, pinned value, pinned gradient)
+        index = 0
+        for group in optimizer.param_groups:
+            settings = _server_optimizer(optimizer, group, gradient_scale) \
+                if mode == "async" else {}
+            for p in group["params"]:
+                if named_parameters is not None:
+                    if id(p) not in by_param:
+                        raise error("ddp.torch.ParameterServerOptimizer: a parameter of the "
+                                    "optimizer is not among named_parameters")
+                    key = _PREFIX + by_param[id(p)]
+                else:
+                    key = f"{_PREFIX}{index}"
+                index += 1
+                pinned = pinned_grad = None
+                if p.is_cuda:
+                    pinned = torch.empty(p.shape, dtype=p.dtype, pin_memory=True)
+                    pinned_grad = torch.empty(p.shape, dtype=p.dtype, pin_memory=True)
+                host = self._host(p.data, pinned)
+                buf = _TorchAdapter.describe(host, "ParameterServerOptimizer", key, True)
+                _ps._register_buffer(key, buf, None, mode=mode,
+                                     staleness=staleness if mode == "async" else None,
+                                     **self._defaults(settings))
+                # Every worker starts from worker 0's values (or the checkpoint's).
+                self._pull(key, p, pinned)
+                self._params.append((key, p, pinned, pinned_grad))
+
+    @staticmethod
+    def _defaults(settings):
+        out = dict(optimizer="sgd", lr=0.01, momentum=0.0, nesterov=False, betas=(0.9, 0.999),
+                   eps=1e-8, weight_decay=0.0, gradient_scale=1.0)
+        out.update(settings)
+        return out
+
+    @staticmethod
+    def _host(t, pinned):
+        if pinned is None:
+            return t.contiguous()
+        pinned.copy_(t, non_blocking=False)
+        return pinned
+
+    def _pull(self, key, p, pinned):
+        target = pinned if pinned is not None else p.data
+        buf = _TorchAdapter.describe(target, "ParameterServerOptimizer", key, True)
+        _ps._submit_buffers(_ps._PULL, key, None, buf, target, "pull").wait()
+        if pinned is not None:
+            p.data.copy_(pinned)
+
+    def pull_parameters(self):
+        """Copies the servers' current values into the parameters (async: the shared weights as
+        they are now, e.g. before an evaluation)."""
+        for key, p, pinned, _ in self._params:
+            self._pull(key, p, pinned)
+
+    def step(self, closure=None):
+        loss = closure() if closure is not None else None
+        handles = []
+        for key, p, pinned, pinned_grad in self._params:
+            grad = p.grad
+            if grad is None:
+                grad = torch.zeros_like(p.data)  # every worker pushes every key every step
+            grad = self._host(grad, pinned_grad)
+            send = _TorchAdapter.describe(grad, "ParameterServerOptimizer.step", key, False)
+            if self.mode == "sync":
+                out = grad  # the sum comes back in place
+            else:
+                out = pinned if pinned is not None else p.data
+            recv = _TorchAdapter.describe(out, "ParameterServerOptimizer.step", key, True)
+            handles.append((_ps._submit_buffers(_ps._PUSH_PULL, key, send, recv, out, "step"),
+                            p, grad, pinned))
+        for handle, p, grad, pinned in handles:
+            handle.wait()
+            if self.mode == "sync":
+                grad.div_(max(1, handle.contributors))
+                if p.grad is None:
+                    p.grad = grad.to(p.device)
+                elif grad.data_ptr() != p.grad.data_ptr():
+                    p.grad.copy_(grad)
+            elif pinned is not None:
+                p.data.copy_(pinned, non_blocking=False)
+        if self.mode == "sync":
+            self.optimizer.step()
+        return loss
+
+    def zero_grad(self, set_to_none=False):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def finish(self):
+        """Done training: the servers are told (and, colocated, served until all are done)."""
+        _ps.finish()
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state)

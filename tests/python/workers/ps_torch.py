@@ -1,0 +1,52 @@
+"""ddp.torch.ParameterServerOptimizer. sync: every worker ends with the weights of plain SGD on the
+concatenated batch (computed here as the reference); async: the weights every worker pulls at
+the end are the servers', the same on all, and the loss went down."""
+import sys
+
+import torch
+
+import ddp.ps as ps
+import ddp.torch as ddp
+
+mode = sys.argv[1]
+ps.init()
+w, n = ps.worker_index(), ps.num_workers()
+def net():
+    return torch.nn.Sequential(torch.nn.Linear(20, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3))
+
+
+torch.manual_seed(1234)
+reference = net()  # worker 0's initial weights
+torch.manual_seed(1234 + w)  # different initial weights: the servers must make them equal
+model = net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
+opt = ddp.ParameterServerOptimizer(opt, named_parameters=model.named_parameters(), mode=mode)
+if mode == "sync":  # (async: the others may have updated them already)
+    for p, q in zip(model.parameters(), reference.parameters()):
+        assert torch.equal(p.data, q.data), "workers did not start from worker 0's weights"
+ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.5)
+gen = torch.Generator().manual_seed(7)
+x = torch.randn(8 * n, 20, generator=gen)
+y = torch.randint(0, 3, (8 * n,), generator=gen)
+first = None
+for step in range(15):
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x[w * 8:(w + 1) * 8]), y[w * 8:(w + 1) * 8])
+    loss.backward()
+    opt.step()
+    if mode == "sync":
+        ref_opt.zero_grad()
+        torch.nn.functional.cross_entropy(reference(x), y).backward()
+        ref_opt.step()
+        for p, q in zip(model.parameters(), reference.parameters()):
+            assert torch.allclose(p.data, q.data, atol=1e-6), (step, (p - q).abs().max())
+    first = loss.item() if first is None else first
+if mode == "async":
+    ps.register("barrier", torch.zeros(1).numpy())
+    ps.push_pull("barrier", torch.ones(1).numpy())
+    opt.pull_parameters()
+    digest = float(sum(p.data.double().sum() for p in model.parameters()))
+    print(f"worker {w}: digest {digest:.10e}", flush=True)
+    assert loss.item() < first, (first, loss.item())
+opt.finish()
+print(f"worker {w}: ok", flush=True)
