@@ -13,7 +13,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
-.PHONY: all deps venv deploy-venv build demo test test-full test-python test-deploy test-pip \
+.PHONY: all deps venv deploy-venv build demo demo-ps test test-full test-python test-deploy test-pip \
   test-fast test-slow test-matrix sanitize asan tsan bench install clean format
 
 all: build
@@ -59,6 +59,12 @@ build: deps venv $(BUILD)/build.ninja
 # digits from scikit-learn, no download): >= 97% test accuracy in well under a minute.
 demo: build
 	$(VENV)/bin/ddprun -np 4 $(VENV)/bin/python examples/pytorch/train_digits.py
+
+# The parameter-server demo: the same digits CNN trained asynchronously by 4 workers against 2
+# server processes (Adam on the servers), to >= 97% test accuracy.
+demo-ps: build
+	$(VENV)/bin/ddprun -np 4 --servers 2 $(VENV)/bin/python examples/ps/train_digits_ps.py \
+	  --target-accuracy 0.97
 
 # What CI runs: the C++ suite (fast and slow labels; tests/cpp/CMakeLists.txt says what the
 # matrix label holds), the Python suite, the deployment checks, `pip install .` from scratch,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs libddp into a temporary prefix, builds examples/cpp against it with find_package(ddp)
-# and with pkg-config, and runs the example as a real 2-rank job.
+# and with pkg-config, and runs the example as a real 2-rank job; then builds examples/ps the same
+# way and runs it as a parameter-server job (2 workers, 1 server).
 set -euo pipefail
 build_dir=$1
 source_dir=$2
@@ -27,5 +28,18 @@ wait $pid0 || status=1
 wait $pid1 || status=1
 cat "$work/rank0.log" "$work/rank1.log"
 grep -q "rank 0: ok" "$work/rank0.log" && grep -q "rank 1: ok" "$work/rank1.log" || status=1
-[ $status -eq 0 ] && echo "install test: find_package and pkg-config builds ran a 2-rank job"
+cmake -S "$source_dir/examples/ps" -B "$work/ps" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake --build "$work/ps" >/dev/null
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+export DDP_SIZE=3 DDP_RENDEZVOUS_PORT=$port DDP_PS_SERVERS=1
+pids=()
+for r in 0 1 2; do
+  DDP_RANK=$r "$work/ps/ps_example" >"$work/ps$r.log" 2>&1 &
+  pids+=($!)
+done
+for p in "${pids[@]}"; do wait "$p" || status=1; done
+cat "$work/ps0.log" "$work/ps1.log" "$work/ps2.log"
+grep -q "worker 0: ok" "$work/ps0.log" && grep -q "worker 1: ok" "$work/ps1.log" &&
+  grep -q "server 0: ok" "$work/ps2.log" || status=1
+[ $status -eq 0 ] && echo "install test: find_package and pkg-config builds ran a 2-rank job and a parameter-server job"
 exit $status

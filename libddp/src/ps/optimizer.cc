@@ -21,8 +21,8 @@ std::string SaveArrays(int64_t step, const std::vector<double>& a, const std::ve
   out.append(reinterpret_cast<const char*>(&step), sizeof(step));
   out.append(reinterpret_cast<const char*>(&na), sizeof(na));
   out.append(reinterpret_cast<const char*>(&nb), sizeof(nb));
-  out.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(double));
-  out.append(reinterpret_cast<const char*>(b.data()), b.size() * sizeof(double));
+  if (!a.empty()) out.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(double));
+  if (!b.empty()) out.append(reinterpret_cast<const char*>(b.data()), b.size() * sizeof(double));
   return out;
 }
 
@@ -39,8 +39,9 @@ absl::Status LoadArrays(absl::string_view in, int64_t* step, std::vector<double>
   if (na != a->size() || nb != b->size() || in.size() != 24 + (na + nb) * sizeof(double)) {
     return absl::DataLossError("optimizer state does not fit this partition");
   }
-  std::memcpy(a->data(), in.data() + 24, na * sizeof(double));
-  std::memcpy(b->data(), in.data() + 24 + na * sizeof(double), nb * sizeof(double));
+  // (memcpy of nothing from or to an empty vector's null data() is undefined.)
+  if (na > 0) std::memcpy(a->data(), in.data() + 24, na * sizeof(double));
+  if (nb > 0) std::memcpy(b->data(), in.data() + 24 + na * sizeof(double), nb * sizeof(double));
   return absl::OkStatus();
 }
 
