@@ -22,7 +22,8 @@ int main() {
   ddp::ps::ParameterServer& ps = **made;
   if (!ps.is_worker()) {
     absl::Status served = ps.Serve();
-    std::printf("server %d: %s\n", ps.server_index(), served.ok() ? "ok" : served.ToString().c_str());
+    std::printf("server %d: %s\n", ps.server_index(),
+                served.ok() ? "ok" : served.ToString().c_str());
     return served.ok() ? 0 : 1;
   }
   const int w = ps.worker_index();
@@ -57,7 +58,9 @@ int main() {
   if (s.ok()) s = ps.Finish();
   const bool fit = std::abs(weights[0] - 3) < 0.05 && std::abs(weights[1] + 1) < 0.05;
   std::printf("worker %d: %s (slope %.3f, intercept %.3f, loss %.2e)\n", w,
-              !s.ok() ? s.ToString().c_str() : fit ? "ok" : "did not fit", weights[0], weights[1],
-              loss);
+              !s.ok() ? s.ToString().c_str()
+              : fit   ? "ok"
+                      : "did not fit",
+              weights[0], weights[1], loss);
   return s.ok() && fit ? 0 : 1;
 }

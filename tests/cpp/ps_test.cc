@@ -1,6 +1,8 @@
 // The parameter server (ddp/ps.h): the server's rules without a network (ServerCore), then real
 // jobs of processes: the correctness matrix over every transport, worker and server deaths,
 // checkpoints across jobs, and hostile peers at a server.
+#include "ddp/ps.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -26,7 +28,6 @@
 #include "common/auth.h"
 #include "common/socket.h"
 #include "ddp/errors.h"
-#include "ddp/ps.h"
 #include "ps/protocol.h"
 #include "ps/server_core.h"
 #include "support/check.h"
@@ -291,8 +292,7 @@ TEST(PsCore, ARestoredServerEqualsTheCheckpointedOne) {
   // The same next push on both gives the same bits: value and Adam's moments were restored.
   std::vector<Outgoing> pa, pb;
   a.Handle(1, 2, Op(ps::Op::kPushPull, 0, 2, 0, 12), reinterpret_cast<const char*>(g.data()), &pa);
-  b.Handle(1, 11, Op(ps::Op::kPushPull, 0, 2, 0, 12), reinterpret_cast<const char*>(g.data()),
-           &pb);
+  b.Handle(1, 11, Op(ps::Op::kPushPull, 0, 2, 0, 12), reinterpret_cast<const char*>(g.data()), &pb);
   ASSERT_EQ(pa.size(), 1u);
   ASSERT_EQ(pb.size(), 1u);
   EXPECT_EQ(Floats(pa[0]), Floats(pb[0]));
@@ -625,18 +625,18 @@ TEST(PsFaults, StrangersAndGarbageAtAServerAreRefused) {
       ps::ResponseHeader answer;
       auto r = t.Irecv(2, ps::Tag(0, ps::Part::kResponse), transport::Descriptor{}, &answer,
                        sizeof(answer));
-      CHECK_OK(t.Wait(t.Isend(2, ps::Tag(0, ps::Part::kRequest), transport::Descriptor{}, &junk,
-                              sizeof(junk))
-                          .get()));
+      CHECK_OK(t.Wait(
+          t.Isend(2, ps::Tag(0, ps::Part::kRequest), transport::Descriptor{}, &junk, sizeof(junk))
+              .get()));
       CHECK_OK(t.Wait(r.get()));
       CHECK_OK(Expect(!ps::ResponseStatus(answer).ok(), "nonsense accepted"));
       ps::RequestHeader done;
       done.op = static_cast<uint32_t>(ps::Op::kDone);
       auto r2 = t.Irecv(2, ps::Tag(1, ps::Part::kResponse), transport::Descriptor{}, &answer,
                         sizeof(answer));
-      CHECK_OK(t.Wait(t.Isend(2, ps::Tag(1, ps::Part::kRequest), transport::Descriptor{}, &done,
-                              sizeof(done))
-                          .get()));
+      CHECK_OK(t.Wait(
+          t.Isend(2, ps::Tag(1, ps::Part::kRequest), transport::Descriptor{}, &done, sizeof(done))
+              .get()));
       CHECK_OK(t.Wait(r2.get()));
       return t.Shutdown();
     }
@@ -659,9 +659,8 @@ TEST(PsFaults, StrangersAndGarbageAtAServerAreRefused) {
       auto fd = net::ConnectWithRetry(ip, port, absl::Now() + absl::Seconds(5));
       CHECK_OK(fd.status());
       auth::Hello hello;
-      absl::Status s = auth::ClientHandshake(fd->get(), "not-the-job-token",
-                                             auth::Role::kTransport, 0, 0,
-                                             absl::Now() + absl::Seconds(5), &hello);
+      absl::Status s = auth::ClientHandshake(fd->get(), "not-the-job-token", auth::Role::kTransport,
+                                             0, 0, absl::Now() + absl::Seconds(5), &hello);
       CHECK_OK(Expect(!s.ok(), "wrong token accepted"));
     }
     {

@@ -308,8 +308,7 @@ void PsInit() {
 // when dropped first.
 class PyPsHandle {
  public:
-  PyPsHandle(ddp::ps::Handle handle, py::object keep,
-             std::shared_ptr<ddp::ps::ParameterServer> ps)
+  PyPsHandle(ddp::ps::Handle handle, py::object keep, std::shared_ptr<ddp::ps::ParameterServer> ps)
       : handle_(std::move(handle)), keep_(std::move(keep)), ps_(std::move(ps)) {}
   ~PyPsHandle();
   bool Poll() const { return handle_.Test(); }

@@ -10,7 +10,8 @@
 // initial value; a key larger than PsOptions::partition_bytes is split into partitions (and one
 // of 256 KiB or more into at least one per server, so that no large tensor makes a hot server),
 // and partitions are placed on servers by a size-balanced assignment (each goes to the server
-// holding the fewest bytes so far) that every worker computes alike. Consistency is chosen per key (docs/parameter-server.md states each precisely):
+// holding the fewest bytes so far) that every worker computes alike. Consistency is chosen per key
+// (docs/parameter-server.md states each precisely):
 //   - kSync: the value for step t is the sum of exactly one push per worker for that step; a pull
 //     after a worker's t-th push waits for it (the servers only sum; workers run the optimizer);
 //   - kAsync: every push is applied at once by the server's optimizer (SGD with momentum, Adam, or

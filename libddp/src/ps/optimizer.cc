@@ -49,8 +49,7 @@ absl::Status LoadArrays(absl::string_view in, int64_t* step, std::vector<double>
 // g = nesterov ? g + momentum*buf : buf; p -= lr*g. State kept in f64 whatever the dtype.
 class Sgd final : public ServerOptimizer {
  public:
-  Sgd(const OptimizerConfig& c, size_t count)
-      : c_(c), buf_(c.momentum != 0 ? count : 0, 0.0) {}
+  Sgd(const OptimizerConfig& c, size_t count) : c_(c), buf_(c.momentum != 0 ? count : 0, 0.0) {}
   void Apply(float* v, const float* g, size_t n) override { Run(v, g, n); }
   void Apply(double* v, const double* g, size_t n) override { Run(v, g, n); }
   std::string SaveState() const override { return SaveArrays(steps_, buf_, {}); }

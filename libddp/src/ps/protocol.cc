@@ -67,7 +67,8 @@ ResponseHeader ErrorResponse(const absl::Status& status) {
 
 absl::Status ResponseStatus(const ResponseHeader& h) {
   if (h.code == 0) return absl::OkStatus();
-  const auto code = h.code <= 16 ? static_cast<absl::StatusCode>(h.code) : absl::StatusCode::kUnknown;
+  const auto code =
+      h.code <= 16 ? static_cast<absl::StatusCode>(h.code) : absl::StatusCode::kUnknown;
   absl::Status status(code, h.message);
   if (h.blamed_rank != UINT32_MAX) {
     const int rank = static_cast<int>(h.blamed_rank);
@@ -99,10 +100,9 @@ std::string ConfigDifference(const PartitionConfig& a, const PartitionConfig& b)
     return absl::StrCat("staleness ", a.staleness, " vs ", b.staleness);
   }
   if (std::strncmp(a.optimizer, b.optimizer, kOptimizerNameBytes) != 0 ||
-      a.learning_rate != b.learning_rate || a.momentum != b.momentum ||
-      a.nesterov != b.nesterov || a.beta1 != b.beta1 || a.beta2 != b.beta2 ||
-      a.epsilon != b.epsilon || a.weight_decay != b.weight_decay ||
-      a.gradient_scale != b.gradient_scale) {
+      a.learning_rate != b.learning_rate || a.momentum != b.momentum || a.nesterov != b.nesterov ||
+      a.beta1 != b.beta1 || a.beta2 != b.beta2 || a.epsilon != b.epsilon ||
+      a.weight_decay != b.weight_decay || a.gradient_scale != b.gradient_scale) {
     return "optimizer settings";
   }
   return "";
@@ -111,10 +111,9 @@ std::string ConfigDifference(const PartitionConfig& a, const PartitionConfig& b)
 uint64_t Tag(uint64_t request, Part part) {
   // Requests wait on a notification tag (the last id of that range); everything else on the
   // first id of the parameter-server range.
-  const uint64_t id =
-      part == Part::kRequest
-          ? collectives::CommRangeEnd(collectives::CommRange::kNotification) - 1
-          : collectives::CommRangeBegin(collectives::CommRange::kParameterServer);
+  const uint64_t id = part == Part::kRequest
+                          ? collectives::CommRangeEnd(collectives::CommRange::kNotification) - 1
+                          : collectives::CommRangeBegin(collectives::CommRange::kParameterServer);
   return (id << (64 - collectives::kCommIdBits)) | ((request & kRequestMask) << 2) |
          static_cast<uint64_t>(part);
 }

@@ -38,14 +38,14 @@ inline constexpr size_t kMessageBytes = 240;
 struct PartitionConfig {
   char key_name[kNameBytes] = {};
   uint32_t key_id = 0;
-  uint32_t part = 0;    // index within the key
-  uint32_t parts = 0;   // partitions of the key
+  uint32_t part = 0;   // index within the key
+  uint32_t parts = 0;  // partitions of the key
   uint8_t dtype = 0;
   uint8_t consistency = 0;
   uint8_t nesterov = 0;
   uint8_t pad0 = 0;
   int32_t staleness = -1;
-  uint64_t count = 0;   // elements of this partition
+  uint64_t count = 0;  // elements of this partition
   char optimizer[kOptimizerNameBytes] = {};
   double learning_rate = 0;
   double momentum = 0;
@@ -71,9 +71,9 @@ inline constexpr uint32_t kInitHasValue = 1;  // an init carrying the initial va
 
 struct ResponseHeader {
   uint32_t magic = kMagic;
-  uint32_t code = 0;         // absl::StatusCode
+  uint32_t code = 0;  // absl::StatusCode
   int64_t version = 0;
-  uint64_t seq_base = 0;     // inits: this worker's pushes the server has already (restored)
+  uint64_t seq_base = 0;  // inits: this worker's pushes the server has already (restored)
   int64_t clock_base = 0;
   uint32_t contributors = 0;
   uint32_t blamed_rank = UINT32_MAX;  // the job rank the error is about, if any
@@ -94,7 +94,12 @@ std::string KeyName(const PartitionConfig& config);
 std::string ConfigDifference(const PartitionConfig& a, const PartitionConfig& b);
 
 // Tags (64 bits): the communicator id (20 bits), the request number (42 bits), the kind (2).
-enum class Part : uint32_t { kRequest = 0, kRequestPayload = 1, kResponse = 2, kResponsePayload = 3 };
+enum class Part : uint32_t {
+  kRequest = 0,
+  kRequestPayload = 1,
+  kResponse = 2,
+  kResponsePayload = 3
+};
 uint64_t Tag(uint64_t request, Part part);
 
 }  // namespace ddp::ps

@@ -61,7 +61,7 @@ class HandleState {
     std::vector<absl::Status> transfer(what.size());
     for (size_t i = 0; i < requests.size(); ++i) {
       absl::Status s = local[i] || transport == nullptr ? requests[i]->Wait()
-                                                       : transport->Wait(requests[i].get());
+                                                        : transport->Wait(requests[i].get());
       if (!s.ok() && transfer[of[i]].ok()) transfer[of[i]] = s;
     }
     version = INT64_MAX;
@@ -204,8 +204,7 @@ absl::Status ParameterServerImpl::Init() {
     c.checkpoint_dir = ps.checkpoint_dir;
     c.checkpoint_steps = ps.checkpoint_steps;
     c.checkpoint_seconds = ps.checkpoint_seconds;
-    loop = std::make_unique<ServerLoop>(std::move(c), job.transport.get(),
-                                        worker ? Rank() : -1);
+    loop = std::make_unique<ServerLoop>(std::move(c), job.transport.get(), worker ? Rank() : -1);
     if (worker) {
       loop_thread = std::thread([this] {
         loop_status = loop->Run();
@@ -216,7 +215,10 @@ absl::Status ParameterServerImpl::Init() {
     }
   }
   DDP_LOG(kInfo, "parameter-server job: rank %d of %d, %s; %d workers, %d servers%s", Rank(),
-          options.size, worker && server ? "worker and server" : worker ? "worker" : "server",
+          options.size,
+          worker && server ? "worker and server"
+          : worker         ? "worker"
+                           : "server",
           workers, servers, ps.num_servers == 0 ? " (colocated)" : "");
   return absl::OkStatus();
 }
@@ -286,8 +288,7 @@ Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void
     }
     add(t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)));
     if (pushes) {
-      add(t.Isend(rank, Tag(req, Part::kRequestPayload), transport::Descriptor{}, src,
-                  part.bytes));
+      add(t.Isend(rank, Tag(req, Part::kRequestPayload), transport::Descriptor{}, src, part.bytes));
     }
   }
   return Handle(std::move(state));
@@ -321,10 +322,9 @@ absl::Status ParameterServerImpl::Finish() {
         } else if (job.transport->peer_state(ServerRank(s)) ==
                    transport::Transport::PeerState::kAlive) {
           const uint64_t req = next_request[static_cast<size_t>(s)]++;
-          state->requests.push_back(job.transport->Irecv(ServerRank(s), Tag(req, Part::kResponse),
-                                                         transport::Descriptor{},
-                                                         &state->answers[0],
-                                                         sizeof(ResponseHeader)));
+          state->requests.push_back(job.transport->Irecv(
+              ServerRank(s), Tag(req, Part::kResponse), transport::Descriptor{}, &state->answers[0],
+              sizeof(ResponseHeader)));
           state->requests.push_back(job.transport->Isend(ServerRank(s), Tag(req, Part::kRequest),
                                                          transport::Descriptor{}, &h, sizeof(h)));
           state->local.assign(2, false);
@@ -404,8 +404,8 @@ absl::Status ParameterServer::Serve() {
 }
 
 absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType type,
-                                              absl::Span<const int64_t> shape,
-                                              const void* initial, const KeyOptions& options) {
+                                              absl::Span<const int64_t> shape, const void* initial,
+                                              const KeyOptions& options) {
   ParameterServerImpl& m = *impl_;
   if (!m.worker) return absl::FailedPreconditionError("Register on a server rank");
   if (name.empty() || name.size() >= kNameBytes) {
@@ -425,9 +425,10 @@ absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType 
   if (count == 0) return absl::InvalidArgumentError(absl::StrCat("key '", name, "' is empty"));
   const bool async = options.consistency == Consistency::kAsync;
   if (async && !IsFloating(type)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "key '", name, "': async keys need a floating dtype (the server applies an optimizer), not ",
-        DataTypeName(type)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("key '", name,
+                     "': async keys need a floating dtype (the server applies an optimizer), not ",
+                     DataTypeName(type)));
   }
   if (options.optimizer.name.empty() || options.optimizer.name.size() >= kOptimizerNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("key '", name, "': bad optimizer name"));

@@ -10,8 +10,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,7 +30,7 @@ struct LocalRequest {
   char* out = nullptr;            // pulls: where the value goes
   ResponseHeader* response = nullptr;
   transport::RequestPtr done;
-  std::shared_ptr<void> keep;     // what owns `out` and `response`
+  std::shared_ptr<void> keep;  // what owns `out` and `response`
 };
 
 class ServerLoop {

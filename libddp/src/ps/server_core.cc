@@ -113,8 +113,8 @@ std::vector<char>& ServerCore::Writable(Partition& p) {
   return *p.value;
 }
 
-void ServerCore::Fail(int worker, uint64_t request, uint64_t pull_bytes,
-                      const absl::Status& status, std::vector<Outgoing>* out) const {
+void ServerCore::Fail(int worker, uint64_t request, uint64_t pull_bytes, const absl::Status& status,
+                      std::vector<Outgoing>* out) const {
   Outgoing o;
   o.worker = worker;
   o.request = request;
@@ -131,8 +131,8 @@ absl::Status ServerCore::ConfigError(const PartitionConfig& c) const {
   if (c.dtype >= kNumDataTypes) {
     return absl::InvalidArgumentError(absl::StrCat("unknown dtype ", c.dtype));
   }
-  if (c.count == 0 || c.count > static_cast<uint64_t>(config_.max_payload_bytes) /
-                                    DataTypeSize(type)) {
+  if (c.count == 0 ||
+      c.count > static_cast<uint64_t>(config_.max_payload_bytes) / DataTypeSize(type)) {
     return absl::InvalidArgumentError(absl::StrCat("partition of ", c.count, " elements"));
   }
   if (c.parts == 0 || c.part >= c.parts) {
@@ -141,8 +141,8 @@ absl::Status ServerCore::ConfigError(const PartitionConfig& c) const {
   if (c.consistency > 1) return absl::InvalidArgumentError("unknown consistency");
   if (c.consistency == static_cast<uint8_t>(Consistency::kAsync)) {
     if (!Floating(type)) {
-      return absl::InvalidArgumentError(absl::StrCat("async keys need a floating dtype, not ",
-                                                     DataTypeName(type)));
+      return absl::InvalidArgumentError(
+          absl::StrCat("async keys need a floating dtype, not ", DataTypeName(type)));
     }
     if (c.staleness < -1) return absl::InvalidArgumentError("staleness must be -1 or >= 0");
   }
@@ -195,9 +195,9 @@ void ServerCore::Handle(int worker, uint64_t request, const RequestHeader& h, co
     w.worker = worker;
     w.request = request;
     // PushPull: the step just pushed (sync), or this worker's pushes (async).
-    w.clock = op == Op::kPushPull ? (sync ? static_cast<int64_t>(h.seq)
-                                          : p.clock[static_cast<size_t>(worker)])
-                                  : h.clock;
+    w.clock = op == Op::kPushPull
+                  ? (sync ? static_cast<int64_t>(h.seq) : p.clock[static_cast<size_t>(worker)])
+                  : h.clock;
     w.bytes = h.bytes;
     w.since = absl::Now();
     if (Ready(p, w)) {
@@ -214,8 +214,8 @@ void ServerCore::Init(int worker, uint64_t request, const RequestHeader& h, cons
   absl::Status bad = ConfigError(c);
   if (!bad.ok()) {
     Fail(worker, request, 0,
-         absl::InvalidArgumentError(absl::StrCat("key '", KeyName(c), "' from ", Name(worker),
-                                                 ": ", bad.message())),
+         absl::InvalidArgumentError(
+             absl::StrCat("key '", KeyName(c), "' from ", Name(worker), ": ", bad.message())),
          out);
     return;
   }
@@ -252,10 +252,10 @@ void ServerCore::Init(int worker, uint64_t request, const RequestHeader& h, cons
     const std::string diff = ConfigDifference(p.config, c);
     if (!diff.empty()) {
       Fail(worker, request, 0,
-           WithRanks(absl::InvalidArgumentError(absl::StrCat(
-                         Name(worker), " registered partition ", h.partition, " as '", KeyName(c),
-                         "', unlike the registration this server has",
-                         p.restored ? " (from its checkpoint)" : "", ": ", diff)),
+           WithRanks(absl::InvalidArgumentError(
+                         absl::StrCat(Name(worker), " registered partition ", h.partition, " as '",
+                                      KeyName(c), "', unlike the registration this server has",
+                                      p.restored ? " (from its checkpoint)" : "", ": ", diff)),
                      {config_.worker_ranks[static_cast<size_t>(worker)]}),
            out);
       return;
@@ -310,9 +310,9 @@ bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const Req
       const int64_t step = static_cast<int64_t>(h.seq) - 1;
       if (step < p.version) {
         Fail(worker, request, pull_bytes,
-             absl::FailedPreconditionError(absl::StrCat(
-                 Name(worker), " pushed step ", step, " of key '", KeyName(p.config),
-                 "', which completed without it (version ", p.version, ")")),
+             absl::FailedPreconditionError(
+                 absl::StrCat(Name(worker), " pushed step ", step, " of key '", KeyName(p.config),
+                              "', which completed without it (version ", p.version, ")")),
              out);
         return false;
       }
@@ -431,7 +431,8 @@ std::string ServerCore::Behind(const Partition& p, const Waiter& w) const {
     auto it = p.aggs.find(p.version);
     for (size_t i = 0; i < workers_.size(); ++i) {
       if (workers_[i] != WorkerState::kAlive) continue;
-      if (it == p.aggs.end() || it->second.pushed[i] == 0) names.push_back(Name(static_cast<int>(i)));
+      if (it == p.aggs.end() || it->second.pushed[i] == 0)
+        names.push_back(Name(static_cast<int>(i)));
     }
   } else {
     for (size_t i = 0; i < workers_.size(); ++i) {
@@ -477,7 +478,8 @@ void ServerCore::WorkerGone(int worker, const absl::Status& why, bool failed,
   for (auto& [id, p] : parts_) {
     const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
     if (sync && !sync_failure_.ok()) {
-      for (const Waiter& x : p.waiters) Fail(x.worker, x.request, x.init ? 0 : x.bytes, sync_failure_, out);
+      for (const Waiter& x : p.waiters)
+        Fail(x.worker, x.request, x.init ? 0 : x.bytes, sync_failure_, out);
       p.waiters.clear();
       continue;
     }
@@ -485,9 +487,9 @@ void ServerCore::WorkerGone(int worker, const absl::Status& why, bool failed,
     if (!p.has_value && workers_[0] != WorkerState::kAlive) {
       for (const Waiter& x : p.waiters) {
         Fail(x.worker, x.request, 0,
-             WithRanks(absl::FailedPreconditionError(absl::StrCat(
-                           "key '", KeyName(p.config), "' has no value: ", Name(0),
-                           ", which gives it, is gone")),
+             WithRanks(absl::FailedPreconditionError(absl::StrCat("key '", KeyName(p.config),
+                                                                  "' has no value: ", Name(0),
+                                                                  ", which gives it, is gone")),
                        {config_.worker_ranks[0]}),
              out);
       }
@@ -513,13 +515,13 @@ void ServerCore::Tick(absl::Time now, std::vector<Outgoing>* out) {
           ranks.push_back(config_.worker_ranks[k]);
         }
       }
-      const absl::Status late = WithRanks(
-          absl::DeadlineExceededError(absl::StrCat(
-              ws[i].init ? "init" : "pull", " of key '", KeyName(p.config), "' by ",
-              Name(ws[i].worker), " waited ", absl::FormatDuration(now - ws[i].since),
-              " for: ", behind.empty() ? "(nobody alive)" : behind,
-              " (is a worker stuck, or did the workers register or push differently?)")),
-          ranks);
+      const absl::Status late =
+          WithRanks(absl::DeadlineExceededError(absl::StrCat(
+                        ws[i].init ? "init" : "pull", " of key '", KeyName(p.config), "' by ",
+                        Name(ws[i].worker), " waited ", absl::FormatDuration(now - ws[i].since),
+                        " for: ", behind.empty() ? "(nobody alive)" : behind,
+                        " (is a worker stuck, or did the workers register or push differently?)")),
+                    ranks);
       Fail(ws[i].worker, ws[i].request, ws[i].init ? 0 : ws[i].bytes, late, out);
       ws.erase(ws.begin() + static_cast<std::ptrdiff_t>(i));
     }
@@ -567,8 +569,9 @@ absl::Status ServerCore::WriteCheckpoint() {
     const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
     for (size_t w = 0; w < workers_.size(); ++w) {
       // A sync step in progress is not saved: its pushes count as not received.
-      const uint64_t seq = sync ? std::min<uint64_t>(p.last_seq[w], static_cast<uint64_t>(p.version))
-                                : p.last_seq[w];
+      const uint64_t seq = sync
+                               ? std::min<uint64_t>(p.last_seq[w], static_cast<uint64_t>(p.version))
+                               : p.last_seq[w];
       wr.Put<uint64_t>(seq);
       wr.Put<int64_t>(sync ? static_cast<int64_t>(seq) : p.clock[w]);
     }
@@ -634,10 +637,10 @@ absl::Status ServerCore::Restore() {
   }
   if (server != config_.server_index || servers != config_.num_servers ||
       workers != config_.num_workers) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "parameter-server checkpoint ", path, " was written by server ", server, " of ", servers,
-        " with ", workers, " workers; this job has ", config_.num_servers, " servers and ",
-        config_.num_workers, " workers"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("parameter-server checkpoint ", path, " was written by server ", server,
+                     " of ", servers, " with ", workers, " workers; this job has ",
+                     config_.num_servers, " servers and ", config_.num_workers, " workers"));
   }
   std::map<uint32_t, Partition> restored;
   for (uint32_t i = 0; i < n; ++i) {
@@ -676,8 +679,8 @@ absl::Status ServerCore::Restore() {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.keys_restored = static_cast<int64_t>(parts_.size());
   stats_.bytes_held = bytes;
-  DDP_LOG(kWarning, "parameter server %d: restored %u partitions from %s", config_.server_index,
-          n, path);
+  DDP_LOG(kWarning, "parameter server %d: restored %u partitions from %s", config_.server_index, n,
+          path);
   return absl::OkStatus();
 }
 

@@ -21,8 +21,12 @@ double Grad(int worker, int step, size_t i) {
 
 void Store(DataType t, void* p, size_t i, double v) {
   switch (t) {
-    case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); return;
-    case DataType::kFloat64: static_cast<double*>(p)[i] = v; return;
+    case DataType::kFloat32:
+      static_cast<float*>(p)[i] = static_cast<float>(v);
+      return;
+    case DataType::kFloat64:
+      static_cast<double*>(p)[i] = v;
+      return;
     case DataType::kFloat16:
       static_cast<uint16_t*>(p)[i] = reduce::FloatToHalf(static_cast<float>(v));
       return;
@@ -33,28 +37,43 @@ void Store(DataType t, void* p, size_t i, double v) {
       static_cast<uint16_t*>(p)[i] = static_cast<uint16_t>(bits >> 16);
       return;
     }
-    case DataType::kInt8: static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); return;
-    case DataType::kUInt8: static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v); return;
-    case DataType::kInt32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); return;
-    case DataType::kInt64: static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); return;
+    case DataType::kInt8:
+      static_cast<int8_t*>(p)[i] = static_cast<int8_t>(v);
+      return;
+    case DataType::kUInt8:
+      static_cast<uint8_t*>(p)[i] = static_cast<uint8_t>(v);
+      return;
+    case DataType::kInt32:
+      static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v);
+      return;
+    case DataType::kInt64:
+      static_cast<int64_t*>(p)[i] = static_cast<int64_t>(v);
+      return;
   }
 }
 
 double Load(DataType t, const void* p, size_t i) {
   switch (t) {
-    case DataType::kFloat32: return static_cast<const float*>(p)[i];
-    case DataType::kFloat64: return static_cast<const double*>(p)[i];
-    case DataType::kFloat16: return reduce::HalfToFloat(static_cast<const uint16_t*>(p)[i]);
+    case DataType::kFloat32:
+      return static_cast<const float*>(p)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(p)[i];
+    case DataType::kFloat16:
+      return reduce::HalfToFloat(static_cast<const uint16_t*>(p)[i]);
     case DataType::kBFloat16: {
       const uint32_t bits = static_cast<uint32_t>(static_cast<const uint16_t*>(p)[i]) << 16;
       float f;
       std::memcpy(&f, &bits, 4);
       return f;
     }
-    case DataType::kInt8: return static_cast<const int8_t*>(p)[i];
-    case DataType::kUInt8: return static_cast<const uint8_t*>(p)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(p)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(p)[i]);
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(p)[i];
+    case DataType::kUInt8:
+      return static_cast<const uint8_t*>(p)[i];
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(p)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(p)[i]);
   }
   return 0;
 }
@@ -62,9 +81,9 @@ double Load(DataType t, const void* p, size_t i) {
 absl::Status SyncKeys(ps::ParameterServer& ps, std::mt19937_64& rng) {
   const int w = ps.worker_index();
   const int n = ps.num_workers();
-  const DataType types[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                            DataType::kBFloat16, DataType::kInt8,   DataType::kUInt8,
-                            DataType::kInt32,   DataType::kInt64};
+  const DataType types[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
+                            DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
+                            DataType::kInt32,    DataType::kInt64};
   const size_t count = 3001;  // several partitions of DDP_PS_PARTITION_BYTES=4096 for most
   std::vector<int> keys;
   for (DataType t : types) {
