@@ -98,7 +98,7 @@ void ServerLoop::OnHeader(int worker, std::vector<Outgoing>* out) {
       out->push_back(std::move(o));
       return;
     }
-    p.payload.resize(p.header.bytes);
+    p.payload = TakeBuffer(p.header.bytes);
     p.receive = transport_->Irecv(s.rank, Tag(p.request, Part::kRequestPayload),
                                   transport::Descriptor{}, p.payload.data(), p.payload.size());
     p.receive->OnComplete([this, worker] {
@@ -112,6 +112,27 @@ void ServerLoop::OnHeader(int worker, std::vector<Outgoing>* out) {
   Drain(worker, out);
 }
 
+std::vector<char> ServerLoop::TakeBuffer(size_t bytes) {
+  for (size_t i = 0; i < spare_buffers_.size(); ++i) {
+    if (spare_buffers_[i].capacity() >= bytes) {
+      std::vector<char> b = std::move(spare_buffers_[i]);
+      spare_buffers_.erase(spare_buffers_.begin() + static_cast<std::ptrdiff_t>(i));
+      b.resize(bytes);
+      return b;
+    }
+  }
+  std::vector<char> b;
+  b.resize(bytes);
+  return b;
+}
+
+void ServerLoop::GiveBuffer(std::vector<char> buffer) {
+  constexpr size_t kKeep = 16;  // enough for the payloads of every worker in flight
+  if (buffer.capacity() == 0) return;
+  if (spare_buffers_.size() >= kKeep) spare_buffers_.erase(spare_buffers_.begin());
+  spare_buffers_.push_back(std::move(buffer));
+}
+
 void ServerLoop::Drain(int worker, std::vector<Outgoing>* out) {
   Stream& s = streams_[static_cast<size_t>(worker)];
   while (!s.pending.empty()) {
@@ -119,10 +140,12 @@ void ServerLoop::Drain(int worker, std::vector<Outgoing>* out) {
     if (p.receive != nullptr && !p.receive->Test()) return;
     if (p.receive != nullptr && !p.receive->status().ok()) {
       // The worker failed mid-message; its header receive says so too.
+      GiveBuffer(std::move(p.payload));
       s.pending.pop_front();
       continue;
     }
     core_.Handle(worker, p.request, p.header, p.payload.data(), out);
+    GiveBuffer(std::move(p.payload));
     s.pending.pop_front();
   }
 }

@@ -80,6 +80,10 @@ class ServerLoop {
   void OnLocal(LocalRequest& request, std::vector<Outgoing>* out);
   void Dispatch(std::vector<Outgoing>* out);
   void Reap(bool all);
+  // Payload buffers are reused: a fresh one for every push of a large key would spend more on
+  // page faults than on the bytes.
+  std::vector<char> TakeBuffer(size_t bytes);
+  void GiveBuffer(std::vector<char> buffer);
 
   ServerCore core_;
   transport::Transport* transport_;
@@ -88,6 +92,7 @@ class ServerLoop {
   uint64_t local_next_ = 0;
   std::map<uint64_t, LocalRequest> local_waiting_;  // by local request number
   std::vector<InFlight> in_flight_;
+  std::vector<std::vector<char>> spare_buffers_;
   int64_t max_payload_bytes_;
 
   std::mutex mu_;

@@ -318,7 +318,12 @@ bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const Req
       }
       Agg& a = p.aggs[step];
       if (a.sum == nullptr) {
-        a.sum = std::make_shared<std::vector<char>>(payload, payload + p.bytes);
+        if (p.spare != nullptr && p.spare.use_count() == 1 && p.spare->size() == p.bytes) {
+          a.sum = std::move(p.spare);
+          std::memcpy(a.sum->data(), payload, p.bytes);
+        } else {
+          a.sum = std::make_shared<std::vector<char>>(payload, payload + p.bytes);
+        }
         a.pushed.assign(workers_.size(), 0);
       } else {
         reduce::Combine(p.type, ReduceOp::kSum, a.sum->data(), a.sum->data(), payload,
@@ -361,6 +366,7 @@ void ServerCore::CompleteSteps(Partition& p) {
       if (workers_[w] == WorkerState::kAlive && a.pushed[w] == 0) all = false;
     }
     if (!all) break;
+    p.spare = std::move(p.value);
     p.value = std::move(a.sum);
     p.contributors = static_cast<uint32_t>(a.count);
     p.version = first->first + 1;

@@ -93,6 +93,9 @@ class ServerCore {
     size_t bytes = 0;
     bool has_value = false;
     std::shared_ptr<std::vector<char>> value;
+    // The value before the last step (sync): the next step's sum reuses it once no answer in
+    // flight holds it, instead of a fresh buffer per step.
+    std::shared_ptr<std::vector<char>> spare;
     int64_t version = 0;
     uint32_t contributors = 0;
     std::unique_ptr<ServerOptimizer> optimizer;
