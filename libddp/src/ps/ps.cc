@@ -162,6 +162,14 @@ class ParameterServerImpl {
   }
 
   absl::Status Init();
+  // A fresh operation of `n` requests.
+  std::shared_ptr<HandleState> NewState(size_t n) const;
+  // Sends request state->sent[slot] to server `s` with `payload` (its header.bytes bytes; null
+  // for none) behind it, and posts the receive of its answer into state->answers[slot] and, when
+  // `out` is given, of the pulled header.bytes bytes into `out`. To this process's own server
+  // through its thread. Caller holds mu.
+  void Post(const std::shared_ptr<HandleState>& state, size_t slot, int s, const char* payload,
+            char* out);
   Handle Submit(int key, Op op, const void* gradient, void* out);
   absl::Status Finish();
 };
@@ -223,9 +231,52 @@ absl::Status ParameterServerImpl::Init() {
   return absl::OkStatus();
 }
 
-Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void* out) {
+std::shared_ptr<HandleState> ParameterServerImpl::NewState(size_t n) const {
   auto state = std::make_shared<HandleState>();
   state->transport = job.transport.get();
+  state->sent.reset(new RequestHeader[n]);
+  state->answers.reset(new ResponseHeader[n]);
+  return state;
+}
+
+void ParameterServerImpl::Post(const std::shared_ptr<HandleState>& state, size_t slot, int s,
+                               const char* payload, char* out) {
+  const RequestHeader& h = state->sent[slot];
+  const auto add = [&](transport::RequestPtr r, bool local) {
+    state->requests.push_back(std::move(r));
+    state->local.push_back(local);
+    state->of.push_back(slot);
+  };
+  if (Local(s)) {
+    LocalRequest r;
+    r.header = h;
+    r.payload = payload;
+    r.out = out;
+    r.response = &state->answers[slot];
+    r.done = std::make_shared<transport::Request>();
+    r.keep = state;
+    add(r.done, true);
+    loop->SubmitLocal(std::move(r));
+    return;
+  }
+  const int rank = ServerRank(s);
+  const uint64_t req = next_request[static_cast<size_t>(s)]++;
+  transport::Transport& t = *job.transport;
+  add(t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{}, &state->answers[slot],
+              sizeof(ResponseHeader)),
+      false);
+  if (out != nullptr) {
+    add(t.Irecv(rank, Tag(req, Part::kResponsePayload), transport::Descriptor{}, out, h.bytes),
+        false);
+  }
+  add(t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)), false);
+  if (payload != nullptr) {
+    add(t.Isend(rank, Tag(req, Part::kRequestPayload), transport::Descriptor{}, payload, h.bytes),
+        false);
+  }
+}
+
+Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void* out) {
   std::lock_guard<std::mutex> lock(mu);
   if (!worker) return Refused(absl::FailedPreconditionError("this rank is a server, not a worker"));
   if (finished) {
@@ -243,8 +294,7 @@ Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void
         absl::StrCat(OpName(op), " of key '", key.name, "' with a null buffer")));
   }
   const size_t n = key.parts.size();
-  state->sent.reset(new RequestHeader[n]);
-  state->answers.reset(new ResponseHeader[n]);
+  auto state = NewState(n);
   for (size_t i = 0; i < n; ++i) {
     PartitionInfo& part = key.parts[i];
     RequestHeader& h = state->sent[i];
@@ -256,40 +306,8 @@ Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void
     state->what.push_back(absl::StrCat(OpName(op), " of key '", key.name, "'",
                                        n > 1 ? absl::StrCat(" (partition ", i, " of ", n, ")") : "",
                                        " on ", ServerName(part.server)));
-    const char* src = pushes ? static_cast<const char*>(gradient) + part.offset : nullptr;
-    char* dst = pulls ? static_cast<char*>(out) + part.offset : nullptr;
-    if (Local(part.server)) {
-      LocalRequest r;
-      r.header = h;
-      r.payload = src;
-      r.out = dst;
-      r.response = &state->answers[i];
-      r.done = std::make_shared<transport::Request>();
-      r.keep = state;
-      state->requests.push_back(r.done);
-      state->local.push_back(true);
-      state->of.push_back(i);
-      loop->SubmitLocal(std::move(r));
-      continue;
-    }
-    const int rank = ServerRank(part.server);
-    const uint64_t req = next_request[static_cast<size_t>(part.server)]++;
-    transport::Transport& t = *job.transport;
-    const auto add = [&](transport::RequestPtr r) {
-      state->requests.push_back(std::move(r));
-      state->local.push_back(false);
-      state->of.push_back(i);
-    };
-    add(t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{}, &state->answers[i],
-                sizeof(ResponseHeader)));
-    if (pulls) {
-      add(t.Irecv(rank, Tag(req, Part::kResponsePayload), transport::Descriptor{}, dst,
-                  part.bytes));
-    }
-    add(t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)));
-    if (pushes) {
-      add(t.Isend(rank, Tag(req, Part::kRequestPayload), transport::Descriptor{}, src, part.bytes));
-    }
+    Post(state, i, part.server, pushes ? static_cast<const char*>(gradient) + part.offset : nullptr,
+         pulls ? static_cast<char*>(out) + part.offset : nullptr);
   }
   return Handle(std::move(state));
 }
@@ -302,36 +320,14 @@ absl::Status ParameterServerImpl::Finish() {
     finished = true;
     if (worker) {
       for (int s = 0; s < servers; ++s) {
-        auto state = std::make_shared<HandleState>();
-        state->transport = job.transport.get();
-        state->sent.reset(new RequestHeader[1]);
-        state->answers.reset(new ResponseHeader[1]);
-        RequestHeader& h = state->sent[0];
-        h.op = static_cast<uint32_t>(Op::kDone);
-        state->what.push_back(absl::StrCat("finish on ", ServerName(s)));
-        state->of.push_back(0);
-        if (Local(s)) {
-          LocalRequest r;
-          r.header = h;
-          r.response = &state->answers[0];
-          r.done = std::make_shared<transport::Request>();
-          r.keep = state;
-          state->requests.push_back(r.done);
-          state->local.push_back(true);
-          loop->SubmitLocal(std::move(r));
-        } else if (job.transport->peer_state(ServerRank(s)) ==
-                   transport::Transport::PeerState::kAlive) {
-          const uint64_t req = next_request[static_cast<size_t>(s)]++;
-          state->requests.push_back(job.transport->Irecv(
-              ServerRank(s), Tag(req, Part::kResponse), transport::Descriptor{}, &state->answers[0],
-              sizeof(ResponseHeader)));
-          state->requests.push_back(job.transport->Isend(ServerRank(s), Tag(req, Part::kRequest),
-                                                         transport::Descriptor{}, &h, sizeof(h)));
-          state->local.assign(2, false);
-          state->of.assign(2, 0);
-        } else {
-          continue;
+        if (!Local(s) &&
+            job.transport->peer_state(ServerRank(s)) != transport::Transport::PeerState::kAlive) {
+          continue;  // a server gone already is told nothing
         }
+        auto state = NewState(1);
+        state->sent[0].op = static_cast<uint32_t>(Op::kDone);
+        state->what.push_back(absl::StrCat("finish on ", ServerName(s)));
+        Post(state, 0, s, nullptr, nullptr);
         dones.emplace_back(std::move(state));
       }
     }
@@ -516,10 +512,7 @@ absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType 
     std::lock_guard<std::mutex> lock(m.mu);
     ParameterServerImpl::Key& key = m.keys[static_cast<size_t>(key_id)];
     for (size_t i = 0; i < nparts; ++i) {
-      auto state = std::make_shared<HandleState>();
-      state->transport = m.job.transport.get();
-      state->sent.reset(new RequestHeader[1]);
-      state->answers.reset(new ResponseHeader[1]);
+      auto state = m.NewState(1);
       RequestHeader& h = state->sent[0];
       const auto& part = key.parts[i];
       h.op = static_cast<uint32_t>(Op::kInit);
@@ -534,32 +527,7 @@ absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType 
       state->what.push_back(absl::StrCat("register key '", name, "'",
                                          nparts > 1 ? absl::StrCat(" (partition ", i, ")") : "",
                                          " on ", m.ServerName(part.server)));
-      if (m.Local(part.server)) {
-        LocalRequest r;
-        r.header = h;
-        r.payload = value;
-        r.response = &state->answers[0];
-        r.done = std::make_shared<transport::Request>();
-        r.keep = state;
-        state->requests.push_back(r.done);
-        state->local.push_back(true);
-        state->of.push_back(0);
-        m.loop->SubmitLocal(std::move(r));
-      } else {
-        const int rank = m.ServerRank(part.server);
-        const uint64_t req = m.next_request[static_cast<size_t>(part.server)]++;
-        transport::Transport& t = *m.job.transport;
-        state->requests.push_back(t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{},
-                                          &state->answers[0], sizeof(ResponseHeader)));
-        state->requests.push_back(
-            t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)));
-        if (value != nullptr) {
-          state->requests.push_back(t.Isend(rank, Tag(req, Part::kRequestPayload),
-                                            transport::Descriptor{}, value, part.bytes));
-        }
-        state->local.assign(state->requests.size(), false);
-        state->of.assign(state->requests.size(), 0);
-      }
+      m.Post(state, 0, part.server, value, nullptr);
       states.push_back(std::move(state));
     }
   }

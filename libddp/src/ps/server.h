@@ -40,8 +40,8 @@ class ServerLoop {
   ServerLoop(CoreConfig config, transport::Transport* transport, int local_worker);
   ~ServerLoop();
 
-  absl::Status Restore() { return core_.Restore(); }
-  // Serves until every worker has finished or died, then writes the last checkpoint.
+  // Restores the checkpoint, serves until every worker has finished or died, then writes the
+  // last checkpoint.
   absl::Status Run();
   void SubmitLocal(LocalRequest request);
   ServerStats stats() const { return core_.stats(); }

@@ -429,25 +429,18 @@ void ServerCore::AnswerReady(uint32_t /*id*/, Partition& p, std::vector<Outgoing
   }
 }
 
-std::string ServerCore::Behind(const Partition& p, const Waiter& w) const {
-  std::vector<std::string> names;
-  if (w.init) {
-    names.push_back(Name(0));
-  } else if (p.config.consistency == static_cast<uint8_t>(Consistency::kSync)) {
-    auto it = p.aggs.find(p.version);
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (workers_[i] != WorkerState::kAlive) continue;
-      if (it == p.aggs.end() || it->second.pushed[i] == 0)
-        names.push_back(Name(static_cast<int>(i)));
-    }
-  } else {
-    for (size_t i = 0; i < workers_.size(); ++i) {
-      if (workers_[i] == WorkerState::kAlive && p.clock[i] < w.clock - p.config.staleness) {
-        names.push_back(Name(static_cast<int>(i)));
-      }
-    }
+std::vector<int> ServerCore::Behind(const Partition& p, const Waiter& w) const {
+  if (w.init) return {0};
+  const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
+  auto step = p.aggs.find(p.version);
+  std::vector<int> behind;
+  for (size_t i = 0; i < workers_.size(); ++i) {
+    if (workers_[i] != WorkerState::kAlive) continue;
+    const bool late = sync ? step == p.aggs.end() || step->second.pushed[i] == 0
+                           : p.clock[i] < w.clock - p.config.staleness;
+    if (late) behind.push_back(static_cast<int>(i));
   }
-  return absl::StrJoin(names, ", ");
+  return behind;
 }
 
 void ServerCore::WorkerGone(int worker, const absl::Status& why, bool failed,
@@ -514,13 +507,13 @@ void ServerCore::Tick(absl::Time now, std::vector<Outgoing>* out) {
         ++i;
         continue;
       }
-      const std::string behind = Behind(p, ws[i]);
+      std::vector<std::string> names;
       std::vector<int> ranks;
-      for (size_t k = 0; k < workers_.size(); ++k) {
-        if (behind.find(Name(static_cast<int>(k))) != std::string::npos) {
-          ranks.push_back(config_.worker_ranks[k]);
-        }
+      for (int k : Behind(p, ws[i])) {
+        names.push_back(Name(k));
+        ranks.push_back(config_.worker_ranks[static_cast<size_t>(k)]);
       }
+      const std::string behind = absl::StrJoin(names, ", ");
       const absl::Status late =
           WithRanks(absl::DeadlineExceededError(absl::StrCat(
                         ws[i].init ? "init" : "pull", " of key '", KeyName(p.config), "' by ",

@@ -120,7 +120,8 @@ class ServerCore {
             std::vector<Outgoing>* out) const;
   std::vector<char>& Writable(Partition& p);
   int64_t MinLiveClock(const Partition& p) const;
-  std::string Behind(const Partition& p, const Waiter& w) const;
+  // The live workers `w` waits for.
+  std::vector<int> Behind(const Partition& p, const Waiter& w) const;
   absl::Status ConfigError(const PartitionConfig& c) const;
   void MaybeCheckpointBySteps();
   std::string Name(int worker) const;
