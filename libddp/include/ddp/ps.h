@@ -92,6 +92,15 @@ struct PsOptions {
   int num_servers = 0;
   // DDP_PS_PARTITION_BYTES: keys larger than this are split (about 4 MB, as BytePS).
   int64_t partition_bytes = 4 << 20;
+  // DDP_PS_CREDIT_BYTES: beyond two requests in flight (sent, not yet answered) at a server, a
+  // worker sends more there only while their bytes stay within this; the rest wait in the
+  // worker, in order (0 = no limit). A worker that is ahead at one server thus gives its link
+  // to the servers where it is behind, and a server's link goes to the workers it waits for
+  // (BytePS's scheduling credit, with small keys let through). kCreditAcrossHosts (the
+  // default): 512 KiB at servers on other hosts, no limit within a host (shared memory has no
+  // link to share, and every wait for credit costs a thread's wake-up).
+  static constexpr int64_t kCreditAcrossHosts = -1;
+  int64_t credit_bytes = kCreditAcrossHosts;
   // DDP_PS_CHECKPOINT_DIR, DDP_PS_CHECKPOINT_STEPS, DDP_PS_CHECKPOINT_SECONDS: each server writes
   // its shard there (atomically) every that many steps of its keys or seconds, whichever comes
   // first (0 = never by that measure), and once more when the job ends; it restores from there
@@ -193,6 +202,8 @@ class ParameterServer {
   absl::Status Finish();
 
   ServerStats server_stats() const;
+  // Requests of this worker that waited for a server's credit (PsOptions::credit_bytes).
+  int64_t requests_deferred() const;
 
  private:
   explicit ParameterServer(std::unique_ptr<ParameterServerImpl> impl);

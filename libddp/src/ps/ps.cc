@@ -3,7 +3,9 @@
 #include "ddp/ps.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -26,6 +28,8 @@ absl::StatusOr<PsOptions> PsOptions::FromEnvironment() {
   if (servers) o.num_servers = static_cast<int>(*servers);
   DDP_ASSIGN_OR_RETURN(auto part, env::GetBytes("DDP_PS_PARTITION_BYTES", 1024, 1LL << 30));
   if (part) o.partition_bytes = *part;
+  DDP_ASSIGN_OR_RETURN(auto credit, env::GetBytes("DDP_PS_CREDIT_BYTES", 0, 1LL << 40));
+  if (credit) o.credit_bytes = *credit;
   if (auto dir = env::Get("DDP_PS_CHECKPOINT_DIR")) o.checkpoint_dir = *dir;
   DDP_ASSIGN_OR_RETURN(auto steps, env::GetInt("DDP_PS_CHECKPOINT_STEPS", 0, INT64_MAX));
   if (steps) o.checkpoint_steps = *steps;
@@ -49,14 +53,17 @@ class HandleState {
   absl::Status failed;            // refused before anything was sent
 
   std::mutex mu;
+  std::condition_variable posted;  // signalled as the pacer posts this operation's requests
+  size_t deferred = 0;             // requests waiting in the pacer for a server's credit
   bool finished = false;
   absl::Status status;
   int64_t version = 0;
   int contributors = 0;
 
   absl::Status Finish() {
-    std::lock_guard<std::mutex> lock(mu);
+    std::unique_lock<std::mutex> lock(mu);
     if (finished) return status;
+    posted.wait(lock, [this] { return deferred == 0; });
     status = failed;
     std::vector<absl::Status> transfer(what.size());
     for (size_t i = 0; i < requests.size(); ++i) {
@@ -91,6 +98,8 @@ absl::Status Handle::Wait() { return state_ == nullptr ? absl::OkStatus() : stat
 
 bool Handle::Test() const {
   if (state_ == nullptr) return true;
+  std::lock_guard<std::mutex> lock(state_->mu);
+  if (state_->deferred != 0) return false;
   for (auto& r : state_->requests) {
     if (!r->Test()) return false;
   }
@@ -127,6 +136,14 @@ class ParameterServerImpl {
     std::vector<PartitionInfo> parts;
   };
 
+  // Answers that returned credit, from the transport's callbacks to the pacer's thread
+  // (declared before the transport, which may still run callbacks as it is destroyed).
+  std::mutex freed_mu;
+  std::condition_variable freed_cv;
+  std::vector<std::pair<int, int64_t>> freed;
+  bool pacer_stop = false;
+  std::thread pacer;
+
   Options options;
   PsOptions ps;
   bootstrap::Job job;
@@ -144,6 +161,27 @@ class ParameterServerImpl {
   uint32_t next_partition = 0;
   std::vector<uint64_t> next_request;  // per server
   bool finished = false;
+  bool spans_hosts = false;  // some ranks of the job are on another host than others
+  // The pacer (credit > 0 for a server): per server, the bytes of partitions sent and not yet
+  // answered, and the requests waiting for credit, in order.
+  struct Waiting {
+    std::shared_ptr<HandleState> state;
+    size_t slot = 0;
+    const char* payload = nullptr;
+    char* out = nullptr;
+  };
+  std::vector<int64_t> outstanding;
+  std::vector<int> in_flight;
+  int64_t deferred_total = 0;
+  std::vector<std::deque<Waiting>> waiting;
+  // Two requests may always be in flight at a server, whatever their size (one answered while the
+  // next arrives); more while their bytes stay within the credit (many small keys).
+  std::vector<int64_t> credit;  // per server; 0 = no limit
+  bool HasCredit(size_t s, int64_t cost) const {
+    return in_flight[s] < 2 || outstanding[s] + cost <= credit[s];
+  }
+
+  ~ParameterServerImpl() { StopPacer(); }
 
   int Rank() const { return options.rank; }
   int ServerRank(int s) const { return ps.num_servers == 0 ? s : workers + s; }
@@ -170,6 +208,12 @@ class ParameterServerImpl {
   // through its thread. Caller holds mu.
   void Post(const std::shared_ptr<HandleState>& state, size_t slot, int s, const char* payload,
             char* out);
+  // Post's transfers to a remote server; `cost` bytes of its credit come back with the answer.
+  void Send(const std::shared_ptr<HandleState>& state, size_t slot, int s, const char* payload,
+            char* out, int64_t cost);
+  // The pacer's thread: returns credit and sends what waited for it.
+  void Pace();
+  void StopPacer();
   Handle Submit(int key, Op op, const void* gradient, void* out);
   absl::Status Finish();
 };
@@ -200,6 +244,28 @@ absl::Status ParameterServerImpl::Init() {
   }
   next_request.assign(static_cast<size_t>(servers), 0);
   server_bytes.assign(static_cast<size_t>(servers), 0);
+  outstanding.assign(static_cast<size_t>(servers), 0);
+  in_flight.assign(static_cast<size_t>(servers), 0);
+  waiting.resize(static_cast<size_t>(servers));
+  if (ps.credit_bytes < PsOptions::kCreditAcrossHosts) {
+    return absl::InvalidArgumentError("DDP_PS_CREDIT_BYTES must be >= 0");
+  }
+  credit.assign(static_cast<size_t>(servers), 0);
+  for (int s = 0; s < servers; ++s) {
+    const bool other_host =
+        job.hosts.size() == static_cast<size_t>(options.size) &&
+        job.hosts[static_cast<size_t>(ServerRank(s))] != job.hosts[static_cast<size_t>(Rank())];
+    credit[static_cast<size_t>(s)] = ps.credit_bytes != PsOptions::kCreditAcrossHosts
+                                         ? ps.credit_bytes
+                                     : other_host ? int64_t{512} << 10
+                                                  : 0;
+  }
+  spans_hosts = job.hosts.size() == static_cast<size_t>(options.size) &&
+                std::any_of(job.hosts.begin(), job.hosts.end(),
+                            [this](const std::string& h) { return h != job.hosts[0]; });
+  if (worker && std::any_of(credit.begin(), credit.end(), [](int64_t c) { return c > 0; })) {
+    pacer = std::thread([this] { Pace(); });
+  }
   if (server) {
     CoreConfig c;
     c.num_workers = workers;
@@ -259,21 +325,95 @@ void ParameterServerImpl::Post(const std::shared_ptr<HandleState>& state, size_t
     loop->SubmitLocal(std::move(r));
     return;
   }
+  int64_t cost = 0;
+  if (credit[static_cast<size_t>(s)] > 0) {
+    const auto i = static_cast<size_t>(s);
+    cost = static_cast<int64_t>(h.bytes);
+    if (!waiting[i].empty() || !HasCredit(i, cost)) {
+      waiting[i].push_back(Waiting{state, slot, payload, out});
+      ++deferred_total;
+      std::lock_guard<std::mutex> lock(state->mu);
+      ++state->deferred;
+      return;
+    }
+    outstanding[i] += cost;
+    ++in_flight[i];
+  }
+  Send(state, slot, s, payload, out, cost);
+}
+
+void ParameterServerImpl::Send(const std::shared_ptr<HandleState>& state, size_t slot, int s,
+                               const char* payload, char* out, int64_t cost) {
+  const RequestHeader& h = state->sent[slot];
+  const auto add = [&](transport::RequestPtr r) {
+    state->requests.push_back(std::move(r));
+    state->local.push_back(false);
+    state->of.push_back(slot);
+  };
   const int rank = ServerRank(s);
   const uint64_t req = next_request[static_cast<size_t>(s)]++;
   transport::Transport& t = *job.transport;
-  add(t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{}, &state->answers[slot],
-              sizeof(ResponseHeader)),
-      false);
+  transport::RequestPtr answer = t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{},
+                                         &state->answers[slot], sizeof(ResponseHeader));
+  if (credit[static_cast<size_t>(s)] > 0) {
+    // Answered or failed, the credit comes back (the callback may run here, at once).
+    answer->OnComplete([this, s, cost] {
+      {
+        std::lock_guard<std::mutex> lock(freed_mu);
+        freed.emplace_back(s, cost);
+      }
+      freed_cv.notify_one();
+    });
+  }
+  add(std::move(answer));
   if (out != nullptr) {
-    add(t.Irecv(rank, Tag(req, Part::kResponsePayload), transport::Descriptor{}, out, h.bytes),
-        false);
+    add(t.Irecv(rank, Tag(req, Part::kResponsePayload), transport::Descriptor{}, out, h.bytes));
   }
-  add(t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)), false);
+  add(t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)));
   if (payload != nullptr) {
-    add(t.Isend(rank, Tag(req, Part::kRequestPayload), transport::Descriptor{}, payload, h.bytes),
-        false);
+    add(t.Isend(rank, Tag(req, Part::kRequestPayload), transport::Descriptor{}, payload, h.bytes));
   }
+}
+
+void ParameterServerImpl::Pace() {
+  for (;;) {
+    std::vector<std::pair<int, int64_t>> got;
+    {
+      std::unique_lock<std::mutex> lock(freed_mu);
+      freed_cv.wait(lock, [this] { return pacer_stop || !freed.empty(); });
+      if (freed.empty()) return;  // stopping, and nothing left to return
+      got.swap(freed);
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& [s, returned] : got) {
+      const auto i = static_cast<size_t>(s);
+      outstanding[i] -= returned;
+      --in_flight[i];
+      while (!waiting[i].empty()) {
+        Waiting w = waiting[i].front();
+        const auto cost = static_cast<int64_t>(w.state->sent[w.slot].bytes);
+        if (!HasCredit(i, cost)) break;
+        waiting[i].pop_front();
+        outstanding[i] += cost;
+        ++in_flight[i];
+        Send(w.state, w.slot, s, w.payload, w.out, cost);
+        {
+          std::lock_guard<std::mutex> state_lock(w.state->mu);
+          --w.state->deferred;
+        }
+        w.state->posted.notify_all();
+      }
+    }
+  }
+}
+
+void ParameterServerImpl::StopPacer() {
+  {
+    std::lock_guard<std::mutex> lock(freed_mu);
+    pacer_stop = true;
+  }
+  freed_cv.notify_one();
+  if (pacer.joinable()) pacer.join();
 }
 
 Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void* out) {
@@ -340,6 +480,7 @@ absl::Status ParameterServerImpl::Finish() {
       if (first.ok()) first = s;
     }
   }
+  StopPacer();  // nothing waits in it: the goodbyes were the last requests, and are answered
   if (loop_thread.joinable()) loop_thread.join();
   if (!loop_status.ok() && first.ok()) first = loop_status;
   if (job.transport) job.transport->Shutdown().IgnoreError();
@@ -439,11 +580,24 @@ absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType 
   // Partitions of at most partition_bytes; and a key of 256 KiB or more is spread over every
   // server (in as many equal parts at least), so that one large tensor never makes one server
   // the hot spot (what users of ps-lite and TensorFlow's parameter servers complain of).
+  // In a job across hosts, larger keys are cut finer still, up to kPipelineDepth partitions
+  // per server of at least 256 KiB each: a partition's pull can be answered only once every
+  // worker's push of it has arrived, so with one partition per server a worker's link sends the
+  // whole push and then receives the whole pull (2M/B); with d per server, the pulls of the
+  // first overlap the pushes of the rest, and a step costs about (1 + 1/d) M/B
+  // (docs/parameter-server.md). Within one host there is no link to pipeline, and every
+  // partition costs the server's thread a wake-up: there the cut stays at one per server.
+  constexpr size_t kSpreadBytes = size_t{256} << 10;
+  constexpr size_t kPipelineDepth = 16;
   const size_t es = DataTypeSize(type);
   const size_t max_per = std::max<size_t>(1, static_cast<size_t>(m.ps.partition_bytes) / es);
   size_t nparts = (count + max_per - 1) / max_per;
-  if (count * es >= (size_t{256} << 10)) {
-    nparts = std::max(nparts, std::min(count, static_cast<size_t>(m.servers)));
+  if (count * es >= kSpreadBytes) {
+    const size_t servers = static_cast<size_t>(m.servers);
+    const size_t depth =
+        m.spans_hosts ? std::clamp<size_t>(count * es / (servers * kSpreadBytes), 1, kPipelineDepth)
+                      : 1;
+    nparts = std::max(nparts, std::min(count, servers * depth));
   }
   const size_t per = (count + nparts - 1) / nparts;
   nparts = (count + per - 1) / per;
@@ -568,6 +722,11 @@ Handle ParameterServer::PushPull(int key, const void* gradient, void* out) {
 absl::Status ParameterServer::Finish() {
   if (!impl_->worker) return absl::OkStatus();
   return impl_->Finish();
+}
+
+int64_t ParameterServer::requests_deferred() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->deferred_total;
 }
 
 ServerStats ParameterServer::server_stats() const {
