@@ -52,13 +52,13 @@ def worker(args):
         import ddp.ps as ps
         ps.init()
         x = np.ones(count, np.float32)
-        ps.register("x", x)
+        ps.register("x", x, mode=args.ps_mode, optimizer="sum")
         out = np.empty_like(x)
         for i in range(args.warmup + args.steps):
             start = time.perf_counter()
             ps.push_pull("x", x, out=out)
             times.append(time.perf_counter() - start)
-        ok = float(out[0]) == ps.num_workers()
+        ok = args.ps_mode != "sync" or float(out[0]) == ps.num_workers()
         first = ps.worker_index() == 0
         ps.finish()
     if not ok:
@@ -86,6 +86,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--worker", choices=("allreduce", "ps"))
     p.add_argument("--mb", type=float, default=16)
+    p.add_argument("--ps-mode", choices=("sync", "async"), default="sync",
+                   help="the key's mode (async: the servers sum every push into the value)")
     p.add_argument("--np", type=int, default=4)
     p.add_argument("--sizes-mb", default="1,16,64")
     p.add_argument("--steps", type=int, default=20)

@@ -32,6 +32,21 @@ def test_with_free_steps_perfect_links_and_no_cpu_each_algorithm_meets_its_bound
         assert rd == pytest.approx(math.log2(hosts) * per_host * 64 * MIB / 125e6)
 
 
+def test_parameter_server_bound_against_the_ring():
+    m, rate = 64 * MIB, 1e9
+    for n in (2, 4, 8, 64):
+        ring = model.bound("ring", m, n, 1, rate)
+        # k = n servers on hosts of their own: each link carries M each way, 2(n-1)/n faster.
+        assert model.ps_bound(m, n, n, rate) == pytest.approx(m / 125e6)
+        assert ring / model.ps_bound(m, n, n, rate) == pytest.approx(2 * (n - 1) / n)
+        # Fewer servers: theirs are the busiest links, nM/k each way.
+        assert model.ps_bound(m, n, 1, rate) == pytest.approx(n * m / 125e6)
+        # Colocated: the ring's bound, never better.
+        assert model.ps_bound(m, n, 0, rate) == pytest.approx(ring)
+    assert model.bound("ring", m, 4, 1, rate) / model.ps_bound(m, 4, 4, rate) == pytest.approx(1.5)
+    assert model.bound("ring", m, 8, 1, rate) / model.ps_bound(m, 8, 8, rate) == pytest.approx(1.75)
+
+
 def test_latency_and_cpu_terms():
     p = model.Params(alpha=10e-6, eta=1.0, gamma=1e-9)
     # A tiny buffer costs the steps: 2(N-1) for the ring, log2 N for recursive doubling.

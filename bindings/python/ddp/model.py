@@ -135,6 +135,19 @@ def bound(algo: str, size: float, hosts: int, per_host: int, rate: float) -> flo
     return 2 * (n - 1) / n * size / (rate / 8)
 
 
+def ps_bound(size: float, workers: int, servers: int, rate: float) -> float:
+    """The parameter server's bandwidth bound for one push and pull of SIZE bytes per worker.
+
+    With SERVERS hosts of their own (servers > 0), each worker's link carries SIZE each way and
+    each server's workers x SIZE / servers: max(M/B, nM/(kB)). Colocated (servers == 0: every
+    worker also serves a 1/n share), a host sends the (n-1)/n of its push that other hosts serve
+    and answers the other n-1 workers' pulls of its share: 2(n-1)/n x M each way, the ring's
+    bound, which is why colocated servers cannot beat the ring."""
+    if servers <= 0:
+        return 2 * (workers - 1) / workers * size / (rate / 8)
+    return max(size, workers * size / servers) / (rate / 8)
+
+
 # ---- fitting ------------------------------------------------------------------------------
 
 def load_points(paths: list[str], impls=("ring", "hier"), min_bytes: int = 1 << 20):
