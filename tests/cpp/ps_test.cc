@@ -398,6 +398,61 @@ TEST(PsMpi, SumsExactAsyncOnceStalenessBounded) {
 #endif
 }
 
+// Two workers submit two sync keys in opposite orders, every step, each key 16 partitions on the
+// one server and a credit of two in flight. Were credit returned only by answers, each worker's
+// two in flight would wait for the other's pushes, queued behind them: both would wait until the
+// timeout. Held notices return it: every step completes, with exact sums.
+TEST(PsCredit, KeysSubmittedInOppositeOrdersDoNotWaitOnEachOther) {
+  JobSpec spec = PsSpec(Layout{"", "tcp", 3, 1});
+  spec.env["DDP_TIMEOUT_SECONDS"] = "30";
+  JobResult job = RunJob(spec, [](int /*rank*/) -> absl::Status {
+    auto made = ps::ParameterServer::CreateFromEnvironment();
+    CHECK_OK(made.status());
+    ps::ParameterServer& ps = **made;
+    if (!ps.is_worker()) return ps.Serve();
+    constexpr size_t kCount = 16 * 1024;  // 64 KiB: 16 partitions of 4096 bytes
+    std::vector<float> zero(kCount, 0.0f);
+    const int64_t shape[] = {static_cast<int64_t>(kCount)};
+    ps::KeyOptions o;  // sync
+    auto a = ps.Register("a", DataType::kFloat32, shape, zero.data(), o);
+    CHECK_OK(a.status());
+    auto b = ps.Register("b", DataType::kFloat32, shape, zero.data(), o);
+    CHECK_OK(b.status());
+    const int w = ps.worker_index();
+    std::vector<float> ga(kCount), gb(kCount), oa(kCount), ob(kCount);
+    for (int step = 0; step < 20; ++step) {
+      for (size_t i = 0; i < kCount; ++i) {
+        ga[i] = static_cast<float>(w + 1 + step);
+        gb[i] = static_cast<float>(10 * (w + 1) + step);
+      }
+      ps::Handle first, second;
+      if (w == 0) {
+        first = ps.PushPull(*a, ga.data(), oa.data());
+        second = ps.PushPull(*b, gb.data(), ob.data());
+      } else {
+        first = ps.PushPull(*b, gb.data(), ob.data());
+        second = ps.PushPull(*a, ga.data(), oa.data());
+      }
+      absl::Status s = first.Wait();
+      const absl::Status s2 = second.Wait();  // both: their buffers live in this scope
+      if (s.ok()) s = s2;
+      if (!s.ok()) return s;
+      const float want_a = static_cast<float>(3 + 2 * step),
+                  want_b = static_cast<float>(30 + 2 * step);
+      for (size_t i = 0; i < kCount; ++i) {
+        if (oa[i] != want_a || ob[i] != want_b) {
+          return absl::InternalError(absl::StrCat("step ", step, " element ", i, ": ", oa[i], ", ",
+                                                  ob[i], "; want ", want_a, ", ", want_b));
+        }
+      }
+    }
+    if (ps.requests_deferred() == 0) return absl::InternalError("no request waited for credit");
+    return ps.Finish();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
 // Runs `pushes` PushPulls of one each on an async "sum" key and returns the last value pulled.
 absl::StatusOr<float> PushOnes(ps::ParameterServer& ps, int key, int pushes) {
   std::vector<float> ones(1000, 1.0f), out(1000);

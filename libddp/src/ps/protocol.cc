@@ -108,14 +108,16 @@ std::string ConfigDifference(const PartitionConfig& a, const PartitionConfig& b)
   return "";
 }
 
-uint64_t Tag(uint64_t request, Part part) {
-  // Requests wait on a notification tag (the last id of that range); everything else on the
-  // first id of the parameter-server range.
-  const uint64_t id = part == Part::kRequest
+uint64_t Tag(uint64_t number, Part part) {
+  // Requests and held notices wait on a notification tag (the last id of that range: requests
+  // in its low bits 0, notices 1); everything else on the first id of the parameter-server
+  // range.
+  const bool notification = part == Part::kRequest || part == Part::kHeld;
+  const uint64_t id = notification
                           ? collectives::CommRangeEnd(collectives::CommRange::kNotification) - 1
                           : collectives::CommRangeBegin(collectives::CommRange::kParameterServer);
-  return (id << (64 - collectives::kCommIdBits)) | ((request & kRequestMask) << 2) |
-         static_cast<uint64_t>(part);
+  const uint64_t low = part == Part::kHeld ? 1 : static_cast<uint64_t>(part);
+  return (id << (64 - collectives::kCommIdBits)) | ((number & kRequestMask) << 2) | low;
 }
 
 }  // namespace ddp::ps

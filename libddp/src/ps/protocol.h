@@ -67,7 +67,8 @@ struct RequestHeader {
   PartitionConfig config;  // inits
 };
 
-inline constexpr uint32_t kInitHasValue = 1;  // an init carrying the initial value
+inline constexpr uint32_t kInitHasValue = 1;     // an init carrying the initial value
+inline constexpr uint32_t kWantsHeldNotice = 2;  // the worker's credit waits on it: Part::kHeld
 
 struct ResponseHeader {
   uint32_t magic = kMagic;
@@ -98,8 +99,15 @@ enum class Part : uint32_t {
   kRequest = 0,
   kRequestPayload = 1,
   kResponse = 2,
-  kResponsePayload = 3
+  kResponsePayload = 3,
+  // Server to worker, numbered per pair by the server (not by request): "request n (a uint64_t,
+  // the body) has arrived and is held" (a sync pull waiting for other workers, a pull held back
+  // by the staleness bound), sent once it has been held for kHeldNoticeAfter. It returns the
+  // worker's credit for that request (ddp/ps.h, PsOptions::credit_bytes) before the answer
+  // does, so that workers sending keys in different orders never wait on each other's credit.
+  // On a notification tag: the worker's receive for the next one waits for as long as need be.
+  kHeld = 4,
 };
-uint64_t Tag(uint64_t request, Part part);
+uint64_t Tag(uint64_t number, Part part);
 
 }  // namespace ddp::ps

@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -140,7 +141,13 @@ class ParameterServerImpl {
   // (declared before the transport, which may still run callbacks as it is destroyed).
   std::mutex freed_mu;
   std::condition_variable freed_cv;
-  std::vector<std::pair<int, int64_t>> freed;
+  // (server, request) whose credit comes back: answered, or held (a notice).
+  struct Freed {
+    int server = 0;
+    uint64_t request = 0;
+    bool notice = false;  // a held notice arrived (or its receive failed): repost if it did
+  };
+  std::vector<Freed> freed;
   bool pacer_stop = false;
   std::thread pacer;
 
@@ -172,6 +179,11 @@ class ParameterServerImpl {
   };
   std::vector<int64_t> outstanding;
   std::vector<int> in_flight;
+  std::vector<std::map<uint64_t, int64_t>> credited;  // per server: request -> its cost
+  // Per server: the standing receive of its next held notice (Part::kHeld), into notice_body.
+  std::vector<uint64_t> next_notice;
+  std::unique_ptr<uint64_t[]> notice_body;
+  std::vector<transport::RequestPtr> notice_receive;
   int64_t deferred_total = 0;
   std::vector<std::deque<Waiting>> waiting;
   // Two requests may always be in flight at a server, whatever their size (one answered while the
@@ -208,9 +220,12 @@ class ParameterServerImpl {
   // through its thread. Caller holds mu.
   void Post(const std::shared_ptr<HandleState>& state, size_t slot, int s, const char* payload,
             char* out);
-  // Post's transfers to a remote server; `cost` bytes of its credit come back with the answer.
+  // Post's transfers to a remote server; `cost` bytes of its credit come back with the answer
+  // or a held notice, whichever comes first.
   void Send(const std::shared_ptr<HandleState>& state, size_t slot, int s, const char* payload,
             char* out, int64_t cost);
+  void PostNoticeReceive(int s);
+  void Return(int s, uint64_t request);
   // The pacer's thread: returns credit and sends what waited for it.
   void Pace();
   void StopPacer();
@@ -251,6 +266,10 @@ absl::Status ParameterServerImpl::Init() {
     return absl::InvalidArgumentError("DDP_PS_CREDIT_BYTES must be >= 0");
   }
   credit.assign(static_cast<size_t>(servers), 0);
+  credited.resize(static_cast<size_t>(servers));
+  next_notice.assign(static_cast<size_t>(servers), 0);
+  notice_body.reset(new uint64_t[static_cast<size_t>(servers)]());
+  notice_receive.resize(static_cast<size_t>(servers));
   for (int s = 0; s < servers; ++s) {
     const bool other_host =
         job.hosts.size() == static_cast<size_t>(options.size) &&
@@ -264,6 +283,10 @@ absl::Status ParameterServerImpl::Init() {
                 std::any_of(job.hosts.begin(), job.hosts.end(),
                             [this](const std::string& h) { return h != job.hosts[0]; });
   if (worker && std::any_of(credit.begin(), credit.end(), [](int64_t c) { return c > 0; })) {
+    std::lock_guard<std::mutex> lock(mu);
+    for (int s = 0; s < servers; ++s) {
+      if (credit[static_cast<size_t>(s)] > 0 && !Local(s)) PostNoticeReceive(s);
+    }
     pacer = std::thread([this] { Pace(); });
   }
   if (server) {
@@ -328,6 +351,7 @@ void ParameterServerImpl::Post(const std::shared_ptr<HandleState>& state, size_t
   int64_t cost = 0;
   if (credit[static_cast<size_t>(s)] > 0) {
     const auto i = static_cast<size_t>(s);
+    state->sent[slot].flags |= kWantsHeldNotice;
     cost = static_cast<int64_t>(h.bytes);
     if (!waiting[i].empty() || !HasCredit(i, cost)) {
       waiting[i].push_back(Waiting{state, slot, payload, out});
@@ -356,11 +380,12 @@ void ParameterServerImpl::Send(const std::shared_ptr<HandleState>& state, size_t
   transport::RequestPtr answer = t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{},
                                          &state->answers[slot], sizeof(ResponseHeader));
   if (credit[static_cast<size_t>(s)] > 0) {
+    credited[static_cast<size_t>(s)][req] = cost;
     // Answered or failed, the credit comes back (the callback may run here, at once).
-    answer->OnComplete([this, s, cost] {
+    answer->OnComplete([this, s, req] {
       {
         std::lock_guard<std::mutex> lock(freed_mu);
-        freed.emplace_back(s, cost);
+        freed.push_back(Freed{s, req, false});
       }
       freed_cv.notify_one();
     });
@@ -375,9 +400,32 @@ void ParameterServerImpl::Send(const std::shared_ptr<HandleState>& state, size_t
   }
 }
 
+void ParameterServerImpl::PostNoticeReceive(int s) {
+  const auto i = static_cast<size_t>(s);
+  notice_receive[i] =
+      job.transport->Irecv(ServerRank(s), Tag(next_notice[i]++, Part::kHeld),
+                           transport::Descriptor{}, &notice_body[i], sizeof(uint64_t));
+  notice_receive[i]->OnComplete([this, s] {
+    {
+      std::lock_guard<std::mutex> lock(freed_mu);
+      freed.push_back(Freed{s, 0, true});
+    }
+    freed_cv.notify_one();
+  });
+}
+
+void ParameterServerImpl::Return(int s, uint64_t request) {
+  const auto i = static_cast<size_t>(s);
+  auto it = credited[i].find(request);
+  if (it == credited[i].end()) return;  // returned already (held, then answered)
+  outstanding[i] -= it->second;
+  --in_flight[i];
+  credited[i].erase(it);
+}
+
 void ParameterServerImpl::Pace() {
   for (;;) {
-    std::vector<std::pair<int, int64_t>> got;
+    std::vector<Freed> got;
     {
       std::unique_lock<std::mutex> lock(freed_mu);
       freed_cv.wait(lock, [this] { return pacer_stop || !freed.empty(); });
@@ -385,10 +433,16 @@ void ParameterServerImpl::Pace() {
       got.swap(freed);
     }
     std::lock_guard<std::mutex> lock(mu);
-    for (const auto& [s, returned] : got) {
+    for (const Freed& f : got) {
+      const int s = f.server;
       const auto i = static_cast<size_t>(s);
-      outstanding[i] -= returned;
-      --in_flight[i];
+      if (!f.notice) {
+        Return(s, f.request);
+      } else {
+        if (!notice_receive[i]->status().ok()) continue;  // the server left, or failed
+        Return(s, notice_body[i]);
+        if (!finished || !waiting[i].empty() || !credited[i].empty()) PostNoticeReceive(s);
+      }
       while (!waiting[i].empty()) {
         Waiting w = waiting[i].front();
         const auto cost = static_cast<int64_t>(w.state->sent[w.slot].bytes);

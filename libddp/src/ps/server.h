@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "ps/server_core.h"
 #include "transport/transport.h"
 
@@ -57,6 +58,7 @@ class ServerLoop {
   struct Stream {
     int rank = -1;
     uint64_t next = 0;
+    uint64_t notices = 0;  // held notices sent (the next one's number)
     RequestHeader header;
     transport::RequestPtr header_request;
     std::deque<Pending> pending;
@@ -69,6 +71,7 @@ class ServerLoop {
   };
   struct InFlight {
     std::unique_ptr<ResponseHeader> header;
+    std::unique_ptr<uint64_t> notice;  // a held notice's body
     std::shared_ptr<const std::vector<char>> payload;
     std::vector<transport::RequestPtr> sends;
   };
@@ -80,6 +83,10 @@ class ServerLoop {
   void OnLocal(LocalRequest& request, std::vector<Outgoing>* out);
   void Dispatch(std::vector<Outgoing>* out);
   void Reap(bool all);
+  // Requests handled without an answer are held; those held for kHeldNoticeAfter are told
+  // (Part::kHeld) and forgotten, as are those answered.
+  void NoteHeld(int worker, uint64_t request, const std::vector<Outgoing>& out);
+  void SendNotices(absl::Time now);
   // Payload buffers are reused: a fresh one for every push of a large key would spend more on
   // page faults than on the bytes.
   std::vector<char> TakeBuffer(size_t bytes);
@@ -93,6 +100,7 @@ class ServerLoop {
   std::map<uint64_t, LocalRequest> local_waiting_;  // by local request number
   std::vector<InFlight> in_flight_;
   std::vector<std::vector<char>> spare_buffers_;
+  std::map<std::pair<int, uint64_t>, absl::Time> held_;  // (worker, request) -> since
   int64_t max_payload_bytes_;
 
   std::mutex mu_;
