@@ -39,6 +39,11 @@ def test_torch_sync_equals_sgd_on_the_whole_batch(run_job):
     assert result.stdout.count(": ok") == 3, result.stdout
 
 
+def test_torch_sync_accumulates_backward_passes_then_equals_sgd(run_job):
+    result = run_job(2, "ps_torch.py", "sync2", launcher_args=("--servers", "1"))
+    assert result.stdout.count(": ok") == 2, result.stdout
+
+
 def test_torch_async_ends_with_the_same_weights_everywhere(run_job):
     result = run_job(3, "ps_torch.py", "async")  # colocated
     digests = set(re.findall(r"digest (\S+)", result.stdout))

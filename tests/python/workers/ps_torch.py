@@ -1,6 +1,8 @@
 """ddp.torch.ParameterServerOptimizer. sync: every worker ends with the weights of plain SGD on the
-concatenated batch (computed here as the reference); async: the weights every worker pulls at
-the end are the servers', the same on all, and the loss went down."""
+concatenated batch (computed here as the reference); sync2: the same with each step's gradient
+accumulated over two backward passes (backward_passes_per_step=2); async: the weights every
+worker pulls at the end are the servers', the same on all, and the loss went down. In every
+mode each push was made by a gradient hook, during backward, and none by step()."""
 import sys
 
 import torch
@@ -9,6 +11,8 @@ import ddp.ps as ps
 import ddp.torch as ddp
 
 mode = sys.argv[1]
+passes = 2 if mode == "sync2" else 1
+mode = "sync" if mode == "sync2" else mode
 ps.init()
 w, n = ps.worker_index(), ps.num_workers()
 def net():
@@ -20,7 +24,8 @@ reference = net()  # worker 0's initial weights
 torch.manual_seed(1234 + w)  # different initial weights: the servers must make them equal
 model = net()
 opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.5)
-opt = ddp.ParameterServerOptimizer(opt, named_parameters=model.named_parameters(), mode=mode)
+opt = ddp.ParameterServerOptimizer(opt, named_parameters=model.named_parameters(), mode=mode,
+                                   backward_passes_per_step=passes)
 if mode == "sync":  # (async: the others may have updated them already)
     for p, q in zip(model.parameters(), reference.parameters()):
         assert torch.equal(p.data, q.data), "workers did not start from worker 0's weights"
@@ -31,8 +36,12 @@ y = torch.randint(0, 3, (8 * n,), generator=gen)
 first = None
 for step in range(15):
     opt.zero_grad()
-    loss = torch.nn.functional.cross_entropy(model(x[w * 8:(w + 1) * 8]), y[w * 8:(w + 1) * 8])
-    loss.backward()
+    half = 8 // passes
+    for k in range(passes):  # the gradient of the worker's 8 samples' mean loss, in parts
+        rows = slice(w * 8 + k * half, w * 8 + (k + 1) * half)
+        loss = torch.nn.functional.cross_entropy(model(x[rows]), y[rows]) / passes
+        loss.backward()
+    assert opt.pushed_from_hooks == (step + 1) * 4, opt.pushed_from_hooks  # before step()
     opt.step()
     if mode == "sync":
         ref_opt.zero_grad()

@@ -19,6 +19,20 @@ from . import functions
 from .compression import Compression
 
 
+def gradient_hook(p, callback):
+    """Runs callback() each time backward has accumulated p's gradient (p.grad final for that
+    pass). Returns what keeps the hook alive; items with remove() take it off. The hook lives on
+    the parameter: callback must not hold its optimizer strongly (a weakref)."""
+    def hook(*_):
+        callback()
+    if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch >= 2.1
+        return [p.register_post_accumulate_grad_hook(hook)]
+    with torch.enable_grad():  # expand_as needs autograd even if built under no_grad()
+        # The node that accumulates p's gradient; its hook runs once p.grad is final.
+        accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
+    return [accumulator.register_hook(hook), accumulator]  # the node keeps its hook alive
+
+
 # Optimizers are numbered in creation order (the same on every rank) so that two of them (a GAN's
 # generator and discriminator) never submit gradients under the same names.
 _instances = itertools.count()
@@ -70,19 +84,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return by_param
 
     def _register_hooks(self, params):
-        with torch.enable_grad():  # expand_as needs autograd even if built under no_grad()
-            for p in params:
-                if not p.requires_grad or p in self._delay:
-                    continue
-                self._params.append(p)
-                self._delay[p] = self._passes
-                if hasattr(p, "register_post_accumulate_grad_hook"):  # PyTorch >= 2.1
-                    self._hooks.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
-                else:
-                    # The node that accumulates p's gradient; its hook runs once p.grad is final.
-                    accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                    self._hooks.append(accumulator.register_hook(self._make_hook(p)))
-                    self._hooks.append(accumulator)  # keeps the node (and its hook) alive
+        for p in params:
+            if not p.requires_grad or p in self._delay:
+                continue
+            self._params.append(p)
+            self._delay[p] = self._passes
+            self._hooks.extend(gradient_hook(p, self._make_hook(p)))
 
     def remove_hooks(self):
         """Stops submitting gradients (the hooks of PyTorch >= 2.1 live on the parameters)."""
@@ -109,7 +116,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _make_hook(self, p):
         owner = weakref.ref(self)  # a hook on a parameter must not keep the optimizer alive
 
-        def hook(*_):
+        def hook():
             optimizer = owner()
             if optimizer is not None:
                 optimizer._on_gradient(p)

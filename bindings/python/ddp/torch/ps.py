@@ -20,14 +20,24 @@ values the initial ones, which every worker pulls at once, so no broadcast is ne
   the servers at registration, per parameter group, and the wrapped optimizer itself never
   steps. staleness=s bounds how far a worker runs ahead of the slowest (ddp.ps).
 
-CUDA parameters are staged through pinned host memory (one buffer per parameter, reused).
+Each gradient is pushed from a hook as soon as backward has accumulated it, so the transfers
+overlap the rest of the backward pass (as DistributedOptimizer's allreduces do); step() waits for
+them, pushing any that no hook did (parameters unused this step push zeros). With
+backward_passes_per_step=k, k passes are accumulated locally and pushed once. In async mode the
+pulled parameters land in a buffer of their own and are copied in at step(), not while backward
+may still read them.
+
+CUDA parameters are staged through pinned host memory (buffers per parameter, reused).
 """
+
+import weakref
 
 import torch
 
 from .. import ps as _ps
 from .._ops import error
 from .functions import _TorchAdapter
+from .optimizer import gradient_hook
 
 _PREFIX = "param."
 
@@ -57,13 +67,18 @@ class ParameterServerOptimizer:
 
     named_parameters: (name, parameter) pairs (model.named_parameters()); without them the
     parameters are named by their order in the optimizer's groups. gradient_scale (async):
-    the servers multiply each gradient by it first (e.g. 1/num_workers)."""
+    the servers multiply each gradient by it first (e.g. 1/num_workers).
+    backward_passes_per_step: backward passes accumulated locally before a push (1)."""
 
     def __init__(self, optimizer, named_parameters=None, mode="sync", staleness=None,
-                 gradient_scale=1.0):
+                 gradient_scale=1.0, backward_passes_per_step=1):
         if mode not in ("sync", "async"):
             raise error(f"ddp.torch.ParameterServerOptimizer: mode must be 'sync' or 'async', "
                         f"not {mode!r}")
+        if int(backward_passes_per_step) < 1:
+            raise error("ddp.torch.ParameterServerOptimizer: backward_passes_per_step must be "
+                        ">= 1")
+        self._passes = int(backward_passes_per_step)
         if not _ps.is_initialized():
             _ps.init()
         self.optimizer = optimizer
@@ -73,6 +88,12 @@ class ParameterServerOptimizer:
             for name, p in named_parameters:
                 by_param.setdefault(id(p), name)  # a shared parameter keeps its first name
         self._params = []  # (key name, parameter, pinned value, pinned gradient)
+        self._index = {}  # id(parameter) -> its place in _params
+        self._left = []  # per parameter: backward passes before its push
+        self._handles = {}  # index -> the push in flight: (handle, host gradient, pulled into)
+        self._staging = {}  # async, CPU: index -> where the pulled value lands until step()
+        self._hooks = []
+        self.pushed_from_hooks = 0  # pushes a hook made (for tests and benchmarks)
         index = 0
         for group in optimizer.param_groups:
             settings = _server_optimizer(optimizer, group, gradient_scale) \
@@ -97,7 +118,11 @@ class ParameterServerOptimizer:
                                      **self._defaults(settings))
                 # Every worker starts from worker 0's values (or the checkpoint's).
                 self._pull(key, p, pinned)
+                self._index[id(p)] = len(self._params)
                 self._params.append((key, p, pinned, pinned_grad))
+                self._left.append(self._passes)
+                if p.requires_grad:
+                    self._hooks.extend(gradient_hook(p, self._make_hook(len(self._params) - 1)))
 
     @staticmethod
     def _defaults(settings):
@@ -126,32 +151,70 @@ class ParameterServerOptimizer:
         for key, p, pinned, _ in self._params:
             self._pull(key, p, pinned)
 
+    def _make_hook(self, i):
+        owner = weakref.ref(self)  # the hook lives on the parameter: not the optimizer with it
+
+        def hook():
+            optimizer = owner()
+            if optimizer is not None:
+                optimizer._on_gradient(i)
+        return hook
+
+    def _on_gradient(self, i):
+        if self._left[i] <= 0:
+            raise error(f"ddp.torch.ParameterServerOptimizer: the gradient of "
+                        f"'{self._params[i][0][len(_PREFIX):]}' was computed more than "
+                        f"backward_passes_per_step={self._passes} times before step()",
+                        "FAILED_PRECONDITION")
+        self._left[i] -= 1
+        if self._left[i] == 0:
+            self._push(i)
+            self.pushed_from_hooks += 1
+
+    def _push(self, i):
+        key, p, pinned, pinned_grad = self._params[i]
+        grad = p.grad
+        if grad is None:
+            grad = torch.zeros_like(p.data)  # every worker pushes every key every step
+        grad = self._host(grad, pinned_grad)
+        send = _TorchAdapter.describe(grad, "ParameterServerOptimizer.step", key, False)
+        if self.mode == "sync":
+            out = grad  # the sum comes back in place
+        elif pinned is not None:
+            out = pinned
+        else:
+            out = self._staging.get(i)
+            if out is None:
+                out = self._staging[i] = torch.empty_like(p.data)
+        recv = _TorchAdapter.describe(out, "ParameterServerOptimizer.step", key, True)
+        self._handles[i] = (_ps._submit_buffers(_ps._PUSH_PULL, key, send, recv, out, "step"),
+                            grad, out)
+
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        handles = []
-        for key, p, pinned, pinned_grad in self._params:
-            grad = p.grad
-            if grad is None:
-                grad = torch.zeros_like(p.data)  # every worker pushes every key every step
-            grad = self._host(grad, pinned_grad)
-            send = _TorchAdapter.describe(grad, "ParameterServerOptimizer.step", key, False)
-            if self.mode == "sync":
-                out = grad  # the sum comes back in place
-            else:
-                out = pinned if pinned is not None else p.data
-            recv = _TorchAdapter.describe(out, "ParameterServerOptimizer.step", key, True)
-            handles.append((_ps._submit_buffers(_ps._PUSH_PULL, key, send, recv, out, "step"),
-                            p, grad, pinned))
-        for handle, p, grad, pinned in handles:
-            handle.wait()
+        for i in range(len(self._params)):
+            if i not in self._handles:
+                self._push(i)  # no hook pushed it: unused this step, or no grad required
+        first_error = None
+        for i, (key, p, pinned, _) in enumerate(self._params):
+            handle, grad, out = self._handles[i]
+            try:
+                handle.wait()
+            except Exception as e:  # wait for every push before raising: buffers are in use
+                first_error = first_error or e
+                continue
             if self.mode == "sync":
                 grad.div_(max(1, handle.contributors))
                 if p.grad is None:
                     p.grad = grad.to(p.device)
                 elif grad.data_ptr() != p.grad.data_ptr():
                     p.grad.copy_(grad)
-            elif pinned is not None:
-                p.data.copy_(pinned, non_blocking=False)
+            else:
+                p.data.copy_(out, non_blocking=False)
+        self._handles.clear()
+        self._left = [self._passes] * len(self._params)
+        if first_error is not None:
+            raise first_error
         if self.mode == "sync":
             self.optimizer.step()
         return loss
