@@ -169,17 +169,16 @@ class ParameterServerImpl {
   std::vector<uint64_t> next_request;  // per server
   bool finished = false;
   bool spans_hosts = false;  // some ranks of the job are on another host than others
-  // The pacer (credit > 0 for a server): per server, the bytes of partitions sent and not yet
-  // answered, and the requests waiting for credit, in order.
+  // The pacer (credit > 0 for a server): per server, the requests in flight (sent, neither
+  // answered nor announced held) with their bytes, and those waiting for credit, in order.
   struct Waiting {
     std::shared_ptr<HandleState> state;
     size_t slot = 0;
     const char* payload = nullptr;
     char* out = nullptr;
   };
-  std::vector<int64_t> outstanding;
-  std::vector<int> in_flight;
-  std::vector<std::map<uint64_t, int64_t>> credited;  // per server: request -> its cost
+  std::vector<std::map<uint64_t, int64_t>> credited;  // per server: request -> its bytes
+  std::vector<int64_t> outstanding;                   // per server: credited's bytes in all
   // Per server: the standing receive of its next held notice (Part::kHeld), into notice_body.
   std::vector<uint64_t> next_notice;
   std::unique_ptr<uint64_t[]> notice_body;
@@ -190,7 +189,7 @@ class ParameterServerImpl {
   // next arrives); more while their bytes stay within the credit (many small keys).
   std::vector<int64_t> credit;  // per server; 0 = no limit
   bool HasCredit(size_t s, int64_t cost) const {
-    return in_flight[s] < 2 || outstanding[s] + cost <= credit[s];
+    return credited[s].size() < 2 || outstanding[s] + cost <= credit[s];
   }
 
   ~ParameterServerImpl() { StopPacer(); }
@@ -260,7 +259,6 @@ absl::Status ParameterServerImpl::Init() {
   next_request.assign(static_cast<size_t>(servers), 0);
   server_bytes.assign(static_cast<size_t>(servers), 0);
   outstanding.assign(static_cast<size_t>(servers), 0);
-  in_flight.assign(static_cast<size_t>(servers), 0);
   waiting.resize(static_cast<size_t>(servers));
   if (ps.credit_bytes < PsOptions::kCreditAcrossHosts) {
     return absl::InvalidArgumentError("DDP_PS_CREDIT_BYTES must be >= 0");
@@ -360,8 +358,6 @@ void ParameterServerImpl::Post(const std::shared_ptr<HandleState>& state, size_t
       ++state->deferred;
       return;
     }
-    outstanding[i] += cost;
-    ++in_flight[i];
   }
   Send(state, slot, s, payload, out, cost);
 }
@@ -381,6 +377,7 @@ void ParameterServerImpl::Send(const std::shared_ptr<HandleState>& state, size_t
                                          &state->answers[slot], sizeof(ResponseHeader));
   if (credit[static_cast<size_t>(s)] > 0) {
     credited[static_cast<size_t>(s)][req] = cost;
+    outstanding[static_cast<size_t>(s)] += cost;
     // Answered or failed, the credit comes back (the callback may run here, at once).
     answer->OnComplete([this, s, req] {
       {
@@ -419,7 +416,6 @@ void ParameterServerImpl::Return(int s, uint64_t request) {
   auto it = credited[i].find(request);
   if (it == credited[i].end()) return;  // returned already (held, then answered)
   outstanding[i] -= it->second;
-  --in_flight[i];
   credited[i].erase(it);
 }
 
@@ -448,8 +444,6 @@ void ParameterServerImpl::Pace() {
         const auto cost = static_cast<int64_t>(w.state->sent[w.slot].bytes);
         if (!HasCredit(i, cost)) break;
         waiting[i].pop_front();
-        outstanding[i] += cost;
-        ++in_flight[i];
         Send(w.state, w.slot, s, w.payload, w.out, cost);
         {
           std::lock_guard<std::mutex> state_lock(w.state->mu);

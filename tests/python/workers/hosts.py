@@ -51,8 +51,8 @@ def main():
     if not np.all(total == size * (size + 1) / 2):
         sys.exit(f"rank {rank}: wrong sum {total[:4]}")
     hosts = ddp.allgather_object(host)
-    # One write: print() writes the text and its newline separately, and unbuffered (as under
-    # with PYTHONUNBUFFERED) mpirun's forwarding may put another rank's line between them.
+    # One write: print() writes the text and its newline separately, and unbuffered (as with
+    # PYTHONUNBUFFERED) mpirun's forwarding may put another rank's line between them.
     sys.stdout.write(f"rank {rank} of {size} on {host} local {ddp.local_rank()}/"
                      f"{ddp.local_size()} hosts {','.join(hosts)} pid {os.getpid()} ok\n")
     sys.stdout.flush()
