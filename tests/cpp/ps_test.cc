@@ -596,6 +596,13 @@ TEST(PsFaults, AKilledServerIsNamed) {
     CHECK_OK(Expect(BlamedRanks(s) == std::vector<int>{3}, s.ToString()));
     CHECK_OK(Expect(absl::StrContains(s.message(), "server 1"), s.ToString()));
     std::printf("named: %s\n", s.ToString().c_str());
+    // More operations on the dead server's key, beyond its credit, not waited for before
+    // Finish(): each still ends, with an error, and none waits forever.
+    std::vector<std::vector<float>> grads(6, std::vector<float>(3000, 1.0f));
+    std::vector<ps::Handle> late;
+    for (auto& g : grads) late.push_back(ps.PushPull(*key2, g.data(), g.data()));
+    CHECK_OK(ps.Finish());
+    for (ps::Handle& h : late) CHECK_OK(Expect(!h.Wait().ok(), "an operation on a dead server"));
     return absl::OkStatus();
   });
   ASSERT_FALSE(job.hung) << job.Summary();

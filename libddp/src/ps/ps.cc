@@ -462,6 +462,24 @@ void ParameterServerImpl::StopPacer() {
   }
   freed_cv.notify_one();
   if (pacer.joinable()) pacer.join();
+  // What still waits will never be sent (a request to a failed server is refused at once, so
+  // its queue drains before the pacer stops; this is for anything else): its operation fails
+  // rather than wait forever.
+  std::lock_guard<std::mutex> lock(mu);
+  for (auto& queue : waiting) {
+    for (Waiting& w : queue) {
+      {
+        std::lock_guard<std::mutex> state_lock(w.state->mu);
+        if (w.state->failed.ok()) {
+          w.state->failed = absl::CancelledError(absl::StrCat(
+              w.state->what[w.slot], ": never sent (the worker finished before its turn)"));
+        }
+        --w.state->deferred;
+      }
+      w.state->posted.notify_all();
+    }
+    queue.clear();
+  }
 }
 
 Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void* out) {
