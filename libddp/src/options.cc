@@ -77,6 +77,8 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   if (port) o.rendezvous_port = static_cast<int>(*port);
   DDP_ASSIGN_OR_RETURN(auto external, env::GetBool("DDP_RENDEZVOUS_EXTERNAL"));
   if (external) o.rendezvous_external = *external;
+  DDP_ASSIGN_OR_RETURN(auto rejoin, env::GetBool("DDP_REJOIN"));
+  if (rejoin) o.rejoin = *rejoin;
   if (auto v = env::Get("DDP_JOB_TOKEN")) o.job_token = *v;
   DDP_ASSIGN_OR_RETURN(auto bootstrap, env::GetChoice("DDP_BOOTSTRAP", {"auto", "store", "mpi"}));
   if (bootstrap) o.bootstrap = static_cast<BootstrapKind>(*bootstrap);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <functional>
@@ -231,6 +233,68 @@ TEST(TcpStreams, EverythingSentBeforeAGoodbyeArrives) {
   });
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// A failed rank's new process takes its place (TcpTransport::Rejoin, DDP_REJOIN=1): the others,
+// which isolate failed peers, take it in as the rank's next incarnation, and messages flow both
+// ways again. Rank 1 (which both dials and is dialled at the start) forks its successor before
+// anything else, which waits for its parent's death, then rejoins.
+TEST(TcpRejoin, ARestartedRankTakesItsPlaceAgain) {
+  JobSpec spec = Spec(Param{"Tcp", "tcp"});
+  spec.env["DDP_TCP_STREAMS"] = "2";
+  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+    if (rank == 1) {
+      const pid_t parent = ::getpid();
+      const pid_t child = ::fork();
+      CHECK_OK(Expect(child >= 0, "fork failed"));
+      if (child == 0) {
+        while (::getppid() == parent) ::usleep(10000);
+        ::setenv("DDP_REJOIN", "1", 1);
+        auto joined = Join();
+        absl::Status s = joined.status();
+        if (s.ok()) s = Exchange(*joined->transport, 7, {0, 1, 2});
+        if (s.ok()) s = joined->transport->Shutdown();
+        std::fprintf(stderr, "rank 1's successor: %s\n", s.ToString().c_str());
+        std::fflush(stderr);
+        ::_exit(s.ok() ? 0 : 1);
+      }
+    }
+    auto joined = Join();
+    CHECK_OK(joined.status());
+    Transport& t = *joined->transport;
+    t.SetPeerFailurePolicy(Transport::PeerFailurePolicy::kIsolatePeer);
+    std::atomic<int> revived{0};
+    t.SetPeerEventHandler([&](const Transport::PeerEvent& e) {
+      if (e.state == Transport::PeerState::kAlive && e.peer == 1) revived.fetch_add(1);
+    });
+    // Everyone exchanges, then rank 1 dies once the others are through.
+    CHECK_OK(Exchange(t, 1, {0, 1, 2}));
+    int32_t through = 1;
+    if (rank != 1) {
+      CHECK_OK(t.Wait(t.Isend(1, 9, Descriptor{}, &through, 4).get()));
+    } else {
+      int32_t acks[2] = {0, 0};
+      auto from0 = t.Irecv(0, 9, Descriptor{}, &acks[0], 4);
+      auto from2 = t.Irecv(2, 9, Descriptor{}, &acks[1], 4);
+      CHECK_OK(t.Wait(from0.get()));
+      CHECK_OK(t.Wait(from2.get()));
+      ::raise(SIGKILL);
+    }
+    // Rank 1 fails, then comes back as its next incarnation.
+    const absl::Time limit = absl::Now() + absl::Seconds(60);
+    while (t.peer_incarnation(1) == 0 && absl::Now() < limit) absl::SleepFor(absl::Milliseconds(5));
+    CHECK_OK(Expect(t.peer_incarnation(1) == 1, "rank 1 did not come back"));
+    CHECK_OK(Expect(t.peer_state(1) == Transport::PeerState::kAlive, "rank 1 not alive again"));
+    CHECK_OK(Expect(revived.load() == 1, absl::StrCat(revived.load(), " revival events")));
+    CHECK_OK(Exchange(t, 7, {0, 1, 2}));
+    CHECK_OK(Expect(t.health().ok(), t.health().ToString()));
+    return t.Shutdown();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  EXPECT_TRUE(job.ranks[0].ok()) << job.Summary();
+  EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
+  EXPECT_TRUE(job.ranks[2].ok()) << job.Summary();
+  EXPECT_TRUE(absl::StrContains(job.ranks[1].output, "rank 1's successor: OK")) << job.Summary();
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, PeerFailure,

@@ -32,6 +32,10 @@ struct Options {
   std::string rendezvous_addr = "127.0.0.1";
   int rendezvous_port = 29400;
   bool rendezvous_external = false;
+  // DDP_REJOIN=1: this process takes the place of its rank's previous process, which failed, in
+  // a job that is still running (a parameter server restarted by `ddprun --restart-servers`).
+  // It reads the others' addresses from the rendezvous store and dials them all; TCP only.
+  bool rejoin = false;
 
   BootstrapKind bootstrap = BootstrapKind::kAuto;
 

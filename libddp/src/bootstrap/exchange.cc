@@ -100,8 +100,17 @@ absl::StatusOr<std::unique_ptr<Exchange>> StoreExchange(const Options& options, 
   DDP_ASSIGN_OR_RETURN(std::unique_ptr<Store> store,
                        TcpStoreClient::Connect(options.rendezvous_addr, options.rendezvous_port,
                                                options.job_token, options.rank, deadline));
-  // A fresh key space per initialisation, so a re-init never reads stale addresses.
+  // A fresh key space per initialisation, so a re-init never reads stale addresses. A process
+  // rejoining a running job (options.rejoin) reads the key space the job started in, rank 0's
+  // (whose values stay in the store): it overwrites its own rank's and reads the others'.
   DDP_ASSIGN_OR_RETURN(int64_t generation, store->Add(absl::StrCat("ddp/init/", options.rank), 1));
+  if (options.rejoin) {
+    if (options.rank == 0) {
+      return absl::FailedPreconditionError("rank 0 cannot rejoin: it hosts the job's rendezvous");
+    }
+    DDP_ASSIGN_OR_RETURN(generation, store->Add("ddp/init/0", 0));
+    if (generation < 1) return absl::FailedPreconditionError("no running job to rejoin");
+  }
   return std::make_unique<StoreExchangeImpl>(
       std::make_unique<PrefixStore>(absl::StrCat("ddp/", generation, "/"), std::move(store)),
       options, deadline);

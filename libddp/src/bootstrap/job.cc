@@ -103,6 +103,9 @@ absl::StatusOr<Job> Assembler::Run(Options* options) {
     }
     const std::vector<int> all = AllRanks(n);
     // Hosts first: they decide which transports to set up. Machines come with them.
+    if (options_.rejoin && options_.bootstrap == BootstrapKind::kMpi) {
+      return absl::FailedPreconditionError("DDP_REJOIN needs the rendezvous store, not MPI");
+    }
     DDP_ASSIGN_OR_RETURN(
         std::vector<std::string> places,
         exchange->Allgather("host", absl::StrCat(job_.hosts[0], "\n", MachineId()), all));
@@ -115,6 +118,13 @@ absl::StatusOr<Job> Assembler::Run(Options* options) {
     }
     ranks_on_machine_ = RanksOnMachine(job_.hosts, job_.machines, options_.rank);
     plan_ = PlanTransports(options_, job_.hosts);
+    if (options_.rejoin && (plan_.shm || options_.transport == TransportKind::kMpi ||
+                            options_.transport == TransportKind::kOfi)) {
+      return absl::FailedPreconditionError(
+          "DDP_REJOIN: a restarted rank rejoins over TCP only, and the job must not reach it "
+          "through shared memory (start the job with DDP_TRANSPORT=tcp; ddprun "
+          "--restart-servers does)");
+    }
     std::vector<std::string> addresses(static_cast<size_t>(n));
     if (plan_.net) {
       // Listen where the other hosts can reach us: DDP_IFACE, else the address that routes there.
@@ -270,7 +280,8 @@ absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectShm(
 absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectNet(
     const std::vector<std::string>& addresses) {
   if (tcp_ != nullptr) {
-    DDP_RETURN_IF_ERROR(tcp_->ConnectAll(addresses, job_.hosts, deadline_));
+    DDP_RETURN_IF_ERROR(options_.rejoin ? tcp_->Rejoin(addresses, job_.hosts, deadline_)
+                                        : tcp_->ConnectAll(addresses, job_.hosts, deadline_));
     return std::unique_ptr<transport::Transport>(std::move(tcp_));
   }
   transport::wire::WireConfig config;

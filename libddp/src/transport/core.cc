@@ -58,6 +58,31 @@ Transport::PeerState PeerTransport::peer_state(int peer) const {
   return peers_[static_cast<size_t>(peer)].state.load(std::memory_order_acquire);
 }
 
+uint64_t PeerTransport::peer_incarnation(int peer) const {
+  if (peer < 0 || peer >= config_.size) return 0;
+  return peers_[static_cast<size_t>(peer)].incarnation.load(std::memory_order_acquire);
+}
+
+bool PeerTransport::IsolatesPeers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return policy_ == PeerFailurePolicy::kIsolatePeer;
+}
+
+void PeerTransport::ReviveLocked(int peer) {
+  PeerInfo& p = peers_[static_cast<size_t>(peer)];
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    p.failure = absl::OkStatus();
+    p.gone_before = Notice{};
+  }
+  live(peer) = Liveness{};
+  Heard(peer, absl::Now());
+  p.incarnation.fetch_add(1, std::memory_order_acq_rel);
+  p.state.store(PeerState::kAlive, std::memory_order_release);
+  DDP_LOG(kWarning, "%s is back: a new process took its place", PeerName(peer));
+  Notify(peer, PeerState::kAlive, absl::OkStatus());
+}
+
 absl::Status PeerTransport::peer_error(int peer) const {
   switch (peer_state(peer)) {
     case PeerState::kAlive:

@@ -52,6 +52,7 @@ class PeerTransport : public Transport {
   absl::Status health() const override;
   PeerState peer_state(int peer) const override;
   absl::Status peer_error(int peer) const override;
+  uint64_t peer_incarnation(int peer) const override;
   void SetPeerFailurePolicy(PeerFailurePolicy policy) override;
   void SetPeerEventHandler(PeerEventHandler handler) override;
   void SetDescriptorFormatter(DescriptorFormatter formatter) override;
@@ -102,6 +103,10 @@ class PeerTransport : public Transport {
   virtual void FailLocked(const absl::Status& status) = 0;
   // Only `peer` failed: its requests complete with `status`, its connection is dropped.
   virtual void IsolateLocked(int peer, const absl::Status& status) = 0;
+  bool IsolatesPeers() const;
+  // A new process took failed `peer`'s place and is connected (progress lock): alive again, its
+  // incarnation counted, and the handler hears of it (state kAlive).
+  void ReviveLocked(int peer);
 
   // --- notices ---
   // The abort this rank sends for `reason`, and the goodbye it sends when it leaves.
@@ -138,6 +143,7 @@ class PeerTransport : public Transport {
  private:
   struct PeerInfo {
     std::atomic<PeerState> state{PeerState::kAlive};
+    std::atomic<uint64_t> incarnation{0};
     Notice gone_before;    // its goodbye's causes (guarded by mu_)
     absl::Status failure;  // isolated: what its requests get (guarded by mu_)
   };

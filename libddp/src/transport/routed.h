@@ -37,6 +37,10 @@ class RoutedTransport final : public Transport {
     return IsLocal(peer) ? local_->peer_state(local_index_[static_cast<size_t>(peer)])
                          : remote_->peer_state(peer);
   }
+  uint64_t peer_incarnation(int peer) const override {
+    return IsLocal(peer) ? local_->peer_incarnation(local_index_[static_cast<size_t>(peer)])
+                         : remote_->peer_incarnation(peer);
+  }
   absl::Status peer_error(int peer) const override {
     return IsLocal(peer) ? local_->peer_error(local_index_[static_cast<size_t>(peer)])
                          : remote_->peer_error(peer);

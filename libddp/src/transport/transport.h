@@ -129,6 +129,10 @@ class Transport {
   // What a request with a peer that left or failed gets (naming it, and for a goodbye the ranks
   // it saw go first); OK for a peer alive.
   virtual absl::Status peer_error(int /*peer*/) const { return absl::OkStatus(); }
+  // How many times `peer` came back: a new process that took a failed rank's place (TcpTransport
+  // under kIsolatePeer: a restarted parameter server). Requests posted before it came back
+  // belong to the old process and failed with it. Thread-safe.
+  virtual uint64_t peer_incarnation(int /*peer*/) const { return 0; }
 
   enum class PeerFailurePolicy { kFailTransport, kIsolatePeer };
   virtual void SetPeerFailurePolicy(PeerFailurePolicy /*policy*/) {}

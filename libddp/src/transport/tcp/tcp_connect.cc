@@ -19,11 +19,26 @@ namespace {
 constexpr size_t kStageBytes = 64 << 10;
 // Connections still proving themselves; more than this at once are refused outright.
 constexpr size_t kMaxHandshaking = 256;
+// Set in a stream's index (covered by the handshake's MAC): the dialer is a failed rank's new
+// process, taking its place (Rejoin).
+constexpr uint16_t kRejoinStream = 0x8000;
 
 }  // namespace
 
 absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
                                       const std::vector<std::string>& hosts, absl::Time deadline) {
+  return Connect(addresses, hosts, deadline, false);
+}
+
+absl::Status TcpTransport::Rejoin(const std::vector<std::string>& addresses,
+                                  const std::vector<std::string>& hosts, absl::Time deadline) {
+  SetPeerFailurePolicy(PeerFailurePolicy::kIsolatePeer);
+  return Connect(addresses, hosts, deadline, true);
+}
+
+absl::Status TcpTransport::Connect(const std::vector<std::string>& addresses,
+                                   const std::vector<std::string>& hosts, absl::Time deadline,
+                                   bool rejoin) {
   if (addresses.size() != static_cast<size_t>(config_.size) ||
       hosts.size() != static_cast<size_t>(config_.size)) {
     return absl::InvalidArgumentError("ConnectAll: one address and host per rank");
@@ -36,6 +51,7 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
     }
     SetHosts(hosts);
     connect_deadline_ = deadline;
+    rejoining_ = rejoin;
     const long local =
         config_.ranks_on_machine > 0
             ? config_.ranks_on_machine
@@ -46,12 +62,15 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
     for (int r = 0; r < config_.size; ++r) {
       peers_[static_cast<size_t>(r)]->address = addresses[static_cast<size_t>(r)];
     }
-    for (int r = 0; r < config_.rank; ++r) {
+    // Lower ranks are dialled, higher ones dial; a rejoining process dials them all.
+    for (int r = 0; r < (rejoin ? config_.size : config_.rank); ++r) {
+      if (r == config_.rank) continue;
       for (int i = 0; i < config_.streams; ++i) StartDial(r, i);
     }
     if (AllConnected()) {
       std::lock_guard<std::mutex> lock(mu_);
       connected_ = true;
+      connect_deadline_ = absl::InfiniteFuture();
     }
   }
   Wake();
@@ -67,7 +86,8 @@ absl::Status TcpTransport::ConnectAll(const std::vector<std::string>& addresses,
 
 bool TcpTransport::AllConnected() const {
   for (int r = 0; r < config_.size; ++r) {
-    if (r == config_.rank) continue;
+    // A peer isolated while connecting (a rejoin that cannot reach it) is not waited for.
+    if (r == config_.rank || peer_state(r) == PeerState::kFailed) continue;
     for (Stream* s : peers_[static_cast<size_t>(r)]->streams) {
       if (s == nullptr) return false;
     }
@@ -83,8 +103,8 @@ void TcpTransport::StartDial(int peer, int stream_index) {
   absl::StatusOr<net::Fd> fd =
       parsed.ok() ? net::StartConnect(ip, port) : absl::StatusOr<net::Fd>(parsed);
   if (!fd.ok()) {
-    FailLocked(PeerError(peer, absl::StatusCode::kUnavailable,
-                         absl::StrCat("cannot connect: ", fd.status().message())));
+    DialFailedLocked(peer, PeerError(peer, absl::StatusCode::kUnavailable,
+                                     absl::StrCat("cannot connect: ", fd.status().message())));
     return;
   }
   auto s = std::make_unique<Stream>();
@@ -104,6 +124,19 @@ void TcpTransport::StartDial(int peer, int stream_index) {
   }
   s->watched = ev.events;
   streams_.push_back(std::move(s));
+}
+
+void TcpTransport::DialFailedLocked(int peer, const absl::Status& why) {
+  if (!rejoining_) {
+    FailLocked(why);
+    return;
+  }
+  PeerFailedLocked(peer, why);  // isolated: the rejoin goes on without it
+  if (AllConnected()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    connected_ = true;
+    connected_cv_.notify_all();
+  }
 }
 
 void TcpTransport::AcceptNew() {
@@ -161,8 +194,8 @@ void TcpTransport::OnHandshakeEvent(Stream* s, uint32_t events) {
       const int peer = s->peer;
       s->peer = -1;
       if (absl::Now() + absl::Milliseconds(100) > connect_deadline_) {
-        FailLocked(PeerError(peer, absl::StatusCode::kUnavailable,
-                             absl::StrCat("cannot connect: ", std::strerror(err))));
+        DialFailedLocked(peer, PeerError(peer, absl::StatusCode::kUnavailable,
+                                         absl::StrCat("cannot connect: ", std::strerror(err))));
         return;
       }
       redials_.push_back({peer, s->index, absl::Now() + absl::Milliseconds(100)});
@@ -182,9 +215,10 @@ void TcpTransport::OnHandshakeEvent(Stream* s, uint32_t events) {
     return;
   }
   if (s->dialer) {
-    FailLocked(PeerError(s->peer, absl::StatusCode::kPermissionDenied,
-                         absl::StrCat("handshake failed: ", status.message(),
-                                      " (is DDP_JOB_TOKEN the same on every rank?)")));
+    DialFailedLocked(s->peer,
+                     PeerError(s->peer, absl::StatusCode::kPermissionDenied,
+                               absl::StrCat("handshake failed: ", status.message(),
+                                            " (is DDP_JOB_TOKEN the same on every rank?)")));
   } else {
     DropStream(s, status);
   }
@@ -233,10 +267,10 @@ absl::Status TcpTransport::AdvanceHandshake(Stream* s) {
                                                             s->hello.server_rank));
         }
         DDP_ASSIGN_OR_RETURN(auto nonce, auth::NewNonce());
-        s->auth = auth::Auth{
-            auth::Role::kTransport, config_.rank, static_cast<uint16_t>(s->index), nonce, {}};
-        s->auth.mac = auth::ClientMac(config_.token, s->hello, config_.rank,
-                                      static_cast<uint16_t>(s->index), nonce);
+        const auto stream =
+            static_cast<uint16_t>(s->index | (rejoining_ ? kRejoinStream : uint16_t{0}));
+        s->auth = auth::Auth{auth::Role::kTransport, config_.rank, stream, nonce, {}};
+        s->auth.mac = auth::ClientMac(config_.token, s->hello, config_.rank, stream, nonce);
         s->hs_out = auth::EncodeAuth(s->auth);
         s->hs_out_done = 0;
         s->hs_need = auth::kAcceptSize;
@@ -259,18 +293,40 @@ absl::Status TcpTransport::AdvanceHandshake(Stream* s) {
           return absl::PermissionDeniedError("wrong job token");
         }
         const int peer = s->auth.client_rank;
-        if (peer <= config_.rank || peer >= config_.size || s->auth.stream >= config_.streams) {
-          return absl::PermissionDeniedError(
-              absl::StrCat("claims to be rank ", peer, " stream ", s->auth.stream,
-                           ", which cannot dial rank ", config_.rank));
+        const bool rejoin = (s->auth.stream & kRejoinStream) != 0;
+        const int index = s->auth.stream & ~kRejoinStream;
+        if (peer < 0 || peer >= config_.size || peer == config_.rank ||
+            (!rejoin && peer < config_.rank) || index >= config_.streams) {
+          return absl::PermissionDeniedError(absl::StrCat("claims to be rank ", peer, " stream ",
+                                                          index, ", which cannot dial rank ",
+                                                          config_.rank));
         }
-        if (peers_[static_cast<size_t>(peer)]->streams[s->auth.stream] != nullptr ||
-            peer_state(peer) != PeerState::kAlive) {
+        if (rejoin) {
+          // A new process for `peer`. Only a job that outlives failed peers takes one back; the
+          // old process, if this rank has not seen it fail yet, is failed now (it is gone, or
+          // about to be: its rank belongs to the new one).
+          if (!IsolatesPeers()) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "rank ", peer, " restarted, but this job does not take back restarted ranks"));
+          }
+          if (peer_state(peer) == PeerState::kAlive) {
+            PeerFailedLocked(peer, PeerError(peer, absl::StatusCode::kUnavailable,
+                                             "restarted: a new process took its place"));
+          }
+          if (peer_state(peer) == PeerState::kLeft) {
+            return absl::FailedPreconditionError(
+                absl::StrCat("rank ", peer, " has shut down; it cannot rejoin"));
+          }
+        } else if (peer_state(peer) != PeerState::kAlive) {
           return absl::AlreadyExistsError(
-              absl::StrCat("rank ", peer, " stream ", s->auth.stream, " is already connected"));
+              absl::StrCat("rank ", peer, " failed; only a rejoin takes its place"));
+        }
+        if (peers_[static_cast<size_t>(peer)]->streams[static_cast<size_t>(index)] != nullptr) {
+          return absl::AlreadyExistsError(
+              absl::StrCat("rank ", peer, " stream ", index, " is already connected"));
         }
         s->peer = peer;
-        s->index = s->auth.stream;
+        s->index = index;
         s->hs_out = auth::EncodeAccept(auth::ServerMac(config_.token, s->hello, s->auth));
         s->hs_out_done = 0;
         s->state = StreamState::kOpen;  // once the accept is flushed
@@ -299,9 +355,18 @@ void TcpTransport::AttachOpenStream(Stream* s) {
   p.streams[static_cast<size_t>(s->index)] = s;
   Heard(s->peer, absl::Now());
   DDP_LOG(kDebug, "connected to rank %d stream %d (%s)", s->peer, s->index, s->remote);
+  if (peer_state(s->peer) == PeerState::kFailed &&
+      std::find(p.streams.begin(), p.streams.end(), nullptr) == p.streams.end()) {
+    // Every stream of a rejoining process is in: the rank is back.
+    p.streams_done = 0;
+    p.bye_notice.clear();
+    p.next_stream = 0;
+    ReviveLocked(s->peer);
+  }
   if (AllConnected()) {
     std::lock_guard<std::mutex> lock(mu_);
     connected_ = true;
+    connect_deadline_ = absl::InfiniteFuture();
     connected_cv_.notify_all();
   }
   // Data may already be waiting behind the handshake: read it now rather than on the next event.

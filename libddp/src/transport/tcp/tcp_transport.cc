@@ -410,10 +410,15 @@ void TcpTransport::CheckDeadlines(absl::Time now) {
         ranks.push_back(r);
       }
     }
-    FailLocked(WithRanks(absl::DeadlineExceededError(
-                             absl::StrCat("timed out connecting to ", missing,
-                                          "; are they running, and reachable from this host?")),
-                         ranks));
+    const absl::Status late = WithRanks(absl::DeadlineExceededError(absl::StrCat(
+                                            "timed out connecting to ", missing,
+                                            "; are they running, and reachable from this host?")),
+                                        ranks);
+    if (rejoining_) {
+      for (int r : ranks) DialFailedLocked(r, late);
+    } else {
+      FailLocked(late);
+    }
   }
   if (failed()) return;
   SendHeartbeats(now);

@@ -61,6 +61,12 @@ class TcpTransport final : public PeerTransport {
   // and hosts[r] describe rank r. Fails naming the ranks that did not connect by `deadline`.
   absl::Status ConnectAll(const std::vector<std::string>& addresses,
                           const std::vector<std::string>& hosts, absl::Time deadline);
+  // Takes the place of this rank's previous process, which failed: dials every peer (each stream
+  // marked as a rejoin in the authenticated handshake), and the peers, which isolate failed
+  // peers (kIsolatePeer), take this process in as the rank's new incarnation. A peer that cannot
+  // be reached by `deadline` is failed (isolated), not the transport. Sets kIsolatePeer.
+  absl::Status Rejoin(const std::vector<std::string>& addresses,
+                      const std::vector<std::string>& hosts, absl::Time deadline);
 
   RequestPtr Isend(int peer, uint64_t tag, const Descriptor& descriptor, const void* data,
                    size_t bytes) override;
@@ -113,7 +119,11 @@ class TcpTransport final : public PeerTransport {
 
   // Connection management (tcp_connect.cc).
   void AcceptNew();
+  absl::Status Connect(const std::vector<std::string>& addresses,
+                       const std::vector<std::string>& hosts, absl::Time deadline, bool rejoin);
   void StartDial(int peer, int stream_index);
+  // Progress lock: a dial that could not connect by the deadline (a rejoin isolates the peer).
+  void DialFailedLocked(int peer, const absl::Status& why);
   void OnHandshakeEvent(Stream* s, uint32_t events);
   absl::Status AdvanceHandshake(Stream* s);
   void AttachOpenStream(Stream* s);
@@ -185,6 +195,7 @@ class TcpTransport final : public PeerTransport {
   std::vector<std::unique_ptr<Peer>> peers_;
   size_t unexpected_bytes_ = 0;
   absl::Time connect_deadline_ = absl::InfiniteFuture();
+  bool rejoining_ = false;  // this process took a failed rank's place (Rejoin)
   struct Redial {
     int peer;
     int index;
