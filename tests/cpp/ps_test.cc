@@ -610,6 +610,96 @@ TEST(PsFaults, AKilledServerIsNamed) {
   for (int r : {0, 1}) EXPECT_TRUE(job.ranks[static_cast<size_t>(r)].ok()) << job.Summary();
 }
 
+// A server killed mid-training, with checkpoints and restarts on: its new process (DDP_REJOIN)
+// restores the checkpoint and rejoins; the workers register with it again, send again what the
+// old one had not answered, and training goes on. Exactly what is lost is accounted for: the
+// async key ends at every push made less the pushes each worker was told were lost (acknowledged
+// after the last checkpoint); a sync step either sums exactly or, at most once per worker (when
+// the server died while answering it), fails DATA_LOSS.
+TEST(PsRestart, AKilledServerRejoinsFromItsCheckpointAndTrainingGoesOn) {
+  JobSpec spec = PsSpec(Layout{"", "tcp", 4, 2});
+  spec.env["DDP_PS_CHECKPOINT_DIR"] = TempDir();
+  spec.env["DDP_PS_CHECKPOINT_STEPS"] = "4";
+  spec.env["DDP_PS_SERVER_RESTART_SECONDS"] = "60";
+  constexpr int kSteps = 60;
+  JobResult job = RunJob(spec, [](int rank) -> absl::Status {
+    if (rank == 2) {
+      // Server 0: forks its successor first, which waits for its death, then takes its place.
+      const pid_t parent = ::getpid();
+      const pid_t child = ::fork();
+      CHECK_OK(Expect(child >= 0, "fork failed"));
+      if (child == 0) {
+        while (::getppid() == parent) ::usleep(10000);
+        ::setenv("DDP_REJOIN", "1", 1);
+        auto next = ps::ParameterServer::CreateFromEnvironment();
+        absl::Status s = next.status();
+        if (s.ok()) s = (*next)->Serve();
+        if (s.ok()) {
+          const ps::ServerStats st = (*next)->server_stats();
+          std::printf("successor: restored %lld partitions, %lld rejoins, %lld pushes lost\n",
+                      static_cast<long long>(st.keys_restored), static_cast<long long>(st.rejoins),
+                      static_cast<long long>(st.pushes_lost));
+          if (st.keys_restored < 1 || st.rejoins < 2) s = absl::InternalError("nothing restored");
+        }
+        std::printf("successor: %s\n", s.ToString().c_str());
+        std::fflush(stdout);
+        ::_exit(s.ok() ? 0 : 1);
+      }
+    }
+    auto made = ps::ParameterServer::CreateFromEnvironment();
+    CHECK_OK(made.status());
+    ps::ParameterServer& ps = **made;
+    if (!ps.is_worker()) {
+      if (ps.server_index() == 0) {
+        std::thread([&ps] {
+          while (ps.server_stats().pushes_applied < 50) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          ::raise(SIGKILL);
+        }).detach();
+      }
+      return ps.Serve();
+    }
+    // Placement (size-balanced): a and h on server 0, which dies; g and lost on server 1.
+    auto a = RegisterSum(ps, "a", Consistency::kAsync);
+    auto g = RegisterSum(ps, "g", Consistency::kSync);
+    auto h = RegisterSum(ps, "h", Consistency::kSync);
+    auto lost = RegisterSum(ps, "lost", Consistency::kSync);
+    for (auto* k : {&a, &g, &h, &lost}) CHECK_OK(k->status());
+    const float mine = static_cast<float>(ps.worker_index() + 1);
+    std::vector<float> ones(1000, 1.0f), share(1000, mine), out(1000);
+    int data_loss = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      CHECK_OK(ps.PushPull(*a, ones.data(), out.data()).Wait());
+      CHECK_OK(ps.PushPull(*g, share.data(), out.data()).Wait());
+      CHECK_OK(Expect(out[0] == 3.0f && out[999] == 3.0f, absl::StrCat("g: ", out[0])));
+      absl::Status s = ps.PushPull(*h, share.data(), out.data()).Wait();
+      if (s.ok()) {
+        CHECK_OK(Expect(out[0] == 3.0f && out[999] == 3.0f, absl::StrCat("h: ", out[0])));
+      } else {
+        CHECK_OK(Expect(s.code() == absl::StatusCode::kDataLoss && ++data_loss == 1, s.ToString()));
+        std::printf("step %d of h: %s\n", step, s.ToString().c_str());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    CHECK_OK(Expect(ps.servers_recovered() == 1,
+                    absl::StrCat(ps.servers_recovered(), " servers recovered")));
+    // The total of what was lost of key a (a sync step: also the point where both are through).
+    std::vector<float> lost_a(1000, static_cast<float>(ps.pushes_lost(*a))), total(1000);
+    CHECK_OK(ps.PushPull(*lost, lost_a.data(), total.data()).Wait());
+    CHECK_OK(ps.Pull(*a, out.data()).Wait());
+    std::printf("a = %g after %d pushes, %g lost; %lld pushes lost in all by this worker\n", out[0],
+                2 * kSteps, total[0], static_cast<long long>(ps.pushes_lost()));
+    CHECK_OK(Expect(out[0] == static_cast<float>(2 * kSteps) - total[0] && out[999] == out[0],
+                    absl::StrCat("a = ", out[0], ", expected ", 2 * kSteps, " - ", total[0])));
+    return ps.Finish();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 1, 3}) EXPECT_TRUE(job.ranks[static_cast<size_t>(r)].ok()) << job.Summary();
+  EXPECT_EQ(job.ranks[2].signal, SIGKILL) << job.Summary();
+  EXPECT_TRUE(absl::StrContains(job.ranks[2].output, "successor: OK")) << job.Summary();
+}
+
 // A job writes checkpoints; the next job with the same directory starts from them: the value,
 // the version and the optimizer's state (the same further pushes give the same bits as one
 // uninterrupted job).

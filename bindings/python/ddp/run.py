@@ -39,7 +39,8 @@ _AGENT_GRACE_SECONDS = 3.0  # an agent gets its own ranks' grace, and this, befo
 
 # Inherited variables that would tell a rank it belongs to some other job.
 _SCRUBBED_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "DDP_LOCAL_", "DDP_CROSS_", "DDP_RENDEZVOUS_")
-_SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}
+_SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "DDP_REJOIN", "MPI_LOCALRANKID",
+                   "MPI_LOCALNRANKS"}
 
 
 def _number(minimum: float, strict: bool = False):
@@ -98,6 +99,14 @@ def _build_parser() -> argparse.ArgumentParser:
         help="parameter-server mode: start K server processes (python -m ddp.ps.server) as "
         "ranks N..N+K-1 beside the N workers (DDP_PS_SERVERS=K); with -H or --hostfile they take "
         "the last K slots, so list the servers' hosts last")
+    add("--restart-servers", action="store_true",
+        help="with --servers: a server process that fails is started again (up to "
+        "--max-restarts times each); it restores its checkpoint (DDP_PS_CHECKPOINT_DIR) and "
+        "rejoins the running job, the workers register with it again and training goes on. "
+        "The job runs over TCP (DDP_TRANSPORT=tcp), and the workers wait up to "
+        "DDP_PS_SERVER_RESTART_SECONDS (default 120) for the new process")
+    add("--max-restarts", type=int, default=3, metavar="N",
+        help="with --restart-servers: restarts allowed per server (default 3)")
     add("--timeline-filename", metavar="F",
         help="write a Chrome-trace timeline (DDP_TIMELINE). If F contains '{rank}', every rank "
         "writes its own file, {rank} replaced by its rank; otherwise only rank 0 writes F, as "
@@ -218,6 +227,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.servers and args.nnodes:
         parser.error("--servers starts servers from one launcher: use -H/--hostfile, or "
                      "DDP_PS_SERVERS under a per-node launch")
+    if args.restart_servers and not args.servers:
+        parser.error("--restart-servers restarts parameter servers: give --servers K too")
+    if args.max_restarts < 0:
+        parser.error(f"--max-restarts must be >= 0 (got {args.max_restarts})")
+    if args.restart_servers and os.environ.get("DDP_TRANSPORT", "auto") not in ("auto", "tcp"):
+        parser.error(f"--restart-servers needs DDP_TRANSPORT=tcp (a restarted server rejoins over "
+                     f"TCP), not {os.environ['DDP_TRANSPORT']}")
     args.workers = args.np
     args.np += args.servers  # every rank of the job: the workers, then the servers
     try:
@@ -254,6 +270,11 @@ def _tolerated(args: argparse.Namespace) -> frozenset:
     return frozenset(range(args.workers)) if args.servers else frozenset()
 
 
+def _restartable(args: argparse.Namespace) -> frozenset:
+    """With --restart-servers, the servers: one that fails is started again."""
+    return frozenset(range(args.workers, args.np)) if args.restart_servers else frozenset()
+
+
 def _rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, token: str,
               where: Place | None = None) -> dict:
     """The environment of one rank: the launcher's, less other jobs' ranks, plus this job's."""
@@ -269,6 +290,9 @@ def _rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, t
         env["DDP_HOSTNAME"] = where.host
     if args.servers:
         env["DDP_PS_SERVERS"] = str(args.servers)
+    if args.restart_servers:
+        env["DDP_TRANSPORT"] = "tcp"
+        env.setdefault("DDP_PS_SERVER_RESTART_SECONDS", "120")
     if args.fusion_threshold_mb is not None:
         env["DDP_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1048576))
     if args.cycle_time_ms is not None:
@@ -461,6 +485,17 @@ class _OutputPump(threading.Thread):
             self._closed.wait_for(lambda: self._open.get(unit, 0) == 0, timeout)
 
 
+def _copy_lines(pipe, prefix: bytes, sink: _Sink) -> None:
+    """Copies a restarted process's output, prefixed, until it closes."""
+    prefixer = _Prefixer(prefix)
+    while True:
+        data = os.read(pipe.fileno(), 1 << 16)
+        sink.write(prefixer.feed(data) if data else prefixer.close())
+        if not data:
+            pipe.close()
+            return
+
+
 class _Unit:
     """One process the launcher starts: a rank here, or the agent that runs a host's ranks."""
 
@@ -483,8 +518,15 @@ class _Job:
     says nothing of its own, and stops when its standard input closes."""
 
     def __init__(self, units: list[_Unit], out: _Sink, err: _Sink, agent: bool = False,
-                 host: str = "", tolerated: frozenset = frozenset()):
+                 host: str = "", tolerated: frozenset = frozenset(),
+                 restartable: frozenset = frozenset(), max_restarts: int = 0):
         self._units = units
+        # Ranks started again when they fail (--restart-servers: parameter servers, which
+        # rejoin the running job with DDP_REJOIN=1), and how often each was.
+        self._restartable = restartable
+        self._max_restarts = max_restarts
+        self._restarts: dict[int, int] = {}
+        self._out = out
         # Ranks whose failure does not stop the others (a parameter server's workers: the
         # library itself goes on without them in async mode, or fails the others, naming them).
         self._tolerated = tolerated
@@ -623,9 +665,11 @@ class _Job:
             elif kind == "exit":
                 self._alive.discard(first)
                 rank = self._units[first].ranks[0]
-                self.statuses[rank] = second
                 if second != 0 or self._agent:  # its last words before what is said of it
                     self._pump.wait_closed(first, _LAST_WORDS_SECONDS)
+                if second != 0 and self._code is None and self._restart(first, rank, second):
+                    continue
+                self.statuses[rank] = second
                 self._report(rank, second)
                 if second != 0 and self._code is None and not self._tolerate(rank, second):
                     deadline = self._fail(rank, second)
@@ -652,6 +696,36 @@ class _Job:
             else:  # a second signal: no more waiting
                 self._signal(signal.SIGKILL)
                 deadline = None
+
+    def _restart(self, index: int, rank: int, status: int) -> bool:
+        """Starts a failed restartable rank again, as its new process (DDP_REJOIN=1)."""
+        done = self._restarts.get(rank, 0)
+        if rank not in self._restartable or done >= self._max_restarts:
+            if rank in self._restartable:
+                self.say(f"server rank {rank} {_describe(status)}; it was restarted "
+                         f"{done} times already (--max-restarts {self._max_restarts})")
+            return False
+        self._restarts[rank] = done + 1
+        unit = self._units[index]
+        host = f" on host {unit.host}" if unit.host else ""
+        self.say(f"server rank {rank}{host} {_describe(status)}; restarting it "
+                 f"({done + 1} of {self._max_restarts}): it restores its checkpoint and rejoins")
+        env = {**unit.env, "DDP_REJOIN": "1"}
+        try:
+            proc = subprocess.Popen(unit.argv, env=env, start_new_session=True, bufsize=0,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+        except OSError as e:
+            self.say(f"cannot restart server rank {rank}: {e.strerror or e}")
+            return False
+        unit.proc = proc
+        self._alive.add(index)
+        for pipe, sink in ((proc.stdout, self._out), (proc.stderr, self._err)):
+            threading.Thread(target=_copy_lines, args=(pipe, unit.prefix, sink),
+                             name=f"ddprun-output-{index}", daemon=True).start()
+        threading.Thread(target=lambda: self._events.put(("exit", index, proc.wait())),
+                         name=f"ddprun-wait-{index}", daemon=True).start()
+        return True
 
     def _tolerate(self, rank: int, status: int) -> bool:
         """A tolerated rank's failure: said, remembered for the exit status, nothing stopped."""
@@ -716,6 +790,7 @@ def _host_units(args: argparse.Namespace, addr: str, port: int, token: str) -> l
         spec = {"host": host, "cwd": os.getcwd(), "command": args.command,
                 "server_command": server_command(), "first_server": args.workers,
                 "tolerated": sorted(_tolerated(args)),
+                "restartable": sorted(_restartable(args)), "max_restarts": args.max_restarts,
                 "ranks": {str(r): _rank_env(forwarded, r, args, addr, port, token,
                                             args.places[r]) for r in ranks}}
         units.append(_Unit(ranks, _remote_command(args, host), dict(os.environ), "", host, spec))
@@ -748,7 +823,9 @@ def _agent_main() -> int:
                    {**base, **env}, f"[{host}:{r}] ", host)
              for r, env in sorted(ranks.items(), key=lambda item: int(item[0]))]
     return _Job(units, out, err, agent=True, host=host,
-                tolerated=frozenset(spec.get("tolerated", []))).run()
+                tolerated=frozenset(spec.get("tolerated", [])),
+                restartable=frozenset(spec.get("restartable", [])),
+                max_restarts=int(spec.get("max_restarts", 0))).run()
 
 
 def _read_token(args: argparse.Namespace) -> str:
@@ -814,7 +891,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         units = [_Unit([r], _command(args, r), _rank_env(os.environ, r, args, addr, port, token),
                        f"[{r}] ") for r in range(args.np)]
-    job = _Job(units, out, err, tolerated=_tolerated(args))
+    job = _Job(units, out, err, tolerated=_tolerated(args), restartable=_restartable(args),
+               max_restarts=args.max_restarts)
     try:
         if args.verbose:
             where = f"; on hosts here {sorted(args.local_hosts)}, over " \

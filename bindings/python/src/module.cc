@@ -436,6 +436,8 @@ void DefinePs(py::module_& m) {
     py::dict d;
     d["pushes_applied"] = s.pushes_applied;
     d["duplicate_pushes"] = s.duplicate_pushes;
+    d["pushes_lost"] = s.pushes_lost;
+    d["rejoins"] = s.rejoins;
     d["pulls_answered"] = s.pulls_answered;
     d["max_staleness_seen"] = s.max_staleness_seen;
     d["checkpoints_written"] = s.checkpoints_written;

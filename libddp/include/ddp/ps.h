@@ -111,6 +111,13 @@ struct PsOptions {
   // DDP_PS_ON_WORKER_LOSS=fail|continue: what a sync key does when a worker dies (async keys
   // always go on with the others).
   WorkerLossPolicy on_worker_loss = WorkerLossPolicy::kFail;
+  // DDP_PS_SERVER_RESTART_SECONDS (set by `ddprun --restart-servers`): when a server (of
+  // DDP_PS_SERVERS) fails, workers wait up to this long for its new process to rejoin the job
+  // (DDP_REJOIN, over TCP), register their keys with it again and send it again what the old
+  // one had not answered; training goes on. The restarted server restores its checkpoint: what
+  // its previous process acknowledged after that is lost (docs/parameter-server.md). 0: a
+  // failed server is an error naming it.
+  double server_restart_seconds = 0;
 
   static absl::StatusOr<PsOptions> FromEnvironment();
 };
@@ -147,6 +154,11 @@ struct ServerStats {
   int64_t checkpoints_written = 0;
   int64_t keys_restored = 0;
   int64_t bytes_held = 0;
+  // A restarted server (rejoined): pushes its previous process acknowledged after its last
+  // checkpoint, which the workers reported when they registered again (lost: at most one
+  // checkpoint interval), and the workers that registered again.
+  int64_t pushes_lost = 0;
+  int64_t rejoins = 0;
 };
 
 class ParameterServerImpl;
@@ -204,6 +216,12 @@ class ParameterServer {
   ServerStats server_stats() const;
   // Requests of this worker that waited for a server's credit (PsOptions::credit_bytes).
   int64_t requests_deferred() const;
+  // Server restarts this worker recovered from, and its pushes that the restarted servers
+  // reported lost (acknowledged by the previous process after its last checkpoint).
+  int64_t servers_recovered() const;
+  int64_t pushes_lost() const;
+  // Of those, the pushes of `key` (its partition that lost the most).
+  int64_t pushes_lost(int key) const;
 
  private:
   explicit ParameterServer(std::unique_ptr<ParameterServerImpl> impl);

@@ -69,6 +69,9 @@ struct RequestHeader {
 
 inline constexpr uint32_t kInitHasValue = 1;     // an init carrying the initial value
 inline constexpr uint32_t kWantsHeldNotice = 2;  // the worker's credit waits on it: Part::kHeld
+// An init sent again to a server's new process (it restarted and rejoined the job): `seq` is the
+// worker's pushes of the partition that the previous process acknowledged. Carries no value.
+inline constexpr uint32_t kInitRejoin = 4;
 
 struct ResponseHeader {
   uint32_t magic = kMagic;
@@ -78,6 +81,7 @@ struct ResponseHeader {
   int64_t clock_base = 0;
   uint32_t contributors = 0;
   uint32_t blamed_rank = UINT32_MAX;  // the job rank the error is about, if any
+  uint64_t lost = 0;  // rejoin inits: this worker's acknowledged pushes the server no longer has
   char message[kMessageBytes] = {};
 };
 

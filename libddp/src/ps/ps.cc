@@ -38,13 +38,27 @@ absl::StatusOr<PsOptions> PsOptions::FromEnvironment() {
   if (seconds) o.checkpoint_seconds = *seconds;
   DDP_ASSIGN_OR_RETURN(auto loss, env::GetChoice("DDP_PS_ON_WORKER_LOSS", {"fail", "continue"}));
   if (loss) o.on_worker_loss = *loss == 1 ? WorkerLossPolicy::kContinue : WorkerLossPolicy::kFail;
+  DDP_ASSIGN_OR_RETURN(auto restart, env::GetDouble("DDP_PS_SERVER_RESTART_SECONDS", 0, 1e6));
+  if (restart) o.server_restart_seconds = *restart;
   return o;
 }
 
+class ParameterServerImpl;
+
 // One operation: a transfer (or a local request) per partition and part.
-class HandleState {
+class HandleState : public std::enable_shared_from_this<HandleState> {
  public:
   transport::Transport* transport = nullptr;
+  ParameterServerImpl* impl = nullptr;
+  // Per partition: where it went, for sending it again to a restarted server.
+  struct Slot {
+    int server = -1;
+    const char* payload = nullptr;
+    char* out = nullptr;
+    uint64_t incarnation = 0;  // the server's process it was sent to (transport's count)
+    int resent = 0;
+  };
+  std::vector<Slot> slots;
   std::vector<transport::RequestPtr> requests;
   std::vector<bool> local;
   std::vector<size_t> of;  // which partition each request belongs to
@@ -61,38 +75,7 @@ class HandleState {
   int64_t version = 0;
   int contributors = 0;
 
-  absl::Status Finish() {
-    std::unique_lock<std::mutex> lock(mu);
-    if (finished) return status;
-    posted.wait(lock, [this] { return deferred == 0; });
-    status = failed;
-    std::vector<absl::Status> transfer(what.size());
-    for (size_t i = 0; i < requests.size(); ++i) {
-      absl::Status s = local[i] || transport == nullptr ? requests[i]->Wait()
-                                                        : transport->Wait(requests[i].get());
-      if (!s.ok() && transfer[of[i]].ok()) transfer[of[i]] = s;
-    }
-    version = INT64_MAX;
-    contributors = INT32_MAX;
-    for (size_t p = 0; p < what.size() && status.ok(); ++p) {
-      if (!transfer[p].ok()) {
-        status = Annotate(transfer[p], what[p]);
-        break;
-      }
-      const ResponseHeader& r = answers[p];
-      absl::Status s = CheckResponse(r);
-      if (s.ok()) s = ResponseStatus(r);
-      if (!s.ok()) {
-        status = Annotate(s, what[p]);
-        break;
-      }
-      version = std::min(version, r.version);
-      contributors = std::min(contributors, static_cast<int>(r.contributors));
-    }
-    if (what.empty()) version = contributors = 0;
-    finished = true;
-    return status;
-  }
+  absl::Status Finish();
 };
 
 absl::Status Handle::Wait() { return state_ == nullptr ? absl::OkStatus() : state_->Finish(); }
@@ -127,7 +110,8 @@ class ParameterServerImpl {
     int server = 0;
     size_t offset = 0;  // bytes into the key
     size_t bytes = 0;
-    uint64_t pushes = 0;  // this worker's pushes (the next push is pushes + 1)
+    uint64_t pushes = 0;     // this worker's pushes (the next push is pushes + 1)
+    PartitionConfig config;  // as registered (sent again to a restarted server)
   };
   struct Key {
     std::string name;
@@ -145,7 +129,8 @@ class ParameterServerImpl {
   struct Freed {
     int server = 0;
     uint64_t request = 0;
-    bool notice = false;  // a held notice arrived (or its receive failed): repost if it did
+    bool notice = false;       // a held notice arrived (or its receive failed): repost if it did
+    uint64_t incarnation = 0;  // the server's process it concerns (stale after a restart)
   };
   std::vector<Freed> freed;
   bool pacer_stop = false;
@@ -192,7 +177,29 @@ class ParameterServerImpl {
     return credited[s].size() < 2 || outstanding[s] + cost <= credit[s];
   }
 
-  ~ParameterServerImpl() { StopPacer(); }
+  // Server restarts (ps.server_restart_seconds > 0, servers of their own). Per server: the
+  // process this worker talks to (the transport's count of its incarnations), whether it is down
+  // (a new process awaited, or being registered with), what was posted to it meanwhile, and why
+  // it is gone for good.
+  bool restarts = false;
+  std::vector<uint64_t> incarnation;
+  std::vector<bool> down;
+  std::vector<std::deque<Waiting>> parked;
+  std::vector<absl::Status> lost_server;
+  int64_t recovered = 0;
+  int64_t lost_pushes = 0;
+  std::map<uint32_t, int64_t> lost_by_partition;
+  bool recover_stop = false;
+  std::condition_variable recover_cv;  // with mu
+  std::thread recoverer;
+  // Per partition id: this worker's pushes acknowledged (answered without error).
+  std::mutex acked_mu;
+  std::vector<uint64_t> acked;
+
+  ~ParameterServerImpl() {
+    StopPacer();
+    StopRecoverer();
+  }
 
   int Rank() const { return options.rank; }
   int ServerRank(int s) const { return ps.num_servers == 0 ? s : workers + s; }
@@ -225,6 +232,16 @@ class ParameterServerImpl {
             char* out, int64_t cost);
   void PostNoticeReceive(int s);
   void Return(int s, uint64_t request);
+  // Sends what waited for server s's credit, while there is credit. Caller holds mu.
+  void SendWaiting(int s);
+  // Whether partition slot `slot` failed with its server's process and goes again to the next.
+  bool Restartable(const HandleState::Slot& slot) const;
+  void Resend(const std::shared_ptr<HandleState>& state, size_t slot);
+  // The recoverer's thread: waits for a failed server's new process, registers every key again
+  // with it, then sends what was parked.
+  void Recover();
+  absl::Status RecoverServer(int s, int64_t* lost, std::map<uint32_t, int64_t>* by_partition);
+  void StopRecoverer();
   // The pacer's thread: returns credit and sends what waited for it.
   void Pace();
   void StopPacer();
@@ -280,6 +297,12 @@ absl::Status ParameterServerImpl::Init() {
   spans_hosts = job.hosts.size() == static_cast<size_t>(options.size) &&
                 std::any_of(job.hosts.begin(), job.hosts.end(),
                             [this](const std::string& h) { return h != job.hosts[0]; });
+  restarts = worker && ps.num_servers > 0 && ps.server_restart_seconds > 0 && job.transport;
+  incarnation.assign(static_cast<size_t>(servers), 0);
+  down.assign(static_cast<size_t>(servers), false);
+  parked.resize(static_cast<size_t>(servers));
+  lost_server.resize(static_cast<size_t>(servers));
+  if (restarts) recoverer = std::thread([this] { Recover(); });
   if (worker && std::any_of(credit.begin(), credit.end(), [](int64_t c) { return c > 0; })) {
     std::lock_guard<std::mutex> lock(mu);
     for (int s = 0; s < servers; ++s) {
@@ -321,6 +344,8 @@ absl::Status ParameterServerImpl::Init() {
 std::shared_ptr<HandleState> ParameterServerImpl::NewState(size_t n) const {
   auto state = std::make_shared<HandleState>();
   state->transport = job.transport.get();
+  state->impl = const_cast<ParameterServerImpl*>(this);
+  state->slots.resize(n);
   state->sent.reset(new RequestHeader[n]);
   state->answers.reset(new ResponseHeader[n]);
   return state;
@@ -345,6 +370,31 @@ void ParameterServerImpl::Post(const std::shared_ptr<HandleState>& state, size_t
     add(r.done, true);
     loop->SubmitLocal(std::move(r));
     return;
+  }
+  const auto si = static_cast<size_t>(s);
+  HandleState::Slot& where = state->slots[slot];
+  where.server = s;
+  where.payload = payload;
+  where.out = out;
+  if (restarts) {
+    if (!lost_server[si].ok()) {
+      std::lock_guard<std::mutex> lock(state->mu);
+      if (state->failed.ok()) state->failed = Annotate(lost_server[si], state->what[slot]);
+      return;
+    }
+    const int rank = ServerRank(s);
+    if (down[si] || job.transport->peer_incarnation(rank) != incarnation[si] ||
+        job.transport->peer_state(rank) != transport::Transport::PeerState::kAlive) {
+      // Its process failed: this waits for the next one (Recover).
+      if (!down[si]) {
+        down[si] = true;
+        recover_cv.notify_all();
+      }
+      parked[si].push_back(Waiting{state, slot, payload, out});
+      std::lock_guard<std::mutex> lock(state->mu);
+      ++state->deferred;
+      return;
+    }
   }
   int64_t cost = 0;
   if (credit[static_cast<size_t>(s)] > 0) {
@@ -372,17 +422,35 @@ void ParameterServerImpl::Send(const std::shared_ptr<HandleState>& state, size_t
   };
   const int rank = ServerRank(s);
   const uint64_t req = next_request[static_cast<size_t>(s)]++;
+  const uint64_t inc = incarnation[static_cast<size_t>(s)];
+  state->slots[slot].incarnation = inc;
   transport::Transport& t = *job.transport;
   transport::RequestPtr answer = t.Irecv(rank, Tag(req, Part::kResponse), transport::Descriptor{},
                                          &state->answers[slot], sizeof(ResponseHeader));
-  if (credit[static_cast<size_t>(s)] > 0) {
+  const bool credited_request = credit[static_cast<size_t>(s)] > 0;
+  // A push's acknowledgement is counted, for a restarted server to tell what it lost.
+  const uint64_t seq = restarts && (h.op == static_cast<uint32_t>(Op::kPush) ||
+                                    h.op == static_cast<uint32_t>(Op::kPushPull))
+                           ? h.seq
+                           : 0;
+  if (credited_request) {
     credited[static_cast<size_t>(s)][req] = cost;
     outstanding[static_cast<size_t>(s)] += cost;
+  }
+  if (credited_request || seq > 0) {
     // Answered or failed, the credit comes back (the callback may run here, at once).
-    answer->OnComplete([this, s, req] {
+    transport::Request* done = answer.get();
+    const ResponseHeader* got = &state->answers[slot];
+    const uint32_t id = h.partition;
+    answer->OnComplete([this, s, req, inc, credited_request, seq, done, got, id] {
+      if (seq > 0 && done->status().ok() && got->magic == kMagic && got->code == 0) {
+        std::lock_guard<std::mutex> lock(acked_mu);
+        if (id < acked.size()) acked[id] = std::max(acked[id], seq);
+      }
+      if (!credited_request) return;
       {
         std::lock_guard<std::mutex> lock(freed_mu);
-        freed.push_back(Freed{s, req, false});
+        freed.push_back(Freed{s, req, false, inc});
       }
       freed_cv.notify_one();
     });
@@ -402,10 +470,11 @@ void ParameterServerImpl::PostNoticeReceive(int s) {
   notice_receive[i] =
       job.transport->Irecv(ServerRank(s), Tag(next_notice[i]++, Part::kHeld),
                            transport::Descriptor{}, &notice_body[i], sizeof(uint64_t));
-  notice_receive[i]->OnComplete([this, s] {
+  const uint64_t inc = incarnation[i];
+  notice_receive[i]->OnComplete([this, s, inc] {
     {
       std::lock_guard<std::mutex> lock(freed_mu);
-      freed.push_back(Freed{s, 0, true});
+      freed.push_back(Freed{s, 0, true, inc});
     }
     freed_cv.notify_one();
   });
@@ -432,6 +501,7 @@ void ParameterServerImpl::Pace() {
     for (const Freed& f : got) {
       const int s = f.server;
       const auto i = static_cast<size_t>(s);
+      if (f.incarnation != incarnation[i]) continue;  // the server's previous process
       if (!f.notice) {
         Return(s, f.request);
       } else {
@@ -439,19 +509,24 @@ void ParameterServerImpl::Pace() {
         Return(s, notice_body[i]);
         if (!finished || !waiting[i].empty() || !credited[i].empty()) PostNoticeReceive(s);
       }
-      while (!waiting[i].empty()) {
-        Waiting w = waiting[i].front();
-        const auto cost = static_cast<int64_t>(w.state->sent[w.slot].bytes);
-        if (!HasCredit(i, cost)) break;
-        waiting[i].pop_front();
-        Send(w.state, w.slot, s, w.payload, w.out, cost);
-        {
-          std::lock_guard<std::mutex> state_lock(w.state->mu);
-          --w.state->deferred;
-        }
-        w.state->posted.notify_all();
-      }
+      SendWaiting(s);
     }
+  }
+}
+
+void ParameterServerImpl::SendWaiting(int s) {
+  const auto i = static_cast<size_t>(s);
+  while (!waiting[i].empty()) {
+    Waiting w = waiting[i].front();
+    const auto cost = static_cast<int64_t>(w.state->sent[w.slot].bytes);
+    if (!HasCredit(i, cost)) break;
+    waiting[i].pop_front();
+    Send(w.state, w.slot, s, w.payload, w.out, cost);
+    {
+      std::lock_guard<std::mutex> state_lock(w.state->mu);
+      --w.state->deferred;
+    }
+    w.state->posted.notify_all();
   }
 }
 
@@ -479,6 +554,239 @@ void ParameterServerImpl::StopPacer() {
       w.state->posted.notify_all();
     }
     queue.clear();
+  }
+}
+
+absl::Status HandleState::Finish() {
+  std::unique_lock<std::mutex> lock(mu);
+  if (finished) return status;
+  std::vector<absl::Status> transfer(what.size());
+  size_t begin = 0;
+  for (;;) {
+    posted.wait(lock, [this] { return deferred == 0; });
+    const size_t end = requests.size();
+    for (size_t i = begin; i < end; ++i) {
+      absl::Status s = local[i] || transport == nullptr ? requests[i]->Wait()
+                                                        : transport->Wait(requests[i].get());
+      if (!s.ok() && transfer[of[i]].ok()) transfer[of[i]] = s;
+    }
+    begin = end;
+    if (impl == nullptr || !failed.ok()) break;
+    // Partitions whose server's process failed go again, to its next one (a restart).
+    std::vector<size_t> again;
+    for (size_t p = 0; p < transfer.size(); ++p) {
+      if (!transfer[p].ok() && impl->Restartable(slots[p])) again.push_back(p);
+    }
+    if (again.empty()) break;
+    lock.unlock();
+    for (size_t p : again) impl->Resend(shared_from_this(), p);
+    lock.lock();
+    for (size_t p : again) transfer[p] = absl::OkStatus();
+  }
+  status = failed;
+  version = INT64_MAX;
+  contributors = INT32_MAX;
+  for (size_t p = 0; p < what.size() && status.ok(); ++p) {
+    if (!transfer[p].ok()) {
+      status = Annotate(transfer[p], what[p]);
+      break;
+    }
+    const ResponseHeader& r = answers[p];
+    absl::Status s = CheckResponse(r);
+    if (s.ok()) s = ResponseStatus(r);
+    if (!s.ok()) {
+      status = Annotate(s, what[p]);
+      break;
+    }
+    version = std::min(version, r.version);
+    contributors = std::min(contributors, static_cast<int>(r.contributors));
+  }
+  if (what.empty()) version = contributors = 0;
+  finished = true;
+  return status;
+}
+
+bool ParameterServerImpl::Restartable(const HandleState::Slot& slot) const {
+  if (!restarts || slot.server < 0 || Local(slot.server) || slot.resent >= 4) return false;
+  const int rank = ServerRank(slot.server);
+  return job.transport->peer_incarnation(rank) != slot.incarnation ||
+         job.transport->peer_state(rank) != transport::Transport::PeerState::kAlive;
+}
+
+void ParameterServerImpl::Resend(const std::shared_ptr<HandleState>& state, size_t slot) {
+  std::lock_guard<std::mutex> lock(mu);
+  HandleState::Slot& where = state->slots[slot];
+  ++where.resent;
+  Post(state, slot, where.server, where.payload, where.out);
+}
+
+void ParameterServerImpl::StopRecoverer() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    recover_stop = true;
+  }
+  recover_cv.notify_all();
+  if (recoverer.joinable()) recoverer.join();
+  // What is still parked will never be sent: its operations fail rather than wait forever.
+  std::lock_guard<std::mutex> lock(mu);
+  for (size_t i = 0; i < parked.size(); ++i) {
+    for (Waiting& w : parked[i]) {
+      {
+        std::lock_guard<std::mutex> state_lock(w.state->mu);
+        if (w.state->failed.ok()) {
+          w.state->failed = absl::CancelledError(
+              absl::StrCat(w.state->what[w.slot], ": never sent (the worker finished while ",
+                           ServerName(static_cast<int>(i)), " was restarting)"));
+        }
+        --w.state->deferred;
+      }
+      w.state->posted.notify_all();
+    }
+    parked[i].clear();
+  }
+}
+
+void ParameterServerImpl::Recover() {
+  for (;;) {
+    int s = -1;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      recover_cv.wait(lock, [&] {
+        if (recover_stop) return true;
+        for (size_t i = 0; i < down.size(); ++i) {
+          if (down[i] && lost_server[i].ok()) {
+            s = static_cast<int>(i);
+            return true;
+          }
+        }
+        return false;
+      });
+      if (recover_stop) return;
+    }
+    int64_t lost = 0;
+    std::map<uint32_t, int64_t> by_partition;
+    const absl::Status status = RecoverServer(s, &lost, &by_partition);
+    std::vector<Waiting> release;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      const auto i = static_cast<size_t>(s);
+      if (!status.ok()) {
+        lost_server[i] = status;
+        DDP_LOG(kError, "parameter server: %s", status.message());
+      } else {
+        down[i] = false;
+        ++recovered;
+        lost_pushes += lost;
+        for (const auto& [id, n] : by_partition) lost_by_partition[id] += n;
+        DDP_LOG(kWarning,
+                "parameter server: %s restarted; this worker registered its keys again, and "
+                "%d of its acknowledged pushes were lost (after the server's last checkpoint)",
+                ServerName(s), lost);
+        SendWaiting(s);
+      }
+      release.assign(parked[i].begin(), parked[i].end());
+      parked[i].clear();
+      for (Waiting& w : release) {
+        // Sent now (or failed with the server); parked again if it already failed once more.
+        Post(w.state, w.slot, s, w.payload, w.out);
+      }
+    }
+    for (Waiting& w : release) {
+      {
+        std::lock_guard<std::mutex> state_lock(w.state->mu);
+        --w.state->deferred;
+      }
+      w.state->posted.notify_all();
+    }
+  }
+}
+
+absl::Status ParameterServerImpl::RecoverServer(int s, int64_t* lost,
+                                                std::map<uint32_t, int64_t>* by_partition) {
+  const int rank = ServerRank(s);
+  const auto i = static_cast<size_t>(s);
+  transport::Transport& t = *job.transport;
+  const absl::Time deadline = absl::Now() + absl::Seconds(ps.server_restart_seconds);
+  const absl::Status why = t.peer_error(rank);
+  DDP_LOG(kWarning, "parameter server: %s failed (%s); waiting up to %s for its new process",
+          ServerName(s), why.message(), absl::FormatDuration(deadline - absl::Now()));
+  for (;;) {
+    uint64_t old;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      old = incarnation[i];
+    }
+    while (t.peer_incarnation(rank) == old ||
+           t.peer_state(rank) != transport::Transport::PeerState::kAlive) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (recover_stop) return absl::CancelledError("the worker finished");
+      }
+      if (absl::Now() > deadline) {
+        return WithRanks(
+            absl::UnavailableError(absl::StrCat(
+                ServerName(s), " failed (", t.peer_error(rank).message(),
+                ") and no new process took its place within ",
+                absl::FormatDuration(absl::Seconds(ps.server_restart_seconds)),
+                " (DDP_PS_SERVER_RESTART_SECONDS; ddprun --restart-servers restarts servers)")),
+            {rank});
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    // Its new process: numbering starts afresh, and every key goes to it again (kInitRejoin)
+    // before anything else, with this worker's acknowledged pushes.
+    std::vector<std::shared_ptr<HandleState>> inits;
+    uint64_t now_serving;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      now_serving = incarnation[i] = t.peer_incarnation(rank);
+      next_request[i] = 0;
+      credited[i].clear();
+      outstanding[i] = 0;
+      next_notice[i] = 0;
+      if (credit[i] > 0) PostNoticeReceive(s);
+      std::lock_guard<std::mutex> ack_lock(acked_mu);
+      for (const Key& key : keys) {
+        for (size_t p = 0; p < key.parts.size(); ++p) {
+          const PartitionInfo& part = key.parts[p];
+          if (part.server != s) continue;
+          auto state = NewState(1);
+          state->impl = nullptr;  // a failure here is handled below, not resent
+          RequestHeader& h = state->sent[0];
+          h.op = static_cast<uint32_t>(Op::kInit);
+          h.partition = part.id;
+          h.config = part.config;
+          h.flags = kInitRejoin;
+          h.seq = part.id < acked.size() ? acked[part.id] : 0;
+          state->what.push_back(
+              absl::StrCat("register key '", key.name, "'",
+                           key.parts.size() > 1 ? absl::StrCat(" (partition ", p, ")") : "",
+                           " again with restarted ", ServerName(s)));
+          state->slots[0].server = s;
+          Send(state, 0, s, nullptr, nullptr, 0);
+          inits.push_back(std::move(state));
+        }
+      }
+    }
+    absl::Status first;
+    int64_t gone = 0;
+    for (auto& state : inits) {
+      absl::Status r = state->Finish();
+      if (r.ok()) {
+        gone += static_cast<int64_t>(state->answers[0].lost);
+        (*by_partition)[state->sent[0].partition] += static_cast<int64_t>(state->answers[0].lost);
+      }
+      if (!r.ok() && first.ok()) first = r;
+    }
+    if (first.ok()) {
+      *lost = gone;
+      return absl::OkStatus();
+    }
+    // The new process failed too: wait for the next one; an answer from it is final.
+    if (t.peer_incarnation(rank) == now_serving &&
+        t.peer_state(rank) == transport::Transport::PeerState::kAlive) {
+      return first;
+    }
   }
 }
 
@@ -526,7 +834,7 @@ absl::Status ParameterServerImpl::Finish() {
     finished = true;
     if (worker) {
       for (int s = 0; s < servers; ++s) {
-        if (!Local(s) &&
+        if (!Local(s) && !down[static_cast<size_t>(s)] &&
             job.transport->peer_state(ServerRank(s)) != transport::Transport::PeerState::kAlive) {
           continue;  // a server gone already is told nothing
         }
@@ -547,6 +855,7 @@ absl::Status ParameterServerImpl::Finish() {
     }
   }
   StopPacer();  // nothing waits in it: the goodbyes were the last requests, and are answered
+  StopRecoverer();
   if (loop_thread.joinable()) loop_thread.join();
   if (!loop_status.ok() && first.ok()) first = loop_status;
   if (job.transport) job.transport->Shutdown().IgnoreError();
@@ -715,9 +1024,14 @@ absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType 
         c.weight_decay = o.weight_decay;
         c.gradient_scale = o.gradient_scale;
       }
+      key.parts.back().config = c;
       configs.push_back(c);
     }
     m.keys.push_back(std::move(key));
+    {
+      std::lock_guard<std::mutex> ack_lock(m.acked_mu);
+      m.acked.resize(m.next_partition, 0);
+    }
     for (size_t s = 0; s < m.server_bytes.size(); ++s) {
       shares.push_back(absl::StrCat(m.server_bytes[s]));
     }
@@ -758,6 +1072,8 @@ absl::StatusOr<int> ParameterServer::Register(const std::string& name, DataType 
     if (s.ok()) {
       std::lock_guard<std::mutex> lock(m.mu);
       m.keys[static_cast<size_t>(key_id)].parts[i].pushes = states[i]->answers[0].seq_base;
+      std::lock_guard<std::mutex> ack_lock(m.acked_mu);
+      m.acked[m.keys[static_cast<size_t>(key_id)].parts[i].id] = states[i]->answers[0].seq_base;
     }
   }
   if (!first.ok()) return first;
@@ -793,6 +1109,27 @@ absl::Status ParameterServer::Finish() {
 int64_t ParameterServer::requests_deferred() const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   return impl_->deferred_total;
+}
+
+int64_t ParameterServer::servers_recovered() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->recovered;
+}
+
+int64_t ParameterServer::pushes_lost() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->lost_pushes;
+}
+
+int64_t ParameterServer::pushes_lost(int key) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (key < 0 || static_cast<size_t>(key) >= impl_->keys.size()) return 0;
+  int64_t most = 0;
+  for (const auto& part : impl_->keys[static_cast<size_t>(key)].parts) {
+    auto it = impl_->lost_by_partition.find(part.id);
+    if (it != impl_->lost_by_partition.end()) most = std::max(most, it->second);
+  }
+  return most;
 }
 
 ServerStats ParameterServer::server_stats() const {

@@ -261,6 +261,26 @@ void ServerCore::Init(int worker, uint64_t request, const RequestHeader& h, cons
       return;
     }
   }
+  const bool rejoin = (h.flags & kInitRejoin) != 0;
+  const bool sync = c.consistency == static_cast<uint8_t>(Consistency::kSync);
+  if (rejoin && !p.has_value) {
+    if (!sync) {
+      // An async key's value lives on the server: without a checkpoint holding it, it is gone.
+      if (fresh) parts_.erase(it);
+      Fail(worker, request, 0,
+           absl::DataLossError(absl::StrCat(
+               "key '", KeyName(c), "' (partition ", h.partition, ") died with server ",
+               config_.server_index,
+               "'s previous process: no checkpoint of it to restore (DDP_PS_CHECKPOINT_DIR)")),
+           out);
+      return;
+    }
+    // A sync key's value is only the last step's sum, which the workers have: the restarted
+    // server goes on from the steps the workers report (Rejoin), with no value until the next.
+    p.value = std::make_shared<std::vector<char>>(bytes, 0);
+    p.has_value = true;
+    p.value_lost = true;
+  }
   if (carries && !p.has_value) {
     p.value = std::make_shared<std::vector<char>>(payload, payload + bytes);
     p.has_value = true;
@@ -270,6 +290,7 @@ void ServerCore::Init(int worker, uint64_t request, const RequestHeader& h, cons
   w.request = request;
   w.init = true;
   w.since = absl::Now();
+  if (rejoin) w.lost = Rejoin(worker, p, h.seq);
   if (p.has_value) {
     Answer(p, w, out);
     AnswerReady(h.partition, p, out);
@@ -308,6 +329,16 @@ bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const Req
   } else {
     if (sync) {
       const int64_t step = static_cast<int64_t>(h.seq) - 1;
+      if (step < p.version && p.rejoined) {
+        Fail(worker, request, pull_bytes,
+             absl::DataLossError(absl::StrCat(
+                 Name(worker), " sent step ", step, " of key '", KeyName(p.config),
+                 "' again to restarted server ", config_.server_index,
+                 ", but the other workers had that step answered before the server failed: its "
+                 "sum died with the server's previous process")),
+             out);
+        return false;
+      }
       if (step < p.version) {
         Fail(worker, request, pull_bytes,
              absl::FailedPreconditionError(
@@ -356,6 +387,30 @@ bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const Req
   return true;
 }
 
+uint64_t ServerCore::Rejoin(int worker, Partition& p, uint64_t acked) {
+  const auto w = static_cast<size_t>(worker);
+  const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
+  p.rejoined = true;
+  uint64_t lost = 0;
+  if (acked > p.last_seq[w]) {
+    lost = acked - p.last_seq[w];
+    p.last_seq[w] = acked;
+  }
+  p.clock[w] = std::max(p.clock[w], static_cast<int64_t>(p.last_seq[w]));
+  if (sync && static_cast<int64_t>(acked) > p.version) {
+    // This worker had step acked - 1 answered, so every worker had pushed it: the steps up to
+    // there are complete, though their sums died with the previous process. Requests for them
+    // (a worker that had not had its answer yet) are answered DATA_LOSS (Answer).
+    p.version = static_cast<int64_t>(acked);
+    p.value_lost = true;
+    p.aggs.erase(p.aggs.begin(), p.aggs.lower_bound(p.version));
+  }
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.pushes_lost += static_cast<int64_t>(lost);
+  ++stats_.rejoins;
+  return lost;
+}
+
 void ServerCore::CompleteSteps(Partition& p) {
   while (!p.aggs.empty()) {
     auto first = p.aggs.begin();
@@ -370,6 +425,7 @@ void ServerCore::CompleteSteps(Partition& p) {
     p.value = std::move(a.sum);
     p.contributors = static_cast<uint32_t>(a.count);
     p.version = first->first + 1;
+    p.value_lost = false;
     ++steps_;
     p.aggs.erase(first);
   }
@@ -401,6 +457,15 @@ void ServerCore::Answer(const Partition& p, const Waiter& w, std::vector<Outgoin
   if (w.init) {
     o.header.seq_base = p.last_seq[static_cast<size_t>(w.worker)];
     o.header.clock_base = p.clock[static_cast<size_t>(w.worker)];
+    o.header.lost = w.lost;
+  } else if (p.value_lost && p.config.consistency == static_cast<uint8_t>(Consistency::kSync)) {
+    Fail(w.worker, w.request, w.bytes,
+         absl::DataLossError(absl::StrCat(
+             "the sum of step ", p.version - 1, " of key '", KeyName(p.config), "' (",
+             Name(w.worker), "'s pull) died with server ", config_.server_index,
+             "'s previous process: other workers had it answered before the server failed")),
+         out);
+    return;
   } else {
     o.has_payload = true;
     o.payload = p.value;

@@ -81,6 +81,7 @@ class ServerCore {
     uint64_t bytes = 0;
     absl::Time since;
     bool init = false;
+    uint64_t lost = 0;  // rejoin inits: what the answer reports
   };
   struct Agg {
     std::shared_ptr<std::vector<char>> sum;
@@ -104,11 +105,19 @@ class ServerCore {
     std::map<int64_t, Agg> aggs;
     std::vector<Waiter> waiters;
     bool restored = false;
+    // Sync, after a worker registered again with a restarted server: the version moved on to the
+    // steps the workers had completed, and the value is not the sum of the current version (that
+    // sum died with the previous process) until the next step completes.
+    bool value_lost = false;
+    bool rejoined = false;  // a worker registered it again with this restarted server
   };
   enum class WorkerState : uint8_t { kAlive, kDone, kFailed };
 
   void Init(int worker, uint64_t request, const RequestHeader& h, const char* payload,
             std::vector<Outgoing>* out);
+  // A worker registers partition `p` again with this (restarted) server, having had `acked` of
+  // its pushes acknowledged; returns how many of those this server does not have.
+  uint64_t Rejoin(int worker, Partition& p, uint64_t acked);
   // Applies a push; false (with the error answered) when refused.
   bool ApplyPush(int worker, uint64_t request, Partition& p, const RequestHeader& h,
                  const char* payload, bool answer_on_success, std::vector<Outgoing>* out);
