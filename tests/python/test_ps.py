@@ -74,6 +74,55 @@ def test_a_dead_worker_does_not_stop_async_training_under_ddprun(run_job, tmp_pa
         result.stdout + result.stderr
 
 
+def test_ddprun_restart_servers_restarts_a_killed_server_and_training_goes_on(run_job,
+                                                                             tmp_path):
+    """--restart-servers: worker 0 kills the server mid-training (found by its rank and this
+    job's rendezvous port); ddprun starts it again, it restores its checkpoint and rejoins, and
+    both workers finish with exit status 0."""
+    script = tmp_path / "kill_server.py"
+    script.write_text(
+        "import os, signal, numpy as np, ddp.ps as ps\n"
+        "def server_pid():\n"
+        "    want = {'DDP_RANK=' + str(int(os.environ['DDP_SIZE']) - 1),\n"
+        "            'DDP_RENDEZVOUS_PORT=' + os.environ['DDP_RENDEZVOUS_PORT']}\n"
+        "    for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+        "        try:\n"
+        "            env = set(open(f'/proc/{pid}/environ', 'rb').read().decode().split('\\0'))\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        if want <= env:\n"
+        "            return int(pid)\n"
+        "    raise SystemExit('no server process found')\n"
+        "ps.init()\n"
+        "ps.register('w', np.zeros(100, np.float32), mode='async', optimizer='sum')\n"
+        "for i in range(120):\n"
+        "    out = ps.push_pull('w', np.ones(100, np.float32))\n"
+        "    if ps.worker_index() == 0 and i == 40:\n"
+        "        os.kill(server_pid(), signal.SIGKILL)\n"
+        "print(f'worker {ps.worker_index()} finished at', ps.pull('w')[0], flush=True)\n"
+        "ps.finish()\n")
+    result = run_job(2, str(script), launcher_args=("--servers", "1", "--restart-servers"),
+                     env={"DDP_PS_CHECKPOINT_DIR": str(tmp_path),
+                          "DDP_PS_CHECKPOINT_STEPS": "10"})
+    both = result.stdout + result.stderr
+    assert "worker 0 finished" in result.stdout and "worker 1 finished" in result.stdout, both
+    assert re.search(r"server rank 2 was killed by signal SIGKILL \(9\); "
+                     r"restarting it \(1 of 3\)", result.stderr), both
+    assert "restored 1 partitions" in both and "is back: a new process took its place" in both, \
+        both
+    # At most one checkpoint interval lost: of the 240 pushes, at least 240 - 10 x 2 remain.
+    final = max(float(v) for v in re.findall(r"finished at (\S+)", result.stdout))
+    assert 220 <= final <= 240, both
+
+
+def test_ddprun_restart_servers_arguments(run_job, monkeypatch):
+    from ddp.run import main
+    assert main(["-np", "2", "--restart-servers", "true"]) == 2
+    assert main(["-np", "2", "--servers", "1", "--max-restarts", "-1", "true"]) == 2
+    monkeypatch.setenv("DDP_TRANSPORT", "shm")
+    assert main(["-np", "2", "--servers", "1", "--restart-servers", "true"]) == 2
+
+
 def test_ddprun_servers_arguments(run_job):
     from ddp.run import main
     assert main(["-np", "2", "--servers", "-1", "true"]) == 2
