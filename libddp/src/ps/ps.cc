@@ -737,6 +737,13 @@ absl::Status ParameterServerImpl::RecoverServer(int s, int64_t* lost,
     // before anything else, with this worker's acknowledged pushes.
     std::vector<std::shared_ptr<HandleState>> inits;
     uint64_t now_serving;
+    // The old process's answers all completed when it failed: this count is final. Copied, as
+    // the answers' callbacks take acked_mu inside the transport's lock, which Send takes.
+    std::vector<uint64_t> acked_now;
+    {
+      std::lock_guard<std::mutex> ack_lock(acked_mu);
+      acked_now = acked;
+    }
     {
       std::lock_guard<std::mutex> lock(mu);
       now_serving = incarnation[i] = t.peer_incarnation(rank);
@@ -745,7 +752,6 @@ absl::Status ParameterServerImpl::RecoverServer(int s, int64_t* lost,
       outstanding[i] = 0;
       next_notice[i] = 0;
       if (credit[i] > 0) PostNoticeReceive(s);
-      std::lock_guard<std::mutex> ack_lock(acked_mu);
       for (const Key& key : keys) {
         for (size_t p = 0; p < key.parts.size(); ++p) {
           const PartitionInfo& part = key.parts[p];
@@ -757,7 +763,7 @@ absl::Status ParameterServerImpl::RecoverServer(int s, int64_t* lost,
           h.partition = part.id;
           h.config = part.config;
           h.flags = kInitRejoin;
-          h.seq = part.id < acked.size() ? acked[part.id] : 0;
+          h.seq = part.id < acked_now.size() ? acked_now[part.id] : 0;
           state->what.push_back(
               absl::StrCat("register key '", key.name, "'",
                            key.parts.size() > 1 ? absl::StrCat(" (partition ", p, ")") : "",
