@@ -27,6 +27,7 @@
 #include "bootstrap/tcp_store.h"
 #include "common/auth.h"
 #include "common/socket.h"
+#include "common/status.h"
 #include "ddp/errors.h"
 #include "ps/protocol.h"
 #include "ps/server_core.h"
@@ -625,26 +626,17 @@ TEST(PsRestart, AKilledServerRejoinsFromItsCheckpointAndTrainingGoesOn) {
   JobResult job = RunJob(spec, [](int rank) -> absl::Status {
     if (rank == 2) {
       // Server 0: forks its successor first, which waits for its death, then takes its place.
-      const pid_t parent = ::getpid();
-      const pid_t child = ::fork();
-      CHECK_OK(Expect(child >= 0, "fork failed"));
-      if (child == 0) {
-        while (::getppid() == parent) ::usleep(10000);
-        ::setenv("DDP_REJOIN", "1", 1);
+      ForkSuccessor("successor", []() -> absl::Status {
         auto next = ps::ParameterServer::CreateFromEnvironment();
-        absl::Status s = next.status();
-        if (s.ok()) s = (*next)->Serve();
-        if (s.ok()) {
-          const ps::ServerStats st = (*next)->server_stats();
-          std::printf("successor: restored %lld partitions, %lld rejoins, %lld pushes lost\n",
-                      static_cast<long long>(st.keys_restored), static_cast<long long>(st.rejoins),
-                      static_cast<long long>(st.pushes_lost));
-          if (st.keys_restored < 1 || st.rejoins < 2) s = absl::InternalError("nothing restored");
-        }
-        std::printf("successor: %s\n", s.ToString().c_str());
-        std::fflush(stdout);
-        ::_exit(s.ok() ? 0 : 1);
-      }
+        if (!next.ok()) return next.status();
+        DDP_RETURN_IF_ERROR((*next)->Serve());
+        const ps::ServerStats st = (*next)->server_stats();
+        std::printf("successor: restored %lld partitions, %lld rejoins, %lld pushes lost\n",
+                    static_cast<long long>(st.keys_restored), static_cast<long long>(st.rejoins),
+                    static_cast<long long>(st.pushes_lost));
+        if (st.keys_restored < 1 || st.rejoins < 2) return absl::InternalError("nothing restored");
+        return absl::OkStatus();
+      });
     }
     auto made = ps::ParameterServer::CreateFromEnvironment();
     CHECK_OK(made.status());

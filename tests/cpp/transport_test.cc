@@ -5,7 +5,6 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bootstrap/job.h"
+#include "common/status.h"
 #include "ddp/errors.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
@@ -244,20 +244,12 @@ TEST(TcpRejoin, ARestartedRankTakesItsPlaceAgain) {
   spec.env["DDP_TCP_STREAMS"] = "2";
   JobResult job = RunJob(spec, [](int rank) -> absl::Status {
     if (rank == 1) {
-      const pid_t parent = ::getpid();
-      const pid_t child = ::fork();
-      CHECK_OK(Expect(child >= 0, "fork failed"));
-      if (child == 0) {
-        while (::getppid() == parent) ::usleep(10000);
-        ::setenv("DDP_REJOIN", "1", 1);
+      ForkSuccessor("rank 1's successor", []() -> absl::Status {
         auto joined = Join();
-        absl::Status s = joined.status();
-        if (s.ok()) s = Exchange(*joined->transport, 7, {0, 1, 2});
-        if (s.ok()) s = joined->transport->Shutdown();
-        std::fprintf(stderr, "rank 1's successor: %s\n", s.ToString().c_str());
-        std::fflush(stderr);
-        ::_exit(s.ok() ? 0 : 1);
-      }
+        if (!joined.ok()) return joined.status();
+        DDP_RETURN_IF_ERROR(Exchange(*joined->transport, 7, {0, 1, 2}));
+        return joined->transport->Shutdown();
+      });
     }
     auto joined = Join();
     CHECK_OK(joined.status());

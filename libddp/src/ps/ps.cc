@@ -161,6 +161,15 @@ class ParameterServerImpl {
     size_t slot = 0;
     const char* payload = nullptr;
     char* out = nullptr;
+    // Its operation no longer waits for it: sent (or parked again), or failed with `why`.
+    void Release(const absl::Status& why = absl::OkStatus()) const {
+      {
+        std::lock_guard<std::mutex> lock(state->mu);
+        if (!why.ok() && state->failed.ok()) state->failed = why;
+        --state->deferred;
+      }
+      state->posted.notify_all();
+    }
   };
   std::vector<std::map<uint64_t, int64_t>> credited;  // per server: request -> its bytes
   std::vector<int64_t> outstanding;                   // per server: credited's bytes in all
@@ -522,11 +531,7 @@ void ParameterServerImpl::SendWaiting(int s) {
     if (!HasCredit(i, cost)) break;
     waiting[i].pop_front();
     Send(w.state, w.slot, s, w.payload, w.out, cost);
-    {
-      std::lock_guard<std::mutex> state_lock(w.state->mu);
-      --w.state->deferred;
-    }
-    w.state->posted.notify_all();
+    w.Release();
   }
 }
 
@@ -543,15 +548,8 @@ void ParameterServerImpl::StopPacer() {
   std::lock_guard<std::mutex> lock(mu);
   for (auto& queue : waiting) {
     for (Waiting& w : queue) {
-      {
-        std::lock_guard<std::mutex> state_lock(w.state->mu);
-        if (w.state->failed.ok()) {
-          w.state->failed = absl::CancelledError(absl::StrCat(
-              w.state->what[w.slot], ": never sent (the worker finished before its turn)"));
-        }
-        --w.state->deferred;
-      }
-      w.state->posted.notify_all();
+      w.Release(absl::CancelledError(absl::StrCat(
+          w.state->what[w.slot], ": never sent (the worker finished before its turn)")));
     }
     queue.clear();
   }
@@ -631,16 +629,9 @@ void ParameterServerImpl::StopRecoverer() {
   std::lock_guard<std::mutex> lock(mu);
   for (size_t i = 0; i < parked.size(); ++i) {
     for (Waiting& w : parked[i]) {
-      {
-        std::lock_guard<std::mutex> state_lock(w.state->mu);
-        if (w.state->failed.ok()) {
-          w.state->failed = absl::CancelledError(
-              absl::StrCat(w.state->what[w.slot], ": never sent (the worker finished while ",
-                           ServerName(static_cast<int>(i)), " was restarting)"));
-        }
-        --w.state->deferred;
-      }
-      w.state->posted.notify_all();
+      w.Release(absl::CancelledError(
+          absl::StrCat(w.state->what[w.slot], ": never sent (the worker finished while ",
+                       ServerName(static_cast<int>(i)), " was restarting)")));
     }
     parked[i].clear();
   }
@@ -691,13 +682,7 @@ void ParameterServerImpl::Recover() {
         Post(w.state, w.slot, s, w.payload, w.out);
       }
     }
-    for (Waiting& w : release) {
-      {
-        std::lock_guard<std::mutex> state_lock(w.state->mu);
-        --w.state->deferred;
-      }
-      w.state->posted.notify_all();
-    }
+    for (Waiting& w : release) w.Release();
   }
 }
 

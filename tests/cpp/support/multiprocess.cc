@@ -211,4 +211,20 @@ JobResult RunWithContext(const JobSpec& spec, const ContextBody& body) {
   });
 }
 
+void ForkSuccessor(const std::string& name, const std::function<absl::Status()>& body) {
+  const pid_t parent = ::getpid();
+  const pid_t child = ::fork();
+  if (child < 0) {
+    std::fprintf(stderr, "%s: fork failed\n", name.c_str());
+    return;
+  }
+  if (child != 0) return;
+  while (::getppid() == parent) ::usleep(10000);
+  ::setenv("DDP_REJOIN", "1", 1);
+  const absl::Status s = body();
+  std::printf("%s: %s\n", name.c_str(), s.ToString().c_str());
+  std::fflush(stdout);
+  ::_exit(s.ok() ? 0 : 1);
+}
+
 }  // namespace ddp::testing

@@ -51,6 +51,11 @@ struct JobResult {
 using RankBody = std::function<absl::Status(int rank)>;
 JobResult RunJob(const JobSpec& spec, const RankBody& body);
 
+// For a rank's body, before it starts anything (no threads yet): forks the process that will
+// take this rank's place once it dies. The successor waits for its parent's death, sets
+// DDP_REJOIN=1, runs `body`, prints "<name>: <status>" and exits (0 when OK).
+void ForkSuccessor(const std::string& name, const std::function<absl::Status()>& body);
+
 // Convenience: creates the context, runs `body`, shuts down.
 using ContextBody = std::function<absl::Status(Context& ctx)>;
 JobResult RunWithContext(const JobSpec& spec, const ContextBody& body);
