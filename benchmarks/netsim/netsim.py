@@ -12,7 +12,9 @@ address on a common bridge, links limited with `tc`. Created on entry, always de
 
 What is emulated: each host's link to the bridge is a veth pair; with a rate, a token-bucket
 filter (`tc qdisc ... tbf`) limits both directions, at the host's end (what it sends) and at
-the bridge's end (what it receives). Latency would need `sch_netem`; where the kernel has it,
+the bridge's end (what it receives). TCP's congestion control is the machine's unless chosen
+(`congestion=`; a namespace may pick only from net.ipv4.tcp_allowed_congestion_control).
+Latency would need `sch_netem`; where the kernel has it,
 `delay` adds it on both ends, elsewhere the call fails saying so. The bridge lives in a namespace
 of its own, so nothing here touches the machine's own interfaces or routes, and no packet leaves
 the cluster. Commands run in a host get its own host name (host0, host1, ...: a UTS namespace
@@ -55,6 +57,20 @@ def available() -> str | None:
     return None
 
 
+def allowed_congestion() -> list[str]:
+    """The TCP congestion controls a network namespace may choose on this machine."""
+    with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control", encoding="utf-8") as f:
+        return f.read().split()
+
+
+def congestion_in(namespace: str | None = None) -> str:
+    """The TCP congestion control new connections get (in NAMESPACE, else here)."""
+    cmd = ["sysctl", "-n", "net.ipv4.tcp_congestion_control"]
+    if namespace:
+        cmd = ["ip", "netns", "exec", namespace, *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True)
     if done.returncode != 0:
@@ -78,11 +94,13 @@ def rate_bits(text: str) -> float:
 
 class Cluster:
     """H hosts at SUBNET.1 .. SUBNET.H. RATE (tc's syntax: 1gbit, 400mbit) limits every link in
-    both directions; DELAY (e.g. 100us) needs sch_netem."""
+    both directions; DELAY (e.g. 100us) needs sch_netem. CONGESTION sets every host's TCP
+    congestion control (net.ipv4.tcp_congestion_control in its namespace; one of the machine's
+    tcp_allowed_congestion_control); None keeps what a new namespace gets (the machine's)."""
 
     def __init__(self, hosts: int, rate: str | None = None, delay: str | None = None,
                  names: list[str] | None = None, domain: str | None = None,
-                 sshd_env: bool = False):
+                 sshd_env: bool = False, congestion: str | None = None):
         if not 1 <= hosts <= 200:
             raise ValueError(f"hosts must be 1..200, not {hosts}")
         if rate is not None:
@@ -92,7 +110,12 @@ class Cluster:
             raise ValueError(f"names must be {hosts} distinct DNS labels, not {names}")
         if domain is not None and not re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", domain):
             raise ValueError(f"domain {domain!r} is not a DNS name")
+        if congestion is not None and congestion not in allowed_congestion():
+            raise ValueError(f"congestion control {congestion!r} is not one a namespace may "
+                             f"choose here (net.ipv4.tcp_allowed_congestion_control: "
+                             f"{' '.join(allowed_congestion())})")
         self.size, self.rate, self.delay = hosts, rate, delay
+        self.congestion = congestion
         self.tag = f"ns{os.getpid() % 100000}{secrets.token_hex(2)}"
         self.bridge = f"{self.tag}br"
         self.namespaces = list(names) if names else [f"{self.tag}h{i}" for i in range(hosts)]
@@ -145,6 +168,13 @@ class Cluster:
             _ip("-n", namespace, "link", "set", "lo", "up")
             for where, dev in ((namespace, "eth0"), (self.bridge, port)):
                 self._shape(where, dev)
+            if self.congestion:
+                done = subprocess.run(["ip", "netns", "exec", namespace, "sysctl", "-qw",
+                                       f"net.ipv4.tcp_congestion_control={self.congestion}"],
+                                      capture_output=True, text=True)
+                if done.returncode != 0:
+                    raise NetsimError(f"congestion control {self.congestion} in {namespace}: "
+                                      f"{done.stderr.strip()}")
         self._dir = tempfile.mkdtemp(prefix="netsim-")
         # Not named ssh or rsh: Open MPI adds ssh's own options to agents of those names.
         self.rsh = os.path.join(self._dir, "enter")
@@ -235,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hosts", type=int, required=True, help="how many simulated hosts")
     parser.add_argument("--rate", help="link rate in both directions, tc's syntax (1gbit)")
     parser.add_argument("--delay", help="one-way delay per link end (needs sch_netem)")
+    parser.add_argument("--congestion-control", help="every host's TCP congestion control "
+                        "(default: the machine's)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="run in host 0")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -245,12 +277,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"netsim: {why}", file=sys.stderr)
         return 77
     try:
-        with Cluster(args.hosts, args.rate, args.delay) as cluster:
+        with Cluster(args.hosts, args.rate, args.delay,
+                     congestion=args.congestion_control) as cluster:
             print(f"netsim: {args.hosts} hosts {','.join(cluster.addresses)}"
                   f"{f' at {args.rate}' if args.rate else ''}; running: {shlex.join(command)}",
                   file=sys.stderr, flush=True)
             return cluster.run(0, command).returncode
-    except NetsimError as e:
+    except (NetsimError, ValueError) as e:
         print(f"netsim: {e}", file=sys.stderr)
         return 1
 

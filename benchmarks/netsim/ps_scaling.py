@@ -4,6 +4,7 @@ bandwidth argument for it (benchmarks/netsim).
 
     sudo /usr/bin/python3 benchmarks/netsim/ps_scaling.py                  # n = 4, 8 at 1 Gbit/s
     sudo /usr/bin/python3 benchmarks/netsim/ps_scaling.py --workers 4 --rate 400mbit --mb 16
+    sudo /usr/bin/python3 benchmarks/netsim/ps_scaling.py --congestion-control reno
 
 For each n in --workers one cluster of 2n hosts is made (netsim.Cluster: a namespace per host,
 tc tbf on both ends of every link at --rate), and three jobs run in it, alternately, --repeats
@@ -72,7 +73,8 @@ def report(result: dict) -> str:
     rate = r["rate_bits"]
     lines = [f"# Parameter server vs ring allreduce across simulated hosts ({r['date']})", "",
              f"{r['machine']['cpu']}, {r['machine']['cores']} cores, kernel "
-             f"{r['machine']['kernel']}. Links {rate / 1e9:g} Gbit/s each way (tc tbf, both ends). "
+             f"{r['machine']['kernel']}. Links {rate / 1e9:g} Gbit/s each way (tc tbf, both ends), "
+             f"TCP congestion control {r.get('congestion', 'bbr')} in every host. "
              f"M = {r['mb']:g} MiB of f32 per worker per step; median of {r['repeats']} runs "
              f"(alternated) of each run's median over {r['steps']} steps. "
              f"Command: `{r['command']}`", "",
@@ -146,6 +148,10 @@ def main(argv=None) -> int:
     p.add_argument("--mb", type=float, default=64, help="MiB per worker per step (default 64)")
     p.add_argument("--mode", choices=("sync", "async"), default="sync",
                    help="the parameter server's mode (default sync)")
+    p.add_argument("--congestion-control", metavar="CC",
+                   help="every simulated host's TCP congestion control (default: the machine's;"
+                        " reno stands in for cubic, Linux's default, where namespaces may not"
+                        " choose cubic)")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("-r", "--repeats", type=int, default=3)
@@ -178,7 +184,8 @@ def main(argv=None) -> int:
     for n, k in zip(workers, servers):
         runs: dict[str, list[float]] = {c: [] for c in CONFIGS}
         errors: list[str] = []
-        with netsim.Cluster(n + k, rate=args.rate) as cluster:
+        with netsim.Cluster(n + k, rate=args.rate, congestion=args.congestion_control) as cluster:
+            result["congestion"] = netsim.congestion_in(cluster.namespaces[0])
             for r in range(args.repeats):
                 for config in (CONFIGS if r % 2 == 0 else CONFIGS[::-1]):
                     t0 = time.monotonic()

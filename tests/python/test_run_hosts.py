@@ -172,3 +172,17 @@ def test_the_remote_shell_joins_words_as_ssh_does(cluster):
     assert one.stdout == several.stdout == "a  b host1\n", (one, several)
     nowhere = subprocess.run([cluster.rsh, "10.216.0.99", "true"], capture_output=True, text=True)
     assert nowhere.returncode == 255 and "Could not resolve hostname" in nowhere.stderr
+
+
+def test_the_cluster_sets_every_hosts_congestion_control_and_refuses_one_not_allowed():
+    why = netsim.available()
+    if why:
+        pytest.skip(f"network namespaces: {why}")
+    allowed = netsim.allowed_congestion()
+    # The one a namespace gets by default is allowed; choose another where there is one.
+    default = netsim.congestion_in()
+    choice = next((cc for cc in allowed if cc != default), default)
+    with netsim.Cluster(2, congestion=choice) as c:
+        assert [netsim.congestion_in(ns) for ns in c.namespaces] == [choice, choice]
+    with pytest.raises(ValueError, match="tcp_allowed_congestion_control"):
+        netsim.Cluster(2, congestion="no-such-control")
