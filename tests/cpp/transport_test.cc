@@ -261,6 +261,7 @@ TEST(TcpRejoin, ARestartedRankTakesItsPlaceAgain) {
     });
     // Everyone exchanges, then rank 1 dies once the others are through.
     CHECK_OK(Exchange(t, 1, {0, 1, 2}));
+    const std::string first_name = t.PeerName(1);
     int32_t through = 1;
     if (rank != 1) {
       CHECK_OK(t.Wait(t.Isend(1, 9, Descriptor{}, &through, 4).get()));
@@ -278,6 +279,11 @@ TEST(TcpRejoin, ARestartedRankTakesItsPlaceAgain) {
     CHECK_OK(Expect(t.peer_incarnation(1) == 1, "rank 1 did not come back"));
     CHECK_OK(Expect(t.peer_state(1) == Transport::PeerState::kAlive, "rank 1 not alive again"));
     CHECK_OK(Expect(revived.load() == 1, absl::StrCat(revived.load(), " revival events")));
+    // Named as the new process: where it dialled from, and which incarnation it is.
+    const std::string name = t.PeerName(1);
+    CHECK_OK(Expect(absl::StrContains(name, ", incarnation 1)") &&
+                        !absl::StrContains(first_name, "incarnation") && name != first_name,
+                    absl::StrCat("rank 1 was ", first_name, ", is now ", name)));
     CHECK_OK(Exchange(t, 7, {0, 1, 2}));
     CHECK_OK(Expect(t.health().ok(), t.health().ToString()));
     return t.Shutdown();

@@ -45,7 +45,10 @@ std::string PeerTransport::PeerName(int peer) const {
     std::lock_guard<std::mutex> lock(mu_);
     host = hosts_[static_cast<size_t>(peer)];
   }
-  return absl::StrCat("rank ", JobRank(peer), " (", host, ", ", PeerDetail(peer), ")");
+  // A rank whose process was replaced (a rejoin) says which of its processes this is.
+  const uint64_t incarnation = peer_incarnation(peer);
+  return absl::StrCat("rank ", JobRank(peer), " (", host, ", ", PeerDetail(peer),
+                      incarnation > 0 ? absl::StrCat(", incarnation ", incarnation) : "", ")");
 }
 
 absl::Status PeerTransport::health() const {

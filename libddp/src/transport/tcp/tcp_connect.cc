@@ -361,6 +361,11 @@ void TcpTransport::AttachOpenStream(Stream* s) {
     p.streams_done = 0;
     p.bye_notice.clear();
     p.next_stream = 0;
+    {
+      // Named from now on by where the new process dialled from (it listens nowhere we know).
+      std::lock_guard<std::mutex> lock(mu_);
+      addresses_[static_cast<size_t>(s->peer)] = s->remote;
+    }
     ReviveLocked(s->peer);
   }
   if (AllConnected()) {
