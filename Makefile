@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
 .PHONY: all deps venv deploy-venv build demo demo-ps test test-full test-python test-deploy test-pip \
-  test-fast test-slow test-matrix sanitize asan tsan bench install clean format
+  test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds bench install clean format
 
 all: build
 
@@ -108,16 +108,47 @@ test-slow: build
 # Sanitizer builds run the fast label with smaller payloads (DDP_TEST_QUICK=1). They leave out
 # the NCCL plugin (its CUDA runtime is not instrumented and needs a GPU to run); the tests then
 # cover libddp's side of it: CUDA submissions refused with the reason.
-sanitize: asan tsan
+sanitize: asan tsan fuzz-smoke
 
 asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
-	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDDP_WERROR=ON \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDDP_WERROR=ON -DDDP_FUZZ=OFF \
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-asan -j $(JOBS)
 	cd build-asan && DDP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L fast
+
+# The libFuzzer harnesses (tests/fuzz): a build of their own (clang, ASan and UBSan, coverage for
+# libFuzzer in libddp; no test suite), so that the coverage instrumentation never slows the ASan
+# build's multi-process tests. `fuzz-smoke` (in `make test`) runs each for FUZZ_SMOKE_SECONDS
+# from the committed seeds; `fuzz` runs each for FUZZ_MINUTES, one after the other, keeping what
+# earlier runs found (build-fuzz/tests/fuzz/corpus/); a finding stops it, the input saved under
+# build-fuzz/tests/fuzz/artifacts/. Both print each harness's executions.
+FUZZ_SMOKE_SECONDS ?= 30
+FUZZ_MINUTES ?= 10
+FUZZ_HARNESSES = frame handshake negotiation options ps store wire shm_segment
+fuzz-build: deps
+	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
+	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDDP_WERROR=ON -DDDP_FUZZ=ON \
+	  -DDDP_FUZZ_SECONDS=$(FUZZ_SMOKE_SECONDS) -DDDP_BUILD_TESTS=OFF \
+	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
+	cmake --build build-fuzz -j $(JOBS)
+
+fuzz-smoke: fuzz-build
+	cd build-fuzz && ctest --output-on-failure -j $(JOBS) -L fuzz
+
+fuzz: fuzz-build
+	@for h in $(FUZZ_HARNESSES); do \
+	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	  tests/fuzz/run_fuzzer.sh build-fuzz/bin/fuzz_$$h $$(($(FUZZ_MINUTES) * 60)) \
+	    build-fuzz/tests/fuzz/corpus/$$h build-fuzz/tests/fuzz/artifacts/$$h/ \
+	    tests/fuzz/corpus/$$h || exit 1; \
+	done
+
+# Rewrites the seed corpora (tests/fuzz/corpus/) from libddp's encoders (tests/fuzz/make_seeds.cc).
+fuzz-seeds: fuzz-build
+	build-fuzz/bin/make_seeds tests/fuzz/corpus
 
 tsan: deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_SANITIZE=thread \

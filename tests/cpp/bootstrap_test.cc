@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -182,6 +183,12 @@ TEST(Store, SetGetAddAndTimeouts) {
   EXPECT_EQ(*got, std::string("v\0w", 3));
   EXPECT_EQ(*(*a)->Add("counter", 5), 5);
   EXPECT_EQ(*(*b)->Add("counter", -2), 3);
+  // A sum past int64_t is refused, the counter unchanged (found by tests/fuzz/fuzz_store: it
+  // was signed overflow in the server).
+  EXPECT_EQ(*(*a)->Add("big-counter", std::numeric_limits<int64_t>::max()),
+            std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE((*b)->Add("big-counter", 1).ok());
+  EXPECT_EQ(*(*b)->Add("big-counter", -1), std::numeric_limits<int64_t>::max() - 1);
   auto missing = (*a)->Get("never", absl::Milliseconds(200));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_TRUE(absl::StrContains(missing.status().message(), "never"));

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <random>
 #include <set>
 #include <sstream>
@@ -215,6 +216,12 @@ TEST(PsCore, BadRequestsAreAnsweredWithErrorsAndTheServerGoesOn) {
   RequestHeader junk;
   junk.magic = 7;
   EXPECT_FALSE(ps::CheckRequest(junk).ok());
+  // Counters the server would overflow computing with (found by tests/fuzz/fuzz_ps).
+  RequestHeader wild = Op(ps::Op::kPull, 0, 0, std::numeric_limits<int64_t>::min(), 16);
+  EXPECT_FALSE(ps::CheckRequest(wild).ok());
+  wild = Op(ps::Op::kPush, 0, uint64_t{1} << 63, 0, 16);
+  EXPECT_FALSE(ps::CheckRequest(wild).ok());
+  EXPECT_TRUE(ps::CheckRequest(Op(ps::Op::kPush, 0, 1, 0, 16)).ok());
   RequestHeader bad = InitHeader(0, 4, Consistency::kSync, -1, "sgd", false);
   bad.config.dtype = 99;
   core.Handle(0, 0, bad, nullptr, &out);
@@ -247,6 +254,13 @@ TEST(PsCore, BadRequestsAreAnsweredWithErrorsAndTheServerGoesOn) {
   EXPECT_FALSE(StatusOf(out[0]).ok());
   ASSERT_TRUE(out[0].has_payload);
   EXPECT_EQ(out[0].payload->size(), 12u);
+  // A pull claiming 2^63 bytes (found by tests/fuzz/fuzz_ps): an error with no payload, where
+  // the count once passed the size limit as a negative number and the server died allocating.
+  out.clear();
+  core.Handle(0, 4, Op(ps::Op::kPull, 0, 0, 0, uint64_t{1} << 63), nullptr, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_FALSE(StatusOf(out[0]).ok());
+  EXPECT_FALSE(out[0].has_payload);
   // And the key still works.
   out.clear();
   core.Handle(0, 5, Op(ps::Op::kPull, 0, 0, 0, 16), nullptr, &out);

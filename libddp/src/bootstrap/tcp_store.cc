@@ -38,6 +38,17 @@ static_assert(sizeof(RequestHeader) == 24 && sizeof(ResponseHeader) == 16);
 // stops mid-message.
 constexpr absl::Duration kIoSlack = absl::Seconds(30);
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
+// Connections served at once. A job needs one per rank (and a launcher's); past this, a flood of
+// connections (strangers that never finish a handshake) is refused at once rather than given a
+// thread each.
+constexpr size_t kMaxClients = 8192;
+
+// Whether the client closed its side (or the connection broke): a Get waiting for a key stops
+// waiting for a client that will never read the answer.
+bool HungUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 }  // namespace
 
@@ -76,13 +87,14 @@ void TcpStoreServer::Stop() {
   if (accept_thread_.joinable()) accept_thread_.join();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (int fd : client_fds_) ::shutdown(fd, SHUT_RDWR);
+    for (Client& c : clients_) ::shutdown(c.fd, SHUT_RDWR);
     changed_.notify_all();
   }
-  for (std::thread& t : workers_) t.join();
-  workers_.clear();
-  for (int fd : client_fds_) ::close(fd);
-  client_fds_.clear();
+  for (Client& c : clients_) {
+    c.thread.join();
+    ::close(c.fd);
+  }
+  clients_.clear();
 }
 
 void TcpStoreServer::AcceptLoop() {
@@ -92,14 +104,39 @@ void TcpStoreServer::AcceptLoop() {
     if (fds[1].revents != 0) break;
     const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    // Join and close the connections served to the end (each would otherwise keep its thread's
+    // stack until the store stops).
+    std::list<Client> finished;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = clients_.begin(); it != clients_.end();) {
+        auto next = std::next(it);
+        if (it->done) finished.splice(finished.end(), clients_, it);
+        it = next;
+      }
+    }
+    for (Client& c : finished) {
+      c.thread.join();
+      ::close(c.fd);
+    }
     std::lock_guard<std::mutex> lock(mu_);
-    client_fds_.push_back(fd);
-    workers_.emplace_back([this, fd] { Serve(fd); });
+    if (clients_.size() >= kMaxClients) {
+      DDP_LOG(kWarning, "rendezvous store: refused %s: %d connections open already",
+              net::PeerAddress(fd), clients_.size());
+      ::close(fd);
+      continue;
+    }
+    Client& c = clients_.emplace_back();
+    c.fd = fd;
+    c.thread = std::thread([this, fd, client = &c] { Serve(fd, client); });
   }
 }
 
-void TcpStoreServer::Serve(int fd) {
+void TcpStoreServer::Serve(int fd, Client* self) {
   const std::string who = net::PeerAddress(fd);
+  // TCP_NODELAY: an answer goes as a header and a body, and Nagle's algorithm would hold the body
+  // back until the client's delayed acknowledgement of the header (40 ms a Get).
+  net::TuneStream(fd, 0).IgnoreError();
   auth::Auth client;
   absl::Status status = auth::ServerHandshake(fd, token_, auth::Role::kStore, -1,
                                               absl::Now() + kHandshakeTimeout, &client);
@@ -116,8 +153,9 @@ void TcpStoreServer::Serve(int fd) {
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  // Only shut down here; the fd is closed when Stop() has joined every worker.
+  // Only shut down here; the fd is closed once this thread is joined.
   ::shutdown(fd, SHUT_RDWR);
+  self->done = true;
 }
 
 absl::Status TcpStoreServer::HandleRequest(int fd) {
@@ -147,10 +185,11 @@ absl::Status TcpStoreServer::HandleRequest(int fd) {
     } else if (req.op == kAdd) {
       int64_t current = 0;
       auto it = data_.find(key);
-      if (it != data_.end() && !absl::SimpleAtoi(it->second, &current)) {
+      // Not a number, or a sum past int64_t (found by tests/fuzz/fuzz_store): refused.
+      if ((it != data_.end() && !absl::SimpleAtoi(it->second, &current)) ||
+          __builtin_add_overflow(current, static_cast<int64_t>(req.arg), &current)) {
         resp.code = kBadRequest;
       } else {
-        current += static_cast<int64_t>(req.arg);
         data_[key] = absl::StrCat(current);
         body = absl::StrCat(current);
         changed_.notify_all();
@@ -160,9 +199,11 @@ absl::Status TcpStoreServer::HandleRequest(int fd) {
           absl::Now() +
           absl::Milliseconds(static_cast<int64_t>(std::min<uint64_t>(req.arg, 1ULL << 40)));
       auto ready = [&] { return stopping_.load() || data_.count(key) > 0; };
+      if (!ready() && HungUp(fd)) return absl::UnavailableError("the client hung up waiting");
       while (!ready() && absl::Now() < deadline) {
         changed_.wait_for(lock, absl::ToChronoMilliseconds(
                                     std::min(deadline - absl::Now(), absl::Milliseconds(200))));
+        if (!ready() && HungUp(fd)) return absl::UnavailableError("the client hung up waiting");
       }
       auto it = data_.find(key);
       if (it == data_.end()) {

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -31,7 +32,8 @@ class TcpStoreServer {
  private:
   TcpStoreServer(net::Fd listener, int port, std::string token);
   void AcceptLoop();
-  void Serve(int fd);
+  struct Client;
+  void Serve(int fd, Client* self);
   absl::Status HandleRequest(int fd);
 
   net::Fd listener_;
@@ -44,8 +46,13 @@ class TcpStoreServer {
   std::mutex mu_;
   std::condition_variable changed_;
   std::map<std::string, std::string, std::less<>> data_;
-  std::vector<std::thread> workers_;
-  std::vector<int> client_fds_;
+  // One per connection being served; a finished one is joined and closed by the next accept.
+  struct Client {
+    std::thread thread;
+    int fd = -1;
+    bool done = false;  // under mu_
+  };
+  std::list<Client> clients_;  // guarded by mu_ (threads joined without it)
 };
 
 class TcpStoreClient : public Store {

@@ -1,6 +1,7 @@
 #include "ps/protocol.h"
 
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/comm_ids.h"
@@ -41,6 +42,12 @@ absl::Status CheckRequest(const RequestHeader& h) {
   if (!Terminated(h.config.key_name, kNameBytes) ||
       !Terminated(h.config.optimizer, kOptimizerNameBytes)) {
     return absl::InvalidArgumentError("request names are not terminated");
+  }
+  // Counts, compared and subtracted as int64_t by the server: nothing a peer sends may overflow
+  // them (found by tests/fuzz/fuzz_ps).
+  if (h.clock < 0 || h.seq > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request counters out of range (clock ", h.clock, ", push ", h.seq, ")"));
   }
   return absl::OkStatus();
 }

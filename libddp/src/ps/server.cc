@@ -88,7 +88,8 @@ void ServerLoop::OnHeader(int worker, std::vector<Outgoing>* out) {
     return;
   }
   if (CarriesPayload(p.header)) {
-    if (static_cast<int64_t>(p.header.bytes) > max_payload_bytes_) {
+    // Unsigned: a peer's 2^63 bytes must not pass as a negative count.
+    if (p.header.bytes > static_cast<uint64_t>(max_payload_bytes_)) {
       p.bad = true;
       Outgoing o;
       o.worker = worker;

@@ -119,7 +119,8 @@ void ServerCore::Fail(int worker, uint64_t request, uint64_t pull_bytes, const a
   o.worker = worker;
   o.request = request;
   o.header = ErrorResponse(status);
-  if (pull_bytes > 0 && static_cast<int64_t>(pull_bytes) <= config_.max_payload_bytes) {
+  // Unsigned: a peer's 2^63 bytes must not pass as a negative count.
+  if (pull_bytes > 0 && pull_bytes <= static_cast<uint64_t>(config_.max_payload_bytes)) {
     o.has_payload = true;
     o.payload = std::make_shared<const std::vector<char>>(pull_bytes, 0);
   }
