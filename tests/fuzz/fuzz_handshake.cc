@@ -30,8 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto hello = DecodeHello(in, role); hello.ok()) {
       Check(in.size() >= kHelloSize && hello->role == role);
       auto again = DecodeHello(EncodeHello(*hello), role);
-      Check(again.ok() && again->server_rank == hello->server_rank &&
-            again->nonce == hello->nonce);
+      Check(again.ok() && again->server_rank == hello->server_rank && again->nonce == hello->nonce);
     }
     if (auto auth = DecodeAuth(in, role); auth.ok()) {
       Check(in.size() >= kAuthSize && auth->role == role);
@@ -55,8 +54,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   shutdown(fds[1], SHUT_WR);
   Auth client;
-  const absl::Status status = ServerHandshake(fds[0], kToken, Role::kTransport, 0,
-                                              absl::Now() + absl::Seconds(5), &client);
+  const absl::Status status =
+      ServerHandshake(fds[0], kToken, Role::kTransport, 0, absl::Now() + absl::Seconds(5), &client);
   // Without the token, no input can make a valid MAC: the handshake always fails.
   Check(!status.ok());
   close(fds[0]);

@@ -30,8 +30,7 @@ bool Same(const ddp::engine::TensorMeta& a, const ddp::engine::TensorMeta& b) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ddp::engine;
-  auto records =
-      ParseRecords(absl::string_view(reinterpret_cast<const char*>(data), size));
+  auto records = ParseRecords(absl::string_view(reinterpret_cast<const char*>(data), size));
   if (!records.ok()) return 0;
   std::string again;
   for (const Record& r : *records) AppendRecord(r, &again);

@@ -106,8 +106,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int peer = 1; peer <= 2; ++peer) {
     for (uint64_t tag = 0; tag < 4; ++tag) {
       buffers.emplace_back(tag * 300);
-      requests.push_back(transport.Irecv(peer, tag, Descriptor{}, buffers.back().data(),
-                                         buffers.back().size()));
+      requests.push_back(
+          transport.Irecv(peer, tag, Descriptor{}, buffers.back().data(), buffers.back().size()));
     }
   }
   // The transport's own thread polls the wire; once it has taken everything, give up on the

@@ -96,8 +96,9 @@ void Options() {
   };
   Write("options", "job", rec(20, "1") + rec(30, "4") + rec(11, "secret") + rec(40, "tcp"));
   Write("options", "sizes", rec(8, "64MB") + rec(36, "4") + rec(39, "30") + rec(45, "512KiB"));
-  Write("options", "ps", rec(48, "2") + rec(46, "continue") + rec(42, "/tmp/ckpt") +
-                             rec(44, "100") + rec(49, "120"));
+  Write(
+      "options", "ps",
+      rec(48, "2") + rec(46, "continue") + rec(42, "/tmp/ckpt") + rec(44, "100") + rec(49, "120"));
   Write("options", "bad", rec(30, "-1") + rec(39, "abc") + rec(40, "carrier-pigeon"));
 }
 
@@ -148,8 +149,8 @@ void Ps() {
     }
   }
   Write("ps", "sync-and-async", steps);
-  Write("ps", "worker-dies", steps + std::string(1, static_cast<char>(0xc1)) +
-                                 std::string(1, static_cast<char>(0x7f)));
+  Write("ps", "worker-dies",
+        steps + std::string(1, static_cast<char>(0xc1)) + std::string(1, static_cast<char>(0x7f)));
 }
 
 void Store() {
