@@ -223,6 +223,48 @@ TEST(Store, RejectsWrongTokenAndGarbageAndKeepsServing) {
   EXPECT_EQ(*(*good)->Get("still", absl::Seconds(1)), "alive");
 }
 
+// A recorded handshake is useless: the server's Hello carries a fresh nonce each time, and the
+// client's proof covers it. A genuine exchange is captured byte for byte, then its Auth is sent
+// again on a new connection: refused, no Accept, and the connection ends.
+TEST(Store, ACapturedHandshakeReplayedIsRefused) {
+  auto server = bootstrap::TcpStoreServer::Start("127.0.0.1", 0, "right-token");
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  std::string captured;
+  auth::Hello first;
+  {
+    auto fd = net::ConnectWithRetry("127.0.0.1", port, deadline);
+    ASSERT_TRUE(fd.ok());
+    std::string hello(auth::kHelloSize, '\0');
+    ASSERT_TRUE(auth::ReadFull(fd->get(), hello.data(), hello.size(), deadline).ok());
+    auto h = auth::DecodeHello(hello, auth::Role::kStore);
+    ASSERT_TRUE(h.ok()) << h.status();
+    first = *h;
+    const auth::Nonce nonce = *auth::NewNonce();
+    captured = auth::EncodeAuth(auth::Auth{auth::Role::kStore, 7, 0, nonce,
+                                           auth::ClientMac("right-token", *h, 7, 0, nonce)});
+    ASSERT_TRUE(auth::WriteFull(fd->get(), captured.data(), captured.size(), deadline).ok());
+    std::string accept(auth::kAcceptSize, '\0');
+    ASSERT_TRUE(auth::ReadFull(fd->get(), accept.data(), accept.size(), deadline).ok());
+    EXPECT_TRUE(auth::DecodeAccept(accept).ok());  // the genuine exchange succeeded
+  }
+  auto fd = net::ConnectWithRetry("127.0.0.1", port, deadline);
+  ASSERT_TRUE(fd.ok());
+  std::string hello(auth::kHelloSize, '\0');
+  ASSERT_TRUE(auth::ReadFull(fd->get(), hello.data(), hello.size(), deadline).ok());
+  auto second = auth::DecodeHello(hello, auth::Role::kStore);
+  ASSERT_TRUE(second.ok());
+  EXPECT_NE(second->nonce, first.nonce);
+  ASSERT_TRUE(auth::WriteFull(fd->get(), captured.data(), captured.size(), deadline).ok());
+  char byte;
+  EXPECT_FALSE(auth::ReadFull(fd->get(), &byte, 1, deadline).ok());  // closed, no Accept
+  // The store goes on serving its job.
+  auto good = bootstrap::TcpStoreClient::Connect("127.0.0.1", port, "right-token", 0, deadline);
+  ASSERT_TRUE(good.ok()) << good.status();
+  EXPECT_TRUE((*good)->Set("k", "v").ok());
+}
+
 TEST(Store, ClientNamesAnUnreachableServer) {
   int port = 0;
   {

@@ -200,7 +200,30 @@ TEST(Faults, StrangersAndGarbageAreRejectedAndTheJobCompletes) {
         std::string bogus(auth::kAuthSize, '\xff');
         ::send(fd, bogus.data(), bogus.size(), MSG_NOSIGNAL);
       });
-      // 5. Garbage at the rendezvous store.
+      // 5. A replay: an Auth made with the token for one connection's Hello, sent on another
+      // (whose Hello has a fresh nonce). Refused as not knowing the token.
+      std::string recorded;
+      Attack(*address, [&](int fd) {
+        std::string hello(auth::kHelloSize, '\0');
+        if (!auth::ReadFull(fd, hello.data(), hello.size(), absl::Now() + absl::Seconds(5)).ok()) {
+          return;
+        }
+        auto h = auth::DecodeHello(hello, auth::Role::kTransport);
+        if (!h.ok()) return;
+        const auth::Nonce nonce = *auth::NewNonce();
+        recorded = auth::EncodeAuth(auth::Auth{auth::Role::kTransport, 0, 9, nonce,
+                                               auth::ClientMac(token, *h, 0, 9, nonce)});
+      });
+      Attack(*address, [&](int fd) {
+        char hello[auth::kHelloSize];
+        if (!auth::ReadFull(fd, hello, sizeof(hello), absl::Now() + absl::Seconds(5)).ok()) return;
+        ::send(fd, recorded.data(), recorded.size(), MSG_NOSIGNAL);
+        char byte;
+        if (auth::ReadFull(fd, &byte, 1, absl::Now() + absl::Seconds(5)).ok()) {
+          std::printf("REPLAY ACCEPTED\n");
+        }
+      });
+      // 6. Garbage at the rendezvous store.
       Attack(absl::StrCat("127.0.0.1:", store_port), [](int fd) {
         const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
         ::send(fd, junk, sizeof(junk), MSG_NOSIGNAL);
@@ -222,6 +245,7 @@ TEST(Faults, StrangersAndGarbageAreRejectedAndTheJobCompletes) {
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
   EXPECT_FALSE(absl::StrContains(job.ranks[0].output, "WRONG TOKEN ACCEPTED"));
+  EXPECT_FALSE(absl::StrContains(job.ranks[0].output, "REPLAY ACCEPTED"));
   // Rank 1 logged each rejection.
   EXPECT_TRUE(absl::StrContains(job.ranks[1].output, "wrong job token")) << job.Summary();
   EXPECT_TRUE(absl::StrContains(job.ranks[1].output, "not a libddp peer")) << job.Summary();

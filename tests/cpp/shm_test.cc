@@ -3,6 +3,7 @@
 // shared-memory allreduce under more ranks than cores.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -155,6 +156,10 @@ TEST(ShmSegments, NamesOfDeadProcessesAreSweptAndNeverReused) {
 TEST(ShmSegments, OnlyHoldersOfTheJobTokenAttach) {
   auto seg = Segment::Create("the-right-token", 3, 7, 1 << 16);
   ASSERT_TRUE(seg.ok()) << seg.status();
+  // Readable and writable by its owner only.
+  struct stat st;
+  ASSERT_EQ(::stat(absl::StrCat(transport::shm::kDevShm, seg->name()).c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
   auto wrong = Segment::Attach(seg->name(), "the-wrong-token", 3, 7, 1 << 16);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kPermissionDenied) << wrong.status();
   EXPECT_TRUE(absl::StrContains(wrong.status().message(), "job token")) << wrong.status();
