@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
 .PHONY: all deps venv deploy-venv build demo demo-ps test test-full test-python test-deploy test-pip \
-  test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds bench install clean format
+  test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak bench install clean format
 
 all: build
 
@@ -145,6 +145,13 @@ fuzz: fuzz-build
 	    build-fuzz/tests/fuzz/corpus/$$h build-fuzz/tests/fuzz/artifacts/$$h/ \
 	    tests/fuzz/corpus/$$h || exit 1; \
 	done
+
+# A 4-rank training loop on the engine for SOAK_MINUTES (default 30), sampled from outside:
+# resident memory, fds, threads and /dev/shm must stay flat (tests/soak/soak.py; `make test`
+# runs 3 minutes of it in tests/python). Saves benchmarks/results/soak-<date>.{json,md,png}.
+SOAK_MINUTES ?= 30
+soak: build
+	$(VENV)/bin/python tests/soak/soak.py --minutes $(SOAK_MINUTES) --out benchmarks/results
 
 # Rewrites the seed corpora (tests/fuzz/corpus/) from libddp's encoders (tests/fuzz/make_seeds.cc).
 fuzz-seeds: fuzz-build

@@ -47,18 +47,18 @@ TEST(Security, TheTokenAppearsInNoLogErrorOrTimeline) {
   JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
     Engine& e = ctx.engine();
     std::vector<float> t(1000, 1.0f);
-    CHECK_OK(e.AllreduceAsync("layer", t.data(), t.data(), DataType::kFloat32, {1000},
-                              ReduceOp::kSum)
-                 .Wait());
+    CHECK_OK(
+        e.AllreduceAsync("layer", t.data(), t.data(), DataType::kFloat32, {1000}, ReduceOp::kSum)
+            .Wait());
     if (ctx.rank() == 2) {
       ctx.Abort(absl::CancelledError("loss became NaN"));
       return absl::CancelledError("aborted");
     }
     // Until rank 2's abort fails this rank's collectives.
     for (;;) {
-      absl::Status s = e.AllreduceAsync("layer", t.data(), t.data(), DataType::kFloat32, {1000},
-                                        ReduceOp::kSum)
-                           .Wait();
+      absl::Status s =
+          e.AllreduceAsync("layer", t.data(), t.data(), DataType::kFloat32, {1000}, ReduceOp::kSum)
+              .Wait();
       if (!s.ok()) return s;
     }
   });

@@ -10,7 +10,7 @@ trap 'rm -f "$log"' EXIT
 status=0
 "$harness" -max_total_time="$seconds" -timeout=25 -rss_limit_mb=2048 -max_len=65536 \
   -print_final_stats=1 -artifact_prefix="$artifacts" "$scratch" "$seeds" >"$log" 2>&1 || status=$?
-grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done [0-9]+ runs)" "$log" || true
+grep -a -E "^(stat::number_of_executed_units|stat::peak_rss_mb|Done [0-9]+ runs)" "$log" || true
 if [ "$status" -ne 0 ]; then
   tail -n 60 "$log"
   echo "$(basename "$harness"): FAILED (exit $status; the input is under $artifacts)" >&2
