@@ -38,10 +38,6 @@ static_assert(sizeof(RequestHeader) == 24 && sizeof(ResponseHeader) == 16);
 // stops mid-message.
 constexpr absl::Duration kIoSlack = absl::Seconds(30);
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
-// Connections served at once. A job needs one per rank (and a launcher's); past this, a flood of
-// connections (strangers that never finish a handshake) is refused at once rather than given a
-// thread each.
-constexpr size_t kMaxClients = 8192;
 
 // Whether the client closed its side (or the connection broke): a Get waiting for a key stops
 // waiting for a client that will never read the answer.
@@ -99,13 +95,8 @@ void TcpStoreServer::Stop() {
 
 void TcpStoreServer::AcceptLoop() {
   while (!stopping_.load()) {
-    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) continue;
-    if (fds[1].revents != 0) break;
-    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    // Join and close the connections served to the end (each would otherwise keep its thread's
-    // stack until the store stops).
+    // Join and close the connections served to the end: each would otherwise keep its thread's
+    // stack until the store stops.
     std::list<Client> finished;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -119,13 +110,14 @@ void TcpStoreServer::AcceptLoop() {
       c.thread.join();
       ::close(c.fd);
     }
+    pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
+    // Back to the top at least every 100 ms, to reap what finished meanwhile.
+    if (::poll(fds, 2, 100) <= 0) continue;
+    if (fds[1].revents != 0) break;
+    if ((fds[0].revents & POLLIN) == 0) continue;
+    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
     std::lock_guard<std::mutex> lock(mu_);
-    if (clients_.size() >= kMaxClients) {
-      DDP_LOG(kWarning, "rendezvous store: refused %s: %d connections open already",
-              net::PeerAddress(fd), clients_.size());
-      ::close(fd);
-      continue;
-    }
     Client& c = clients_.emplace_back();
     c.fd = fd;
     c.thread = std::thread([this, fd, client = &c] { Serve(fd, client); });
