@@ -24,13 +24,6 @@ namespace {
 constexpr int kWorkers = 3;
 constexpr int64_t kMaxPayload = 1 << 20;
 
-bool CarriesPayload(const ddp::ps::RequestHeader& h) {
-  using ddp::ps::Op;
-  const auto op = static_cast<Op>(h.op);
-  return op == Op::kPush || op == Op::kPushPull ||
-         (op == Op::kInit && (h.flags & ddp::ps::kInitHasValue) != 0);
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -52,6 +52,12 @@ absl::Status CheckRequest(const RequestHeader& h) {
   return absl::OkStatus();
 }
 
+bool CarriesPayload(const RequestHeader& h) {
+  const auto op = static_cast<Op>(h.op);
+  return op == Op::kPush || op == Op::kPushPull ||
+         (op == Op::kInit && (h.flags & kInitHasValue) != 0);
+}
+
 absl::Status CheckResponse(const ResponseHeader& h) {
   if (h.magic != kMagic) return absl::InternalError("not a parameter-server response");
   if (!Terminated(h.message, kMessageBytes)) {

@@ -88,6 +88,8 @@ struct ResponseHeader {
 // Validates what a peer sent: the magic, a known op, names terminated. Messages from peers are
 // untrusted bytes: nothing is assumed before this passes.
 absl::Status CheckRequest(const RequestHeader& header);
+// Whether a request's payload (header.bytes bytes) follows it: pushes, and inits with a value.
+bool CarriesPayload(const RequestHeader& header);
 absl::Status CheckResponse(const ResponseHeader& header);
 
 // The status a response carries, and back (the message truncated to fit).

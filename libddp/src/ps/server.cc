@@ -11,16 +11,6 @@
 
 namespace ddp::ps {
 
-namespace {
-
-bool CarriesPayload(const RequestHeader& h) {
-  const auto op = static_cast<Op>(h.op);
-  return op == Op::kPush || op == Op::kPushPull ||
-         (op == Op::kInit && (h.flags & kInitHasValue) != 0);
-}
-
-}  // namespace
-
 ServerLoop::ServerLoop(CoreConfig config, transport::Transport* transport, int local_worker)
     : core_(config),
       transport_(transport),
