@@ -1,9 +1,11 @@
 // Bootstrap layer: options from the environment, topology, the authenticated rendezvous store,
 // and the handshake and frame encodings every connection relies on.
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <limits>
 #include <thread>
@@ -275,6 +277,49 @@ TEST(Store, ClientNamesAnUnreachableServer) {
                                                    absl::Now() + absl::Milliseconds(300));
   ASSERT_FALSE(client.ok());
   EXPECT_TRUE(absl::StrContains(client.status().message(), "DDP_RENDEZVOUS"));
+}
+
+// A store that authenticates the client and then never answers (its host died without a reset,
+// as in tests/chaos): the client's request fails, naming the store, instead of waiting in recv(2)
+// for ever. It used to block on its (blocking) socket, and start-up hung past every timeout.
+TEST(Store, AStoreThatStopsAnsweringFailsTheRequestInsteadOfHanging) {
+  int port = 0;
+  auto listener = net::Listen("127.0.0.1", 0, &port);
+  ASSERT_TRUE(listener.ok());
+  std::atomic<bool> done{false};
+  std::thread mute([&] {
+    // The listener is non-blocking: wait for the client's connection before accepting it.
+    pollfd pfd{listener->get(), POLLIN, 0};
+    ASSERT_EQ(::poll(&pfd, 1, 10000), 1);
+    const int fd = ::accept(listener->get(), nullptr, nullptr);
+    ASSERT_GE(fd, 0);
+    auth::Auth client;
+    EXPECT_TRUE(auth::ServerHandshake(fd, "tok", auth::Role::kStore, -1,
+                                      absl::Now() + absl::Seconds(10), &client)
+                    .ok());
+    while (!done.load()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    ::close(fd);
+  });
+  auto client = bootstrap::TcpStoreClient::Connect("127.0.0.1", port, "tok", 3,
+                                                   absl::Now() + absl::Seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  std::atomic<bool> returned{false};
+  absl::StatusOr<std::string> got;
+  std::thread ask([&] {
+    got = (*client)->Get("rank/0", absl::Milliseconds(200));
+    returned = true;
+  });
+  for (int i = 0; i < 600 && !returned.load(); ++i) {  // 60 s: far past the request's deadline
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  const bool answered = returned.load();
+  done = true;
+  mute.join();  // closing the connection ends a request still waiting, before the assertion
+  ask.join();
+  ASSERT_TRUE(answered) << "the request still waits on a store that never answers";
+  ASSERT_FALSE(got.ok());
+  EXPECT_TRUE(absl::StrContains(got.status().message(), "rendezvous store at 127.0.0.1"))
+      << got.status();
 }
 
 TEST(Auth, EncodingsRoundTripAndRejectTampering) {

@@ -37,6 +37,10 @@ static_assert(sizeof(RequestHeader) == 24 && sizeof(ResponseHeader) == 16);
 // Requests are small and rare; a generous per-message deadline only guards against a peer that
 // stops mid-message.
 constexpr absl::Duration kIoSlack = absl::Seconds(30);
+// How long past a request's own timeout a client waits for the answer: a store that has not
+// answered by then is gone (its host died or was cut off), and start-up must end by
+// DDP_START_TIMEOUT_SECONDS plus this, not hang (found by tests/chaos).
+constexpr absl::Duration kReplySlack = absl::Seconds(5);
 constexpr absl::Duration kHandshakeTimeout = absl::Seconds(10);
 
 // Whether the client closed its side (or the connection broke): a Get waiting for a key stops
@@ -115,7 +119,9 @@ void TcpStoreServer::AcceptLoop() {
     if (::poll(fds, 2, 100) <= 0) continue;
     if (fds[1].revents != 0) break;
     if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    // Non-blocking, so that the handshake's and each request's deadlines hold (auth::ReadFull
+    // polls): a stranger that connects and says nothing is dropped after kHandshakeTimeout.
+    const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
     std::lock_guard<std::mutex> lock(mu_);
     Client& c = clients_.emplace_back();
@@ -221,7 +227,9 @@ absl::StatusOr<std::unique_ptr<TcpStoreClient>> TcpStoreClient::Connect(
                                  " (DDP_RENDEZVOUS_ADDR/PORT) is not reachable; is rank 0 or "
                                  "the launcher running?"));
   }
-  DDP_RETURN_IF_ERROR(net::SetNonBlocking(fd->get(), false));
+  // Non-blocking: every read and write here has a deadline (auth::ReadFull polls), and a blocking
+  // socket would wait in recv(2) for ever on a store whose host vanished without a reset.
+  DDP_RETURN_IF_ERROR(net::SetNonBlocking(fd->get(), true));
   DDP_RETURN_IF_ERROR(net::TuneStream(fd->get(), 0));
   auth::Hello hello;
   DDP_RETURN_IF_ERROR(
@@ -243,7 +251,7 @@ absl::StatusOr<std::string> TcpStoreClient::Call(uint8_t op, absl::string_view k
   req.key_len = static_cast<uint32_t>(key.size());
   req.value_len = value.size();
   req.arg = arg;
-  const absl::Time deadline = absl::Now() + timeout + kIoSlack;
+  const absl::Time deadline = absl::Now() + timeout + kReplySlack;
   std::string message(reinterpret_cast<const char*>(&req), sizeof(req));
   message.append(key.data(), key.size());
   message.append(value.data(), value.size());

@@ -5,7 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -171,6 +174,17 @@ absl::StatusOr<Nonce> NewNonce() {
   return nonce;
 }
 
+namespace {
+
+// poll(2)'s timeout for what is left of a deadline: -1 (none) for an infinite one, else at most
+// INT_MAX milliseconds, rounded up so the deadline has passed when it returns.
+int PollMillis(absl::Duration left) {
+  if (left == absl::InfiniteDuration()) return -1;
+  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, INT_MAX));
+}
+
+}  // namespace
+
 absl::Status ReadFull(int fd, void* data, size_t n, absl::Time deadline) {
   auto* p = static_cast<char*>(data);
   size_t done = 0;
@@ -186,7 +200,7 @@ absl::Status ReadFull(int fd, void* data, size_t n, absl::Time deadline) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("timed out reading");
     pollfd pfd{fd, POLLIN, 0};
-    ::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    ::poll(&pfd, 1, PollMillis(left));
   }
   return absl::OkStatus();
 }
@@ -205,7 +219,7 @@ absl::Status WriteFull(int fd, const void* data, size_t n, absl::Time deadline) 
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("timed out writing");
     pollfd pfd{fd, POLLOUT, 0};
-    ::poll(&pfd, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    ::poll(&pfd, 1, PollMillis(left));
   }
   return absl::OkStatus();
 }

@@ -66,7 +66,9 @@ absl::Status ServerHandshake(int fd, absl::string_view token, Role role, int32_t
 absl::Status ClientHandshake(int fd, absl::string_view token, Role role, int32_t client_rank,
                              uint16_t stream, absl::Time deadline, Hello* server);
 
-// Reads/writes exactly `n` bytes on a (blocking or non-blocking) socket, polling until deadline.
+// Reads/writes exactly `n` bytes, polling until `deadline` (InfiniteFuture(): none). The
+// deadline holds only on a non-blocking socket: on a blocking one recv/send itself may wait for
+// ever (a peer whose host vanished without a reset).
 absl::Status ReadFull(int fd, void* data, size_t n, absl::Time deadline);
 absl::Status WriteFull(int fd, const void* data, size_t n, absl::Time deadline);
 
