@@ -12,6 +12,7 @@
 #include "collectives/comm_ids.h"
 #include "collectives/communicator.h"
 #include "common/log.h"
+#include "common/report.h"
 #include "common/status.h"
 #include "engine/engine_impl.h"
 
@@ -143,8 +144,10 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options)
   absl::Status status = impl->Init();
   if (!status.ok()) {
     if (impl->job.transport) impl->job.transport->Shutdown().IgnoreError();
-    return Annotate(status,
-                    absl::StrCat("ddp init (rank ", options.rank, " of ", options.size, ")"));
+    status =
+        Annotate(status, absl::StrCat("ddp init (rank ", options.rank, " of ", options.size, ")"));
+    ReportFailure(status);
+    return status;
   }
   return std::unique_ptr<Context>(new Context(std::move(impl)));
 }

@@ -1,5 +1,6 @@
 // Errors, never hangs: dead and stopped ranks, strangers and garbage on the wire, ranks that
 // disagree, aborts. Each job runs as real processes; a job that outlives its hang limit fails.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,10 +17,13 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "bootstrap/tcp_store.h"
 #include "common/auth.h"
+#include "common/report.h"
 #include "common/socket.h"
 #include "ddp/context.h"
+#include "ddp/errors.h"
 #include "support/multiprocess.h"
 #include "transport/ofi/ofi_wire.h"
 #include "transport/tcp/frame.h"
@@ -144,6 +148,66 @@ TEST(Faults, StoppedRankTimesOutNamingIt) {
                 absl::StrContains(rr.status, "aborted"))
         << job.Summary();
   }
+}
+
+// Two hosts, rank 1 stopped: rank 0 waits on it over shared memory while the ranks of the other
+// host wait on rank 0 over TCP. Rank 0 is alive but blocked, and its TCP heartbeats say it waits
+// (its transports share that: core.h, WaitingGroup), so no one blames it for not taking part:
+// every survivor names rank 1 first, rank 0 at the timeout and the others through its abort.
+TEST(Faults, ARankBlockedOnItsHostIsNotBlamedByTheOtherHost) {
+  JobSpec spec;
+  spec.size = 4;
+  spec.hosts = {"hosta", "hosta", "hostb", "hostb"};
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "2"}};
+  spec.hang_limit = absl::Seconds(90);
+  JobResult job = RunWithRankOneStopped(spec, TempPath("blocked-pid"));
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 2, 3}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    ASSERT_TRUE(rr.status_reported) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "ddp.BlamedRanks='1")) << r << job.Summary();
+  }
+}
+
+// ddprun's report channel (common/report.h): every survivor writes one line to DDP_REPORT_FD
+// naming the killed rank first; the killed rank writes nothing.
+TEST(Faults, EverySurvivorReportsTheCulpritOnTheLaunchersPipe) {
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "30"},
+              {"DDP_TRANSPORT", "tcp"},
+              {"DDP_REPORT_FD", std::to_string(fds[1])}};
+  spec.hang_limit = absl::Seconds(90);
+  JobResult job = RunWithRankOneKilled(spec, 1 << 16);
+  ::close(fds[1]);
+  ASSERT_FALSE(job.hung) << job.Summary();
+  std::string all;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fds[0], buf, sizeof buf)) > 0;)
+    all.append(buf, static_cast<size_t>(n));
+  ::close(fds[0]);
+  std::vector<std::string> lines = absl::StrSplit(all, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 2u) << all;
+  for (const std::string& line : lines) {
+    EXPECT_TRUE(absl::StartsWith(line, "failure 1 ABORTED ")) << line;
+    EXPECT_TRUE(absl::StrContains(line, "rank 1")) << line;
+  }
+}
+
+TEST(Faults, AReportIsOneLineNamingTheBlamedRanks) {
+  const absl::Status status =
+      WithRanks(absl::AbortedError("rank 3 (h, 1.2.3.4:5):\n\tsilent  for 9s"), {3, 0});
+  EXPECT_EQ(FailureReportLine(status),
+            "failure 3,0 ABORTED rank 3 (h, 1.2.3.4:5): silent for 9s\n");
+  EXPECT_EQ(FailureReportLine(absl::UnavailableError("store gone")),
+            "failure - UNAVAILABLE store gone\n");
+  const std::string huge = FailureReportLine(absl::InternalError(std::string(10000, 'x')));
+  EXPECT_EQ(huge.size(), kMaxReportBytes);
+  EXPECT_EQ(huge.back(), '\n');
+  // Not started by a launcher: nothing is written, nothing fails.
+  ReportFailure(absl::AbortedError("no launcher"));
 }
 
 // Connects to `address` and lets `attack` do its worst; never blocks longer than a second.

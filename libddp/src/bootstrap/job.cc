@@ -84,7 +84,9 @@ class Assembler {
   std::unique_ptr<transport::tcp::TcpTransport> tcp_;
   std::unique_ptr<transport::ofi::OfiWire> ofi_;
   std::unique_ptr<transport::wire::Wire> mpi_wire_;
-  absl::Status shm_error_;    // PrepareShm failed (reported when connecting)
+  absl::Status shm_error_;  // PrepareShm failed (reported when connecting)
+  // Whether this rank waits on anyone, as every transport of it tells its peers (core.h).
+  transport::WaitingGroup waiting_ = std::make_shared<std::atomic<int>>(0);
   int ranks_on_machine_ = 1;  // of the job, sharing this machine's cores
 };
 
@@ -185,6 +187,7 @@ absl::StatusOr<std::string> Assembler::PrepareNet(const std::string& listen_ip) 
   config.streams = options_.tcp_streams;
   config.socket_buffer_bytes = options_.socket_buffer_bytes;
   config.timeout = options_.timeout;
+  config.waiting_group = waiting_;
   config.ranks_on_machine = ranks_on_machine_;
   DDP_ASSIGN_OR_RETURN(tcp_, transport::tcp::TcpTransport::Create(config));
   return tcp_->listen_address();
@@ -268,6 +271,7 @@ absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectShm(
   config.ranks = plan_.local_ranks;
   for (int r : plan_.local_ranks) config.hosts.push_back(job_.hosts[static_cast<size_t>(r)]);
   config.timeout = options_.timeout;
+  config.waiting_group = waiting_;
   config.inline_bytes = static_cast<size_t>(options_.wire_inline_bytes);
   config.kind = "shm";
   DDP_ASSIGN_OR_RETURN(auto t,
@@ -289,6 +293,7 @@ absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectNet(
   config.size = options_.size;
   config.hosts = job_.hosts;
   config.timeout = options_.timeout;
+  config.waiting_group = waiting_;
   config.inline_bytes = static_cast<size_t>(options_.wire_inline_bytes);
   std::unique_ptr<transport::wire::Wire> wire;
   if (ofi_ != nullptr) {

@@ -109,24 +109,31 @@ absl::Status ShmAllreduce::Check(int peer, absl::Time deadline, const char* what
   uint64_t words[2] = {c->call_descriptor[0].load(std::memory_order_acquire),
                        c->call_descriptor[1].load(std::memory_order_acquire)};
   const uint64_t v2 = c->call_seq.load(std::memory_order_acquire);
+  // The errors below blame the peer as data (ddp/errors.h), so that the abort this rank then
+  // sends, and the launcher's report (common/report.h), name it and not this rank.
+  const int peer_rank = domain_->config().ranks[static_cast<size_t>(peer)];
+  const int my_rank = domain_->config().ranks[static_cast<size_t>(domain_->local_rank())];
   if (v1 == v2 && (v1 & 1) == 0 && v1 == (uint64_t{call_seq_} + 1) << 1) {
     transport::Descriptor theirs;
     std::memcpy(theirs.bytes.data(), words, sizeof(words));
     if (!(theirs == call_)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ranks disagree: this rank runs ", Communicator::Describe(call_), " but ",
-                       domain_->PeerName(peer), " runs ", Communicator::Describe(theirs),
-                       " (every rank must make the same collective calls in the same "
-                       "order)"));
+      return WithRanks(
+          absl::InvalidArgumentError(absl::StrCat(
+              "ranks disagree: this rank runs ", Communicator::Describe(call_), " but ",
+              domain_->PeerName(peer), " runs ", Communicator::Describe(theirs),
+              " (every rank must make the same collective calls in the same order)")),
+          {peer_rank, my_rank});
     }
   }
   if (transport_.PeerLeft(peer) || !domain_->Alive(peer)) return Gone();
   if (absl::Now() > deadline) {
-    return absl::DeadlineExceededError(absl::StrCat(
-        "shared-memory allreduce: timed out after ",
-        absl::FormatDuration(domain_->config().timeout), " (DDP_TIMEOUT_SECONDS) waiting for ",
-        domain_->PeerName(peer), " to ", what, " step ", step,
-        "; it is alive but not taking part (busy elsewhere, stopped, or in a different call)"));
+    return WithRanks(
+        absl::DeadlineExceededError(absl::StrCat(
+            "shared-memory allreduce: timed out after ",
+            absl::FormatDuration(domain_->config().timeout), " (DDP_TIMEOUT_SECONDS) waiting for ",
+            domain_->PeerName(peer), " to ", what, " step ", step,
+            "; it is alive but not taking part (busy elsewhere, stopped, or in a different call)")),
+        {peer_rank});
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "collectives/collectives.h"
+#include "common/report.h"
 #include "common/status.h"
 #include "ddp/errors.h"
 #include "engine/engine_impl.h"
@@ -351,6 +352,7 @@ void EngineImpl::FailWorkNeeding(const std::vector<int>& gone) {
 void EngineImpl::FailEverything(const absl::Status& why) {
   // The engine is over: its error says so (ABORTED), unless it was shut down on purpose.
   const absl::Status status = BrokenForGood(why);
+  ReportFailure(status);  // a no-op when the transport has reported already
   std::vector<std::pair<std::shared_ptr<HandleState>, std::string>> to_fail;
   {
     std::lock_guard<std::mutex> lock(inbox_->mu);

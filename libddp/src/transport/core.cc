@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/log.h"
+#include "common/report.h"
 #include "ddp/errors.h"
 
 namespace ddp::transport {
@@ -177,6 +178,7 @@ bool PeerTransport::RecordFailure(const absl::Status& status) {
     failed_.store(true, std::memory_order_release);
   }
   DDP_LOG(kDebug, "%s transport failed: %s", config_.kind, status.ToString());
+  ReportFailure(BrokenForGood(status));  // to the launcher, if any (common/report.h)
   return true;
 }
 
@@ -297,6 +299,17 @@ absl::Status PeerTransport::LeftError(int peer) const {
 }
 
 // ---- liveness ---------------------------------------------------------------------------------
+
+PeerTransport::~PeerTransport() { WaitingInGroup(false); }
+
+bool PeerTransport::WaitingInGroup(bool here) {
+  if (config_.waiting_group == nullptr) return here;
+  if (here != published_waiting_) {
+    published_waiting_ = here;
+    config_.waiting_group->fetch_add(here ? 1 : -1, std::memory_order_acq_rel);
+  }
+  return here || config_.waiting_group->load(std::memory_order_acquire) > 0;
+}
 
 absl::Duration PeerTransport::heartbeat_interval() const {
   return std::clamp(config_.timeout / 5, absl::Milliseconds(50), absl::Seconds(5));

@@ -33,6 +33,13 @@
 
 namespace ddp::transport {
 
+// The transports of one rank (TCP between hosts, shared memory within one) each tell their
+// peers whether this rank waits on anyone. A rank blocked on a peer of its own host is waiting to
+// its peers on other hosts too, so that they blame the rank it waits on and not it (it is alive
+// and not taking part only in their transport's view). A counter of the group's transports that
+// wait, shared by the transports one job assembles; null: the transport is alone.
+using WaitingGroup = std::shared_ptr<std::atomic<int>>;
+
 struct CoreConfig {
   int rank = 0;
   int size = 1;
@@ -41,6 +48,7 @@ struct CoreConfig {
   std::vector<int> job_ranks;
   absl::Duration timeout = absl::Seconds(300);
   std::string kind;  // "tcp", "shm", "mpi", "ofi"
+  WaitingGroup waiting_group;
 };
 
 class PeerTransport : public Transport {
@@ -61,6 +69,7 @@ class PeerTransport : public Transport {
 
  protected:
   explicit PeerTransport(CoreConfig config);
+  ~PeerTransport() override;
 
   const CoreConfig& core_config() const { return config_; }
   int JobRank(int peer) const;
@@ -135,12 +144,16 @@ class PeerTransport : public Transport {
     live(peer).last_heard = live(peer).last_progress = now;
   }
   absl::Duration heartbeat_interval() const;
+  // Whether this rank waits on a peer, here (`here`) or in another transport of its group; what
+  // its heartbeats say. Publishes `here` to the group. Progress lock (or its only thread).
+  bool WaitingInGroup(bool here);
   // The first peer this rank waits on (`waiting_on(peer)`) that is to blame, failed by policy.
   // Returns whether one was.
   template <class WaitingOn>
   bool BlameLocked(absl::Time now, WaitingOn&& waiting_on);
 
  private:
+  bool published_waiting_ = false;  // counted in config_.waiting_group
   struct PeerInfo {
     std::atomic<PeerState> state{PeerState::kAlive};
     std::atomic<uint64_t> incarnation{0};

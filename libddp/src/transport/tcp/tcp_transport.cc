@@ -44,6 +44,7 @@ CoreConfig Core(const TcpConfig& c) {
   core.size = c.size;
   core.timeout = c.timeout;
   core.kind = "tcp";
+  core.waiting_group = c.waiting_group;
   return core;
 }
 
@@ -346,6 +347,7 @@ void TcpTransport::MarkBusy(int peer, absl::Time now) {
 void TcpTransport::SendHeartbeats(absl::Time now) {
   bool waiting = false;
   for (const auto& peer : peers_) waiting |= WaitingOn(*peer);
+  waiting = WaitingInGroup(waiting);
   for (int r = 0; r < config_.size; ++r) {
     Peer& peer = *peers_[static_cast<size_t>(r)];
     Stream* s = peer.streams.empty() ? nullptr : peer.streams[0];

@@ -44,6 +44,8 @@ struct TcpConfig {
   // Ranks of the job on this machine (0: count those with this rank's host name). More than its
   // cores, and waiting ranks spin less: the one they wait for may need the core.
   int ranks_on_machine = 0;
+  // Shared with the job's other transports (core.h).
+  WaitingGroup waiting_group;
   // A connection that has not authenticated within this is dropped.
   absl::Duration handshake_timeout = absl::Seconds(10);
 };

@@ -64,6 +64,7 @@ CoreConfig Core(const WireConfig& c) {
   core.job_ranks = c.ranks;
   core.timeout = c.timeout;
   core.kind = c.kind;
+  core.waiting_group = c.waiting_group;
   return core;
 }
 
@@ -534,9 +535,10 @@ bool WireTransport::AnyWaiting() const {
 }
 
 void WireTransport::SendHeartbeats(absl::Time now) {
+  const bool waiting = WaitingInGroup(AnyWaiting());  // published at once, sent below
   if (now - last_heartbeat_ < heartbeat_interval() || failed() || bye_sent_) return;
   last_heartbeat_ = now;
-  const uint8_t flags = AnyWaiting() ? kWaitingFlag : 0;
+  const uint8_t flags = waiting ? kWaitingFlag : 0;
   for (int r = 0; r < config_.size; ++r) {
     if (r == config_.rank || peer_state(r) != PeerState::kAlive) continue;
     PostControlLocked(r, Prefix(kHeartbeat, flags, kPrefix));

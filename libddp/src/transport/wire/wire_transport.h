@@ -46,6 +46,8 @@ struct WireConfig {
   size_t inline_bytes = 8192;
   // How the transport is named in errors: "mpi", "ofi", "shm".
   std::string kind = "wire";
+  // Shared with the job's other transports (core.h).
+  WaitingGroup waiting_group;
 };
 
 class WireTransport final : public PeerTransport {
