@@ -275,7 +275,11 @@ TEST(TcpRejoin, ARestartedRankTakesItsPlaceAgain) {
     }
     // Rank 1 fails, then comes back as its next incarnation.
     const absl::Time limit = absl::Now() + absl::Seconds(60);
-    while (t.peer_incarnation(1) == 0 && absl::Now() < limit) absl::SleepFor(absl::Milliseconds(5));
+    // The incarnation is counted before the handler hears of the revival (ReviveLocked, then
+    // Notify): wait for both, or a slow run (TSan) reads the count between the two.
+    while ((t.peer_incarnation(1) == 0 || revived.load() == 0) && absl::Now() < limit) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
     CHECK_OK(Expect(t.peer_incarnation(1) == 1, "rank 1 did not come back"));
     CHECK_OK(Expect(t.peer_state(1) == Transport::PeerState::kAlive, "rank 1 not alive again"));
     CHECK_OK(Expect(revived.load() == 1, absl::StrCat(revived.load(), " revival events")));
