@@ -225,6 +225,29 @@ def test_a_failing_rank_stops_the_others(ddprun, tmp_path):
     assert len(pids) == 3 and not any(map(alive, pids))
 
 
+def test_the_culprit_is_named_not_the_survivor_that_exits_first(ddprun, tmp_path):
+    # Rank 1 stops; ranks 0 and 2 time out on it and exit 1 first. Their libddp reports whom it
+    # blames on DDP_REPORT_FD, so ddprun names rank 1; the stopped rank is continued and ended.
+    done, seconds = ddprun("-np", 3, *child("""
+        import numpy as np
+        import ddp
+        ddp.init()
+        ready()
+        ddp.barrier()
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        ddp.allreduce(np.ones(4, dtype=np.float32), name="after")
+        sys.exit("an allreduce with a stopped rank succeeded")
+    """), tmp_path, env={"DDP_TIMEOUT_SECONDS": "2"})
+    assert seconds < QUICK
+    assert done.returncode == 1
+    said = [line for line in done.stderr.decode().splitlines() if line.startswith("ddprun")]
+    assert re.match(r"ddprun: rank 1 broke the job, as rank [02] reports: \S", said[0]), said
+    assert "rank 1 (" in said[0] and "DDP_TIMEOUT_SECONDS" in said[0], said
+    assert re.fullmatch(r"ddprun: rank [02] exited with status 1", said[1]), said
+    assert not any(map(alive, pids_in(done.stdout)))
+
+
 def test_a_rank_killed_by_a_signal_is_named(ddprun, tmp_path):
     done, seconds = ddprun("-np", 2, *child("""
         ready()

@@ -96,6 +96,23 @@ def test_a_rank_that_dies_on_another_host_stops_the_whole_job(cluster, ddp_env):
     assert took < 50  # not the 60 s the survivors would sleep
 
 
+def test_a_stopped_rank_on_another_host_is_named_as_the_culprit(cluster, ddp_env):
+    # The survivors time out on it and exit first; their libddp tells the launcher whom they
+    # blame (DDP_REPORT_FD, relayed by the agent), so ddprun names the stopped rank, not them.
+    a, b = cluster.addresses[:2]
+    done, took = ddprun(cluster, 0, "-np", 4, "-H", f"{a}:2,{b}:2", "--rsh", cluster.rsh,
+                        sys.executable, WORKER, "stop", 3,
+                        env={**ddp_env, "DDP_TIMEOUT_SECONDS": "3"}, timeout=90)
+    assert done.returncode == 1, done.stdout + done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("ddprun")]
+    assert re.fullmatch(rf"ddprun: rank 3 on host {b} broke the job, as rank \d reports: rank 3 "
+                        rf"\({b}, .*\): silent for .*", said[0]), said
+    assert re.fullmatch(r"ddprun: rank [0-2] on host [\d.]+ exited with status 1", said[1]), said
+    pids = [int(p) for p in re.findall(r" pid (\d+) ok$", done.stdout, re.M)]
+    assert len(pids) == 4 and gone(pids), done.stdout  # the stopped rank too (SIGCONT, SIGTERM)
+    assert took < 60
+
+
 def test_one_ddprun_per_node_as_torchrun(cluster, ddp_env):
     a = cluster.addresses[0]
     token = os.urandom(16).hex()  # in the environment: a scheduler's secret

@@ -39,8 +39,8 @@ _AGENT_GRACE_SECONDS = 3.0  # an agent gets its own ranks' grace, and this, befo
 
 # Inherited variables that would tell a rank it belongs to some other job.
 _SCRUBBED_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "DDP_LOCAL_", "DDP_CROSS_", "DDP_RENDEZVOUS_")
-_SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "DDP_REJOIN", "MPI_LOCALRANKID",
-                   "MPI_LOCALNRANKS"}
+_SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "DDP_REJOIN", "DDP_REPORT_FD",
+                   "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}
 
 
 def _number(minimum: float, strict: bool = False):
@@ -454,13 +454,20 @@ class _OutputPump(threading.Thread):
         self._open: dict[int, int] = {}  # unit -> how many of its pipes are still open
         self._closed = threading.Condition()
 
-    def add(self, unit: int, proc: subprocess.Popen, prefix: bytes, control=None) -> None:
-        """Only before start(). CONTROL(line) takes the control lines of its stderr."""
+    def add(self, unit: int, proc: subprocess.Popen, prefix: bytes, control=None,
+            report: tuple | None = None) -> None:
+        """Only before start(). CONTROL(line) takes the control lines of its stderr; REPORT, a
+        (pipe, handler) pair, the lines of its libddp report pipe (handler(line), never shown)."""
         for pipe, sink, ctl in ((proc.stdout, self._sinks[0], None),
                                 (proc.stderr, self._sinks[1], control)):
             self._selector.register(pipe, selectors.EVENT_READ, (unit, _Prefixer(prefix), sink,
                                                                  ctl))
         self._open[unit] = 2
+        if report is not None:
+            pipe, handler = report
+            self._selector.register(pipe, selectors.EVENT_READ, (unit, _Prefixer(b""), None,
+                                                                 handler))
+            self._open[unit] = 3
 
     def run(self) -> None:
         while self._selector.get_map():
@@ -468,11 +475,16 @@ class _OutputPump(threading.Thread):
                 unit, prefixer, sink, control = key.data
                 data = os.read(key.fd, 1 << 16)
                 lines = prefixer.feed(data) if data else prefixer.close()
-                if control is not None:
+                if sink is None:  # a report pipe: every line goes to its handler
+                    for line in lines:
+                        control(line)
+                    lines = []
+                elif control is not None:
                     for line in [line for line in lines if line.startswith(_CONTROL)]:
                         control(line)
                     lines = [line for line in lines if not line.startswith(_CONTROL)]
-                sink.write(lines)
+                if lines:
+                    sink.write(lines)
                 if not data:
                     self._selector.unregister(key.fileobj)
                     key.fileobj.close()
@@ -541,6 +553,9 @@ class _Job:
         self._remote = any(u.spec is not None for u in units)
         self._name = f"ddprun (on {host})" if agent else "ddprun"
         self.statuses: dict[int, int] = {}
+        # What each rank's libddp reported on its report pipe when its job broke
+        # (DDP_REPORT_FD, libddp's common/report.h): the ranks it blames, and why.
+        self.reports: dict[int, tuple[list[int], str]] = {}
         self._code: int | None = None  # set by the first failure or interruption: the cause
 
     def say(self, message: str) -> None:
@@ -587,7 +602,39 @@ class _Job:
             pass
         self._events.put(("stop", None, None))
 
+    def _report_line(self, rank: int, line: bytes) -> None:
+        """A line of RANK's report pipe: `failure RANKS|- CODE MESSAGE`. An agent passes it on."""
+        if self._agent:
+            self._err.write([_CONTROL + f"report {rank} ".encode() + line.rstrip(b"\r\n") +
+                             b"\n"])
+            return
+        words = line.decode(errors="replace").rstrip("\r\n").split(" ", 3)
+        if len(words) < 3 or words[0] != "failure" or rank in self.reports:
+            return
+        blamed = [int(r) for r in words[1].split(",") if r.isdigit()]
+        self.reports[rank] = (blamed, words[3] if len(words) > 3 else words[2])
+
+    def _culprit(self, rank: int) -> tuple[int, int, str] | None:
+        """The rank that RANK's report blames, if another; the rank that judged so (RANK, or the
+        last rank whose abort RANK's error passes on); and the words that blame it."""
+        blamed, message = self.reports.get(rank, ([], ""))
+        if not blamed or blamed[0] == rank:
+            return None
+        culprit = blamed[0]
+        # The innermost judgement: "rank C (host, address): why", else what follows the last
+        # abort passed on ("rank J (...): aborted the job: why"), else the whole message.
+        named = list(re.finditer(rf"rank {culprit} \([^)]*\): (?!aborted the job)", message))
+        aborted = list(re.finditer(r"rank (\d+) \([^)]*\): aborted the job: ", message))
+        cut = named[-1].start() if named else aborted[-1].end() if aborted else 0
+        judges = [m for m in aborted if m.end() <= cut]
+        return culprit, int(judges[-1].group(1)) if judges else rank, message[cut:]
+
     def _control(self, index: int, line: bytes) -> None:
+        if line.startswith(_CONTROL + b"report "):
+            rank, _, rest = line[len(_CONTROL) + 7:].partition(b" ")
+            if rank.isdigit():
+                self._report_line(int(rank), rest)
+            return
         words = line[len(_CONTROL):].split()
         if words == [b"started"]:
             self._events.put(("started", index, None))
@@ -599,12 +646,20 @@ class _Job:
             remote = unit.spec is not None
             # Standard input goes to rank 0 here; an agent's is the launcher's line to it.
             first = unit.ranks[0] == 0 and not remote and not self._agent
+            # A rank's libddp says on this pipe whom it blames when its job breaks.
+            report_r, report_w = (-1, -1) if remote else os.pipe()
             try:
                 unit.proc = subprocess.Popen(
-                    unit.argv, env=unit.env, start_new_session=True, bufsize=0,
+                    unit.argv, env=unit.env if remote else {**unit.env,
+                                                            "DDP_REPORT_FD": str(report_w)},
+                    start_new_session=True, bufsize=0,
                     stdin=subprocess.PIPE if remote else None if first else subprocess.DEVNULL,
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    pass_fds=() if remote else (report_w,))
             except OSError as e:
+                if not remote:
+                    os.close(report_r)
+                    os.close(report_w)
                 not_found = isinstance(e, FileNotFoundError)
                 why = "command not found" if not_found else e.strerror or str(e)
                 self.say(f"cannot start {unit.describe()}: {unit.argv[0]}: {why}")
@@ -619,9 +674,15 @@ class _Job:
                     unit.proc.stdin.flush()
                 except OSError:
                     pass  # it ended at once; its exit says why
+            report = None
+            if not remote:
+                os.close(report_w)
+                report = (os.fdopen(report_r, "rb", buffering=0),
+                          lambda line, r=unit.ranks[0]: self._report_line(r, line))
             self._alive.add(index)
             self._pump.add(index, unit.proc, unit.prefix,
-                           (lambda line, i=index: self._control(i, line)) if remote else None)
+                           (lambda line, i=index: self._control(i, line)) if remote else None,
+                           report)
             threading.Thread(target=lambda i=index, p=unit.proc: self._events.put(
                 ("exit", i, p.wait())), name=f"ddprun-wait-{index}", daemon=True).start()
 
@@ -640,6 +701,8 @@ class _Job:
                 continue
             try:
                 os.killpg(proc.pid, signum)
+                if signum != signal.SIGKILL:  # a stopped rank acts on it only once continued
+                    os.killpg(proc.pid, signal.SIGCONT)
             except (ProcessLookupError, PermissionError):
                 pass  # it has just exited
 
@@ -749,7 +812,17 @@ class _Job:
         self._code = 128 - status if status < 0 else status  # as a shell says
         if not self._agent:
             host = self._host_of.get(rank)
-            self.say(f"rank {rank}{f' on host {host}' if host else ''} {_describe(status)}")
+            culprit = self._culprit(rank)
+            reason = ""
+            if culprit is not None:  # a survivor: say first whom it blames
+                blamed, judge, why = culprit
+                where = self._host_of.get(blamed)
+                self.say(f"rank {blamed}{f' on host {where}' if where else ''} broke the job, "
+                         f"as rank {judge} reports: {why}")
+            elif rank in self.reports:  # no other rank to blame: why it failed, in one line
+                reason = f": {self.reports[rank][1]}"
+            self.say(f"rank {rank}{f' on host {host}' if host else ''} {_describe(status)}"
+                     f"{reason}")
             if self._running():
                 self.say(f"stopping the other {_ranks(self._running())}")
         return self._stop_all()

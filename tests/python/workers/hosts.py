@@ -1,8 +1,10 @@
 """A job across simulated hosts (tests/python/test_run_hosts.py): every rank checks the place
 ddprun (or mpirun) gave it against libddp's own view, that the job token is on no command line of the
-machine, and an allreduce across the hosts. `die R` makes rank R exit 3 once all are up."""
+machine, and an allreduce across the hosts. `die R` makes rank R exit 3 once all are up; `stop R`
+makes it stop itself (SIGSTOP) while the others allreduce, which fails naming it."""
 import os
 import pathlib
+import signal
 import socket
 import sys
 import time
@@ -62,6 +64,12 @@ def main():
             sys.exit(3)
         time.sleep(60)  # the launcher must stop us long before this
         sys.exit(f"rank {rank}: still running 60 s after rank {sys.argv[2]} died")
+    if sys.argv[1:2] == ["stop"]:
+        ddp.barrier()
+        if rank == int(sys.argv[2]):
+            os.kill(os.getpid(), signal.SIGSTOP)
+        ddp.allreduce(np.ones(4, dtype=np.float32), name="after")  # DDPError, naming the stopped
+        sys.exit(f"rank {rank}: an allreduce with a stopped rank succeeded")
     ddp.barrier()
 
 
