@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
 .PHONY: all deps venv deploy-venv build demo demo-ps test test-full test-python test-deploy test-pip \
-  test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak bench install clean format
+  test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench install clean format
 
 all: build
 
@@ -152,6 +152,14 @@ fuzz: fuzz-build
 SOAK_MINUTES ?= 30
 soak: build
 	$(VENV)/bin/python tests/soak/soak.py --minutes $(SOAK_MINUTES) --out benchmarks/results
+
+# CHAOS_TRIALS (default 100) trials of a 4-8 rank training job on 2-4 simulated hosts (network
+# namespaces; needs root), one random fault each: a rank killed or stopped, a link cut or
+# throttled, the rendezvous host killed during start-up (tests/chaos/chaos.py; `make test` runs 5
+# in tests/python). Saves benchmarks/results/chaos-<date>.{json,md}. About 20 minutes.
+CHAOS_TRIALS ?= 100
+chaos: build
+	$(VENV)/bin/python tests/chaos/chaos.py --trials $(CHAOS_TRIALS) --out benchmarks/results
 
 # Rewrites the seed corpora (tests/fuzz/corpus/) from libddp's encoders (tests/fuzz/make_seeds.cc).
 fuzz-seeds: fuzz-build
