@@ -143,9 +143,13 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options)
   impl->options = options;
   absl::Status status = impl->Init();
   if (!status.ok()) {
-    if (impl->job.transport) impl->job.transport->Shutdown().IgnoreError();
     status =
         Annotate(status, absl::StrCat("ddp init (rank ", options.rank, " of ", options.size, ")"));
+    if (impl->job.transport) {
+      // An abort, with the reason: a goodbye would tell the peers this rank left on purpose.
+      impl->job.transport->Abort(status);
+      impl->job.transport->Shutdown().IgnoreError();
+    }
     ReportFailure(status);
     return status;
   }

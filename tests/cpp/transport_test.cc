@@ -16,11 +16,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "bootstrap/job.h"
+#include "common/socket.h"
 #include "common/status.h"
 #include "ddp/errors.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
 #include "transport/ofi/ofi_wire.h"
+#include "transport/tcp/tcp_transport.h"
 
 namespace ddp::testing {
 namespace {
@@ -233,6 +235,50 @@ TEST(TcpStreams, EverythingSentBeforeAGoodbyeArrives) {
   });
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// A rank still joining the job tells its peers that it waits. Rank 1 cannot reach rank 0 (its
+// address leads to a listener that never answers: a host that died as the ranks met); rank 2
+// has joined and waits on rank 1. Rank 2 must not blame rank 1 as "alive but has not taken part"
+// after the timeout, but hear rank 1's abort when its connection times out, which blames rank 0
+// (tests/chaos: the rendezvous host dying while the ranks meet had the joined ranks blame a rank
+// that was itself waiting on that host).
+TEST(TcpJoin, ARankStillJoiningIsWaitingAndItsFailureBlamesWhomItWaitedFor) {
+  std::vector<std::unique_ptr<transport::tcp::TcpTransport>> t;
+  for (int r = 0; r < 3; ++r) {
+    transport::tcp::TcpConfig config;
+    config.rank = r;
+    config.size = 3;
+    config.token = "join-token";
+    config.timeout = absl::Seconds(2);
+    auto created = transport::tcp::TcpTransport::Create(config);
+    ASSERT_TRUE(created.ok()) << created.status();
+    t.push_back(*std::move(created));
+  }
+  int silent_port = 0;
+  auto silent = net::Listen("127.0.0.1", 0, &silent_port);  // accepts in the kernel, never answers
+  ASSERT_TRUE(silent.ok()) << silent.status();
+  const std::vector<std::string> addresses = {t[0]->listen_address(), t[1]->listen_address(),
+                                              t[2]->listen_address()};
+  std::vector<std::string> seen_by_1 = addresses;
+  seen_by_1[0] = absl::StrCat("127.0.0.1:", silent_port);
+  const std::vector<std::string> hosts = {"h", "h", "h"};
+  // Rank 2 dials ranks 0 and 1, whose listeners answer: it has joined.
+  ASSERT_TRUE(t[2]->ConnectAll(addresses, hosts, absl::Now() + absl::Seconds(30)).ok());
+  int32_t got = -1;
+  transport::RequestPtr recv = t[2]->Irecv(1, 7, Descriptor{}, &got, sizeof got);
+  // Rank 1 dials rank 0 in vain, past rank 2's timeout but within three (the limit for two ranks
+  // that both wait).
+  const absl::Status joined =
+      t[1]->ConnectAll(seen_by_1, hosts, absl::Now() + absl::Milliseconds(3500));
+  ASSERT_FALSE(joined.ok());
+  EXPECT_EQ(BlamedRanks(joined), std::vector<int>{0}) << joined;
+  const absl::Status heard = t[2]->Wait(recv.get());
+  ASSERT_FALSE(heard.ok());
+  EXPECT_TRUE(absl::StrContains(heard.message(), "rank 1")) << heard;
+  EXPECT_TRUE(absl::StrContains(heard.message(), "aborted the job")) << heard;
+  EXPECT_FALSE(absl::StrContains(heard.message(), "has not taken part")) << heard;
+  EXPECT_EQ(BlamedRanks(heard), std::vector<int>{0}) << heard;
 }
 
 // A failed rank's new process takes its place (TcpTransport::Rejoin, DDP_REJOIN=1): the others,

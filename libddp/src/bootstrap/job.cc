@@ -60,6 +60,8 @@ class Assembler {
       : options_(*options), backend_slots_(backend_slots) {}
 
   absl::StatusOr<Job> Run(Options* options);
+  // After Run failed: aborts, with the reason, what it left connected.
+  void Abandon(const absl::Status& why);
 
  private:
   // This rank's end of the network transport (DDP_TRANSPORT); returns the address that the
@@ -236,7 +238,14 @@ absl::Status Assembler::Connect(const std::vector<std::string>& addresses,
     job_.transport = std::move(local);  // one host: shared memory carries everything
     return absl::OkStatus();
   }
-  DDP_ASSIGN_OR_RETURN(std::unique_ptr<transport::Transport> net, ConnectNet(addresses));
+  absl::StatusOr<std::unique_ptr<transport::Transport>> connected = ConnectNet(addresses);
+  if (!connected.ok()) {
+    // The local ranks hear why, and whom it blames, instead of a goodbye (a clean departure,
+    // which they would blame on this rank).
+    if (local != nullptr) local->Abort(connected.status());
+    return connected.status();
+  }
+  std::unique_ptr<transport::Transport> net = *std::move(connected);
   if (local == nullptr) {
     job_.transport = std::move(net);
     return absl::OkStatus();
@@ -336,7 +345,15 @@ std::string HostName(const Options& options) {
 
 absl::StatusOr<Job> AssembleJob(Options* options, int backend_slots) {
   Assembler assembler(options, backend_slots);
-  return assembler.Run(options);
+  absl::StatusOr<Job> job = assembler.Run(options);
+  if (!job.ok()) assembler.Abandon(job.status());
+  return job;
+}
+
+void Assembler::Abandon(const absl::Status& why) {
+  // Peers that already reached this rank's listener hear why it gives up, and whom it blames,
+  // rather than a closed connection they would blame on it.
+  if (tcp_ != nullptr) tcp_->Abort(why);
 }
 
 }  // namespace ddp::bootstrap

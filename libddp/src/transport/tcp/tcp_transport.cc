@@ -345,7 +345,15 @@ void TcpTransport::MarkBusy(int peer, absl::Time now) {
 }
 
 void TcpTransport::SendHeartbeats(absl::Time now) {
+  // A rank still joining the job (at the store, connecting its other transports, dialling)
+  // waits on the others: its peers that have joined must not blame it as alive but not taking
+  // part, but the rank it waits for, whose failure its own error will then name (tests/chaos:
+  // the rendezvous host dying while ranks meet).
   bool waiting = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting = !connected_;
+  }
   for (const auto& peer : peers_) waiting |= WaitingOn(*peer);
   waiting = WaitingInGroup(waiting);
   for (int r = 0; r < config_.size; ++r) {
