@@ -18,7 +18,9 @@ Each trial is judged on five counts, all of which must hold:
 - blames:  every error a surviving rank reports names the culprit as its first blamed rank: the
            faulty rank; for a link, a rank across the cut (a survivor on the cut-off host names
            one outside it, one outside names one on it); for the rendezvous host, one of its ranks
-           or its address. An error naming nobody, or anyone else, is a wrong blame;
+           or its address. An error naming nobody, or anyone else, is a wrong blame, except
+           one that names a rank for closing its connection after a launcher began stopping
+           its ranks (that rank did die, by the launcher's hand): counted as "after teardown";
 - launcher: its exit status is non-zero and the first rank its own messages name is the culprit
            (by the same rule, the reporting rank's side of a cut taken from its message);
 - shm:     no libddp segment (/dev/shm/ddp-*) is left that was not there before;
@@ -300,9 +302,16 @@ class Trial:
                 "orphans": orphans, "stacks": self.stacks}
 
     def _judge(self, launchers, before) -> dict:
-        errors, wrong = [], []
+        errors, wrong, teardown = [], [], []
+        # Once a launcher stops its ranks (the job has failed, its culprit named), a survivor
+        # elsewhere may see one of them close its connections before its own launcher stops it:
+        # such an error names a rank that did just die, by the launcher's hand. It is counted
+        # apart (after_teardown), not as a wrong blame.
+        stops = [t for lau in launchers for t, line in lau.err.lines
+                 if line.startswith("ddprun") and "stopping the other" in line]
+        teardown_at = min(stops) if stops else float("inf")
         for lau in launchers:
-            for _, line in lau.out.lines:
+            for at, line in lau.out.lines:
                 m = re.search(r"CHAOS ERROR (-?\d+) (\S+) (.*)", line)
                 if not m:
                     continue
@@ -312,7 +321,10 @@ class Trial:
                 if self.fault in ("kill", "stop") and reporter == self.victim_rank:
                     continue  # the culprit's own error (a stopped rank resumed): not a survivor's
                 if not self.right_blame(reporter, blamed, m.group(3)):
-                    wrong.append(line)
+                    if at > teardown_at and "closed the connection unexpectedly" in line:
+                        teardown.append(line)
+                    else:
+                        wrong.append(line)
         launcher_ok, launcher_says = True, []
         for lau in launchers:
             if self.fault == "rendezvous" and lau.host == 0:
@@ -330,7 +342,8 @@ class Trial:
                 or (self.fault == "rendezvous" and netsim.SUBNET + ".1:" in text))
             launcher_ok &= ok
         leaked = sorted(ddp_segments() - before)
-        return {"errors": errors, "wrong_blames": wrong, "launcher_ok": launcher_ok,
+        return {"errors": errors, "wrong_blames": wrong, "after_teardown": teardown,
+                "launcher_ok": launcher_ok,
                 "launcher_says": launcher_says,
                 "exit_codes": [lau.proc.returncode for lau in launchers], "shm_left": leaked}
 
@@ -359,8 +372,9 @@ def passed(r: dict) -> list[str]:
 
 def table(records: list[dict], args) -> str:
     rows = ["| fault | trials | passed | ended (median / max s after the fault) | limit s | "
-            "wrong blames | launcher named the culprit | /dev/shm left | orphans |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "wrong blames | after teardown | launcher named the culprit | /dev/shm left | "
+            "orphans |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for fault in (*FAULTS, "all"):
         rs = [r for r in records if fault in ("all", r["fault"])]
         if not rs:
@@ -372,6 +386,7 @@ def table(records: list[dict], args) -> str:
             f"{statistics.median(ends):.1f} / {max(ends):.1f} | "
             f"{' or '.join(f'{x:g}' for x in limits)} | "
             f"{sum(len(r['wrong_blames']) for r in rs)} of {sum(len(r['errors']) for r in rs)} "
+            f"| {sum(len(r.get('after_teardown', [])) for r in rs)} "
             f"| {sum(r['launcher_ok'] for r in rs)} of {len(rs)} | "
             f"{sum(len(r['shm_left']) for r in rs)} | {sum(len(r['orphans']) for r in rs)} |")
     return "\n".join(rows)

@@ -21,6 +21,7 @@
 #include "ddp/errors.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
+#include "transport/liveness.h"
 #include "transport/ofi/ofi_wire.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -235,6 +236,29 @@ TEST(TcpStreams, EverythingSentBeforeAGoodbyeArrives) {
   });
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// The blame rule (liveness.h), case by case: silent, not taking part, cut off by its network,
+// blocked behind someone else.
+TEST(Liveness, EachStallIsBlamedForWhatItIs) {
+  const absl::Duration t = absl::Seconds(8);
+  const absl::Duration s = absl::Seconds(1);
+  EXPECT_EQ(transport::Blame(s, s, false, t), "");
+  EXPECT_TRUE(absl::StrContains(transport::Blame(absl::Seconds(9), absl::Seconds(9), true, t),
+                                "not even a heartbeat"));
+  EXPECT_TRUE(
+      absl::StrContains(transport::Blame(s, absl::Seconds(9), false, t), "has not taken part"));
+  // Both wait: a cycle, or blocked behind another rank, named after three timeouts...
+  EXPECT_EQ(transport::Blame(s, absl::Seconds(9), true, t), "");
+  EXPECT_TRUE(absl::StrContains(transport::Blame(s, absl::Seconds(25), true, t), "both wait"));
+  // ...unless the network to it loses what is sent: then after one, saying so.
+  const std::string cut =
+      transport::Blame(s, absl::Seconds(9), true, t, "3 segments unacknowledged");
+  EXPECT_TRUE(absl::StrContains(cut, "network to it fails (3 segments unacknowledged)")) << cut;
+  EXPECT_EQ(transport::Blame(s, absl::Seconds(7), true, t, "3 segments unacknowledged"), "");
+  // A silent peer is silent, whatever its network.
+  EXPECT_TRUE(absl::StrContains(
+      transport::Blame(absl::Seconds(9), absl::Seconds(9), true, t, "lossy"), "not even"));
 }
 
 // A rank still joining the job tells its peers that it waits. Rank 1 cannot reach rank 0 (its

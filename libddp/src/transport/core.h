@@ -137,6 +137,7 @@ class PeerTransport : public Transport {
     absl::Time last_heard = absl::InfinitePast();     // anything at all, heartbeats included
     absl::Time last_progress = absl::InfinitePast();  // data moved, or a wait on it started
     bool remote_waiting = false;  // its last heartbeat said it waits on someone itself
+    bool remote_sending = false;  // its last heartbeat said it has data for this rank on the way
   };
   Liveness& live(int peer) { return live_[static_cast<size_t>(peer)]; }
   void Heard(int peer, absl::Time now) { live(peer).last_heard = now; }
@@ -150,7 +151,13 @@ class PeerTransport : public Transport {
   // The first peer this rank waits on (`waiting_on(peer)`) that is to blame, failed by policy.
   // Returns whether one was.
   template <class WaitingOn>
-  bool BlameLocked(absl::Time now, WaitingOn&& waiting_on);
+  bool BlameLocked(absl::Time now, WaitingOn&& waiting_on) {
+    return BlameLocked(now, waiting_on, [](int) { return std::string(); });
+  }
+  // As above; `network(peer)` says what is wrong with the network path to a peer that has been
+  // stalled for a timeout ("" when nothing: liveness.h). Asked only then.
+  template <class WaitingOn, class Network>
+  bool BlameLocked(absl::Time now, WaitingOn&& waiting_on, Network&& network);
 
  private:
   bool published_waiting_ = false;  // counted in config_.waiting_group
@@ -200,13 +207,15 @@ void PeerTransport::PeerLeftLocked(int peer, absl::string_view notice, Matcher<E
   }
 }
 
-template <class WaitingOn>
-bool PeerTransport::BlameLocked(absl::Time now, WaitingOn&& waiting_on) {
+template <class WaitingOn, class Network>
+bool PeerTransport::BlameLocked(absl::Time now, WaitingOn&& waiting_on, Network&& network) {
   for (int r = 0; r < config_.size; ++r) {
     if (r == config_.rank || peer_state(r) != PeerState::kAlive || !waiting_on(r)) continue;
     const Liveness& p = live(r);
-    const std::string blame = Blame(now - std::max(p.last_heard, p.last_progress),
-                                    now - p.last_progress, p.remote_waiting, config_.timeout);
+    const absl::Duration stalled = now - p.last_progress;
+    const std::string trouble = stalled > config_.timeout ? network(r) : std::string();
+    const std::string blame = Blame(now - std::max(p.last_heard, p.last_progress), stalled,
+                                    p.remote_waiting, config_.timeout, trouble);
     if (!blame.empty()) {
       PeerFailedLocked(r, PeerError(r, absl::StatusCode::kDeadlineExceeded, blame));
       return true;

@@ -19,10 +19,13 @@ inline constexpr uint8_t kFrameVersion = 2;
 inline constexpr uint64_t kMaxFrameBytes = uint64_t{1} << 40;
 
 // kHeartbeat proves the sender's process is alive; its `reserved` field carries kWaitingFlag
-// when the sender is itself blocked waiting on some peer (so it is not the one to blame). kAbort
+// when the sender is itself blocked waiting on some peer (so it is not the one to blame), and
+// kSendingFlag when it has data for the receiver still on the way (queued, or in its kernel not
+// yet acknowledged: if nothing arrives, the network between them fails). kAbort
 // and kBye carry a notice: the ranks the abort blames, the ranks gone before the goodbye.
 enum class FrameType : uint8_t { kData = 1, kBye = 2, kAbort = 3, kHeartbeat = 4 };
 inline constexpr uint16_t kWaitingFlag = 1;
+inline constexpr uint16_t kSendingFlag = 2;
 
 struct FrameHeader {
   uint32_t magic = kFrameMagic;

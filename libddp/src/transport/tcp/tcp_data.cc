@@ -252,6 +252,7 @@ absl::Status TcpTransport::OnHeader(Stream* s, const FrameHeader& h) {
       return absl::OkStatus();
     case FrameType::kHeartbeat:
       live(s->peer).remote_waiting = (h.reserved & kWaitingFlag) != 0;
+      live(s->peer).remote_sending = (h.reserved & kSendingFlag) != 0;
       return absl::OkStatus();
     case FrameType::kData:
       live(s->peer).last_progress = absl::Now();

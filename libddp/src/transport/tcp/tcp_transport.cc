@@ -1,9 +1,13 @@
 // TcpTransport: construction, the progress loop, waiting, failures and goodbyes.
 #include "transport/tcp/tcp_transport.h"
 
+#include <linux/sockios.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,6 +41,10 @@ constexpr absl::Duration kSpinOversubscribed = absl::Milliseconds(1);
 // long, so that a loop of short collectives never has it wake up for their events.
 constexpr absl::Duration kLinger = absl::Milliseconds(1);
 constexpr absl::Duration kFlushOnShutdown = absl::Seconds(10);
+// After a failure only the abort notices are worth the wait, and a peer whose link cannot take
+// them in this long learns by its own timeout (tests/chaos: a throttled link kept a failed rank
+// from exiting for another timeout).
+constexpr absl::Duration kFlushAfterFailure = absl::Seconds(2);
 
 CoreConfig Core(const TcpConfig& c) {
   CoreConfig core;
@@ -245,7 +253,8 @@ void TcpTransport::Run() {
       if (!said_bye) {
         said_bye = true;
         if (!failed()) SendControlFrames(FrameType::kBye, ByeNotice(), -1);
-        flush_deadline = absl::Now() + std::min(kFlushOnShutdown, config_.timeout);
+        flush_deadline = absl::Now() + std::min(failed() ? kFlushAfterFailure : kFlushOnShutdown,
+                                                config_.timeout);
       }
       if (!SendsPending() || absl::Now() > flush_deadline) break;
     }
@@ -340,6 +349,69 @@ bool TcpTransport::WaitingOn(const Peer& p) const {
   return false;
 }
 
+bool TcpTransport::SendingTo(const Peer& p) const {
+  for (const Stream* s : p.streams) {
+    if (s == nullptr || s->state != StreamState::kOpen) continue;
+    for (const SendOp& op : s->sendq) {
+      if (op.request) return true;  // data (a control frame has no request)
+    }
+    // Bytes in the kernel not yet acknowledged (the heartbeats' own are acknowledged at once
+    // on a working network).
+    int queued = 0;
+    if (::ioctl(s->fd.get(), SIOCOUTQ, &queued) == 0 && queued > 0) return true;
+  }
+  return false;
+}
+
+std::string TcpTransport::NetworkTrouble(int peer) {
+  const Peer& p = *peers_[static_cast<size_t>(peer)];
+  // It says it has data for this rank on the way, and none arrives (unless this rank holds its
+  // streams back itself: a paused stream waits for a receive to be posted).
+  const bool held_back = std::any_of(p.streams.begin(), p.streams.end(),
+                                     [](const Stream* s) { return s != nullptr && s->paused; });
+  if (live(peer).remote_sending && !held_back) {
+    return "it has data for this rank on the way, by its heartbeats, and none arrives";
+  }
+  for (const Stream* s : p.streams) {
+    if (s == nullptr || s->state != StreamState::kOpen) continue;
+    tcp_info info{};
+    socklen_t len = sizeof info;
+    if (::getsockopt(s->fd.get(), IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;
+    // Unacknowledged segments are the sign: a stopped or busy peer's kernel still acknowledges
+    // what arrives (a full receive buffer closes the window instead), so data stays unacknowledged
+    // only when the path loses it.
+    if (info.tcpi_unacked == 0) continue;
+    const absl::Duration since_ack = absl::Milliseconds(info.tcpi_last_ack_recv);
+    if (info.tcpi_retransmits == 0 && info.tcpi_backoff == 0 && since_ack <= config_.timeout) {
+      continue;
+    }
+    return absl::StrCat(info.tcpi_unacked, " segments unacknowledged, ", info.tcpi_total_retrans,
+                        " retransmitted, the last acknowledgement ",
+                        absl::FormatDuration(since_ack), " ago");
+  }
+  return "";
+}
+
+bool TcpTransport::BlameCutOffLocked(absl::Time now) {
+  absl::Duration stalled = absl::ZeroDuration();
+  for (int r = 0; r < config_.size; ++r) {
+    if (r == config_.rank || peer_state(r) != PeerState::kAlive) continue;
+    if (WaitingOn(*peers_[static_cast<size_t>(r)])) {
+      stalled = std::max(stalled, now - live(r).last_progress);
+    }
+  }
+  if (stalled <= config_.timeout) return false;
+  for (int r = 0; r < config_.size; ++r) {
+    if (r == config_.rank || peer_state(r) != PeerState::kAlive) continue;
+    const std::string trouble = NetworkTrouble(r);
+    if (trouble.empty()) continue;
+    PeerFailedLocked(r, PeerError(r, absl::StatusCode::kDeadlineExceeded,
+                                  CutOffBlame(stalled, trouble, config_.timeout)));
+    return true;
+  }
+  return false;
+}
+
 void TcpTransport::MarkBusy(int peer, absl::Time now) {
   if (!WaitingOn(*peers_[static_cast<size_t>(peer)])) live(peer).last_progress = now;
 }
@@ -366,7 +438,8 @@ void TcpTransport::SendHeartbeats(absl::Time now) {
     SendOp op;
     FrameHeader h;
     h.type = FrameType::kHeartbeat;
-    h.reserved = waiting ? kWaitingFlag : 0;
+    h.reserved =
+        static_cast<uint16_t>((waiting ? kWaitingFlag : 0) | (SendingTo(peer) ? kSendingFlag : 0));
     EncodeFrameHeader(h, op.header);
     s->sendq.push_back(std::move(op));
     peer.last_sent = now;
@@ -433,9 +506,12 @@ void TcpTransport::CheckDeadlines(absl::Time now) {
   if (failed()) return;
   SendHeartbeats(now);
   // Peers this rank waits on: see the blame rule (liveness.h).
-  if (BlameLocked(now, [this](int r) { return WaitingOn(*peers_[static_cast<size_t>(r)]); })) {
+  if (BlameLocked(
+          now, [this](int r) { return WaitingOn(*peers_[static_cast<size_t>(r)]); },
+          [this](int r) { return NetworkTrouble(r); })) {
     return;
   }
+  if (BlameCutOffLocked(now)) return;
   // Forget closed handshake-only streams.
   streams_.erase(std::remove_if(streams_.begin(), streams_.end(),
                                 [](const std::unique_ptr<Stream>& s) {

@@ -162,6 +162,17 @@ class TcpTransport final : public PeerTransport {
   void CloseStreams(absl::Time deadline);
   void MarkBusy(int peer, absl::Time now);
   bool WaitingOn(const Peer& p) const;
+  // What is wrong with the network to a peer: it says it has data for this rank on the way
+  // (kSendingFlag) and none arrives, or (TCP_INFO) what this rank sent it is not acknowledged
+  // while the kernel retransmits it or hears no acknowledgement for a timeout; "" if nothing.
+  std::string NetworkTrouble(int peer);
+  // Whether this rank has data for the peer on the way: queued, or in the kernel unacknowledged
+  // (its heartbeats' kSendingFlag).
+  bool SendingTo(const Peer& p) const;
+  // When this rank has waited a timeout without progress, a peer the network to which fails is
+  // to blame, waited on or not: what this rank sent it is stuck in the network (so no longer
+  // waited on), and the ranks this rank waits on wait behind that peer. Returns whether one was.
+  bool BlameCutOffLocked(absl::Time now);
   void SendHeartbeats(absl::Time now);
 
   const TcpConfig config_;
