@@ -17,8 +17,10 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "ddp/context.h"
+#include "ddp/errors.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
+#include "transport/shm/domain.h"
 #include "transport/shm/segment.h"
 
 namespace ddp::testing {
@@ -186,6 +188,64 @@ TEST(ShmSegments, AFullDevShmIsAClearErrorAtStartup) {
   EXPECT_EQ(seg.status().code(), absl::StatusCode::kResourceExhausted) << seg.status();
   EXPECT_TRUE(absl::StrContains(seg.status().message(), "/dev/shm")) << seg.status();
   EXPECT_TRUE(NewNames(before).empty());
+}
+
+// Start-up over shared memory names who kept it from finishing. Local ranks 4, 5 and 6: 5 gives up
+// joining (its store died, blaming rank 0), and 4, waiting for it to map 4's segment, fails at
+// once with 5's reason and blame, not after the start timeout blaming no one (tests/chaos: the
+// rendezvous host dying as the ranks met).
+std::vector<std::shared_ptr<transport::shm::ShmDomain>> Domains(int n) {
+  std::vector<std::shared_ptr<transport::shm::ShmDomain>> d;
+  for (int i = 0; i < n; ++i) {
+    transport::shm::ShmConfig config;
+    config.local_rank = i;
+    config.local_size = n;
+    config.ranks = {4, 5, 6};
+    config.ranks.resize(static_cast<size_t>(n));
+    config.hosts.assign(static_cast<size_t>(n), "h");
+    config.token = "join-token";
+    auto created = transport::shm::ShmDomain::Create(config);
+    EXPECT_TRUE(created.ok()) << created.status();
+    if (created.ok()) d.push_back(*std::move(created));
+  }
+  return d;
+}
+
+TEST(ShmJoin, APeerThatGivesUpIsNamedAtOnceWithItsReason) {
+  Segment::Sweep();
+  const std::set<std::string> before = OurNames();
+  {
+    auto d = Domains(2);
+    ASSERT_EQ(d.size(), 2u);
+    d[1]->Abandon(WithRanks(
+        absl::UnavailableError("the rendezvous store at 10.0.0.1:29500 stopped answering"), {0}));
+    const absl::Status s = d[0]->Connect({d[0]->name(), d[1]->name()}, absl::InfiniteFuture());
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(absl::StrContains(s.message(),
+                                  "rank 5 (h, shm): gave up joining: the rendezvous "
+                                  "store at 10.0.0.1:29500 stopped answering"))
+        << s;
+    EXPECT_EQ(BlamedRanks(s), std::vector<int>{0}) << s;
+  }
+  EXPECT_TRUE(NewNames(before).empty());
+}
+
+// Rank 6 never maps anything (stuck before it could): at the start timeout, ranks 4 and 5, which
+// mapped each other's segments, name rank 6 and only rank 6.
+TEST(ShmJoin, TheTimeoutNamesThePeersThatDidNotAttach) {
+  auto d = Domains(3);
+  ASSERT_EQ(d.size(), 3u);
+  const std::vector<std::string> names = {d[0]->name(), d[1]->name(), d[2]->name()};
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  absl::Status other;
+  std::thread five([&] { other = d[1]->Connect(names, deadline); });
+  const absl::Status four = d[0]->Connect(names, deadline);
+  five.join();
+  for (const absl::Status& s : {four, other}) {
+    ASSERT_FALSE(s.ok());
+    EXPECT_TRUE(absl::StrContains(s.message(), "(not rank 6 (h, shm))")) << s;
+    EXPECT_EQ(BlamedRanks(s), std::vector<int>{6}) << s;
+  }
 }
 
 // Four ranks sharing two cores (and eight in the conformance suite): waits must sleep, not spin,

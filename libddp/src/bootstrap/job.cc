@@ -352,8 +352,11 @@ absl::StatusOr<Job> AssembleJob(Options* options, int backend_slots) {
 
 void Assembler::Abandon(const absl::Status& why) {
   // Peers that already reached this rank's listener hear why it gives up, and whom it blames,
-  // rather than a closed connection they would blame on it.
+  // rather than a closed connection (or, over shared memory, a start timeout) they would blame
+  // on it.
   if (tcp_ != nullptr) tcp_->Abort(why);
+  // Local peers waiting for this rank to map their segments learn why it will not.
+  if (job_.shm != nullptr) job_.shm->Abandon(why);
 }
 
 }  // namespace ddp::bootstrap

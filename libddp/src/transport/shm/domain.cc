@@ -7,12 +7,16 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <ctime>
+#include <iterator>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/crypto.h"
+#include "common/status.h"
+#include "ddp/errors.h"
 
 namespace ddp::transport::shm {
 namespace {
@@ -86,21 +90,80 @@ absl::Status ShmDomain::Connect(const std::vector<std::string>& names, absl::Tim
                                config_.ranks[static_cast<size_t>(p)], layout_, bytes_);
     if (!seg.ok()) return seg.status();
     peers_[static_cast<size_t>(p)] = std::move(*seg);
+    if (config_.local_rank < 64) {
+      peers_[static_cast<size_t>(p)].header()->attached_by.fetch_or(
+          uint64_t{1} << config_.local_rank, std::memory_order_acq_rel);
+    }
     bases_[static_cast<size_t>(p)] = peers_[static_cast<size_t>(p)].base();
     pids_[static_cast<size_t>(p)] = peers_[static_cast<size_t>(p)].header()->creator_pid;
   }
   // Every peer maps this segment right after reading its name; then nobody needs the name.
-  while (own_.header()->attached.load() < static_cast<uint32_t>(n - 1)) {
+  for (int round = 0; own_.header()->attached.load() < static_cast<uint32_t>(n - 1); ++round) {
+    if (round % 50 == 0) {  // every 10 ms: a peer that gave up, or died, ends the wait now
+      for (int p = 0; p < n; ++p) {
+        if (p == config_.local_rank) continue;
+        DDP_RETURN_IF_ERROR(GaveUp(p));
+        if (!Alive(p)) {
+          return WithRanks(absl::UnavailableError(absl::StrCat(
+                               "shared memory: ", PeerName(p),
+                               " exited before joining (it mapped no segment of this rank's)")),
+                           {config_.ranks[static_cast<size_t>(p)]});
+        }
+      }
+    }
     if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("shared memory: only ", own_.header()->attached.load(), " of the ", n - 1,
-                       " other ranks on this host attached to ", kDevShm, own_.name(),
-                       " within the start timeout"));
+      // Name the peers that did not attach (those past the mask's 64 cannot be told apart).
+      const uint64_t by = own_.header()->attached_by.load(std::memory_order_acquire);
+      std::vector<int> missing;
+      std::string absent;
+      for (int p = 0; p < std::min(n, 64); ++p) {
+        if (p == config_.local_rank || (by >> p & 1) != 0) continue;
+        missing.push_back(config_.ranks[static_cast<size_t>(p)]);
+        absl::StrAppend(&absent, absent.empty() ? "" : ", ", PeerName(p));
+      }
+      return WithRanks(absl::DeadlineExceededError(absl::StrCat(
+                           "shared memory: only ", own_.header()->attached.load(), " of the ",
+                           n - 1, " other ranks on this host attached to ", kDevShm, own_.name(),
+                           " within the start timeout",
+                           absent.empty() ? "" : absl::StrCat(" (not ", absent, ")"),
+                           "; are they running, or stuck before ddp.init() finished?")),
+                       missing);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
   own_.Unlink();
   return absl::OkStatus();
+}
+
+void ShmDomain::Abandon(const absl::Status& why) {
+  SegmentHeader* h = own_.base() == nullptr ? nullptr : own_.header();
+  if (h == nullptr || why.ok() || h->abandoned.load(std::memory_order_acquire) != 0) return;
+  const std::vector<int> ranks = BlamedRanks(why);
+  const size_t count = std::min(ranks.size(), std::size(h->blamed));
+  for (size_t i = 0; i < count; ++i) h->blamed[i] = ranks[i];
+  h->blamed_count = static_cast<int32_t>(count);
+  const absl::string_view text = why.message();
+  const size_t len = std::min(text.size(), sizeof(h->why) - 1);
+  std::memcpy(h->why, text.data(), len);
+  h->why[len] = '\0';
+  h->abandoned.store(1, std::memory_order_release);
+}
+
+absl::Status ShmDomain::GaveUp(int p) const {
+  const Segment& seg = peers_[static_cast<size_t>(p)];
+  if (seg.base() == nullptr) return absl::OkStatus();
+  const SegmentHeader* h = seg.header();
+  if (h->abandoned.load(std::memory_order_acquire) == 0) return absl::OkStatus();
+  const std::string why(h->why, strnlen(h->why, sizeof(h->why)));
+  std::vector<int> ranks;
+  const int count = std::clamp(h->blamed_count, 0, static_cast<int32_t>(std::size(h->blamed)));
+  for (int i = 0; i < count; ++i) {
+    if (h->blamed[i] >= 0) ranks.push_back(h->blamed[i]);
+  }
+  const int rank = config_.ranks[static_cast<size_t>(p)];
+  if (ranks.empty()) ranks.push_back(rank);
+  return WithRanks(absl::AbortedError(absl::StrCat(PeerName(p), ": gave up joining: ", why)),
+                   ranks);
 }
 
 bool ShmDomain::Alive(int local) const {

@@ -82,7 +82,12 @@ class ShmDomain {
   const std::string& name() const { return own_.name(); }
   // Maps the peers' segments (names by local index) and waits until all have mapped this one,
   // then unlinks its name: from then on nothing is left in /dev/shm, whatever happens.
+  // Fails early, naming the peer, when a peer whose segment it mapped gives up joining (with
+  // that peer's reason and blame) or its process exits.
   absl::Status Connect(const std::vector<std::string>& names, absl::Time deadline);
+  // This rank gives up joining (its start-up failed): marks its segment with why, so that the
+  // local peers waiting for it to attach fail at once blaming whom it blames, not it.
+  void Abandon(const absl::Status& why);
 
   const ShmConfig& config() const { return config_; }
   int local_rank() const { return config_.local_rank; }
@@ -108,6 +113,8 @@ class ShmDomain {
 
  private:
   explicit ShmDomain(ShmConfig config);
+  // Local peer `p`'s mark on its segment, as an error blaming whom it blames; OK if none.
+  absl::Status GaveUp(int p) const;
   size_t RingOffset(int from) const;
   size_t AreaOffset(int area) const;
 

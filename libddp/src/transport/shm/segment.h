@@ -39,6 +39,14 @@ struct SegmentHeader {
   uint64_t bytes = 0;
   uint8_t mac[32] = {};
   alignas(64) std::atomic<uint32_t> attached{0};  // local peers that have mapped it
+  std::atomic<uint64_t> attached_by{0};           // which: a bit per local index below 64
+  // Set (last, release) by the creator that gives up joining before every peer attached
+  // (ShmDomain::Abandon): why, and the ranks it blames, for the local peers still waiting on it.
+  // Untrusted when read: the count is clamped and the text bounded by its buffer.
+  std::atomic<uint32_t> abandoned{0};
+  int32_t blamed_count = 0;
+  int32_t blamed[8] = {};
+  char why[448] = {};
 };
 
 class Segment {
