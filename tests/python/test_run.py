@@ -263,6 +263,35 @@ def test_a_rank_killed_by_a_signal_is_named(ddprun, tmp_path):
     assert not any(map(alive, pids_in(done.stdout)))
 
 
+def test_a_killed_ranks_shared_memory_is_removed_and_a_live_ones_kept(ddprun, tmp_path):
+    # Rank 0 makes a segment named as libddp names its own (segment.cc), then is killed, as a
+    # rank killed during start-up, before its local peers attached, would be. The launcher
+    # removes it; a segment of a process still alive (this test's) stays.
+    live = pathlib.Path(f"/dev/shm/ddp-{os.getuid()}-{os.stat('/proc/self/ns/pid').st_ino}-"
+                        f"{os.getpid()}-0-feedfacecafebeef")
+    live.write_bytes(b"")
+    try:
+        done, seconds = ddprun("-np", 2, *child("""
+            ready()
+            if rank == 0:
+                ns = os.stat("/proc/self/ns/pid").st_ino
+                start = open(f"/proc/{os.getpid()}/stat").read().rsplit(")", 1)[1].split()[19]
+                name = f"/dev/shm/ddp-{os.getuid()}-{ns}-{os.getpid()}-{start}-0123456789abcdef"
+                pathlib.Path(name).write_bytes(b"")
+                print("segment", name, flush=True)
+                wait_for_peers()
+                os.kill(os.getpid(), signal.SIGKILL)
+            time.sleep(60)
+        """), tmp_path)
+        assert done.returncode == 128 + 9, done.stderr
+        made = re.findall(rb"^\[0\] segment (\S+)$", done.stdout, re.M)
+        assert made, done.stdout
+        assert not os.path.exists(made[0].decode())
+        assert live.exists()
+    finally:
+        live.unlink(missing_ok=True)
+
+
 def test_a_rank_that_ignores_sigterm_is_killed_after_the_grace_period(ddprun, tmp_path):
     done, seconds = ddprun("-np", 2, *child("""
         if rank == 1:

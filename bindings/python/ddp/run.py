@@ -261,6 +261,53 @@ def server_command() -> list[str]:
     return [sys.executable, "-m", "ddp.ps.server"]
 
 
+def _start_time(pid: int) -> int:
+    """The kernel's start time of a process (field 22 of /proc/PID/stat), 0 if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def sweep_shm(shm_dir: str = "/dev/shm") -> list[str]:
+    """Removes the shared-memory segments of this user's libddp processes that are gone, as
+    libddp does when it creates one (segment.cc, Sweep): a rank killed before its local peers
+    attached (SIGKILL, or SIGTERM during start-up, which no library can catch) leaves its
+    segment, named /dev/shm/ddp-UID-PIDNS-PID-START-NONCE. The launcher and each agent sweep
+    after every rank of theirs that exits, so a failed job leaves nothing for the next one to
+    find. Returns the names removed."""
+    try:
+        prefix = f"ddp-{os.getuid()}-{os.stat('/proc/self/ns/pid').st_ino}-"
+        names = os.listdir(shm_dir)
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        if not name.startswith(prefix):
+            continue
+        parts = name[len(prefix):].split("-")
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue
+        pid, start = int(parts[0]), int(parts[1])
+        try:
+            os.kill(pid, 0)
+            now_start = _start_time(pid)
+            gone = start != 0 and now_start != 0 and now_start != start
+        except ProcessLookupError:
+            gone = True
+        except PermissionError:
+            gone = False
+        if gone:
+            try:
+                os.unlink(os.path.join(shm_dir, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed
+
+
 def _command(args: argparse.Namespace, rank: int) -> list[str]:
     return args.command if rank < args.workers else server_command()
 
@@ -727,6 +774,7 @@ class _Job:
                 self._events.put(("gone", first, second))
             elif kind == "exit":
                 self._alive.discard(first)
+                sweep_shm()  # what a rank killed during start-up left in /dev/shm
                 rank = self._units[first].ranks[0]
                 if second != 0 or self._agent:  # its last words before what is said of it
                     self._pump.wait_closed(first, _LAST_WORDS_SECONDS)
