@@ -8,7 +8,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,10 +23,12 @@
 #include "common/status.h"
 #include "ddp/errors.h"
 #include "support/check.h"
+#include "support/fake_wire.h"
 #include "support/multiprocess.h"
 #include "transport/liveness.h"
 #include "transport/ofi/ofi_wire.h"
 #include "transport/tcp/tcp_transport.h"
+#include "transport/wire/wire_transport.h"
 
 namespace ddp::testing {
 namespace {
@@ -303,6 +308,52 @@ TEST(TcpJoin, ARankStillJoiningIsWaitingAndItsFailureBlamesWhomItWaitedFor) {
   EXPECT_TRUE(absl::StrContains(heard.message(), "aborted the job")) << heard;
   EXPECT_FALSE(absl::StrContains(heard.message(), "has not taken part")) << heard;
   EXPECT_EQ(BlamedRanks(heard), std::vector<int>{0}) << heard;
+}
+
+// A peer of a wire transport (MPI, libfabric, shm) whose control messages run ahead of its own
+// sequence beyond any sender's window, by number or by bytes held, fails, named, instead of
+// growing the map of early messages without bound.
+absl::Status EarlyFlood(const std::vector<std::pair<uint64_t, size_t>>& messages) {
+  std::deque<transport::wire::Event> arriving;
+  for (const auto& [seq, bytes] : messages) {
+    transport::wire::Event e;
+    e.kind = transport::wire::Event::Kind::kControl;
+    e.peer = 1;
+    e.payload.assign(16 + bytes, '\0');
+    e.payload[0] = 1;  // a message header, never handled: it waits for sequence 0
+    std::memcpy(e.payload.data() + 8, &seq, 8);
+    arriving.push_back(std::move(e));
+  }
+  auto fake = std::make_unique<FakeWire>(std::move(arriving));
+  FakeWire* wire = fake.get();
+  transport::wire::WireConfig config;
+  config.rank = 0;
+  config.size = 2;
+  config.kind = "fake";
+  config.timeout = absl::Seconds(30);
+  auto t = transport::wire::WireTransport::Create(config, std::move(fake));
+  if (!t.ok()) return t.status();
+  (*t)->SetPeerFailurePolicy(Transport::PeerFailurePolicy::kIsolatePeer);
+  const absl::Time limit = absl::Now() + absl::Seconds(20);
+  while (!wire->Drained() && absl::Now() < limit) absl::SleepFor(absl::Milliseconds(1));
+  absl::SleepFor(absl::Milliseconds(50));  // what the last poll took is handled
+  absl::Status error = (*t)->peer_error(1);
+  (*t)->Abort(absl::CancelledError("done"));
+  return error;
+}
+
+TEST(WireEarly, APeerFarAheadOfItsSequenceFails) {
+  const absl::Status within = EarlyFlood({{5, 0}, {3, 0}, {uint64_t{1} << 16, 0}});
+  EXPECT_TRUE(within.ok()) << within;
+  const absl::Status ahead = EarlyFlood({{(uint64_t{1} << 16) + 1, 0}});
+  EXPECT_EQ(BlamedRanks(ahead), std::vector<int>{1}) << ahead;
+  EXPECT_TRUE(absl::StrContains(ahead.message(), "out of order beyond any sender's window"))
+      << ahead;
+  std::vector<std::pair<uint64_t, size_t>> heavy;
+  for (uint64_t seq = 1; seq <= 70; ++seq) heavy.emplace_back(seq, size_t{1} << 20);
+  const absl::Status held = EarlyFlood(heavy);
+  EXPECT_EQ(BlamedRanks(held), std::vector<int>{1}) << held;
+  EXPECT_TRUE(absl::StrContains(held.message(), "while this rank expects 0")) << held;
 }
 
 // A failed rank's new process takes its place (TcpTransport::Rejoin, DDP_REJOIN=1): the others,

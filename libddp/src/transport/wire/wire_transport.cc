@@ -28,6 +28,12 @@ constexpr size_t kPrefix = 16;
 constexpr size_t kMessageHeader = kPrefix + 8 + 16 + 8 + 8;
 // How many polls a settling wire gets to hand over what it already holds.
 constexpr int kSettlePolls = 64;
+// Control messages overtake one another only on a wire without ordering (libfabric RDM), and
+// only by what their sender has in flight at once. A peer this far ahead of its own sequence,
+// or whose early messages hold this much, is broken or hostile: it fails instead of growing the
+// map without bound.
+constexpr uint64_t kMaxEarlyAhead = uint64_t{1} << 16;
+constexpr size_t kMaxEarlyBytes = size_t{64} << 20;
 
 void Put64(std::string& s, size_t at, uint64_t v) { std::memcpy(s.data() + at, &v, 8); }
 uint64_t Get64(const std::string& s, size_t at) {
@@ -451,13 +457,25 @@ void WireTransport::HandleControl(int peer, std::string payload) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   const uint64_t seq = Get64(payload, 8);
   if (seq != p.expected_seq) {
-    if (seq > p.expected_seq) p.early.emplace(seq, std::move(payload));
+    if (seq < p.expected_seq) return;  // a duplicate of one handled already
+    if (seq - p.expected_seq > kMaxEarlyAhead || p.early_bytes + payload.size() > kMaxEarlyBytes) {
+      PeerFailedLocked(peer, PeerError(peer, absl::StatusCode::kDataLoss,
+                                       absl::StrCat("sent control message ", seq,
+                                                    " while this rank expects ", p.expected_seq,
+                                                    ", with ", p.early.size(), " (", p.early_bytes,
+                                                    " bytes) ahead of it already: out of order "
+                                                    "beyond any sender's window")));
+      return;
+    }
+    const size_t bytes = payload.size();
+    if (p.early.emplace(seq, std::move(payload)).second) p.early_bytes += bytes;
     return;
   }
   HandleInOrder(peer, payload);
   ++p.expected_seq;
   for (auto it = p.early.begin(); it != p.early.end() && it->first == p.expected_seq;
        it = p.early.erase(it)) {
+    p.early_bytes -= it->second.size();
     HandleInOrder(peer, it->second);
     ++p.expected_seq;
   }

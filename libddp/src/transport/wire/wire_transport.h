@@ -103,6 +103,7 @@ class WireTransport final : public PeerTransport {
     uint64_t next_control_seq = 0;          // to send
     uint64_t expected_seq = 0;              // to receive
     std::map<uint64_t, std::string> early;  // control messages that overtook others
+    size_t early_bytes = 0;                 // what `early` holds (bounded: kMaxEarlyBytes)
     uint64_t next_data_tag = 1;
     std::map<uint64_t, uint64_t> awaiting_cts;  // first data tag -> token of the send
     Matcher<Header> matcher;
