@@ -264,7 +264,8 @@ def test_a_rank_killed_by_a_signal_is_named(ddprun, tmp_path):
 
 
 def test_a_killed_ranks_shared_memory_is_removed_and_a_live_ones_kept(ddprun, tmp_path):
-    # Rank 0 makes a segment named as libddp names its own (segment.cc), then is killed, as a
+    # Rank 0 makes a segment named as libddp names its own (segment.cc), and a libfabric shm
+    # region named as ofi_plugin.cc names them, then is killed, as a
     # rank killed during start-up, before its local peers attached, would be. The launcher
     # removes it; a segment of a process still alive (this test's) stays.
     live = pathlib.Path(f"/dev/shm/ddp-{os.getuid()}-{os.stat('/proc/self/ns/pid').st_ino}-"
@@ -279,14 +280,18 @@ def test_a_killed_ranks_shared_memory_is_removed_and_a_live_ones_kept(ddprun, tm
                 name = f"/dev/shm/ddp-{os.getuid()}-{ns}-{os.getpid()}-{start}-0123456789abcdef"
                 pathlib.Path(name).write_bytes(b"")
                 print("segment", name, flush=True)
+                region = f"/dev/shm/ddp-ofi-{os.getpid()}-00000000000000cc"
+                pathlib.Path(region).write_bytes(b"")
+                print("segment", region, flush=True)
                 wait_for_peers()
                 os.kill(os.getpid(), signal.SIGKILL)
             time.sleep(60)
         """), tmp_path)
         assert done.returncode == 128 + 9, done.stderr
         made = re.findall(rb"^\[0\] segment (\S+)$", done.stdout, re.M)
-        assert made, done.stdout
-        assert not os.path.exists(made[0].decode())
+        assert len(made) == 2, done.stdout
+        for name in made:
+            assert not os.path.exists(name.decode()), name
         assert live.exists()
     finally:
         live.unlink(missing_ok=True)

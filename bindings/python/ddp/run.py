@@ -271,11 +271,15 @@ def _start_time(pid: int) -> int:
         return 0
 
 
+_OFI_REGION_PREFIX = "ddp-ofi-"
+
+
 def sweep_shm(shm_dir: str = "/dev/shm") -> list[str]:
     """Removes the shared-memory segments of this user's libddp processes that are gone, as
     libddp does when it creates one (segment.cc, Sweep): a rank killed before its local peers
     attached (SIGKILL, or SIGTERM during start-up, which no library can catch) leaves its
-    segment, named /dev/shm/ddp-UID-PIDNS-PID-START-NONCE. The launcher and each agent sweep
+    segment, named /dev/shm/ddp-UID-PIDNS-PID-START-NONCE; a rank on libfabric's shm provider
+    leaves its region, ddp-ofi-PID-RANDOM (ofi_plugin.cc). The launcher and each agent sweep
     after every rank of theirs that exits, so a failed job leaves nothing for the next one to
     find. Returns the names removed."""
     try:
@@ -285,12 +289,18 @@ def sweep_shm(shm_dir: str = "/dev/shm") -> list[str]:
         return []
     removed = []
     for name in names:
-        if not name.startswith(prefix):
+        if name.startswith(_OFI_REGION_PREFIX):  # libfabric's shm provider, ofi_plugin.cc
+            parts = name[len(_OFI_REGION_PREFIX):].split("-")
+            if len(parts) != 2 or not parts[0].isdigit():
+                continue
+            pid, start = int(parts[0]), 0
+        elif name.startswith(prefix):
+            parts = name[len(prefix):].split("-")
+            if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+                continue
+            pid, start = int(parts[0]), int(parts[1])
+        else:
             continue
-        parts = name[len(prefix):].split("-")
-        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
-            continue
-        pid, start = int(parts[0]), int(parts[1])
         try:
             os.kill(pid, 0)
             now_start = _start_time(pid)
