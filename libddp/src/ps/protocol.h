@@ -45,6 +45,9 @@ struct PartitionConfig {
   uint8_t nesterov = 0;
   uint8_t pad0 = 0;
   int32_t staleness = -1;
+  // Explicit, so that it is zero: an implicit hole here sent 4 bytes of the worker's stack to
+  // the server with every init (and made tests/fuzz/make_seeds.cc's seeds differ run to run).
+  uint32_t pad1 = 0;
   uint64_t count = 0;  // elements of this partition
   char optimizer[kOptimizerNameBytes] = {};
   double learning_rate = 0;
