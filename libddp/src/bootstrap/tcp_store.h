@@ -20,6 +20,27 @@ namespace ddp::bootstrap {
 inline constexpr size_t kMaxStoreKeyBytes = 4096;
 inline constexpr size_t kMaxStoreValueBytes = 64 << 20;
 
+// The store's keys and values, and the request protocol that reads and writes them over an
+// authenticated connection: what TcpStoreServer serves on each client's thread, apart from
+// sockets, threads and handshakes (so that tests/fuzz/fuzz_store.cc drives it directly).
+class StoreTable {
+ public:
+  // Answers requests on `fd` until the client leaves (UNAVAILABLE), a request is malformed, or
+  // Stop() is called.
+  absl::Status Serve(int fd);
+  // Ends every Get still waiting, and Serve loops at their next request.
+  void Stop();
+  bool stopping() const { return stopping_.load(); }
+
+ private:
+  absl::Status HandleRequest(int fd);
+
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<std::string, std::string, std::less<>> data_;
+};
+
 class TcpStoreServer {
  public:
   // Listens on ip:port (port 0 picks one; see port()).
@@ -34,7 +55,6 @@ class TcpStoreServer {
   void AcceptLoop();
   struct Client;
   void Serve(int fd, Client* self);
-  absl::Status HandleRequest(int fd);
 
   net::Fd listener_;
   int port_;
@@ -43,9 +63,8 @@ class TcpStoreServer {
   std::atomic<bool> stopping_{false};
   std::thread accept_thread_;
 
+  StoreTable table_;
   std::mutex mu_;
-  std::condition_variable changed_;
-  std::map<std::string, std::string, std::less<>> data_;
   // One per connection being served; a finished one is joined and closed by the next accept.
   struct Client {
     std::thread thread;
