@@ -122,12 +122,14 @@ asan: deps
 # The libFuzzer harnesses (tests/fuzz): a build of their own (clang, ASan and UBSan, coverage for
 # libFuzzer in libddp; no test suite), so that the coverage instrumentation never slows the ASan
 # build's multi-process tests. `fuzz-smoke` (in `make test`) runs each for FUZZ_SMOKE_SECONDS
-# from the committed seeds; `fuzz` runs each for FUZZ_MINUTES, one after the other, keeping what
-# earlier runs found (build-fuzz/tests/fuzz/corpus/); a finding stops it, the input saved under
-# build-fuzz/tests/fuzz/artifacts/. Both print each harness's executions.
+# from the committed seeds; `fuzz` runs each for FUZZ_MINUTES (0: no limit) or until it has run
+# FUZZ_RUNS inputs (e.g. 10000000; default no limit), one after the other (FUZZ_HARNESSES picks),
+# keeping what earlier runs found (build-fuzz/tests/fuzz/corpus/); a finding stops it, the input
+# saved under build-fuzz/tests/fuzz/artifacts/. Both print each harness's executions.
 FUZZ_SMOKE_SECONDS ?= 30
 FUZZ_MINUTES ?= 10
-FUZZ_HARNESSES = frame handshake negotiation options ps store wire shm_segment
+FUZZ_RUNS ?= -1
+FUZZ_HARNESSES ?= frame handshake negotiation options ps store wire shm_segment
 fuzz-build: deps
 	cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDDP_WERROR=ON -DDDP_FUZZ=ON \
@@ -143,7 +145,7 @@ fuzz: fuzz-build
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  tests/fuzz/run_fuzzer.sh build-fuzz/bin/fuzz_$$h $$(($(FUZZ_MINUTES) * 60)) \
 	    build-fuzz/tests/fuzz/corpus/$$h build-fuzz/tests/fuzz/artifacts/$$h/ \
-	    tests/fuzz/corpus/$$h || exit 1; \
+	    tests/fuzz/corpus/$$h $(FUZZ_RUNS) || exit 1; \
 	done
 
 # A 4-rank training loop on the engine for SOAK_MINUTES (default 30), sampled from outside:

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/auth.h"
 #include "ddp/types.h"
 #include "engine/message.h"
@@ -154,8 +155,10 @@ void Ps() {
 }
 
 void Store() {
-  // First byte even: the harness shakes hands first. Requests: u8 op, 3 pad, u32 key length,
-  // u64 value length, u64 arg; then key and value.
+  // fuzz_store.cc sends one input in 64, by its hash, end to end through a real server (first
+  // byte odd: as a stranger, else after a handshake), the rest straight to a table; the first
+  // byte is not a request. Requests: u8 op, 3 pad, u32 key length, u64 value length, u64 arg;
+  // then key and value.
   auto req = [](uint8_t op, const std::string& key, const std::string& value, uint64_t arg) {
     std::string r(24, '\0');
     r[0] = static_cast<char>(op);
@@ -166,10 +169,25 @@ void Store() {
     std::memcpy(&r[16], &arg, 8);
     return r + key + value;
   };
-  Write("store", "set-get-add",
-        std::string(1, '\0') + req(1, "rank0/addr", "10.0.0.1:4000", 0) +
-            req(2, "rank0/addr", "", 1000) + req(3, "counter", "", 5) + req(2, "missing", "", 50));
-  Write("store", "stranger", std::string(1, '\1') + std::string(64, 'x'));
+  auto end_to_end = [](const std::string& input) {  // fuzz_store.cc's GoesEndToEnd
+    uint32_t h = 2166136261u;
+    for (char c : input) h = (h ^ static_cast<uint8_t>(c)) * 16777619u;
+    return (h & 63) == 0;
+  };
+  // The first input of this form (first byte `first`, then `rest` with a counter appended)
+  // that goes the way asked for.
+  auto routed = [&](char first, const std::string& rest, bool e2e) {
+    for (int i = 0;; ++i) {
+      const std::string input = std::string(1, first) + rest + absl::StrCat(i);
+      if (end_to_end(input) == e2e) return input;
+    }
+  };
+  const std::string requests = req(1, "rank0/addr", "10.0.0.1:4000", 0) +
+                               req(2, "rank0/addr", "", 1000) + req(3, "counter", "", 5) +
+                               req(3, "counter", "", 7) + req(2, "missing", "", 50);
+  Write("store", "set-get-add", routed('\0', requests, false));
+  Write("store", "set-get-add-end-to-end", routed('\0', requests, true));
+  Write("store", "stranger", routed('\1', std::string(64, 'x'), true));
 }
 
 void Wire() {

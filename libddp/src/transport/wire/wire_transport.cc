@@ -95,6 +95,7 @@ absl::StatusOr<std::unique_ptr<WireTransport>> WireTransport::Create(WireConfig 
   config.hosts.resize(static_cast<size_t>(config.size));
   std::unique_ptr<WireTransport> t(new WireTransport(std::move(config), std::move(wire)));
   t->SetHosts(t->config_.hosts);
+  if (!t->config_.background_threads) return t;
   t->thread_ = std::thread([p = t.get()] { p->Run(); });
   // Its own thread: the progress thread may be the one stuck inside the library.
   t->watchdog_ = std::thread([p = t.get()] {

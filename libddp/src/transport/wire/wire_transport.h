@@ -48,6 +48,10 @@ struct WireConfig {
   std::string kind = "wire";
   // Shared with the job's other transports (core.h).
   WaitingGroup waiting_group;
+  // false: no progress thread and no watchdog; progress happens only in Wait() and Settle().
+  // For harnesses that drive the protocol themselves (tests/fuzz/fuzz_wire.cc): every input
+  // then costs no thread start.
+  bool background_threads = true;
 };
 
 class WireTransport final : public PeerTransport {
