@@ -33,6 +33,12 @@ def test_torch_api_every_dtype_and_op(run_job, np):
     assert result.stdout.count(": ok") == np
 
 
+def test_the_fast_path_and_the_general_one_agree(run_job):
+    # Handles, results, automatic names and errors, with ranks taking different paths.
+    result = run_job(2, "fast_path.py")
+    assert result.stdout.count(": ok") == 2
+
+
 @pytest.mark.parametrize("mode", ["plain", "fp16", "passes", "join", "predivide", "adam"])
 def test_distributed_optimizer_matches_single_process_training(run_job, mode):
     result = run_job(3, "optimizer.py", mode)

@@ -106,7 +106,8 @@ class _NumpyAdapter:
 
     @staticmethod
     def view(native, code, shape):
-        return np.frombuffer(native, dtype=_CODE_DTYPES[code]).reshape(shape)
+        # Views the output (which owns the memory), not the handle: the handle keeps its result.
+        return np.frombuffer(native.output, dtype=_CODE_DTYPES[code]).reshape(shape)
 
     @staticmethod
     def check(buffers, name):

@@ -9,8 +9,6 @@ allgather, alltoall and reducescatter are returned as views of the engine's memo
 
 import collections
 import enum
-import itertools
-import threading
 
 from . import _ddp
 from ._ddp import DDPError
@@ -46,20 +44,15 @@ def error(message, code="INVALID_ARGUMENT"):
     exc.code = code
     return exc
 
-_counter_lock = threading.Lock()
-_counters = {}
-
-
 def auto_name(kind, name):
     """Horovod's rule: an unnamed call gets `<kind>.noname.<n>`; ranks agree as long as they make
-    their unnamed calls in the same order (which a collective requires anyway)."""
+    their unnamed calls in the same order (which a collective requires anyway). The counters are
+    the C++ layer's, shared with ddp.torch's fast path."""
     if name is not None:
         if not isinstance(name, str) or not name:
             raise error(f"ddp.{kind}: name must be a non-empty string, got {name!r}")
         return name
-    with _counter_lock:
-        counter = _counters.setdefault(kind, itertools.count())
-        return f"{kind}.noname.{next(counter)}"
+    return _ddp.auto_name(kind)
 
 
 def require_init(what):
@@ -93,40 +86,11 @@ def check_scale(value, what, which):
         raise error(f"ddp.{what}: {which} must be a number, got {value!r}") from None
 
 
-class Handle:
-    """An operation in flight. ddp.synchronize(handle) / handle.wait() returns its result;
-    ddp.poll(handle) / handle.poll() says whether it has finished. Dropping a handle does not
-    cancel the operation: its buffers stay alive until it finishes."""
-
-    __slots__ = ("_native", "_finish", "_result", "_done", "__weakref__")
-
-    def __init__(self, native, finish):
-        self._native = native
-        self._finish = finish
-        self._done = False
-        self._result = None
-
-    @property
-    def name(self):
-        return self._native.name
-
-    def poll(self):
-        return self._done or self._native.poll()
-
-    def wait(self, timeout=None):
-        """Blocks (without the GIL; Ctrl-C interrupts it) until finished and returns the result.
-        Raises DDPError with the engine's message if the operation failed, or TimeoutError if
-        `timeout` seconds pass first (the operation goes on; wait again)."""
-        if not self._done:
-            self._native.wait(timeout)
-            self._result = self._finish(self._native)
-            self._native.release()
-            self._done = True
-        return self._result
-
-    def __repr__(self):
-        state = "done" if self.poll() else "pending"
-        return f"<ddp.Handle {self.name!r} {state}>"
+# An operation in flight (C++: bindings/python/src/handle.cc). synchronize(handle) or
+# handle.wait(timeout=None) returns its result; poll(handle) or handle.poll() says whether it has
+# finished. Dropping a handle does not cancel the operation: its buffers stay alive until it
+# finishes.
+Handle = _ddp.Handle
 
 
 def synchronize(handle):
@@ -166,7 +130,8 @@ class Ops:
         def finish(h):
             self.a.check(buffers, h.name)
             return result(h)
-        return Handle(native, finish)
+        native.set_finish(finish)
+        return native
 
     @staticmethod
     def _scales(what, prescale_factor, postscale_factor):
@@ -348,4 +313,4 @@ def barrier():
     require_init("barrier")
     native = _ddp.allreduce_async(auto_name("barrier", None), 0, 0, U8, [0],
                                   int(ReduceOp.SUM), 1.0, 1.0, WORLD, None)
-    Handle(native, lambda _: None).wait()
+    native.wait()

@@ -5,7 +5,9 @@
 // objects and torch tensors all reduce to that), together with the Python objects owning the
 // memory, which a Handle keeps alive until the operation has finished. Nothing is copied here;
 // waiting releases the GIL. Every libddp error becomes ddp.DDPError carrying the full message,
-// the status code's name, and the blamed ranks and tensor (ddp/errors.h).
+// the status code's name, and the blamed ranks and tensor (ddp/errors.h). The hot path of
+// ddp.torch (one gradient submitted from a backward hook) has a faster entry of its own,
+// tensor_path.cc.
 //
 // The Python API is module-level (like Horovod's), so this module holds the process's one
 // Context; the C++ library itself has no globals.
@@ -14,9 +16,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -24,23 +26,21 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common.h"
 #include "ddp/context.h"
 #include "ddp/engine.h"
 #include "ddp/errors.h"
 #include "ddp/info.h"
 #include "ddp/options.h"
-#include "ddp/ps.h"
 #include "ddp/rendezvous.h"
 #include "ddp/types.h"
 #include "ddp/version.h"
 
-namespace py = pybind11;
+namespace ddp_python {
 
-namespace {
+PyObject* g_ddp_error = nullptr;
 
-PyObject* g_ddp_error = nullptr;  // ddp.DDPError, created at import
-
-[[noreturn]] void Raise(const absl::Status& status) {
+void Raise(const absl::Status& status) {
   std::string message(status.message());
   py::object error = py::reinterpret_borrow<py::object>(g_ddp_error);
   py::object exc = error(message);
@@ -52,9 +52,7 @@ PyObject* g_ddp_error = nullptr;  // ddp.DDPError, created at import
   throw py::error_already_set();
 }
 
-void ThrowIfError(const absl::Status& status) {
-  if (!status.ok()) Raise(status);
-}
+namespace {
 
 // The process's context. Guarded by g_mu for init/shutdown; collectives take a shared_ptr copy
 // so that a concurrent shutdown() cannot free it under them.
@@ -62,14 +60,28 @@ std::mutex g_mu;
 std::shared_ptr<ddp::Context> g_context;
 std::mutex g_init_mu;  // one init() at a time, held across the rendezvous (without the GIL)
 
-std::shared_ptr<ddp::Context> Current(const char* what) {
+}  // namespace
+
+std::shared_ptr<ddp::Context> CurrentOrNull() {
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_context == nullptr) {
+  return g_context;
+}
+
+std::shared_ptr<ddp::Context> Current(const char* what) {
+  std::shared_ptr<ddp::Context> context = CurrentOrNull();
+  if (context == nullptr) {
     Raise(absl::FailedPreconditionError(
         absl::StrCat("ddp.", what, "() called before ddp.init() (or after ddp.shutdown())")));
   }
-  return g_context;
+  return context;
 }
+
+std::string AutoName(const std::string& kind) {
+  static auto* counters = new std::map<std::string, uint64_t>();  // guarded by the GIL
+  return absl::StrCat(kind, ".noname.", (*counters)[kind]++);
+}
+
+namespace {
 
 void Init() {
   std::unique_lock<std::mutex> init_lock(g_init_mu, std::defer_lock);
@@ -89,45 +101,6 @@ void Init() {
   ThrowIfError(created.status());
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_context == nullptr) g_context = std::move(*created);
-}
-
-// Waits for `handle` without the GIL, in slices, so that Ctrl-C (a pending signal) interrupts
-// the wait with KeyboardInterrupt instead of being held until the peers answer. `timeout` < 0:
-// forever. Returns the operation's status, or nullopt when the timeout expired first.
-std::optional<absl::Status> WaitInterruptibly(const ddp::Handle& handle, double timeout) {
-  const absl::Duration slice = absl::Milliseconds(100);
-  const absl::Time deadline =
-      timeout < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout);
-  while (true) {
-    absl::Status status;
-    bool finished;
-    {
-      py::gil_scoped_release release;
-      status =
-          handle.WaitFor(std::min(slice, std::max(deadline - absl::Now(), absl::ZeroDuration())));
-      finished = handle.Poll();
-    }
-    if (finished) return status;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    if (absl::Now() >= deadline) return std::nullopt;
-  }
-}
-
-// Handles dropped while their operation was still running: their buffers must stay alive until
-// it finishes, but dropping a handle must not block (the operation may wait for peers for a
-// long time). Kept here and swept on every submission and at shutdown. Guarded by the GIL.
-struct Orphan {
-  ddp::Handle handle;
-  py::object keep;
-  std::shared_ptr<ddp::Context> context;
-};
-std::vector<Orphan>* g_orphans = new std::vector<Orphan>();  // never freed: outlives the module
-
-void SweepOrphans() {
-  auto& orphans = *g_orphans;
-  orphans.erase(std::remove_if(orphans.begin(), orphans.end(),
-                               [](const Orphan& o) { return o.handle.Poll(); }),
-                orphans.end());
 }
 
 void Shutdown() {
@@ -151,112 +124,6 @@ void Shutdown() {
   context.reset();  // joins the engine thread and closes connections without the GIL
 }
 
-ddp::DataType ToType(int code) {
-  auto type = static_cast<ddp::DataType>(code);
-  if (code < 0 || !ddp::IsValid(type)) {
-    Raise(absl::InvalidArgumentError(absl::StrCat("unknown dtype code ", code)));
-  }
-  return type;
-}
-
-ddp::ReduceOp ToOp(int code) {
-  auto op = static_cast<ddp::ReduceOp>(code);
-  if (code < 0 || !ddp::IsValid(op)) {
-    Raise(absl::InvalidArgumentError(absl::StrCat("unknown reduce op code ", code)));
-  }
-  return op;
-}
-
-const void* Ptr(uintptr_t address) { return reinterpret_cast<const void*>(address); }
-// -1: CPU memory; else a CUDA device ordinal and the stream (cudaStream_t) it was produced on.
-ddp::Device ToDevice(int device, uintptr_t stream) {
-  if (device < 0) return ddp::Device::Cpu();
-  return ddp::Device::Cuda(device, reinterpret_cast<void*>(stream));
-}
-void* MutablePtr(uintptr_t address) { return reinterpret_cast<void*>(address); }
-
-// An operation in flight, seen from Python. Owns references to the buffers it reads and writes
-// so that they outlive the operation even if the caller drops them.
-class PyHandle {
- public:
-  PyHandle(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context)
-      : handle_(std::move(handle)), keep_(std::move(keep)), context_(std::move(context)) {}
-
-  // Dropping a handle whose operation is still running must not free the buffers the engine is
-  // using: they are handed to the orphan list until the operation finishes.
-  ~PyHandle() {
-    if (handle_.valid() && !handle_.Poll()) {
-      g_orphans->push_back({std::move(handle_), std::move(keep_), std::move(context_)});
-    }
-  }
-
-  bool Poll() const { return handle_.Poll(); }
-
-  // Waits (without the GIL; Ctrl-C interrupts it) and raises DDPError if the operation failed,
-  // or TimeoutError if `timeout` seconds passed first (the operation goes on).
-  void Wait(std::optional<double> timeout) {
-    std::optional<absl::Status> status = WaitInterruptibly(handle_, timeout ? *timeout : -1);
-    if (!status) {
-      PyErr_SetString(PyExc_TimeoutError,
-                      absl::StrCat("'", handle_.name(), "' has not finished after ", *timeout,
-                                   " s; it is still running")
-                          .c_str());
-      throw py::error_already_set();
-    }
-    ThrowIfError(*status);
-  }
-
-  std::string name() const { return handle_.name(); }
-  std::vector<int64_t> output_shape() const { return handle_.output_shape(); }
-  // Engine-allocated outputs of CUDA tensors live on the GPU: where, and at which address (for
-  // __cuda_array_interface__; the memory belongs to this handle).
-  int output_device() const { return handle_.output_device(); }
-  uintptr_t output_address() const {
-    return reinterpret_cast<uintptr_t>(handle_.Poll() ? handle_.output() : nullptr);
-  }
-  size_t output_bytes() const { return handle_.Poll() ? handle_.output_bytes() : 0; }
-  int join_last_rank() const { return handle_.join_last_rank(); }
-
-  // The engine-allocated output (allgather, alltoall, reduce-scatter) as a writable byte buffer;
-  // numpy.frombuffer(handle) views it without a copy and keeps the handle alive.
-  py::buffer_info OutputBuffer() {
-    if (!handle_.Poll()) {
-      Raise(absl::FailedPreconditionError(
-          absl::StrCat("the output of '", handle_.name(), "' is not ready: synchronize first")));
-    }
-    if (handle_.output_device() >= 0) {
-      Raise(absl::FailedPreconditionError(absl::StrCat(
-          "the output of '", handle_.name(), "' is in GPU memory (cuda:", handle_.output_device(),
-          "), not a host buffer")));
-    }
-    void* data = handle_.mutable_output();
-    auto bytes = static_cast<py::ssize_t>(handle_.output_bytes());
-    static char empty = 0;
-    return py::buffer_info(data != nullptr ? data : &empty, 1, "B", 1, {bytes}, {1},
-                           /*readonly=*/false);
-  }
-
-  // Drops the references to the buffers once the result has been taken.
-  void Release() {
-    if (handle_.Poll()) {
-      keep_ = py::none();
-      context_.reset();  // an output may outlive the context; it belongs to the handle's state
-    }
-  }
-
- private:
-  ddp::Handle handle_;
-  py::object keep_;
-  std::shared_ptr<ddp::Context> context_;  // the engine must outlive its handles
-};
-
-using HandlePtr = std::unique_ptr<PyHandle>;
-
-HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context) {
-  SweepOrphans();
-  return std::make_unique<PyHandle>(std::move(handle), std::move(keep), std::move(context));
-}
-
 class PyStoreServer {
  public:
   PyStoreServer(const std::string& ip, int port, const std::string& token) {
@@ -276,186 +143,28 @@ class PyStoreServer {
   std::unique_ptr<ddp::RendezvousServer> server_;
 };
 
-// Parameter-server mode (ddp.ps): the process's one ParameterServer, apart from the Context.
-std::mutex g_ps_mu;
-std::shared_ptr<ddp::ps::ParameterServer> g_ps;
-
-std::shared_ptr<ddp::ps::ParameterServer> CurrentPs(const char* what) {
-  std::lock_guard<std::mutex> lock(g_ps_mu);
-  if (g_ps == nullptr) {
-    Raise(absl::FailedPreconditionError(
-        absl::StrCat("ddp.ps.", what, "() called before ddp.ps.init() (or after finish())")));
-  }
-  return g_ps;
-}
-
-void PsInit() {
-  {
-    std::lock_guard<std::mutex> lock(g_ps_mu);
-    if (g_ps != nullptr) return;
-  }
-  absl::StatusOr<std::unique_ptr<ddp::ps::ParameterServer>> created;
-  {
-    py::gil_scoped_release release;
-    created = ddp::ps::ParameterServer::CreateFromEnvironment();
-  }
-  ThrowIfError(created.status());
-  std::lock_guard<std::mutex> lock(g_ps_mu);
-  if (g_ps == nullptr) g_ps = std::move(*created);
-}
-
-// A push or pull in flight; keeps its buffers (and the server) alive until it has finished, even
-// when dropped first.
-class PyPsHandle {
- public:
-  PyPsHandle(ddp::ps::Handle handle, py::object keep, std::shared_ptr<ddp::ps::ParameterServer> ps)
-      : handle_(std::move(handle)), keep_(std::move(keep)), ps_(std::move(ps)) {}
-  ~PyPsHandle();
-  bool Poll() const { return handle_.Test(); }
-  void Wait() {
-    absl::Status status;
-    {
-      py::gil_scoped_release release;
-      status = handle_.Wait();
-    }
-    keep_ = py::none();
-    ThrowIfError(status);
-  }
-  int64_t version() const { return handle_.version(); }
-  int contributors() const { return handle_.contributors(); }
-
-  ddp::ps::Handle handle_;
-  py::object keep_;
-  std::shared_ptr<ddp::ps::ParameterServer> ps_;
-};
-
-struct PsOrphan {
-  ddp::ps::Handle handle;
-  py::object keep;
-  std::shared_ptr<ddp::ps::ParameterServer> ps;
-};
-std::vector<PsOrphan>* g_ps_orphans = new std::vector<PsOrphan>();  // guarded by the GIL
-
-PyPsHandle::~PyPsHandle() {
-  if (!handle_.Test()) g_ps_orphans->push_back({handle_, std::move(keep_), std::move(ps_)});
-}
-
-void SweepPsOrphans() {
-  auto& o = *g_ps_orphans;
-  o.erase(std::remove_if(o.begin(), o.end(), [](const PsOrphan& x) { return x.handle.Test(); }),
-          o.end());
-}
-
-void PsFinish() {
-  std::shared_ptr<ddp::ps::ParameterServer> ps;
-  {
-    std::lock_guard<std::mutex> lock(g_ps_mu);
-    ps = std::move(g_ps);
-  }
-  if (ps == nullptr) return;
-  absl::Status status;
-  {
-    py::gil_scoped_release release;
-    status = ps->Finish();
-  }
-  SweepPsOrphans();
-  {
-    py::gil_scoped_release release;
-    ps.reset();
-  }
-  ThrowIfError(status);
-}
-
-void DefinePs(py::module_& m) {
-  m.def("ps_init", &PsInit);
-  m.def("ps_finish", &PsFinish);
-  m.def("ps_is_initialized", [] {
-    std::lock_guard<std::mutex> lock(g_ps_mu);
-    return g_ps != nullptr;
-  });
-  m.def("ps_info", [] {
-    auto ps = CurrentPs("info");
-    py::dict d;
-    d["rank"] = ps->rank();
-    d["size"] = ps->size();
-    d["is_worker"] = ps->is_worker();
-    d["is_server"] = ps->is_server();
-    d["worker_index"] = ps->worker_index();
-    d["server_index"] = ps->server_index();
-    d["num_workers"] = ps->num_workers();
-    d["num_servers"] = ps->num_servers();
-    return d;
-  });
-  m.def("ps_serve", [] {
-    auto ps = CurrentPs("serve");
-    absl::Status status;
-    {
-      py::gil_scoped_release release;
-      status = ps->Serve();
-    }
-    ThrowIfError(status);
-  });
-  m.def("ps_register", [](const std::string& name, int code, std::vector<int64_t> shape,
-                          uintptr_t address, py::dict o) {
-    auto ps = CurrentPs("register");
-    ddp::ps::KeyOptions options;
-    options.consistency = o["mode"].cast<std::string>() == "async" ? ddp::ps::Consistency::kAsync
-                                                                   : ddp::ps::Consistency::kSync;
-    options.staleness = o["staleness"].cast<int>();
-    ddp::ps::OptimizerConfig& opt = options.optimizer;
-    opt.name = o["optimizer"].cast<std::string>();
-    opt.learning_rate = o["lr"].cast<double>();
-    opt.momentum = o["momentum"].cast<double>();
-    opt.nesterov = o["nesterov"].cast<bool>();
-    opt.beta1 = o["beta1"].cast<double>();
-    opt.beta2 = o["beta2"].cast<double>();
-    opt.epsilon = o["eps"].cast<double>();
-    opt.weight_decay = o["weight_decay"].cast<double>();
-    opt.gradient_scale = o["gradient_scale"].cast<double>();
-    const ddp::DataType type = ToType(code);
-    absl::StatusOr<int> key;
-    {
-      py::gil_scoped_release release;
-      key = ps->Register(name, type, shape, Ptr(address), options);
-    }
-    ThrowIfError(key.status());
-    return *key;
-  });
-  // op: 0 push, 1 pull, 2 push_pull.
-  m.def("ps_submit", [](int op, int key, uintptr_t send, uintptr_t recv, py::object keep) {
-    auto ps = CurrentPs("push");
-    SweepPsOrphans();
-    ddp::ps::Handle h = op == 0   ? ps->Push(key, Ptr(send))
-                        : op == 1 ? ps->Pull(key, MutablePtr(recv))
-                                  : ps->PushPull(key, Ptr(send), MutablePtr(recv));
-    return std::make_unique<PyPsHandle>(std::move(h), std::move(keep), std::move(ps));
-  });
-  m.def("ps_server_stats", [] {
-    auto ps = CurrentPs("server_stats");
-    const ddp::ps::ServerStats s = ps->server_stats();
-    py::dict d;
-    d["pushes_applied"] = s.pushes_applied;
-    d["duplicate_pushes"] = s.duplicate_pushes;
-    d["pushes_lost"] = s.pushes_lost;
-    d["rejoins"] = s.rejoins;
-    d["pulls_answered"] = s.pulls_answered;
-    d["max_staleness_seen"] = s.max_staleness_seen;
-    d["checkpoints_written"] = s.checkpoints_written;
-    d["keys_restored"] = s.keys_restored;
-    d["bytes_held"] = s.bytes_held;
-    return d;
-  });
-  m.def("ps_server_bytes", [] { return CurrentPs("server_bytes")->ServerBytes(); });
-  py::class_<PyPsHandle>(m, "PsHandle")
-      .def("poll", &PyPsHandle::Poll)
-      .def("wait", &PyPsHandle::Wait)
-      .def_property_readonly("version", &PyPsHandle::version)
-      .def_property_readonly("contributors", &PyPsHandle::contributors);
-}
-
 }  // namespace
 
+ddp::DataType ToType(int code) {
+  auto type = static_cast<ddp::DataType>(code);
+  if (code < 0 || !ddp::IsValid(type)) {
+    Raise(absl::InvalidArgumentError(absl::StrCat("unknown dtype code ", code)));
+  }
+  return type;
+}
+
+ddp::ReduceOp ToOp(int code) {
+  auto op = static_cast<ddp::ReduceOp>(code);
+  if (code < 0 || !ddp::IsValid(op)) {
+    Raise(absl::InvalidArgumentError(absl::StrCat("unknown reduce op code ", code)));
+  }
+  return op;
+}
+
+}  // namespace ddp_python
+
 PYBIND11_MODULE(_ddp, m) {
+  using namespace ddp_python;
   m.doc() = "libddp's C++ layer; use the `ddp` package instead of this module.";
   m.attr("__version__") = DDP_VERSION_STRING;
 
@@ -611,19 +320,10 @@ PYBIND11_MODULE(_ddp, m) {
     return d;
   });
 
-  py::class_<PyHandle>(m, "Handle", py::buffer_protocol())
-      .def("poll", &PyHandle::Poll, "True once finished (successfully or not); never blocks.")
-      .def("wait", &PyHandle::Wait, py::arg("timeout") = py::none(),
-           "Waits without holding the GIL; raises DDPError if the operation failed.")
-      .def("release", &PyHandle::Release)
-      .def_property_readonly("name", &PyHandle::name)
-      .def_property_readonly("output_shape", &PyHandle::output_shape)
-      .def_property_readonly("join_last_rank", &PyHandle::join_last_rank)
-      .def_property_readonly("output_device", &PyHandle::output_device)
-      .def_property_readonly("output_address", &PyHandle::output_address)
-      .def_property_readonly("output_bytes", &PyHandle::output_bytes)
-      .def_buffer(&PyHandle::OutputBuffer);
-
+  DefineHandle(m);
+  DefineTensorPath(m);
+  m.def("auto_name", &AutoName,
+        "The next automatic name of an unnamed call of this kind: '<kind>.noname.<n>'.");
   DefinePs(m);
 
   py::class_<PyStoreServer>(m, "StoreServer")

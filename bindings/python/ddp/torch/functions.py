@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from .. import _ops
+from .. import _ddp, _ops
 from .._ops import ReduceOp, error
 
 Average = ReduceOp.AVERAGE
@@ -27,15 +27,15 @@ def _storage(t):
 
 class _CudaOutput:
     """An engine-allocated GPU output as __cuda_array_interface__ bytes: torch.as_tensor views it
-    without a copy and keeps this object (and so the handle that owns the memory) alive. The
+    without a copy and keeps this object (and so the output, which owns the memory) alive. The
     engine has waited for the operation, so no stream synchronisation is needed ("stream":
     None)."""
 
-    def __init__(self, native):
-        self._native = native
+    def __init__(self, output):
+        self._output = output
         self.__cuda_array_interface__ = {
-            "shape": (native.output_bytes,), "typestr": "|u1", "strides": None,
-            "data": (native.output_address, False), "version": 3, "stream": None,
+            "shape": (output.bytes,), "typestr": "|u1", "strides": None,
+            "data": (output.address, False), "version": 3, "stream": None,
         }
 
 
@@ -84,9 +84,11 @@ class _TorchAdapter:
             device = torch.device("cuda", native.output_device)
             if native.output_bytes == 0:
                 return torch.empty(shape, dtype=_CODE_DTYPES[code], device=device)
-            raw = torch.as_tensor(_CudaOutput(native), device=device)
+            raw = torch.as_tensor(_CudaOutput(native.output), device=device)
         else:
-            raw = torch.from_numpy(np.frombuffer(native, dtype=np.uint8))
+            # The output owns the memory; viewing the handle would make a cycle (it keeps its
+            # result).
+            raw = torch.from_numpy(np.frombuffer(native.output, dtype=np.uint8))
         return raw.view(_CODE_DTYPES[code]).reshape(shape)
 
     @staticmethod
@@ -128,9 +130,40 @@ class _AllreduceFunction(torch.autograd.Function):
         return reduced, None, None, None, None, None
 
 
-allreduce_async = _torch.allreduce_async
-allreduce_async_ = _torch.allreduce_async_
-allreduce_ = _torch.allreduce_
+_fast_allreduce = _ddp.torch_allreduce
+
+
+def allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=0):
+    """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
+    # A dense contiguous CPU tensor goes straight to the engine (bindings/python/src/
+    # tensor_path.cc); anything else, and every error, takes the general path.
+    handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
+                             False)
+    if handle is NotImplemented:
+        return _torch.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
+                                      process_set)
+    return handle
+
+
+def allreduce_async_(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=0):
+    """Starts an in-place allreduce of tensor; synchronize(handle) returns it."""
+    handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
+                             True)
+    if handle is NotImplemented:
+        return _torch.allreduce_async_(tensor, name, op, prescale_factor, postscale_factor,
+                                       process_set)
+    return handle
+
+
+def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=0):
+    """In-place allreduce; returns tensor."""
+    return allreduce_async_(tensor, name, op, prescale_factor, postscale_factor,
+                            process_set).wait()
+
+
 grouped_allreduce = _torch.grouped_allreduce
 grouped_allreduce_ = _torch.grouped_allreduce_
 grouped_allreduce_async = _torch.grouped_allreduce_async
@@ -153,4 +186,5 @@ def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_fact
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         return _AllreduceFunction.apply(tensor, _ops.auto_name("allreduce", name), op,
                                         prescale_factor, postscale_factor, process_set)
-    return _torch.allreduce(tensor, op, name, prescale_factor, postscale_factor, process_set)
+    return allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
+                           process_set).wait()

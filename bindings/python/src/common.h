@@ -1,0 +1,119 @@
+// What the files of ddp._ddp share: the process's one Context, errors raised as ddp.DDPError, the
+// conversions of the (address, dtype code, shape) triples the Python side passes, and the
+// Handle every asynchronous call returns.
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "ddp/context.h"
+#include "ddp/engine.h"
+#include "ddp/types.h"
+
+namespace ddp_python {
+
+namespace py = pybind11;
+
+// ddp.DDPError, made at import.
+extern PyObject* g_ddp_error;
+
+// Raises ddp.DDPError carrying the status's message, code name, blamed ranks and tensor.
+[[noreturn]] void Raise(const absl::Status& status);
+inline void ThrowIfError(const absl::Status& status) {
+  if (!status.ok()) Raise(status);
+}
+
+// The process's context; raises "ddp.<what>() called before ddp.init()" without one.
+std::shared_ptr<ddp::Context> Current(const char* what);
+// The context, or null (no error) before init and after shutdown.
+std::shared_ptr<ddp::Context> CurrentOrNull();
+
+ddp::DataType ToType(int code);
+ddp::ReduceOp ToOp(int code);
+inline const void* Ptr(uintptr_t address) { return reinterpret_cast<const void*>(address); }
+inline void* MutablePtr(uintptr_t address) { return reinterpret_cast<void*>(address); }
+// -1: CPU memory; else a CUDA device ordinal and the stream (cudaStream_t) it was produced on.
+inline ddp::Device ToDevice(int device, uintptr_t stream) {
+  if (device < 0) return ddp::Device::Cpu();
+  return ddp::Device::Cuda(device, reinterpret_cast<void*>(stream));
+}
+
+// Horovod's rule for unnamed calls: "<kind>.noname.<n>", counted per kind in call order, so that
+// ranks agree as long as they make their unnamed calls in the same order. One counter per kind
+// for the whole process, whichever path (Python or the tensor fast path) names the call.
+std::string AutoName(const std::string& kind);
+
+// An operation in flight, seen from Python (ddp.Handle). Owns references to the buffers it reads
+// and writes, so that they outlive the operation even if the caller drops them, and makes its
+// result: wait() returns `result`, or what `finish(handle)` returns once the operation has
+// finished (the Python layer's views of engine-allocated outputs).
+class PyHandle {
+ public:
+  PyHandle(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context)
+      : handle_(std::move(handle)), keep_(std::move(keep)), context_(std::move(context)) {}
+  // Dropping a handle whose operation is still running must not free the buffers the engine is
+  // using: they are handed to the orphan list until the operation finishes.
+  ~PyHandle();
+
+  // wait() returns `result` (default None) ...
+  void SetResult(py::object result) { result_ = std::move(result); }
+  // ... or finish(handle), called once after the operation succeeded.
+  void SetFinish(py::object finish) { finish_ = std::move(finish); }
+  // The tensor whose memory the operation uses, and its address: if the memory was replaced
+  // (set_, resize_) while the operation ran, wait() raises instead of returning a result that
+  // went to the old memory.
+  void SetCheck(py::object tensor, uintptr_t address) {
+    check_tensor_ = std::move(tensor);
+    check_address_ = address;
+  }
+
+  bool Poll() const { return done_ || handle_.Poll(); }
+  // Waits (without the GIL; Ctrl-C interrupts it) and returns the result; raises DDPError if the
+  // operation failed, or TimeoutError if `timeout` seconds passed first (it goes on; wait again).
+  py::object Wait(std::optional<double> timeout);
+  // Drops the references to the buffers once the operation has finished.
+  void Release();
+
+  std::string name() const { return handle_.name(); }
+  const ddp::Handle& engine_handle() const { return handle_; }
+  std::vector<int64_t> output_shape() const { return handle_.output_shape(); }
+  // Engine-allocated outputs of CUDA tensors live on the GPU: where, and at which address (for
+  // __cuda_array_interface__; the memory belongs to this handle).
+  int output_device() const { return handle_.output_device(); }
+  uintptr_t output_address() const {
+    return reinterpret_cast<uintptr_t>(handle_.Poll() ? handle_.output() : nullptr);
+  }
+  size_t output_bytes() const { return handle_.Poll() ? handle_.output_bytes() : 0; }
+  int join_last_rank() const { return handle_.join_last_rank(); }
+  // The engine-allocated output (allgather, alltoall, reduce-scatter) as a writable byte buffer;
+  // numpy.frombuffer(handle) views it without a copy and keeps the handle alive.
+  py::buffer_info OutputBuffer();
+  std::string Repr() const;
+
+ private:
+  ddp::Handle handle_;
+  py::object keep_;
+  std::shared_ptr<ddp::Context> context_;  // the engine must outlive its handles
+  py::object result_ = py::none();
+  py::object finish_;
+  py::object check_tensor_;
+  uintptr_t check_address_ = 0;
+  bool done_ = false;
+};
+
+using HandlePtr = std::unique_ptr<PyHandle>;
+HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context);
+// Forgets the orphaned handles whose operations have finished (their buffers go).
+void SweepOrphans();
+
+void DefineHandle(py::module_& m);
+void DefinePs(py::module_& m);
+void DefineTensorPath(py::module_& m);
+
+}  // namespace ddp_python

@@ -1,0 +1,229 @@
+// ddp._ddp.torch_allreduce: ddp.torch's allreduce_async(_) of a dense, contiguous CPU tensor in
+// one call from Python to the engine.
+//
+// A training step submits every gradient from a backward hook, one call each: what a call costs
+// is paid hundreds of times a step, on the thread that runs backward. The general path (_ops.py:
+// checks in Python, a namedtuple per buffer, a pybind call taking a dozen converted arguments, a
+// Python handle with a closure) cost 7-10 us a tensor, against Horovod's 4-6. Here the tensor is
+// read through the Python C API (attributes looked up by interned name, dtypes compared by
+// identity), the engine is called directly and the native handle is returned with its result
+// set: no Python frame, object or closure is made. It needs no torch headers, so it works with
+// whatever torch the process imported.
+//
+// Anything it does not handle -- another type, a tensor not in CPU memory (CUDA tensors need the
+// stream the Python path asks torch for), a sparse or non-contiguous tensor, an unknown dtype or
+// op, an argument of an unusual type, a call before init -- returns NotImplemented, and the caller
+// takes the general path, which raises the same errors it always did. The automatic names come from
+// the same counters (AutoName), so a job may mix both paths freely.
+#include <Python.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common.h"
+
+namespace ddp_python {
+namespace {
+
+// torch's objects that the fast path compares against, looked up once torch is imported.
+struct TorchObjects {
+  bool loaded = false;
+  bool usable = false;
+  PyObject* tensor_type = nullptr;
+  PyObject* strided = nullptr;
+  PyObject* empty_like = nullptr;
+  std::array<PyObject*, ddp::kNumDataTypes> dtypes{};  // by libddp's dtype code
+  // Attribute names, interned.
+  PyObject* is_cpu = nullptr;
+  PyObject* layout = nullptr;
+  PyObject* dtype = nullptr;
+  PyObject* is_contiguous = nullptr;
+  PyObject* data_ptr = nullptr;
+  PyObject* shape = nullptr;
+  PyObject* storage = nullptr;  // untyped_storage (torch >= 2), else _storage
+};
+
+TorchObjects& Torch() {
+  static auto* t = new TorchObjects();
+  if (t->loaded) return *t;
+  PyObject* modules = PyImport_GetModuleDict();
+  PyObject* torch = PyDict_GetItemString(modules, "torch");  // borrowed; only if imported
+  if (torch == nullptr) return *t;                           // not yet: try again next call
+  t->loaded = true;
+  // New references, held for the life of the process (torch is never unloaded).
+  auto attr = [&](const char* name) { return PyObject_GetAttrString(torch, name); };
+  t->tensor_type = attr("Tensor");
+  t->strided = attr("strided");
+  t->empty_like = attr("empty_like");
+  const char* names[ddp::kNumDataTypes] = {"float32", "float64", "float16", "bfloat16",
+                                           "int8",    "uint8",   "int32",   "int64"};
+  bool ok = t->tensor_type != nullptr && PyType_Check(t->tensor_type) && t->strided != nullptr &&
+            t->empty_like != nullptr;
+  for (int i = 0; i < ddp::kNumDataTypes; ++i) {
+    t->dtypes[static_cast<size_t>(i)] = attr(names[i]);
+    ok = ok && t->dtypes[static_cast<size_t>(i)] != nullptr;
+  }
+  t->is_cpu = PyUnicode_InternFromString("is_cpu");
+  t->layout = PyUnicode_InternFromString("layout");
+  t->dtype = PyUnicode_InternFromString("dtype");
+  t->is_contiguous = PyUnicode_InternFromString("is_contiguous");
+  t->data_ptr = PyUnicode_InternFromString("data_ptr");
+  t->shape = PyUnicode_InternFromString("shape");
+  if (ok && PyObject_HasAttrString(t->tensor_type, "untyped_storage")) {
+    t->storage = PyUnicode_InternFromString("untyped_storage");
+  } else if (ok && PyObject_HasAttrString(t->tensor_type, "_storage")) {
+    t->storage = PyUnicode_InternFromString("_storage");
+  }
+  t->usable = ok && t->storage != nullptr && PyObject_HasAttrString(t->tensor_type, "is_cpu");
+  PyErr_Clear();
+  return *t;
+}
+
+// A new reference, or null (the error cleared: the caller falls back to the general path).
+py::object Attr(PyObject* o, PyObject* name) {
+  PyObject* r = PyObject_GetAttr(o, name);
+  if (r == nullptr) PyErr_Clear();
+  return py::reinterpret_steal<py::object>(r);
+}
+py::object CallMethod(PyObject* o, PyObject* name) {
+  PyObject* r = PyObject_CallMethodNoArgs(o, name);
+  if (r == nullptr) PyErr_Clear();
+  return py::reinterpret_steal<py::object>(r);
+}
+
+bool AsInt64(PyObject* o, int64_t* out) {
+  if (!PyLong_Check(o)) return false;
+  const long long v = PyLong_AsLongLong(o);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+bool AsDouble(PyObject* o, double* out) {
+  if (PyFloat_CheckExact(o)) {
+    *out = PyFloat_AS_DOUBLE(o);
+    return true;
+  }
+  if (!PyLong_Check(o) && !PyFloat_Check(o)) return false;
+  const double v = PyFloat_AsDouble(o);
+  if (v == -1.0 && PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  *out = v;
+  return true;
+}
+
+// What the general path needs to know of a tensor, read without leaving C.
+struct CpuTensor {
+  uintptr_t address = 0;
+  ddp::DataType type = ddp::DataType::kFloat32;
+  std::vector<int64_t> shape;
+  py::object storage;
+};
+
+// Whether `o` is a dense, contiguous CPU tensor of a dtype libddp reduces; fills *t if so.
+bool ReadCpuTensor(const TorchObjects& torch, PyObject* o, CpuTensor* t) {
+  if (!PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(torch.tensor_type))) return false;
+  // CPU memory only: CUDA tensors need their stream, meta tensors have no memory at all.
+  py::object is_cpu = Attr(o, torch.is_cpu);
+  if (!is_cpu || is_cpu.ptr() != Py_True) return false;
+  py::object layout = Attr(o, torch.layout);
+  if (!layout || layout.ptr() != torch.strided) return false;
+  py::object dtype = Attr(o, torch.dtype);
+  if (!dtype) return false;
+  int code = -1;
+  for (int i = 0; i < ddp::kNumDataTypes; ++i) {
+    if (dtype.ptr() == torch.dtypes[static_cast<size_t>(i)]) code = i;
+  }
+  if (code < 0) return false;
+  t->type = static_cast<ddp::DataType>(code);
+  py::object contiguous = CallMethod(o, torch.is_contiguous);
+  if (!contiguous || contiguous.ptr() != Py_True) return false;
+  py::object shape = Attr(o, torch.shape);
+  if (!shape || !PyTuple_Check(shape.ptr())) return false;
+  const Py_ssize_t dims = PyTuple_GET_SIZE(shape.ptr());
+  t->shape.resize(static_cast<size_t>(dims));
+  for (Py_ssize_t i = 0; i < dims; ++i) {
+    if (!AsInt64(PyTuple_GET_ITEM(shape.ptr(), i), &t->shape[static_cast<size_t>(i)])) {
+      return false;
+    }
+  }
+  py::object address = CallMethod(o, torch.data_ptr);
+  if (!address) return false;
+  t->address = PyLong_AsUnsignedLongLong(address.ptr());
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  // Kept with the tensor: t.set_() during the operation must not free the memory in use.
+  t->storage = CallMethod(o, torch.storage);
+  return static_cast<bool>(t->storage);
+}
+
+py::object NotImplemented() { return py::reinterpret_borrow<py::object>(Py_NotImplemented); }
+
+py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py::handle prescale,
+                          py::handle postscale, py::handle process_set, bool inplace) {
+  const TorchObjects& torch = Torch();
+  if (!torch.usable) return NotImplemented();
+  CpuTensor in;
+  int64_t op_code = 0, set = 0;
+  double pre = 1, post = 1;
+  if (!ReadCpuTensor(torch, tensor.ptr(), &in) || !AsInt64(op.ptr(), &op_code) || op_code < 0 ||
+      op_code > 255 || !ddp::IsValid(static_cast<ddp::ReduceOp>(op_code)) ||
+      !AsDouble(prescale.ptr(), &pre) || !AsDouble(postscale.ptr(), &post) ||
+      !AsInt64(process_set.ptr(), &set) || set < 0 || set > INT32_MAX) {
+    return NotImplemented();
+  }
+  std::string label;
+  if (!name.is_none()) {
+    Py_ssize_t length = 0;
+    const char* utf8 =
+        PyUnicode_Check(name.ptr()) ? PyUnicode_AsUTF8AndSize(name.ptr(), &length) : nullptr;
+    if (utf8 == nullptr || length == 0) {
+      PyErr_Clear();
+      return NotImplemented();
+    }
+    label.assign(utf8, static_cast<size_t>(length));
+  }
+  std::shared_ptr<ddp::Context> context = CurrentOrNull();
+  if (context == nullptr) return NotImplemented();
+  py::object output = py::reinterpret_borrow<py::object>(tensor);
+  uintptr_t out_address = in.address;
+  if (!inplace) {
+    output = py::reinterpret_steal<py::object>(PyObject_CallOneArg(torch.empty_like, tensor.ptr()));
+    if (!output) throw py::error_already_set();
+    py::object address = CallMethod(output.ptr(), torch.data_ptr);
+    if (!address) return NotImplemented();
+    out_address = PyLong_AsUnsignedLongLong(address.ptr());
+  }
+  // Named only now that every check has passed: a call that falls back is named by the general
+  // path, once.
+  if (name.is_none()) label = AutoName("allreduce");
+  ddp::Handle handle = context->engine().AllreduceAsync(
+      std::move(label), Ptr(in.address), MutablePtr(out_address), in.type, std::move(in.shape),
+      static_cast<ddp::ReduceOp>(op_code), pre, post, static_cast<int>(set), ddp::Device::Cpu());
+  HandlePtr wrapped =
+      Wrap(std::move(handle), py::make_tuple(tensor, std::move(in.storage)), std::move(context));
+  wrapped->SetResult(output);
+  wrapped->SetCheck(py::reinterpret_borrow<py::object>(tensor), in.address);
+  return py::cast(std::move(wrapped));
+}
+
+}  // namespace
+
+void DefineTensorPath(py::module_& m) {
+  m.def("torch_allreduce", &TorchAllreduce, py::arg("tensor"), py::arg("name"), py::arg("op"),
+        py::arg("prescale"), py::arg("postscale"), py::arg("process_set"), py::arg("inplace"),
+        "ddp.torch's allreduce_async(_) of a dense contiguous CPU tensor; NotImplemented for "
+        "anything else (the general path then handles it).");
+}
+
+}  // namespace ddp_python
