@@ -267,8 +267,9 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
   if (timeline_ != nullptr) op->submitted_us = timeline_->NowMicros();
   Handle handle(op->handle);
   inbox_->queue.push_back(std::move(op));
+  const bool wake = inbox_->idle;
   lock.unlock();
-  inbox_->cv.notify_all();
+  if (wake) inbox_->cv.notify_all();
   return handle;
 }
 

@@ -86,6 +86,10 @@ class EngineImpl final : public Engine {
     uint64_t noname = 0;
     bool doorbell = false;
     uint32_t sleep_epoch = 0;  // doorbells of other epochs are stale
+    // The engine's thread sleeps until work comes (WaitForWork): only then does a submission
+    // wake it. Awake, it gathers submissions until its next round whatever arrives, and a wake-up
+    // per submission would cost two context switches a tensor for nothing.
+    bool idle = false;
   };
 
   // --- submission (engine.cc), callers' threads ---

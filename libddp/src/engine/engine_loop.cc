@@ -47,9 +47,11 @@ void EngineImpl::Loop() {
 bool EngineImpl::WaitForWork() {
   std::unique_lock<std::mutex> lock(inbox_->mu);
   if (asleep_) {
+    inbox_->idle = true;
     inbox_->cv.wait(lock, [&] {
       return inbox_->stop || !inbox_->queue.empty() || inbox_->join_requested || inbox_->doorbell;
     });
+    inbox_->idle = false;
     if (inbox_->stop) return false;
     inbox_->doorbell = false;
     lock.unlock();
