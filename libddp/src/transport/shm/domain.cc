@@ -28,9 +28,11 @@ constexpr size_t kPage = 4096;
 
 namespace {
 std::atomic<int> spin_iterations{20000};
+std::atomic<int> yield_rounds{0};
 }  // namespace
 
 int SpinIterations() { return spin_iterations.load(std::memory_order_relaxed); }
+int YieldRounds() { return yield_rounds.load(std::memory_order_relaxed); }
 
 void Publish(AreaControl* control) {
   control->word.fetch_add(1);
@@ -77,6 +79,7 @@ absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const int sharing = std::max(d->config_.local_size, d->config_.ranks_on_machine);
   spin_iterations.store(sharing > cores ? 50 : 20000);
+  yield_rounds.store(sharing > cores ? 4 : 0);
   d->pids_[static_cast<size_t>(me)] = getpid();
   return d;
 }
