@@ -7,6 +7,7 @@ Gloo (--backend torch-ddp), so the two can be compared step for step:
 
     ddprun -np 4 python examples/pytorch/synthetic_benchmark.py --model mlp
     ddprun -np 4 python examples/pytorch/synthetic_benchmark.py --model mlp --backend torch-ddp
+    mpirun -np 4 python examples/pytorch/synthetic_benchmark.py --model mlp --backend horovod
 
 --backend none exchanges nothing (every rank trains alone): the compute floor of N ranks sharing
 the machine, which tells communication from contention.
@@ -86,8 +87,9 @@ def parse_args():
                    "fp16_compress_hook)")
     p.add_argument("--threads", type=int, default=0,
                    help="torch.set_num_threads; 0: max(1, cores // ranks on this host)")
-    p.add_argument("--backend", choices=("ddp", "torch-ddp", "none"), default="ddp",
-                   help="none: no gradient exchange, each rank alone (the compute floor)")
+    p.add_argument("--backend", choices=("ddp", "torch-ddp", "horovod", "none"), default="ddp",
+                   help="horovod: Horovod's DistributedOptimizer (a peer, for comparisons); "
+                   "none: no gradient exchange, each rank alone (the compute floor)")
     p.add_argument("--baseline-samples-per-sec", type=float, default=0.0, metavar="X",
                    help="one rank's samples/s; prints the scaling efficiency against it")
     p.add_argument("--engine-stats", action="store_true",
@@ -145,6 +147,36 @@ class LibddpBackend:
 
     def shutdown(self):
         self.ddp.shutdown()
+
+
+class HorovodBackend:
+    """The same with Horovod's DistributedOptimizer (`import horovod.torch`), for side-by-side
+    runs: under mpirun its MPI operations, under `horovodrun --gloo` its Gloo ones
+    (benchmarks/build_horovod builds it, benchmarks/compare_horovod runs it)."""
+
+    name = "horovod"
+
+    def __init__(self, args):
+        import horovod.torch as hvd
+        self.hvd = hvd
+        hvd.init()
+        self.rank, self.size, self.local_size = hvd.rank(), hvd.size(), hvd.local_size()
+        self.args = args
+
+    def wrap(self, model, optimizer):
+        hvd = self.hvd
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        compression = hvd.Compression.fp16 if self.args.fp16_allreduce else hvd.Compression.none
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             compression=compression)
+        hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, optimizer
+
+    def stats(self):
+        return None
+
+    def shutdown(self):
+        self.hvd.shutdown()
 
 
 class TorchDdpBackend:
@@ -214,7 +246,8 @@ class NoCommunicationBackend:
         pass
 
 
-BACKENDS = {"ddp": LibddpBackend, "torch-ddp": TorchDdpBackend, "none": NoCommunicationBackend}
+BACKENDS = {"ddp": LibddpBackend, "torch-ddp": TorchDdpBackend, "horovod": HorovodBackend,
+            "none": NoCommunicationBackend}
 
 
 def main():
