@@ -27,12 +27,24 @@ constexpr size_t kPage = 4096;
 }  // namespace
 
 namespace {
-std::atomic<int> spin_iterations{20000};
+// The spin budget adapts between these (when each local rank has a core of its own).
+constexpr int kMinSpin = 50;
+constexpr int kMaxSpin = 20000;
+std::atomic<int> spin_iterations{kMaxSpin};
+std::atomic<bool> adaptive_spin{true};
 std::atomic<int> yield_rounds{0};
 }  // namespace
 
 int SpinIterations() { return spin_iterations.load(std::memory_order_relaxed); }
 int YieldRounds() { return yield_rounds.load(std::memory_order_relaxed); }
+
+void NoteSpinOutcome(bool met_while_spinning) {
+  if (!adaptive_spin.load(std::memory_order_relaxed)) return;
+  const int budget = spin_iterations.load(std::memory_order_relaxed);
+  spin_iterations.store(
+      met_while_spinning ? std::min(budget * 2, kMaxSpin) : std::max(budget / 4, kMinSpin),
+      std::memory_order_relaxed);
+}
 
 void Publish(AreaControl* control) {
   control->word.fetch_add(1);
@@ -78,7 +90,8 @@ absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const int sharing = std::max(d->config_.local_size, d->config_.ranks_on_machine);
-  spin_iterations.store(sharing > cores ? 50 : 20000);
+  spin_iterations.store(sharing > cores ? kMinSpin : kMaxSpin);
+  adaptive_spin.store(sharing <= cores);
   yield_rounds.store(sharing > cores ? 4 : 0);
   d->pids_[static_cast<size_t>(me)] = getpid();
   return d;
