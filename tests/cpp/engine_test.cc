@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -98,16 +99,19 @@ absl::Status RunMixedStep(Context& ctx, const std::vector<TensorCase>& cases, ui
   }
   const bool last = ctx.rank() == ctx.size() - 1;
   if (last && ctx.size() > 1) CHECK_OK(ctx.Barrier());
+  // A third of the tensors in place: fused over shared memory, they are read and written where
+  // they lie, so input and output being one memory must not matter.
+  auto result = [&](size_t i) { return i % 3 == 0 ? in[i].data() : out[i].data(); };
   for (size_t i : order) {
     const TensorCase& c = cases[i];
-    handles[i] = ctx.engine().AllreduceAsync(c.name, in[i].data(), out[i].data(), c.type,
+    handles[i] = ctx.engine().AllreduceAsync(c.name, in[i].data(), result(i), c.type,
                                              {static_cast<int64_t>(c.count)}, c.op);
   }
   if (!last) CHECK_OK(ctx.Barrier());
   for (size_t i : order) {
     const TensorCase& c = cases[i];
     CHECK_OK(handles[i].Wait());
-    CHECK_OK(CheckReduced(DataGen{seed, step * 1000 + i}, c.type, c.op, ctx.size(), out[i].data(),
+    CHECK_OK(CheckReduced(DataGen{seed, step * 1000 + i}, c.type, c.op, ctx.size(), result(i),
                           c.count, 0,
                           absl::StrCat(c.name, " step ", step, " (", DataTypeName(c.type), ", ",
                                        ReduceOpName(c.op), ", count ", c.count, ")")));
@@ -432,9 +436,10 @@ TEST(Engine, TimelineParsesAndHoldsEveryPhaseEvenAfterACrash) {
   });
   EXPECT_TRUE(job.ranks[0].ok()) << job.Summary();
   EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
-  const std::vector<std::string> phases = {
-      "NEGOTIATE", "QUEUE",      "MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER",
-      "ALLGATHER", "CYCLE_START"};
+  // Over shared memory the fused tensors are reduced where they lie: no MEMCPY_*_FUSION_BUFFER
+  // phases (Engine.FusionOverTcpCopiesThroughTheBuffer has those).
+  const std::vector<std::string> phases = {"NEGOTIATE", "QUEUE", "ALLREDUCE", "ALLGATHER",
+                                           "CYCLE_START"};
   EXPECT_EQ(CheckTimeline(base + ".0.json", phases), "");
   EXPECT_TRUE(absl::EndsWith(absl::StripTrailingAsciiWhitespace(ReadFile(base + ".0.json")), "]"));
   EXPECT_EQ(CheckTimeline(base + ".1.json", phases), "");  // cut off by SIGKILL
@@ -443,8 +448,93 @@ TEST(Engine, TimelineParsesAndHoldsEveryPhaseEvenAfterACrash) {
   // Both ranks on this host: the default transport is shared memory, and the timeline says so.
   EXPECT_TRUE(absl::StrContains(text, "\"transport\":\"shm\"")) << text.substr(0, 2000);
   EXPECT_TRUE(absl::StrContains(text, "layer\\\"3")) << "names are escaped";
+  EXPECT_TRUE(absl::StrContains(text, "\"fusion_buffer\":\"none: read and written in place\""))
+      << text.substr(0, 2000);
   std::remove((base + ".0.json").c_str());
   std::remove((base + ".1.json").c_str());
+}
+
+// Where the collective cannot read tensors in place (TCP here), fused tensors are packed into
+// the fusion buffer and unpacked after, and the timeline shows both copies; scale factors are
+// applied on the way in and out.
+TEST(Engine, FusionOverTcpCopiesThroughTheBuffer) {
+  const std::string base = TempPath("timeline-tcp");
+  JobSpec spec;
+  spec.size = 2;
+  spec.env["DDP_TRANSPORT"] = "tcp";
+  spec.rank_env[0]["DDP_TIMELINE"] = base + ".0.json";
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    std::vector<std::vector<float>> t(6, std::vector<float>(1000, 1.0f));
+    CHECK_OK(ctx.Barrier());
+    // A group is always one fused collective, whatever the timing.
+    std::vector<GroupMember> members;
+    for (size_t i = 0; i < t.size(); ++i) {
+      members.push_back({absl::StrCat("t", i), t[i].data(), t[i].data(), {1000}});
+    }
+    CHECK_OK(e.GroupedAllreduceAsync("group", std::move(members), DataType::kFloat32,
+                                     ReduceOp::kSum, /*prescale=*/2.0, /*postscale=*/0.25)
+                 .Wait());
+    for (const auto& v : t) CHECK_OK(Expect(v[0] == 1.0f && v[999] == 1.0f, "scaled sum"));
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) ASSERT_TRUE(r.ok()) << job.Summary();
+  EXPECT_EQ(CheckTimeline(base + ".0.json",
+                          {"MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"}),
+            "");
+}
+
+// Over shared memory a fused group is reduced where its tensors lie: members in place and out of
+// place, sizes that cross the pipeline's steps and its ranks' slices, the prescale applied on a
+// copy (the input stays as it was), each member finished with the group's average and postscale.
+TEST(Engine, FusedInPlaceOverShmHonoursScalesAndAverages) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const std::vector<size_t> counts = {1, 7, 1000, 300007, 0, 65537, 3};
+    for (double prescale : {1.0, 3.0}) {
+      std::vector<std::vector<double>> in(counts.size()), out(counts.size());
+      std::vector<GroupMember> members;
+      for (size_t i = 0; i < counts.size(); ++i) {
+        in[i].resize(counts[i]);
+        for (size_t j = 0; j < counts[i]; ++j) {
+          in[i][j] = static_cast<double>(ctx.rank() + 1) * static_cast<double>(j % 97 + i);
+        }
+        out[i].assign(counts[i], -1.0);
+        double* result = i % 2 == 0 ? in[i].data() : out[i].data();
+        members.push_back(
+            {absl::StrCat("m", i), in[i].data(), result, {static_cast<int64_t>(counts[i])}});
+      }
+      CHECK_OK(e.GroupedAllreduceAsync(absl::StrCat("g", prescale), std::move(members),
+                                       DataType::kFloat64, ReduceOp::kAverage, prescale, 0.5)
+                   .Wait());
+      // Average over 3 ranks of (r + 1) * v, scaled: (1 + 2 + 3) / 3 * v * prescale * 0.5.
+      for (size_t i = 0; i < counts.size(); ++i) {
+        const std::vector<double>& got = i % 2 == 0 ? in[i] : out[i];
+        for (size_t j = 0; j < counts[i]; ++j) {
+          const double want = 2.0 * static_cast<double>(j % 97 + i) * prescale * 0.5;
+          // The epilogue multiplies by postscale / ranks: exact to the last bit or two.
+          if (std::abs(got[j] - want) > 1e-12 * std::max(1.0, std::abs(want))) {
+            return absl::InternalError(absl::StrCat("member ", i, " element ", j, ": ", got[j],
+                                                    " instead of ", want, " (prescale ", prescale,
+                                                    ")"));
+          }
+        }
+        if (i % 2 == 1) {  // out of place: the input is untouched
+          for (size_t j = 0; j < counts[i]; ++j) {
+            if (in[i][j] != static_cast<double>(ctx.rank() + 1) * static_cast<double>(j % 97 + i)) {
+              return absl::InternalError(absl::StrCat("member ", i, "'s input changed"));
+            }
+          }
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
 TEST(Engine, JoinLetsRanksWithLessDataFinish) {

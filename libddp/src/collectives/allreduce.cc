@@ -190,6 +190,21 @@ std::string AllreduceMethod(const Communicator& comm, size_t count, DataType typ
   return std::string(AlgorithmName(algorithm));
 }
 
+bool TakesPieces(const Communicator& comm, size_t count, DataType type, ReduceOp op) {
+  const AllreduceBackend* backend = comm.BackendFor(count, type, op);
+  return backend != nullptr && backend->TakesPieces();
+}
+
+absl::Status AllreducePieces(Communicator& comm, const std::vector<Piece>& pieces, size_t count,
+                             DataType type, ReduceOp op) {
+  AllreduceBackend* backend = comm.BackendFor(count, type, op);
+  if (backend == nullptr || !backend->TakesPieces()) {
+    return absl::InternalError("allreduce of pieces on a communicator that does not take them");
+  }
+  comm.Begin(Kind::kAllreduce, type, op, Algorithm::kAuto, -1, count);
+  return backend->AllreducePieces(pieces, count, type, reduce::Combining(op));
+}
+
 absl::Status Allreduce(Communicator& comm, const void* send, void* recv, size_t count,
                        DataType type, ReduceOp op, const Epilogue& epilogue) {
   const size_t bytes = count * DataTypeSize(type);

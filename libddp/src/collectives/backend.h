@@ -26,6 +26,16 @@ namespace ddp::collectives {
 
 struct CallId;
 
+// One tensor of a fused allreduce, read from `in` and written to `out` (the same memory when in
+// place), finished with its own epilogue (each tensor has its own postscale). A fused call's
+// result is the allreduce of its pieces laid end to end.
+struct Piece {
+  const void* in = nullptr;
+  void* out = nullptr;
+  size_t count = 0;
+  reduce::Epilogue epilogue;
+};
+
 class AllreduceBackend {
  public:
   virtual ~AllreduceBackend() = default;
@@ -39,6 +49,15 @@ class AllreduceBackend {
   // `epilogue` applied once. In place when send == recv. Its failure is the collective's.
   virtual absl::Status Allreduce(const void* send, void* recv, size_t count, DataType type,
                                  ReduceOp combine, const reduce::Epilogue& epilogue) = 0;
+  // Whether AllreducePieces reads and writes the pieces where they lie (no packing into one
+  // buffer first); the engine then fuses tensors without a fusion buffer.
+  virtual bool TakesPieces() const { return false; }
+  // The allreduce of `pieces` laid end to end (`count` elements in all), each piece finished with
+  // its own epilogue.
+  virtual absl::Status AllreducePieces(const std::vector<Piece>& /*pieces*/, size_t /*count*/,
+                                       DataType /*type*/, ReduceOp /*combine*/) {
+    return absl::UnimplementedError(name() + " does not reduce pieces in place");
+  }
 };
 
 // What the job offers for allreduces over all its ranks, from its assembly: shared reduction

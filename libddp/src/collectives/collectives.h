@@ -33,6 +33,15 @@ absl::Status Alltoall(Communicator& comm, const void* send, void* recv, size_t c
                       DataType type);
 absl::Status Barrier(Communicator& comm);
 
+// Whether `comm` runs an allreduce of `count` elements straight from and into a fused call's
+// tensors (backend.h's Piece), without a fusion buffer: a backend that moves each byte where it
+// lies (shared memory). The same answer on every rank.
+bool TakesPieces(const Communicator& comm, size_t count, DataType type, ReduceOp op);
+// The allreduce of `pieces` laid end to end (`count` elements in all), each finished with its own
+// epilogue; `op` is what the ranks agree on. Only where TakesPieces.
+absl::Status AllreducePieces(Communicator& comm, const std::vector<Piece>& pieces, size_t count,
+                             DataType type, ReduceOp op);
+
 // Which allreduce algorithm `comm` uses for a message of `bytes` (the same on every rank).
 Algorithm ChooseAllreduce(const Communicator& comm, size_t bytes);
 // What runs this allreduce, as the timeline shows it: a backend's name ("shm", "mpi") or the

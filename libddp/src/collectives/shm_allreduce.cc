@@ -71,6 +71,43 @@ std::string CallText(size_t count, uint32_t type, uint32_t op) {
 
 }  // namespace
 
+// The memory a call reads and writes: a fused call's pieces laid end to end (a plain call is one
+// piece). ForEach(begin, count, fn) calls fn(in, out, n, epilogue, at) for each run of the
+// elements [begin, begin + count) that lies within one piece; `at` counts from `begin`.
+class ShmAllreduce::Layout {
+ public:
+  Layout(const std::vector<Piece>& pieces, size_t element_size) : es_(element_size) {
+    size_t start = 0;
+    for (const Piece& p : pieces) {
+      if (p.count == 0) continue;
+      pieces_.push_back(p);
+      starts_.push_back(start);
+      start += p.count;
+    }
+  }
+
+  template <typename Fn>
+  void ForEach(size_t begin, size_t count, Fn&& fn) const {
+    if (count == 0 || pieces_.empty()) return;
+    auto i = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) -
+                                 starts_.begin()) -
+             1;
+    for (size_t at = 0; at < count && i < pieces_.size(); ++i) {
+      const Piece& p = pieces_[i];
+      const size_t first = begin + at - starts_[i];
+      const size_t n = std::min(p.count - first, count - at);
+      fn(static_cast<const char*>(p.in) + first * es_, static_cast<char*>(p.out) + first * es_, n,
+         p.epilogue, at);
+      at += n;
+    }
+  }
+
+ private:
+  size_t es_;
+  std::vector<Piece> pieces_;
+  std::vector<size_t> starts_;  // each piece's first element in the call
+};
+
 ShmAllreduce::ShmAllreduce(std::shared_ptr<transport::shm::ShmDomain> domain,
                            transport::Transport& transport, int area)
     : domain_(std::move(domain)), transport_(transport), area_(area) {}
@@ -222,64 +259,75 @@ absl::Status ShmAllreduce::CheckCalls(uint64_t step, size_t count, DataType type
 
 absl::Status ShmAllreduce::Allreduce(const void* send, void* recv, size_t count, DataType type,
                                      ReduceOp combine, const reduce::Epilogue& epilogue) {
+  const Piece whole{send, recv, count, epilogue};
+  return Run(Layout({whole}, DataTypeSize(type)), count, type, combine);
+}
+
+absl::Status ShmAllreduce::AllreducePieces(const std::vector<Piece>& pieces, size_t count,
+                                           DataType type, ReduceOp combine) {
+  return Run(Layout(pieces, DataTypeSize(type)), count, type, combine);
+}
+
+absl::Status ShmAllreduce::Run(const Layout& layout, size_t count, DataType type,
+                               ReduceOp combine) {
   if (failed_) {
     return absl::FailedPreconditionError(
         absl::StrCat("shared-memory allreduce: an earlier allreduce failed: ", failure_.message()));
   }
   const size_t es = DataTypeSize(type);
   const size_t bytes = count * es;
-  const auto* in = static_cast<const char*>(send);
-  auto* out = static_cast<char*>(recv);
   const transport::shm::ShmConfig& cfg = domain_->config();
   absl::Status s;
   if (bytes <= std::min(cfg.small_bytes, domain_->group_bytes())) {
-    s = Small(++step_, in, out, count, type, combine, epilogue);
+    s = Small(++step_, layout, count, type, combine);
   } else {
     const size_t group =
         std::max<size_t>(1, cfg.chunk_bytes / es) * static_cast<size_t>(domain_->local_size());
     const uint64_t steps = (count + group - 1) / group;
     const uint64_t first = step_ + 1;
     step_ += steps;
-    s = Large(first, in, out, count, type, combine, epilogue);
+    s = Large(first, layout, count, type, combine);
   }
   if (!s.ok()) return Fail(s);
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::Small(uint64_t step, const char* in, char* out, size_t count,
-                                 DataType type, ReduceOp combine,
-                                 const reduce::Epilogue& epilogue) {
+absl::Status ShmAllreduce::Small(uint64_t step, const Layout& layout, size_t count, DataType type,
+                                 ReduceOp combine) {
   const int me = domain_->local_rank();
   const int n = domain_->local_size();
+  const size_t es = DataTypeSize(type);
   const size_t slots = domain_->config().slots;
   const size_t slot = step % slots;
-  const size_t bytes = count * DataTypeSize(type);
   AreaControl* mine = domain_->area_control(me, area_);
   if (step > slots) DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::done, step - slots, "finish"));
-  if (bytes > 0) std::memcpy(domain_->in_stage(me, area_, slot), in, bytes);
+  char* stage = domain_->in_stage(me, area_, slot);
+  layout.ForEach(0, count,
+                 [&](const char* in, char*, size_t len, const reduce::Epilogue&, size_t at) {
+                   std::memcpy(stage + at * es, in, len * es);
+                 });
   Stamp(step, count, type, combine);
   mine->in.value.store(step, std::memory_order_release);
   Publish(mine);
   DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::in, step, "stage its input for"));
   DDP_RETURN_IF_ERROR(CheckCalls(step, count, type, combine));
   // Everyone reduces the whole buffer in rank order: the same bits on every rank.
-  if (count > 0) {
-    reduce::Combine(type, combine, out, domain_->in_stage(0, area_, slot),
-                    domain_->in_stage(1, area_, slot), count);
-    for (int p = 2; p < n; ++p) {
-      reduce::Combine(type, combine, out, out, domain_->in_stage(p, area_, slot), count);
-    }
-    epilogue.Apply(type, out, count);
-  }
+  layout.ForEach(
+      0, count,
+      [&](const char*, char* out, size_t len, const reduce::Epilogue& epilogue, size_t at) {
+        auto staged = [&](int p) { return domain_->in_stage(p, area_, slot) + at * es; };
+        reduce::Combine(type, combine, out, staged(0), staged(1), len);
+        for (int p = 2; p < n; ++p) reduce::Combine(type, combine, out, out, staged(p), len);
+        epilogue.Apply(type, out, len);
+      });
   mine->red.value.store(step, std::memory_order_release);
   mine->done.value.store(step, std::memory_order_release);
   Publish(mine);
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::Large(uint64_t first, const char* in, char* out, size_t count,
-                                 DataType type, ReduceOp combine,
-                                 const reduce::Epilogue& epilogue) {
+absl::Status ShmAllreduce::Large(uint64_t first, const Layout& layout, size_t count, DataType type,
+                                 ReduceOp combine) {
   const int me = domain_->local_rank();
   const int n = domain_->local_size();
   const size_t es = DataTypeSize(type);
@@ -310,7 +358,11 @@ absl::Status ShmAllreduce::Large(uint64_t first, const char* in, char* out, size
     for (int p = 0; p < n; ++p) {
       const auto q = static_cast<size_t>(p);
       if (p == me || cnt[q] == 0) continue;
-      copy_out(out + (base + off[q]) * es, domain_->out_stage(p, area_, s % slots), cnt[q] * es);
+      const char* reduced = domain_->out_stage(p, area_, s % slots);
+      layout.ForEach(base + off[q], cnt[q],
+                     [&](const char*, char* out, size_t len, const reduce::Epilogue&, size_t at) {
+                       copy_out(out, reduced + at * es, len * es);
+                     });
     }
     mine->done.value.store(s, std::memory_order_release);
     Publish(mine);
@@ -332,7 +384,11 @@ absl::Status ShmAllreduce::Large(uint64_t first, const char* in, char* out, size
     for (int p = 0; p < n; ++p) {
       const auto q = static_cast<size_t>(p);
       if (p == me || part[q] == 0) continue;
-      std::memcpy(stage + offset[q] * es, in + (base + offset[q]) * es, part[q] * es);
+      char* to = stage + offset[q] * es;
+      layout.ForEach(base + offset[q], part[q],
+                     [&](const char* in, char*, size_t len, const reduce::Epilogue&, size_t at) {
+                       std::memcpy(to + at * es, in, len * es);
+                     });
     }
     Stamp(s, count, type, combine);
     mine->in.value.store(s, std::memory_order_release);
@@ -342,16 +398,20 @@ absl::Status ShmAllreduce::Large(uint64_t first, const char* in, char* out, size
     // This rank's slice, reduced in rank order into its published stage, then into the output.
     const auto m = static_cast<size_t>(me);
     char* acc = domain_->out_stage(me, area_, slot);
-    auto source = [&](int p) -> const char* {
-      return p == me ? in + (base + offset[m]) * es
-                     : domain_->in_stage(p, area_, slot) + offset[m] * es;
-    };
-    if (part[m] > 0) {
-      reduce::Combine(type, combine, acc, source(0), source(1), part[m]);
-      for (int p = 2; p < n; ++p) reduce::Combine(type, combine, acc, acc, source(p), part[m]);
-      epilogue.Apply(type, acc, part[m]);
-      copy_out(out + (base + offset[m]) * es, acc, part[m] * es);
-    }
+    layout.ForEach(
+        base + offset[m], part[m],
+        [&](const char* in, char* out, size_t len, const reduce::Epilogue& epilogue, size_t at) {
+          char* a = acc + at * es;
+          auto source = [&](int p) -> const char* {
+            return p == me ? in : domain_->in_stage(p, area_, slot) + (offset[m] + at) * es;
+          };
+          reduce::Combine(type, combine, a, source(0), source(1), len);
+          for (int p = 2; p < n; ++p) {
+            reduce::Combine(type, combine, a, a, source(p), len);
+          }
+          epilogue.Apply(type, a, len);
+          copy_out(out, a, len * es);
+        });
     mine->red.value.store(s, std::memory_order_release);
     Publish(mine);
     // While the others reduce this step, gather the previous one.

@@ -46,14 +46,21 @@ class ShmAllreduce final : public AllreduceBackend {
   // Not thread-safe: one caller at a time (each communicator has an area of its own).
   absl::Status Allreduce(const void* send, void* recv, size_t count, DataType type,
                          ReduceOp combine, const reduce::Epilogue& epilogue) override;
+  // A fused call straight from and into its tensors: each byte is staged, reduced and copied out
+  // where it lies, as for one buffer, so the engine needs no fusion buffer (and no copies into
+  // and out of one).
+  bool TakesPieces() const override { return true; }
+  absl::Status AllreducePieces(const std::vector<Piece>& pieces, size_t count, DataType type,
+                               ReduceOp combine) override;
 
  private:
   using AreaControl = transport::shm::AreaControl;
   using Line = transport::shm::Line;
-  absl::Status Small(uint64_t step, const char* in, char* out, size_t count, DataType type,
-                     ReduceOp op, const reduce::Epilogue& epilogue);
-  absl::Status Large(uint64_t first, const char* in, char* out, size_t count, DataType type,
-                     ReduceOp op, const reduce::Epilogue& epilogue);
+  class Layout;
+  absl::Status Run(const Layout& layout, size_t count, DataType type, ReduceOp combine);
+  absl::Status Small(uint64_t step, const Layout& layout, size_t count, DataType type, ReduceOp op);
+  absl::Status Large(uint64_t first, const Layout& layout, size_t count, DataType type,
+                     ReduceOp op);
   // Waits until `flag` of every peer's area reaches `step`.
   absl::Status WaitAll(Line AreaControl::*flag, uint64_t step, const char* what);
   void Stamp(uint64_t step, size_t count, DataType type, ReduceOp op);

@@ -1,6 +1,7 @@
 // The operations on CPU memory: libddp's collectives, with tensor fusion (a persistent fusion
 // buffer; scale factors applied while packing and unpacking, so tensors with different factors
-// still fuse) and joined ranks' identity contributions.
+// still fuse; none where the collective reads and writes the tensors in place, as shared memory's
+// does) and joined ranks' identity contributions.
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -36,6 +37,11 @@ class CpuOperations final : public DeviceOperations {
  private:
   absl::Status Alone(ProcessSet& set, const Response& r, int active);
   absl::Status Fused(ProcessSet& set, const std::vector<Response*>& batch, int active);
+  // Fused where the collective reads and writes the tensors where they lie (shared memory): no
+  // fusion buffer, except scratch for what cannot be read in place (a joined rank's identity, a
+  // prescaled input).
+  absl::Status FusedInPlace(ProcessSet& set, const std::vector<Response*>& batch, int active,
+                            uint64_t total);
   char* Buffer(size_t bytes) {
     if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
     return fusion_buffer_.data();
@@ -87,6 +93,9 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
   const size_t es = DataTypeSize(type);
   uint64_t total = 0;
   for (const Response* r : batch) total += r->meta.ElementCount();
+  if (collectives::TakesPieces(*set.comm, total, type, op)) {
+    return FusedInPlace(set, batch, active, total);
+  }
   char* buffer = Buffer(total * es);
 
   const int64_t t0 = executor_.Now();
@@ -141,6 +150,70 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
                      {"fused_tensors", absl::StrCat(batch.size())},
                      {"fused_bytes", absl::StrCat(total * es)}});
     executor_.Phase(r->name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
+    executor_.Finish(set, r->name, absl::OkStatus());
+  }
+  executor_.Ran(batch.size(), total * es, /*fused=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOperations::FusedInPlace(ProcessSet& set, const std::vector<Response*>& batch,
+                                         int active, uint64_t total) {
+  const DataType type = batch[0]->meta.type;
+  const ReduceOp op = batch[0]->meta.op;
+  const size_t es = DataTypeSize(type);
+  const int64_t t0 = executor_.Now();
+  std::vector<LocalOp*> ops;
+  size_t scratch = 0;
+  for (const Response* r : batch) {
+    LocalOp* local = executor_.Local(set, r->name);
+    ops.push_back(local);
+    if (local == nullptr || r->meta.prescale != 1.0) scratch += r->meta.ElementCount();
+  }
+  char* buffer = Buffer(scratch * es);
+  std::vector<collectives::Piece> pieces;
+  size_t used = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* r = batch[b];
+    LocalOp* local = ops[b];
+    for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
+      collectives::Piece piece;
+      piece.count = ElementCount(r->meta.shapes[k]);
+      piece.epilogue = Epilogue::For(op, active, r->meta.postscale);
+      if (local == nullptr) {  // joined: the identity, from scratch, into scratch
+        char* dst = buffer + used * es;
+        reduce::FillIdentity(type, reduce::Combining(op), dst, piece.count);
+        piece.in = piece.out = dst;
+        used += piece.count;
+      } else if (r->meta.prescale != 1.0) {
+        char* dst = buffer + used * es;
+        reduce::Scale(type, dst, local->inputs[k], piece.count, r->meta.prescale);
+        piece.in = dst;
+        piece.out = local->outputs[k];
+        used += piece.count;
+      } else {
+        piece.in = local->inputs[k];
+        piece.out = local->outputs[k];
+      }
+      pieces.push_back(piece);
+    }
+  }
+  const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
+  absl::Status s = collectives::AllreducePieces(*set.comm, pieces, total, type, op);
+  if (!s.ok()) {
+    std::vector<std::string> names;
+    for (const Response* r : batch) names.push_back("'" + r->name + "'");
+    return Annotate(s, absl::StrCat("allreduce of fused tensors ", absl::StrJoin(names, ", ")));
+  }
+  const int64_t t1 = executor_.Now();
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* r = batch[b];
+    if (ops[b] != nullptr) executor_.Waited(*ops[b], *r, t0);
+    executor_.Phase(r->name, "ALLREDUCE", t0, t1,
+                    {{"algorithm", method},
+                     {"transport", transport_},
+                     {"fused_tensors", absl::StrCat(batch.size())},
+                     {"fused_bytes", absl::StrCat(total * es)},
+                     {"fusion_buffer", "none: read and written in place"}});
     executor_.Finish(set, r->name, absl::OkStatus());
   }
   executor_.Ran(batch.size(), total * es, /*fused=*/true);
