@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -276,6 +277,62 @@ TEST(Store, AClaimedValueCostsNoMemoryUntilItArrives) {
   EXPECT_LT(grown, int64_t{256} << 20)
       << "the store holds " << (grown >> 20) << " MiB for 32 claims of 64 MiB";
   claims.clear();
+}
+
+// Threads of this process, from /proc/self/task.
+int ThreadCount() {
+  int n = 0;
+  FILE* ls = ::popen(absl::StrCat("ls /proc/", ::getpid(), "/task").c_str(), "r");
+  char line[64];
+  while (ls != nullptr && std::fgets(line, sizeof(line), ls) != nullptr) ++n;
+  if (ls != nullptr) ::pclose(ls);
+  return n;
+}
+
+// A flood of strangers that connect and say nothing costs the store a bounded number of threads
+// (it keeps at most kMaxStoreHandshaking connections in their handshake, cutting the oldest off),
+// and a genuine client arriving in the middle of it still gets through at once. Before the cap
+// each stranger held a thread for the 10 s handshake timeout, without limit.
+TEST(Store, AFloodOfSilentStrangersIsCappedAndAClientStillGetsThrough) {
+  auto server = bootstrap::TcpStoreServer::Start("127.0.0.1", 0, "flood");
+  ASSERT_TRUE(server.ok());
+  const int port = (*server)->port();
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  const int threads_before = ThreadCount();
+  constexpr int kStrangers = 400;
+  std::vector<net::Fd> strangers;
+  for (int i = 0; i < kStrangers; ++i) {
+    auto fd = net::ConnectWithRetry("127.0.0.1", port, deadline);
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    strangers.push_back(std::move(*fd));
+  }
+  const absl::Time asked = absl::Now();
+  auto good = bootstrap::TcpStoreClient::Connect("127.0.0.1", port, "flood", 0, deadline);
+  ASSERT_TRUE(good.ok()) << good.status();
+  ASSERT_TRUE((*good)->Set("k", "v").ok());
+  EXPECT_EQ(*(*good)->Get("k", absl::Seconds(1)), "v");
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(5)) << "the client waited behind the strangers";
+  // Every stranger has been accepted by now (the genuine client came after them); at most the
+  // cap of them hold a thread.
+  const int threads = ThreadCount() - threads_before;
+  EXPECT_LE(threads, static_cast<int>(bootstrap::kMaxStoreHandshaking) + 8)
+      << threads << " threads for " << kStrangers << " strangers";
+  // The oldest were cut off: their connections end (after the server's Hello).
+  int ended = 0;
+  for (net::Fd& fd : strangers) {
+    char buf[256];
+    while (true) {
+      pollfd p{fd.get(), POLLIN, 0};
+      if (::poll(&p, 1, 0) <= 0) break;
+      const ssize_t n = ::recv(fd.get(), buf, sizeof(buf), MSG_DONTWAIT);
+      if (n <= 0) {
+        ended += n == 0 || errno == ECONNRESET ? 1 : 0;
+        break;
+      }
+    }
+  }
+  EXPECT_GE(ended, kStrangers - static_cast<int>(bootstrap::kMaxStoreHandshaking))
+      << "strangers cut off";
 }
 
 // A recorded handshake is useless: the server's Hello carries a fresh nonce each time, and the

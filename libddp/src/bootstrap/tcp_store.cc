@@ -141,10 +141,28 @@ void TcpStoreServer::AcceptLoop() {
     const int fd = ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
     std::lock_guard<std::mutex> lock(mu_);
+    EvictOldestStrangerLocked();
     Client& c = clients_.emplace_back();
     c.fd = fd;
     c.thread = std::thread([this, fd, client = &c] { Serve(fd, client); });
   }
+}
+
+void TcpStoreServer::EvictOldestStrangerLocked() {
+  size_t handshaking = 0;
+  Client* oldest = nullptr;
+  for (Client& c : clients_) {  // in the order they were accepted
+    if (c.done || c.authenticated || c.evicted) continue;
+    if (oldest == nullptr) oldest = &c;
+    ++handshaking;
+  }
+  if (handshaking < kMaxStoreHandshaking || oldest == nullptr) return;
+  // Its thread's next read fails and it ends; the fd is closed when the thread is joined.
+  DDP_LOG(kWarning,
+          "rendezvous store: %d connections in their handshake; dropped the oldest, from %s",
+          static_cast<int>(handshaking), net::PeerAddress(oldest->fd));
+  ::shutdown(oldest->fd, SHUT_RDWR);
+  oldest->evicted = true;
 }
 
 void TcpStoreServer::Serve(int fd, Client* self) {
@@ -158,6 +176,10 @@ void TcpStoreServer::Serve(int fd, Client* self) {
   if (!status.ok()) {
     DDP_LOG(kWarning, "rendezvous store: rejected connection from %s: %s", who, status.message());
   } else {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      self->authenticated = true;
+    }
     status = table_.Serve(fd);
     if (!stopping_.load() && !absl::IsUnavailable(status)) {
       DDP_LOG(kWarning, "rendezvous store: dropped client %s (rank %d): %s", who,

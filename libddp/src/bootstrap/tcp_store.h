@@ -18,6 +18,10 @@
 namespace ddp::bootstrap {
 
 inline constexpr size_t kMaxStoreKeyBytes = 4096;
+// Connections in their handshake at once; a new one beyond this cuts the oldest off, so that a
+// flood of silent strangers costs the store a bounded number of threads while a genuine client,
+// whose handshake takes a round trip, still gets through.
+inline constexpr size_t kMaxStoreHandshaking = 256;
 inline constexpr size_t kMaxStoreValueBytes = 64 << 20;
 
 // The store's keys and values, and the request protocol that reads and writes them over an
@@ -69,8 +73,12 @@ class TcpStoreServer {
   struct Client {
     std::thread thread;
     int fd = -1;
-    bool done = false;  // under mu_
+    bool done = false;           // under mu_
+    bool authenticated = false;  // under mu_
+    bool evicted = false;        // under mu_: cut off in its handshake (the oldest of too many)
   };
+  // With kMaxStoreHandshaking connections in their handshake, a new one cuts the oldest off.
+  void EvictOldestStrangerLocked();
   std::list<Client> clients_;  // guarded by mu_ (threads joined without it)
 };
 
