@@ -14,7 +14,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
 .PHONY: all deps venv deploy-venv build demo demo-ps test test-full test-python test-deploy test-pip \
-  test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench install clean format
+  test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
 
 all: build
 
@@ -179,6 +179,12 @@ tsan: deps
 bench: build
 	benchmarks/compare
 	benchmarks/compare_tcp
+
+# libddp against Horovod 0.28.1 (built into .venv-horovod first), the same scripts: submission,
+# fused small-gradient and ResNet-50 steps, busbw and training (about 35 minutes).
+bench-horovod: build
+	benchmarks/build_horovod
+	$(VENV)/bin/python benchmarks/compare_horovod --runs 3
 
 install: build
 	cmake --install $(BUILD) --prefix $${PREFIX:-/usr/local}
