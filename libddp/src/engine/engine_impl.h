@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "collectives/backend.h"
@@ -99,7 +100,8 @@ class EngineImpl final : public Engine {
                    std::vector<int64_t> shape, ReduceOp op, int root, double prescale,
                    double postscale, int process_set, const Device& device);
   static Handle Failed(const std::string& name, absl::Status status);
-  absl::Status CheckSet(int process_set, absl::string_view what) const;  // Inbox locked
+  // `what` names the submission in an error (made only for one). Inbox locked.
+  absl::Status CheckSet(int process_set, absl::FunctionRef<std::string()> what) const;
 
   // --- the loop (engine_loop.cc), the engine's thread ---
   void Loop();
