@@ -39,6 +39,12 @@ def test_the_fast_path_and_the_general_one_agree(run_job):
     assert result.stdout.count(": ok") == 2
 
 
+def test_horovods_names_and_flags_work_as_in_horovod(run_job):
+    # average=, the *_built()/*_enabled() queries, join(device), HorovodInternalError.
+    result = run_job(2, "horovod_compat.py")
+    assert result.stdout.count(": ok") == 2
+
+
 @pytest.mark.parametrize("mode", ["plain", "fp16", "passes", "join", "predivide", "adam"])
 def test_distributed_optimizer_matches_single_process_training(run_job, mode):
     result = run_job(3, "optimizer.py", mode)

@@ -143,10 +143,13 @@ alltoall_async = _numpy.alltoall_async
 barrier = _ops.barrier
 
 
-def join():
+def join(device=-1):
     """This rank has no more data: until every rank has joined it contributes the identity to the
     others' allreduces (Average then divides by the ranks that contributed). Returns the rank that
-    joined last."""
+    joined last. `device` is Horovod's (where its zero tensors go); libddp makes the identity
+    where each tensor lives, so it is checked and otherwise unused."""
+    if not isinstance(device, int) or isinstance(device, bool) or device < -1:
+        raise error(f"ddp.join: device must be -1 (CPU) or a CUDA device index, got {device!r}")
     _ops.require_init("join")
     native = _ddp.join_async()
     native.wait()
@@ -158,6 +161,59 @@ def add_process_set(ranks):
     Returns its id, to pass as process_set= to the collectives."""
     _ops.require_init("add_process_set")
     return _ddp.add_process_set([int(r) for r in ranks])
+
+
+# What this installation and job have, under Horovod's names (its scripts branch on them).
+def mpi_built():
+    """True when this installation has the MPI plugin (libddp_mpi.so): a job may run over MPI."""
+    return any(name == "mpi" for name, _ in _ddp.transports())
+
+
+def mpi_enabled():
+    """True when this job's data moves over MPI (DDP_TRANSPORT=mpi); Horovod's MPI controller."""
+    _ops.require_init("mpi_enabled")
+    return _ddp.uses_mpi()
+
+
+def mpi_threads_supported():
+    """Whether other MPI libraries (mpi4py) may be used beside this job's MPI: libddp initialises
+    MPI with MPI_THREAD_MULTIPLE and refuses a lower level, so True whenever MPI is in use."""
+    _ops.require_init("mpi_threads_supported")
+    if not _ddp.uses_mpi():
+        raise error("ddp.mpi_threads_supported(): this job does not use MPI (DDP_TRANSPORT=mpi)",
+                    "FAILED_PRECONDITION")
+    return True
+
+
+def gloo_built():
+    """False: libddp has its own TCP and shared-memory transports, not Gloo."""
+    return False
+
+
+def gloo_enabled():
+    return False
+
+
+def nccl_built():
+    """True when libddp's NCCL plugin (libddp_nccl.so) loads: CUDA tensors can be reduced."""
+    return bool(_ddp.nccl_built())
+
+
+def cuda_built():
+    """CUDA tensors go through the NCCL plugin: the same answer as nccl_built()."""
+    return nccl_built()
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
 
 
 def engine_stats():
@@ -198,5 +254,7 @@ __all__ = [
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async",
     "alltoall", "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
-    "engine_stats", "broadcast_object", "allgather_object",
+    "engine_stats", "broadcast_object", "allgather_object", "mpi_built", "mpi_enabled",
+    "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
+    "rocm_built", "ddl_built", "ccl_built",
 ]

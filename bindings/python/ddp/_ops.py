@@ -9,6 +9,7 @@ allgather, alltoall and reducescatter are returned as views of the engine's memo
 
 import collections
 import enum
+import warnings
 
 from . import _ddp
 from ._ddp import DDPError
@@ -68,6 +69,18 @@ def check_op(op, what):
         raise error(
             f"ddp.{what}: unknown op {op!r} (use ddp.Sum, ddp.Average, ddp.Min, ddp.Max or "
             f"ddp.Product)") from None
+
+
+def resolve_op(op, average, what):
+    """The op of a reduction, with Horovod's deprecated `average` flag: average=True is Average,
+    average=False is Sum, and giving both is an error, as in Horovod. No op at all is Average."""
+    if average is not None:
+        if op is not None:
+            raise error(f"ddp.{what}: op supersedes the deprecated average; give only one of them")
+        warnings.warn(f"ddp.{what}: average= is deprecated (as in Horovod); use op=ddp.Average or "
+                      f"op=ddp.Sum", DeprecationWarning, stacklevel=4)
+        return ReduceOp.AVERAGE if average else ReduceOp.SUM
+    return ReduceOp.AVERAGE if op is None else op
 
 
 def check_root(root_rank, process_set, what):
@@ -139,10 +152,11 @@ class Ops:
                 check_scale(postscale_factor, what, "postscale_factor"))
 
     # allreduce ---------------------------------------------------------------------------------
-    def _allreduce(self, x, name, op, prescale_factor, postscale_factor, process_set, inplace):
+    def _allreduce(self, x, name, op, prescale_factor, postscale_factor, process_set, inplace,
+                   average=None):
         what = "allreduce_" if inplace else "allreduce"
         require_init(what + "_async")
-        op = check_op(op, what)
+        op = check_op(resolve_op(op, average, what), what)
         pre, post = self._scales(what, prescale_factor, postscale_factor)
         src = self.a.describe(x, what, _label(name), writable=inplace)
         if inplace:
@@ -156,35 +170,38 @@ class Ops:
                                       src.device, src.stream)
         return self._handle(native, (src, dst), lambda _: out)
 
-    def allreduce_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=WORLD):
+    def allreduce_async(self, x, name=None, op=None, prescale_factor=1.0,
+                        postscale_factor=1.0, process_set=WORLD, average=None):
         """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
-        return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set, False)
+        return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
+                               False, average)
 
-    def allreduce_async_(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
-                         postscale_factor=1.0, process_set=WORLD):
+    def allreduce_async_(self, x, name=None, op=None, prescale_factor=1.0,
+                         postscale_factor=1.0, process_set=WORLD, average=None):
         """Starts an in-place allreduce of x; synchronize(handle) returns x."""
-        return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set, True)
+        return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
+                               True, average)
 
-    def allreduce(self, x, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
-                  postscale_factor=1.0, process_set=WORLD):
+    def allreduce(self, x, op=None, name=None, prescale_factor=1.0,
+                  postscale_factor=1.0, process_set=WORLD, average=None):
         """op over all ranks of x, as a new tensor (Average by default, like Horovod)."""
         return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
-                               False).wait()
+                               False, average).wait()
 
-    def allreduce_(self, x, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
-                   postscale_factor=1.0, process_set=WORLD):
+    def allreduce_(self, x, op=None, name=None, prescale_factor=1.0,
+                   postscale_factor=1.0, process_set=WORLD, average=None):
         """In-place allreduce; returns x."""
         return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
-                               True).wait()
+                               True, average).wait()
 
-    def _grouped(self, xs, name, op, prescale_factor, postscale_factor, process_set, inplace):
+    def _grouped(self, xs, name, op, prescale_factor, postscale_factor, process_set, inplace,
+                 average=None):
         what = "grouped_allreduce_" if inplace else "grouped_allreduce"
         require_init(what + "_async")
         xs = list(xs)
         if not inplace:
             self.a.refuse_grad(xs, what)
-        op = check_op(op, what)
+        op = check_op(resolve_op(op, average, what), what)
         pre, post = self._scales(what, prescale_factor, postscale_factor)
         if not xs:
             raise error(f"ddp.{what}: needs at least one tensor")
@@ -211,25 +228,27 @@ class Ops:
                                               process_set, owners, first.device, first.stream)
         return self._handle(native, [b for pair in buffers for b in pair], lambda _: outs)
 
-    def grouped_allreduce_async(self, xs, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
-                                postscale_factor=1.0, process_set=WORLD):
+    def grouped_allreduce_async(self, xs, name=None, op=None, prescale_factor=1.0,
+                                postscale_factor=1.0, process_set=WORLD, average=None):
         """Reduces a list of same-dtype tensors as one unit (one negotiation, one fused
         collective) into new tensors."""
-        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, False)
+        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, False,
+                             average)
 
-    def grouped_allreduce_async_(self, xs, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
-                                 postscale_factor=1.0, process_set=WORLD):
-        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, True)
+    def grouped_allreduce_async_(self, xs, name=None, op=None, prescale_factor=1.0,
+                                 postscale_factor=1.0, process_set=WORLD, average=None):
+        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, True,
+                             average)
 
-    def grouped_allreduce(self, xs, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
-                          postscale_factor=1.0, process_set=WORLD):
-        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set,
-                             False).wait()
+    def grouped_allreduce(self, xs, op=None, name=None, prescale_factor=1.0,
+                          postscale_factor=1.0, process_set=WORLD, average=None):
+        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, False,
+                             average).wait()
 
-    def grouped_allreduce_(self, xs, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
-                           postscale_factor=1.0, process_set=WORLD):
-        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set,
-                             True).wait()
+    def grouped_allreduce_(self, xs, op=None, name=None, prescale_factor=1.0,
+                           postscale_factor=1.0, process_set=WORLD, average=None):
+        return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, True,
+                             average).wait()
 
     # broadcast ---------------------------------------------------------------------------------
     def _broadcast(self, x, root_rank, name, process_set, inplace):

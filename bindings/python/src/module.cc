@@ -203,6 +203,13 @@ PYBIND11_MODULE(_ddp, m) {
       "True when libddp's NCCL backend (libddp_nccl.so) loads: CUDA tensors can be reduced.");
   m.def("nccl_version", [] { return ddp::NcclVersion(); });
   m.def(
+      "uses_mpi",
+      [] {
+        const ddp::Options& o = Current("mpi_enabled")->options();
+        return o.transport == ddp::TransportKind::kMpi;
+      },
+      "True when this job's data moves over MPI (DDP_TRANSPORT=mpi).");
+  m.def(
       "transports",
       [] {
         std::vector<std::pair<std::string, std::string>> out;

@@ -14,9 +14,11 @@ mode="sync"|"async", staleness=s).
 """
 
 from .. import (Average, DDPError, Handle, Max, Min, Product, ReduceOp, Sum, add_process_set,
-                allgather_object, barrier, broadcast_object, cross_rank, cross_size,
-                engine_stats, init, is_initialized, join, local_rank, local_size, poll, rank,
-                shutdown, size, synchronize)
+                allgather_object, barrier, broadcast_object, ccl_built, cross_rank, cross_size,
+                cuda_built, ddl_built, engine_stats, gloo_built, gloo_enabled, init,
+                is_initialized, join, local_rank, local_size, mpi_built, mpi_enabled,
+                mpi_threads_supported, nccl_built, poll, rank, rocm_built, shutdown, size,
+                synchronize)
 from .compression import Compression
 from .functions import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                         allreduce_async_, alltoall, alltoall_async, broadcast, broadcast_,
@@ -25,6 +27,11 @@ from .functions import (allgather, allgather_async, allreduce, allreduce_, allre
                         reducescatter_async)
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 from .ps import ParameterServerOptimizer
+
+# Horovod raises HorovodInternalError when the job breaks (a peer died, the collective failed);
+# libddp's DDPError is that error, with the culprit named (e.ranks, e.tensor), so code written
+# for Horovod (`except hvd.HorovodInternalError`) catches it unchanged.
+HorovodInternalError = DDPError
 
 __all__ = [
     "DDPError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "init",
@@ -36,5 +43,7 @@ __all__ = [
     "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
     "engine_stats", "broadcast_object", "allgather_object", "Compression",
     "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-    "ParameterServerOptimizer",
+    "ParameterServerOptimizer", "HorovodInternalError", "mpi_built", "mpi_enabled",
+    "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
+    "rocm_built", "ddl_built", "ccl_built",
 ]

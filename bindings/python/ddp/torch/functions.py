@@ -133,9 +133,12 @@ class _AllreduceFunction(torch.autograd.Function):
 _fast_allreduce = _ddp.torch_allreduce
 
 
-def allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=0):
-    """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
+def allreduce_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                    process_set=0, average=None):
+    """Starts an allreduce into a new tensor; synchronize(handle) returns it. op defaults to
+    Average; `average` is Horovod's deprecated flag (True: Average, False: Sum)."""
+    if op is None or average is not None:
+        op = _ops.resolve_op(op, average, "allreduce_async")
     # A dense contiguous CPU tensor goes straight to the engine (bindings/python/src/
     # tensor_path.cc); anything else, and every error, takes the general path.
     handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
@@ -146,9 +149,11 @@ def allreduce_async(tensor, name=None, op=Average, prescale_factor=1.0, postscal
     return handle
 
 
-def allreduce_async_(tensor, name=None, op=Average, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=0):
+def allreduce_async_(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
+                     process_set=0, average=None):
     """Starts an in-place allreduce of tensor; synchronize(handle) returns it."""
+    if op is None or average is not None:
+        op = _ops.resolve_op(op, average, "allreduce_async_")
     handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
                              True)
     if handle is NotImplemented:
@@ -157,9 +162,11 @@ def allreduce_async_(tensor, name=None, op=Average, prescale_factor=1.0, postsca
     return handle
 
 
-def allreduce_(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=0):
+def allreduce_(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=0, average=None):
     """In-place allreduce; returns tensor."""
+    if op is None or average is not None:
+        op = _ops.resolve_op(op, average, "allreduce_")
     return allreduce_async_(tensor, name, op, prescale_factor, postscale_factor,
                             process_set).wait()
 
@@ -180,9 +187,12 @@ alltoall = _torch.alltoall
 alltoall_async = _torch.alltoall_async
 
 
-def allreduce(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=0):
-    """op over ranks, as a new tensor; differentiable for Sum and Average."""
+def allreduce(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=0, average=None):
+    """op over ranks (Average by default), as a new tensor; differentiable for Sum and Average.
+    `average` is Horovod's deprecated flag (True: Average, False: Sum)."""
+    if op is None or average is not None:
+        op = _ops.resolve_op(op, average, "allreduce")
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
         return _AllreduceFunction.apply(tensor, _ops.auto_name("allreduce", name), op,
                                         prescale_factor, postscale_factor, process_set)
