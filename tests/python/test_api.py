@@ -45,6 +45,14 @@ def test_horovods_names_and_flags_work_as_in_horovod(run_job):
     assert result.stdout.count(": ok") == 2
 
 
+@pytest.mark.parametrize("np", [2, 3])
+def test_horovods_operations_move_any_dtype_and_carry_gradients(run_job, np):
+    # int16/bool/complex through allgather, broadcast, alltoall; gradients through allgather,
+    # broadcast, alltoall, reducescatter (in a process set too); grouped allgather/reducescatter.
+    result = run_job(np, "horovod_ops.py")
+    assert result.stdout.count(": ok") == np
+
+
 @pytest.mark.parametrize("mode", ["plain", "fp16", "passes", "join", "predivide", "adam"])
 def test_distributed_optimizer_matches_single_process_training(run_job, mode):
     result = run_job(3, "optimizer.py", mode)

@@ -160,7 +160,10 @@ def add_process_set(ranks):
     """Creates a process set (every rank must call it with the same ranks, in the same order).
     Returns its id, to pass as process_set= to the collectives."""
     _ops.require_init("add_process_set")
-    return _ddp.add_process_set([int(r) for r in ranks])
+    ranks = [int(r) for r in ranks]
+    set_id = _ddp.add_process_set(ranks)
+    _ops.note_process_set(set_id, ranks)
+    return set_id
 
 
 # What this installation and job have, under Horovod's names (its scripts branch on them).

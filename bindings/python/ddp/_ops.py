@@ -106,16 +106,61 @@ def check_scale(value, what, which):
 Handle = _ddp.Handle
 
 
+class GroupHandle:
+    """The operations of a grouped call (grouped_allgather, grouped_reducescatter), one per
+    tensor, submitted together: wait() returns the list of their results, poll() whether all
+    have finished."""
+
+    __slots__ = ("_handles", "_name", "_finish")
+
+    def __init__(self, handles, name, finish=None):
+        self._handles = list(handles)
+        self._name = name
+        self._finish = finish
+
+    @property
+    def name(self):
+        return self._name
+
+    def poll(self):
+        return all(h.poll() for h in self._handles)
+
+    def wait(self, timeout=None):
+        results = [h.wait(timeout) for h in self._handles]
+        return self._finish(results) if self._finish is not None else results
+
+    def __repr__(self):
+        return f"<ddp.Handle group {self._name!r} of {len(self._handles)}>"
+
+
 def synchronize(handle):
-    if not isinstance(handle, Handle):
+    if not isinstance(handle, (Handle, GroupHandle)):
         raise error(f"ddp.synchronize: expected a ddp handle, got {type(handle).__name__}")
     return handle.wait()
 
 
 def poll(handle):
-    if not isinstance(handle, Handle):
+    if not isinstance(handle, (Handle, GroupHandle)):
         raise error(f"ddp.poll: expected a ddp handle, got {type(handle).__name__}")
     return handle.poll()
+
+
+# The ranks of each process set this process created (add_process_set), for the operations that
+# need this rank's place in a set (the gradients of allgather).
+_process_sets = {}
+
+
+def note_process_set(set_id, ranks):
+    _process_sets[set_id] = sorted(ranks)
+
+
+def process_set_ranks(process_set):
+    """The job ranks of a process set, in order; WORLD is every rank."""
+    if process_set == WORLD:
+        return list(range(_ddp.size()))
+    if process_set not in _process_sets:
+        raise error(f"ddp: there is no process set {process_set!r} (add_process_set makes them)")
+    return _process_sets[process_set]
 
 
 def _label(name):

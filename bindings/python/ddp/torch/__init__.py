@@ -22,9 +22,10 @@ from .. import (Average, DDPError, Handle, Max, Min, Product, ReduceOp, Sum, add
 from .compression import Compression
 from .functions import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                         allreduce_async_, alltoall, alltoall_async, broadcast, broadcast_,
-                        broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_,
-                        grouped_allreduce_async, grouped_allreduce_async_, reducescatter,
-                        reducescatter_async)
+                        broadcast_async, broadcast_async_, grouped_allgather,
+                        grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
+                        grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
+                        grouped_reducescatter_async, reducescatter, reducescatter_async)
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 from .ps import ParameterServerOptimizer
 
@@ -43,7 +44,8 @@ __all__ = [
     "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
     "engine_stats", "broadcast_object", "allgather_object", "Compression",
     "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-    "ParameterServerOptimizer", "HorovodInternalError", "mpi_built", "mpi_enabled",
+    "ParameterServerOptimizer", "HorovodInternalError", "grouped_allgather",
+    "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
     "rocm_built", "ddl_built", "ccl_built",
 ]
