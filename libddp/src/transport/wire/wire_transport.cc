@@ -438,6 +438,9 @@ void WireTransport::DrainLocked(absl::Time now) {
 }
 
 void WireTransport::HandleControl(int peer, std::string payload) {
+  // A failed peer has been dealt with: what it still sends is dropped unread, not judged (and
+  // blamed again, an error message built each time) message by message, as a flood would be.
+  if (peer_state(peer) == PeerState::kFailed) return;
   Heard(peer, absl::Now());
   heard_ns_[static_cast<size_t>(peer)].store(NowNs());
   if (payload.size() < kPrefix) {
