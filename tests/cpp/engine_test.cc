@@ -326,12 +326,15 @@ TEST(Engine, DuplicateNameInFlightIsAnError) {
     if (ctx.rank() == 0) {
       Handle first =
           e.AllreduceAsync("dup", a.data(), a.data(), DataType::kFloat32, {4}, ReduceOp::kSum);
-      CHECK_OK(ExpectError(
-          e.AllreduceAsync("dup", b.data(), b.data(), DataType::kFloat32, {4}, ReduceOp::kSum)
-              .Wait(),
-          absl::StatusCode::kInvalidArgument, {"'dup'", "in flight"}));
+      Handle again =
+          e.AllreduceAsync("dup", b.data(), b.data(), DataType::kFloat32, {4}, ReduceOp::kSum);
+      // Refused by the submission itself (the Python layer raises it there, as Horovod does).
+      CHECK_OK(Expect(again.refused() && again.Poll(), "the second submission refused at once"));
+      CHECK_OK(
+          ExpectError(again.Wait(), absl::StatusCode::kInvalidArgument, {"'dup'", "in flight"}));
       CHECK_OK(ctx.Barrier());
       CHECK_OK(first.Wait());
+      CHECK_OK(Expect(!first.refused(), "the first submission ran"));
     } else {
       CHECK_OK(ctx.Barrier());  // rank 0 has submitted twice by now
       CHECK_OK(e.AllreduceAsync("dup", a.data(), a.data(), DataType::kFloat32, {4}, ReduceOp::kSum)

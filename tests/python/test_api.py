@@ -53,6 +53,16 @@ def test_horovods_operations_move_any_dtype_and_carry_gradients(run_job, np):
     assert result.stdout.count(": ok") == np
 
 
+@pytest.mark.parametrize("np", [2, 3])
+def test_horovods_semantics_hold(run_job, np):
+    # A name in flight raises ValueError at the call; barrier() does not wait for unrelated
+    # pending operations; a dropped handle's output outlives it; ProcessSet objects (add, remove,
+    # duplicates, job-rank roots); Horovod's argument positions and compression=; alltoall with
+    # uneven splits (and its gradient); sparse_allreduce_async.
+    result = run_job(np, "horovod_semantics.py")
+    assert result.stdout.count(": ok") == np
+
+
 @pytest.mark.parametrize("mode", ["plain", "fp16", "passes", "join", "predivide", "adam"])
 def test_distributed_optimizer_matches_single_process_training(run_job, mode):
     result = run_job(3, "optimizer.py", mode)
@@ -83,7 +93,7 @@ def test_init_errors_name_the_variable(ddp_env):
     result = subprocess.run([sys.executable, "-c", "import ddp; ddp.init()"], env=env,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode != 0
-    assert "DDPError" in result.stderr and "DDP_JOB_TOKEN" in result.stderr, result.stderr
+    assert "ddp.DDP" in result.stderr and "DDP_JOB_TOKEN" in result.stderr, result.stderr
     env.update(DDP_JOB_TOKEN="0123456789abcdef", DDP_TRANSPORT="carrier-pigeon")
     result = subprocess.run([sys.executable, "-c", "import ddp; ddp.init()"], env=env,
                             capture_output=True, text=True, timeout=60)

@@ -18,7 +18,7 @@ import sys
 import numpy as np
 
 from . import _ddp, _ops
-from ._ddp import DDPError
+from ._ddp import DDPError, DDPValueError
 from ._ops import Handle, ReduceOp, error, poll, synchronize
 
 __version__ = _ddp.__version__
@@ -29,8 +29,6 @@ Min = ReduceOp.MIN
 Max = ReduceOp.MAX
 Product = ReduceOp.PRODUCT
 
-init = _ddp.init
-shutdown = _ddp.shutdown
 is_initialized = _ddp.is_initialized
 rank = _ddp.rank
 size = _ddp.size
@@ -156,14 +154,29 @@ def join(device=-1):
     return native.join_last_rank
 
 
-def add_process_set(ranks):
-    """Creates a process set (every rank must call it with the same ranks, in the same order).
-    Returns its id, to pass as process_set= to the collectives."""
-    _ops.require_init("add_process_set")
-    ranks = [int(r) for r in ranks]
-    set_id = _ddp.add_process_set(ranks)
-    _ops.note_process_set(set_id, ranks)
-    return set_id
+ProcessSet = _ops.ProcessSet
+global_process_set = _ops.global_process_set
+add_process_set = _ops.add_process_set
+remove_process_set = _ops.remove_process_set
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job described by the DDP_* (or Open MPI/PMI) variables. `process_sets`
+    (Horovod's): ProcessSet objects (or lists of ranks) to add at once, the same on every rank.
+    `comm` (Horovod's MPI communicator) is not supported: libddp's job is the whole launch."""
+    if comm is not None:
+        raise error("ddp.init: comm= (an MPI communicator) is not supported; libddp's job is every "
+                    "rank the launcher started (use process sets for subsets)")
+    _ddp.init()
+    if process_sets is not None:
+        for ps in process_sets:
+            add_process_set(ps)
+
+
+def shutdown():
+    """Leaves the job; safe to call twice. The job's process sets go with it."""
+    _ops.forget_process_sets()
+    _ddp.shutdown()
 
 
 # What this installation and job have, under Horovod's names (its scripts branch on them).
@@ -224,39 +237,45 @@ def engine_stats():
     return _ddp.engine_stats()
 
 
-def broadcast_object(obj, root_rank=0, name=None):
-    """root_rank's picklable obj, on every rank."""
+def broadcast_object(obj, root_rank=0, name=None, process_set=_ops.WORLD):
+    """root_rank's picklable obj, on every rank (of process_set; root_rank is a job rank)."""
     _ops.require_init("broadcast_object")
-    _ops.check_root(root_rank, 0, "broadcast_object")
-    name = _ops.auto_name("broadcast_object", name)
+    process_set = _ops.set_id(process_set, "broadcast_object")
+    _ops.check_root(root_rank, process_set, "broadcast_object")
+    name = _ops.auto_name("broadcast_object", name, process_set)
     payload = pickle.dumps(obj) if _ddp.rank() == root_rank else b""
-    length = broadcast_(np.array([len(payload)], dtype=np.int64), root_rank, name=name + ".len")
+    length = broadcast_(np.array([len(payload)], dtype=np.int64), root_rank, name=name + ".len",
+                        process_set=process_set)
     data = np.zeros(int(length[0]), dtype=np.uint8)
     if _ddp.rank() == root_rank:
         data[:] = np.frombuffer(payload, dtype=np.uint8)
-    broadcast_(data, root_rank, name=name + ".data")
+    broadcast_(data, root_rank, name=name + ".data", process_set=process_set)
     return obj if _ddp.rank() == root_rank else pickle.loads(data.tobytes())
 
 
-def allgather_object(obj, name=None):
-    """A list of every rank's picklable obj, rank 0's first."""
+def allgather_object(obj, name=None, process_set=_ops.WORLD):
+    """A list of every rank's (of process_set's) picklable obj, the lowest rank's first."""
     _ops.require_init("allgather_object")
-    name = _ops.auto_name("allgather_object", name)
+    process_set = _ops.set_id(process_set, "allgather_object")
+    name = _ops.auto_name("allgather_object", name, process_set)
     payload = np.frombuffer(pickle.dumps(obj), dtype=np.uint8)
-    lengths = allgather(np.array([payload.size], dtype=np.int64), name=name + ".len")
-    data = allgather(payload, name=name + ".data")
+    lengths = allgather(np.array([payload.size], dtype=np.int64), name=name + ".len",
+                        process_set=process_set)
+    data = allgather(payload, name=name + ".data", process_set=process_set)
     offsets = np.concatenate([[0], np.cumsum(lengths)])
     return [pickle.loads(data[offsets[i]:offsets[i + 1]].tobytes()) for i in range(len(lengths))]
 
 
 __all__ = [
-    "DDPError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "init",
+    "DDPError", "DDPValueError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "init",
     "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
     "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async",
     "alltoall", "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
+    "remove_process_set", "ProcessSet", "global_process_set",
     "engine_stats", "broadcast_object", "allgather_object", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
     "rocm_built", "ddl_built", "ccl_built",

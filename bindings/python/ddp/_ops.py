@@ -12,7 +12,7 @@ import enum
 import warnings
 
 from . import _ddp
-from ._ddp import DDPError
+from ._ddp import DDPError, DDPValueError
 
 
 class ReduceOp(enum.IntEnum):
@@ -40,20 +40,23 @@ Buffer = collections.namedtuple("Buffer", "address code shape owner device strea
 
 
 def error(message, code="INVALID_ARGUMENT"):
-    """A DDPError raised by the Python layer, with a status code name like the C++ layer's."""
-    exc = DDPError(message)
+    """A DDPError raised by the Python layer, with a status code name like the C++ layer's; a bad
+    argument's is a DDPValueError (also a ValueError), as the C++ layer's are."""
+    bad_argument = code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "ALREADY_EXISTS")
+    exc = (DDPValueError if bad_argument else DDPError)(message)
     exc.code = code
     return exc
 
-def auto_name(kind, name):
-    """Horovod's rule: an unnamed call gets `<kind>.noname.<n>`; ranks agree as long as they make
-    their unnamed calls in the same order (which a collective requires anyway). The counters are
-    the C++ layer's, shared with ddp.torch's fast path."""
+def auto_name(kind, name, process_set=WORLD):
+    """Horovod's rule: an unnamed call gets `<kind>.noname.<n>`; the ranks of a process set agree
+    as long as they make their unnamed calls in it in the same order (which a collective requires
+    anyway): n counts per kind and process set. The counters are the C++ layer's, shared with
+    ddp.torch's fast path."""
     if name is not None:
         if not isinstance(name, str) or not name:
             raise error(f"ddp.{kind}: name must be a non-empty string, got {name!r}")
         return name
-    return _ddp.auto_name(kind)
+    return _ddp.auto_name(kind, set_id(process_set))
 
 
 def require_init(what):
@@ -84,12 +87,19 @@ def resolve_op(op, average, what):
 
 
 def check_root(root_rank, process_set, what):
+    """The engine's root (the index in the set) of root_rank, a job rank as in Horovod."""
     if not isinstance(root_rank, int) or isinstance(root_rank, bool):
         raise error(f"ddp.{what}: root_rank must be an int, got {root_rank!r}")
-    if process_set == WORLD and not 0 <= root_rank < _ddp.size():
-        raise error(
-            f"ddp.{what}: root_rank {root_rank} is out of range for a job of {_ddp.size()} "
-            f"ranks")
+    if process_set == WORLD:
+        if not 0 <= root_rank < _ddp.size():
+            raise error(f"ddp.{what}: root_rank {root_rank} is out of range for a job of "
+                        f"{_ddp.size()} ranks")
+        return root_rank
+    members = process_set_ranks(process_set)
+    if root_rank not in members:
+        raise error(f"ddp.{what}: root_rank {root_rank} is not a member of process set "
+                    f"{process_set} (ranks {members}); root_rank is a rank of the job")
+    return members.index(root_rank)
 
 
 def check_scale(value, what, which):
@@ -145,22 +155,131 @@ def poll(handle):
     return handle.poll()
 
 
-# The ranks of each process set this process created (add_process_set), for the operations that
-# need this rank's place in a set (the gradients of allgather).
+class ProcessSet:
+    """Some ranks of the job that run collectives among themselves (Horovod's ProcessSet):
+    ProcessSet([0, 2]) names them; add_process_set (on every rank, in the same order) makes it
+    usable, as process_set= of any collective. `ranks` (sorted job ranks), `process_set_id` (None
+    until added, and again once removed), size(), rank() (this rank's place in the set, -1 if it
+    is not a member), included(). Collectives take job ranks (root_rank=), as Horovod's do."""
+
+    def __init__(self, ranks):
+        try:
+            ranks = sorted(ranks)
+        except TypeError:
+            raise error(f"ddp.ProcessSet: expected a list of job ranks, got {ranks!r} (an mpi4py "
+                        f"communicator is not supported: pass its ranks in the job)") from None
+        if any(not isinstance(r, int) or isinstance(r, bool) for r in ranks):
+            raise error(f"ddp.ProcessSet: ranks must be ints, got {ranks!r}")
+        self.ranks = ranks
+        self.process_set_id = None
+        self.mpi_comm = None
+
+    def size(self):
+        """How many ranks the set has; None until it is added."""
+        return None if self.process_set_id is None else len(self.ranks)
+
+    def rank(self):
+        """This rank's index in the set (-1 if it is not a member); None until it is added."""
+        if self.process_set_id is None:
+            return None
+        me = _ddp.rank()
+        return self.ranks.index(me) if me in self.ranks else -1
+
+    def included(self):
+        """Whether this rank is a member; None if the set has no ranks yet."""
+        return None if self.ranks is None else _ddp.rank() in self.ranks
+
+    def __index__(self):
+        return set_id(self)
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+    __str__ = __repr__
+
+
+class _GlobalProcessSet(ProcessSet):
+    """Every rank of the job: process set 0, always there."""
+
+    def __init__(self):
+        self.process_set_id = WORLD
+        self.mpi_comm = None
+
+    @property
+    def ranks(self):
+        return list(range(_ddp.size())) if _ddp.is_initialized() else []
+
+
+global_process_set = _GlobalProcessSet()
+
+# The process sets added and not removed, by id; the same ranks are never added twice.
 _process_sets = {}
 
 
-def note_process_set(set_id, ranks):
-    _process_sets[set_id] = sorted(ranks)
+def set_id(process_set, what="process_set"):
+    """The id of process_set: a ProcessSet that is added, or an id."""
+    if isinstance(process_set, ProcessSet):
+        if process_set.process_set_id is None:
+            raise error(f"ddp.{what}: {process_set} is not added (add_process_set), or was "
+                        f"removed")
+        return process_set.process_set_id
+    if isinstance(process_set, int) and not isinstance(process_set, bool):
+        return process_set
+    raise error(f"ddp.{what}: process_set must be a ddp.ProcessSet or a process set id, got "
+                f"{process_set!r}")
+
+
+def add_process_set(process_set):
+    """Makes a process set (a ProcessSet, or the list of its job ranks) usable and returns it as
+    a ProcessSet. A collective of the whole job: every rank calls it, with the same ranks, in the
+    same order relative to the other add_process_set and remove_process_set calls, whether it is
+    a member or not. A set of the same ranks as one already there is a ValueError, as in Horovod
+    (the whole job is global_process_set)."""
+    require_init("add_process_set")
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.process_set_id is not None:
+        raise error(f"ddp.add_process_set: {ps} is added already")
+    existing = [s for s in list(_process_sets.values()) + [global_process_set]
+                if s.ranks == ps.ranks]
+    if existing:
+        raise error(f"ddp.add_process_set: a process set of ranks {ps.ranks} exists already "
+                    f"({existing[0]}); remove_process_set it first")
+    ps.process_set_id = _ddp.add_process_set(ps.ranks)
+    _process_sets[ps.process_set_id] = ps
+    return ps
+
+
+def remove_process_set(process_set):
+    """Removes a process set added by add_process_set (on every rank, in the same order as the
+    adds): its ProcessSet is no longer usable (process_set_id None) and its ranks may be added
+    again. Returns whether it removed one: False for global_process_set or a set not added.
+    Operations already submitted in the set still finish."""
+    require_init("remove_process_set")
+    sid = process_set.process_set_id if isinstance(process_set, ProcessSet) else process_set
+    if sid is None or sid == WORLD or sid not in _process_sets:
+        return False
+    ps = _process_sets.pop(sid)
+    ps.process_set_id = None
+    if process_set is not ps and isinstance(process_set, ProcessSet):
+        process_set.process_set_id = None
+    return True
+
+
+def forget_process_sets():
+    """At shutdown: the sets belong to the job that ends."""
+    for ps in _process_sets.values():
+        ps.process_set_id = None
+    _process_sets.clear()
 
 
 def process_set_ranks(process_set):
     """The job ranks of a process set, in order; WORLD is every rank."""
+    process_set = set_id(process_set)
     if process_set == WORLD:
         return list(range(_ddp.size()))
     if process_set not in _process_sets:
         raise error(f"ddp: there is no process set {process_set!r} (add_process_set makes them)")
-    return _process_sets[process_set]
+    return _process_sets[process_set].ranks
 
 
 def _label(name):
@@ -201,6 +320,7 @@ class Ops:
                    average=None):
         what = "allreduce_" if inplace else "allreduce"
         require_init(what + "_async")
+        process_set = set_id(process_set, what)
         op = check_op(resolve_op(op, average, what), what)
         pre, post = self._scales(what, prescale_factor, postscale_factor)
         src = self.a.describe(x, what, _label(name), writable=inplace)
@@ -209,7 +329,7 @@ class Ops:
         else:
             out = self.a.empty_like(x)
             dst = self.a.describe(out, what, _label(name), writable=True)
-        name = auto_name("allreduce", name)
+        name = auto_name("allreduce", name, process_set)
         native = _ddp.allreduce_async(name, src.address, dst.address, src.code, list(src.shape),
                                       int(op), pre, post, process_set, (src.owner, dst.owner),
                                       src.device, src.stream)
@@ -243,6 +363,7 @@ class Ops:
                  average=None):
         what = "grouped_allreduce_" if inplace else "grouped_allreduce"
         require_init(what + "_async")
+        process_set = set_id(process_set, what)
         xs = list(xs)
         if not inplace:
             self.a.refuse_grad(xs, what)
@@ -264,7 +385,7 @@ class Ops:
             dst = src if inplace else self.a.describe(out, what, label, True)
             buffers.append((src, dst))
             outs.append(out)
-        name = auto_name("grouped_allreduce", name)
+        name = auto_name("grouped_allreduce", name, process_set)
         members = [(f"{name}.{i}", src.address, dst.address, list(src.shape))
                    for i, (src, dst) in enumerate(buffers)]
         owners = [(src.owner, dst.owner) for src, dst in buffers]
@@ -299,14 +420,15 @@ class Ops:
     def _broadcast(self, x, root_rank, name, process_set, inplace):
         what = "broadcast_" if inplace else "broadcast"
         require_init(what + "_async")
+        process_set = set_id(process_set, what)
         if not inplace:
             self.a.refuse_grad([x], what)
-        check_root(root_rank, process_set, what)
+        root = check_root(root_rank, process_set, what)
         self.a.describe(x, what, _label(name), writable=inplace)  # checks before copying
         out = x if inplace else self.a.copy(x)
         buf = self.a.describe(out, what, _label(name), writable=True)
-        name = auto_name("broadcast", name)
-        native = _ddp.broadcast_async(name, buf.address, buf.code, list(buf.shape), root_rank,
+        name = auto_name("broadcast", name, process_set)
+        native = _ddp.broadcast_async(name, buf.address, buf.code, list(buf.shape), root,
                                       process_set, buf.owner, buf.device, buf.stream)
         return self._handle(native, (buf,), lambda _: out)
 
@@ -325,7 +447,7 @@ class Ops:
         return self._broadcast(x, root_rank, name, process_set, True).wait()
 
     # engine-allocated outputs: allgather, alltoall, reducescatter ------------------------------
-    def _engine_output(self, kind, x, name, submit):
+    def _engine_output(self, kind, x, name, process_set, submit):
         """Checks x, names the call and submits it with submit(name, buffer); the result views
         the engine's output."""
         require_init(kind + "_async")
@@ -334,11 +456,12 @@ class Ops:
         if len(buf.shape) == 0:
             raise error(f"ddp.{kind}: {_label(name)} is a scalar; it needs at least one "
                         f"dimension (the one that is split or concatenated)")
-        native = submit(auto_name(kind, name), buf)
+        native = submit(auto_name(kind, name, process_set), buf)
         return self._handle(native, (buf,), lambda h: self.a.view(h, buf.code, h.output_shape))
 
     def allgather_async(self, x, name=None, process_set=WORLD):
-        return self._engine_output("allgather", x, name, lambda n, b: _ddp.allgather_async(
+        process_set = set_id(process_set, "allgather")
+        return self._engine_output("allgather", x, name, process_set, lambda n, b: _ddp.allgather_async(
             n, b.address, b.code, list(b.shape), process_set, b.owner, b.device, b.stream))
 
     def allgather(self, x, name=None, process_set=WORLD):
@@ -347,7 +470,8 @@ class Ops:
         return self.allgather_async(x, name, process_set).wait()
 
     def alltoall_async(self, x, name=None, process_set=WORLD):
-        return self._engine_output("alltoall", x, name, lambda n, b: _ddp.alltoall_async(
+        process_set = set_id(process_set, "alltoall")
+        return self._engine_output("alltoall", x, name, process_set, lambda n, b: _ddp.alltoall_async(
             n, b.address, b.code, list(b.shape), process_set, b.owner, b.device, b.stream))
 
     def alltoall(self, x, name=None, process_set=WORLD):
@@ -358,8 +482,9 @@ class Ops:
     def reducescatter_async(self, x, name=None, op=ReduceOp.AVERAGE, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=WORLD):
         op = check_op(op, "reducescatter")
+        process_set = set_id(process_set, "reducescatter")
         pre, post = self._scales("reducescatter", prescale_factor, postscale_factor)
-        return self._engine_output("reducescatter", x, name, lambda n, b: _ddp.reducescatter_async(
+        return self._engine_output("reducescatter", x, name, process_set, lambda n, b: _ddp.reducescatter_async(
             n, b.address, b.code, list(b.shape), int(op), pre, post, process_set, b.owner,
             b.device, b.stream))
 
@@ -371,10 +496,12 @@ class Ops:
                                         process_set).wait()
 
 
-def barrier():
-    """Returns once every rank has called barrier(): an agreed empty allreduce through the engine,
-    so that the wait honours Ctrl-C like every other."""
+def barrier(process_set=WORLD):
+    """Returns once every rank (of process_set) has called barrier(): an agreed empty allreduce
+    through the engine, so that the wait honours Ctrl-C like every other. Operations submitted
+    before it and still pending are not waited for (as in Horovod)."""
     require_init("barrier")
-    native = _ddp.allreduce_async(auto_name("barrier", None), 0, 0, U8, [0],
-                                  int(ReduceOp.SUM), 1.0, 1.0, WORLD, None)
+    process_set = set_id(process_set, "barrier")
+    native = _ddp.allreduce_async(auto_name("barrier", None, process_set), 0, 0, U8, [0],
+                                  int(ReduceOp.SUM), 1.0, 1.0, process_set, None)
     native.wait()

@@ -44,10 +44,11 @@ inline ddp::Device ToDevice(int device, uintptr_t stream) {
   return ddp::Device::Cuda(device, reinterpret_cast<void*>(stream));
 }
 
-// Horovod's rule for unnamed calls: "<kind>.noname.<n>", counted per kind in call order, so that
-// ranks agree as long as they make their unnamed calls in the same order. One counter per kind
-// for the whole process, whichever path (Python or the tensor fast path) names the call.
-std::string AutoName(const std::string& kind);
+// Horovod's rule for unnamed calls: "<kind>.noname.<n>", counted per kind and process set in
+// call order, so that the ranks of a set agree as long as they make their unnamed calls in the
+// same order. One counter per kind and set for the whole process, whichever path (Python or the
+// tensor fast path) names the call.
+std::string AutoName(const std::string& kind, int process_set);
 
 // An operation in flight, seen from Python (ddp.Handle). Owns references to the buffers it reads
 // and writes, so that they outlive the operation even if the caller drops them, and makes its

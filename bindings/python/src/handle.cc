@@ -20,6 +20,7 @@ namespace {
 struct Orphan {
   ddp::Handle handle;
   py::object keep;
+  py::object result;  // the tensor the operation writes, when it is not among `keep`'s
   std::shared_ptr<ddp::Context> context;
 };
 std::vector<Orphan>* g_orphans = new std::vector<Orphan>();  // never freed: outlives the module
@@ -78,7 +79,10 @@ class PyOutput {
 
 PyHandle::~PyHandle() {
   if (handle_.valid() && !handle_.Poll()) {
-    g_orphans->push_back({std::move(handle_), std::move(keep_), std::move(context_)});
+    // The result too: ddp.torch's fast path allocates the output of allreduce_async itself, and
+    // the engine writes it until the operation finishes, whoever still holds the handle.
+    g_orphans->push_back(
+        {std::move(handle_), std::move(keep_), std::move(result_), std::move(context_)});
   }
 }
 
@@ -139,6 +143,10 @@ std::string PyHandle::Repr() const {
 
 HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context) {
   SweepOrphans();
+  // A submission the engine refused (a bad argument, a name still in flight, a joined rank, a
+  // broken job) raises here, at the call, as Horovod's do: no handle for an operation that never
+  // started.
+  if (handle.refused()) Raise(handle.Wait());
   return std::make_unique<PyHandle>(std::move(handle), std::move(keep), std::move(context));
 }
 

@@ -39,16 +39,25 @@
 namespace ddp_python {
 
 PyObject* g_ddp_error = nullptr;
+PyObject* g_ddp_value_error = nullptr;
 
 void Raise(const absl::Status& status) {
   std::string message(status.message());
-  py::object error = py::reinterpret_borrow<py::object>(g_ddp_error);
+  // A bad argument (a duplicate name, a shape or root out of range) is also a ValueError, which
+  // is what Horovod raises for it and what users catch.
+  const absl::StatusCode code = status.code();
+  PyObject* type = code == absl::StatusCode::kInvalidArgument ||
+                           code == absl::StatusCode::kOutOfRange ||
+                           code == absl::StatusCode::kAlreadyExists
+                       ? g_ddp_value_error
+                       : g_ddp_error;
+  py::object error = py::reinterpret_borrow<py::object>(type);
   py::object exc = error(message);
   exc.attr("code") = std::string(absl::StatusCodeToString(status.code()));
   exc.attr("ranks") = py::cast(ddp::BlamedRanks(status));
   const std::string tensor = ddp::BlamedTensor(status);
   exc.attr("tensor") = tensor.empty() ? py::none() : py::cast(tensor);
-  PyErr_SetObject(g_ddp_error, exc.ptr());
+  PyErr_SetObject(type, exc.ptr());
   throw py::error_already_set();
 }
 
@@ -76,9 +85,12 @@ std::shared_ptr<ddp::Context> Current(const char* what) {
   return context;
 }
 
-std::string AutoName(const std::string& kind) {
-  static auto* counters = new std::map<std::string, uint64_t>();  // guarded by the GIL
-  return absl::StrCat(kind, ".noname.", (*counters)[kind]++);
+std::string AutoName(const std::string& kind, int process_set) {
+  // One counter per kind and process set: a call in a set advances only the count of the ranks
+  // that make it (Horovod's single counter puts the whole job out of step after a call that
+  // some ranks make and others do not).
+  static auto* counters = new std::map<std::pair<std::string, int>, uint64_t>();  // the GIL
+  return absl::StrCat(kind, ".noname.", (*counters)[{kind, process_set}]++);
 }
 
 namespace {
@@ -184,6 +196,21 @@ PYBIND11_MODULE(_ddp, m) {
           "DDPError", py::make_tuple(runtime_error), error_members);
   g_ddp_error = error_type.release().ptr();  // lives as long as the interpreter
   m.attr("DDPError") = py::reinterpret_borrow<py::object>(g_ddp_error);
+  py::dict value_error_members;
+  value_error_members["__doc__"] =
+      "A DDPError that is also a ValueError: a bad argument (code 'INVALID_ARGUMENT', "
+      "'OUT_OF_RANGE' or 'ALREADY_EXISTS'), such as a name submitted again while the first "
+      "submission is in flight, or ranks that disagree on a tensor's shape. `except ValueError` "
+      "(Horovod's type for these) and `except ddp.DDPError` both catch it.";
+  value_error_members["__module__"] = "ddp";
+  py::object value_error_type =
+      py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
+          "DDPValueError",
+          py::make_tuple(py::reinterpret_borrow<py::object>(g_ddp_error),
+                         py::module_::import("builtins").attr("ValueError")),
+          value_error_members);
+  g_ddp_value_error = value_error_type.release().ptr();
+  m.attr("DDPValueError") = py::reinterpret_borrow<py::object>(g_ddp_value_error);
 
   m.def("init", &Init, "Joins the job described by the DDP_* (or Open MPI/PMI) variables.");
   m.def("shutdown", &Shutdown, "Leaves the job; safe to call twice.");
@@ -329,8 +356,9 @@ PYBIND11_MODULE(_ddp, m) {
 
   DefineHandle(m);
   DefineTensorPath(m);
-  m.def("auto_name", &AutoName,
-        "The next automatic name of an unnamed call of this kind: '<kind>.noname.<n>'.");
+  m.def("auto_name", &AutoName, py::arg("kind"), py::arg("process_set") = 0,
+        "The next automatic name of an unnamed call of this kind in this process set: "
+        "'<kind>.noname.<n>'.");
   DefinePs(m);
 
   py::class_<PyStoreServer>(m, "StoreServer")

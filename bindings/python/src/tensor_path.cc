@@ -206,7 +206,7 @@ py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py:
   }
   // Named only now that every check has passed: a call that falls back is named by the general
   // path, once.
-  if (name.is_none()) label = AutoName("allreduce");
+  if (name.is_none()) label = AutoName("allreduce", static_cast<int>(set));
   ddp::Handle handle = context->engine().AllreduceAsync(
       std::move(label), Ptr(in.address), MutablePtr(out_address), in.type, std::move(in.shape),
       static_cast<ddp::ReduceOp>(op_code), pre, post, static_cast<int>(set), ddp::Device::Cpu());

@@ -39,6 +39,10 @@ class Handle {
   bool valid() const { return state_ != nullptr; }
   // True once the operation has finished, successfully or not. Never blocks.
   bool Poll() const;
+  // True when the engine refused the submission itself, before it reached any other rank (a bad
+  // argument, a name still in flight, a rank that has joined, a job already broken): the handle
+  // is finished and Wait returns why. An operation that failed later says false.
+  bool refused() const;
   // Blocks until the operation finishes; its status (the error names the tensor, the operation
   // and the rank(s) responsible).
   absl::Status Wait() const;

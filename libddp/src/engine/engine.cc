@@ -193,6 +193,7 @@ void EngineImpl::Shutdown(const absl::Status& reason) {
 
 Handle EngineImpl::Failed(const std::string& name, absl::Status status) {
   auto state = std::make_shared<HandleState>(name);
+  state->refused = true;
   state->Finish(WithTensor(std::move(status), name));
   return Handle(state);
 }

@@ -44,6 +44,8 @@ bool Handle::Poll() const {
   return state_ == nullptr || state_->done.load(std::memory_order_acquire);
 }
 
+bool Handle::refused() const { return state_ != nullptr && state_->refused; }
+
 absl::Status Handle::Wait() const {
   if (state_ == nullptr) return absl::FailedPreconditionError("waiting on an empty handle");
   std::unique_lock<std::mutex> lock(state_->mu);

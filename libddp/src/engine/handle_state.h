@@ -20,6 +20,8 @@ struct HandleState {
   void Finish(absl::Status s);
 
   const std::string name;
+  // The engine refused the submission itself (set before Finish, never changed after).
+  bool refused = false;
   std::atomic<bool> done{false};
   std::mutex mu;
   std::condition_variable cv;

@@ -75,7 +75,7 @@ def main():
     check("reducescatter grad", x.grad, want)
 
     # The allgather gradient in a process set: this rank's place in the set, not in the job.
-    members = list(range(1, size)) if size > 2 else [0, 1]
+    members = list(range(1, size))  # [0, 1] at 2 ranks would be the whole job, added already
     ps = hvd.add_process_set(members)
     if rank in members:
         x = torch.ones(rank + 1, 2, requires_grad=True)

@@ -13,11 +13,12 @@ Parameter-server training (ddp.ps underneath): ddp.ParameterServerOptimizer(opt,
 mode="sync"|"async", staleness=s).
 """
 
-from .. import (Average, DDPError, Handle, Max, Min, Product, ReduceOp, Sum, add_process_set,
-                allgather_object, barrier, broadcast_object, ccl_built, cross_rank, cross_size,
-                cuda_built, ddl_built, engine_stats, gloo_built, gloo_enabled, init,
-                is_initialized, join, local_rank, local_size, mpi_built, mpi_enabled,
-                mpi_threads_supported, nccl_built, poll, rank, rocm_built, shutdown, size,
+from .. import (Average, DDPError, DDPValueError, Handle, Max, Min, Product, ProcessSet,
+                ReduceOp, Sum, add_process_set, allgather_object, barrier, broadcast_object,
+                ccl_built, cross_rank, cross_size, cuda_built, ddl_built, engine_stats,
+                gloo_built, gloo_enabled, global_process_set, init, is_initialized, join,
+                local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+                nccl_built, poll, rank, remove_process_set, rocm_built, shutdown, size,
                 synchronize)
 from .compression import Compression
 from .functions import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
@@ -25,7 +26,8 @@ from .functions import (allgather, allgather_async, allreduce, allreduce_, allre
                         broadcast_async, broadcast_async_, grouped_allgather,
                         grouped_allgather_async, grouped_allreduce, grouped_allreduce_,
                         grouped_allreduce_async, grouped_allreduce_async_, grouped_reducescatter,
-                        grouped_reducescatter_async, reducescatter, reducescatter_async)
+                        grouped_reducescatter_async, reducescatter, reducescatter_async,
+                        sparse_allreduce_async)
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 from .ps import ParameterServerOptimizer
 
@@ -35,7 +37,8 @@ from .ps import ParameterServerOptimizer
 HorovodInternalError = DDPError
 
 __all__ = [
-    "DDPError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product", "init",
+    "DDPError", "DDPValueError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
+    "init",
     "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
     "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
@@ -45,7 +48,9 @@ __all__ = [
     "engine_stats", "broadcast_object", "allgather_object", "Compression",
     "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
     "ParameterServerOptimizer", "HorovodInternalError", "grouped_allgather",
-    "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async", "mpi_built", "mpi_enabled",
+    "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "sparse_allreduce_async", "ProcessSet", "global_process_set", "remove_process_set",
+    "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
     "rocm_built", "ddl_built", "ccl_built",
 ]

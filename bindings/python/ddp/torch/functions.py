@@ -5,6 +5,7 @@ import torch
 
 from .. import _ddp, _ops
 from .._ops import ReduceOp, error
+from .compression import Compression
 
 Average = ReduceOp.AVERAGE
 
@@ -133,12 +134,28 @@ class _AllreduceFunction(torch.autograd.Function):
 _fast_allreduce = _ddp.torch_allreduce
 
 
-def allreduce_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                    process_set=0, average=None):
+def _op_of(average, op, what):
+    """The op of a reduction called with Horovod's arguments: `average` (deprecated: True is
+    Average, False Sum) or `op`; neither is Average. A ReduceOp where Horovod has `average`
+    (allreduce(t, ddp.Sum), as torch.distributed users write it) is the op."""
+    if isinstance(average, ReduceOp) and op is None:
+        return average
+    if op is None or average is not None:
+        return _ops.resolve_op(op, average, what)
+    return op
+
+
+def _set_of(process_set):
+    return process_set if process_set.__class__ is int else _ops.set_id(process_set)
+
+
+# The signatures are Horovod's (horovod.torch 0.28), positions included.
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=0):
     """Starts an allreduce into a new tensor; synchronize(handle) returns it. op defaults to
     Average; `average` is Horovod's deprecated flag (True: Average, False: Sum)."""
-    if op is None or average is not None:
-        op = _ops.resolve_op(op, average, "allreduce_async")
+    op = _op_of(average, op, "allreduce_async")
+    process_set = _set_of(process_set)
     # A dense contiguous CPU tensor goes straight to the engine (bindings/python/src/
     # tensor_path.cc); anything else, and every error, takes the general path.
     handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
@@ -149,11 +166,11 @@ def allreduce_async(tensor, name=None, op=None, prescale_factor=1.0, postscale_f
     return handle
 
 
-def allreduce_async_(tensor, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
-                     process_set=0, average=None):
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=0):
     """Starts an in-place allreduce of tensor; synchronize(handle) returns it."""
-    if op is None or average is not None:
-        op = _ops.resolve_op(op, average, "allreduce_async_")
+    op = _op_of(average, op, "allreduce_async_")
+    process_set = _set_of(process_set)
     handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
                              True)
     if handle is NotImplemented:
@@ -162,20 +179,52 @@ def allreduce_async_(tensor, name=None, op=None, prescale_factor=1.0, postscale_
     return handle
 
 
-def allreduce_(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
-               process_set=0, average=None):
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=0):
     """In-place allreduce; returns tensor."""
-    if op is None or average is not None:
-        op = _ops.resolve_op(op, average, "allreduce_")
-    return allreduce_async_(tensor, name, op, prescale_factor, postscale_factor,
+    op = _op_of(average, op, "allreduce_")
+    return allreduce_async_(tensor, None, name, op, prescale_factor, postscale_factor,
                             process_set).wait()
 
 
-grouped_allreduce = _torch.grouped_allreduce
-grouped_allreduce_ = _torch.grouped_allreduce_
-grouped_allreduce_async = _torch.grouped_allreduce_async
-grouped_allreduce_async_ = _torch.grouped_allreduce_async_
-reducescatter_async = _torch.reducescatter_async
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=0):
+    """Reduces a list of same-dtype tensors as one unit (one negotiation, one fused collective)
+    into new tensors; synchronize(handle) returns their list."""
+    return _torch.grouped_allreduce_async(tensors, name, _op_of(average, op, "grouped_allreduce"),
+                                          prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=0):
+    return _torch.grouped_allreduce_async_(tensors, name,
+                                           _op_of(average, op, "grouped_allreduce_"),
+                                           prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=0):
+    return grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                    postscale_factor, process_set).wait()
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
+                      prescale_factor=1.0, postscale_factor=1.0, process_set=0):
+    """allreduce of each tensor, as one unit; differentiable for Sum and Average. `compression`
+    (Compression.fp16) reduces them compressed and returns them decompressed."""
+    op = _op_of(average, op, "grouped_allreduce")
+    tensors = list(tensors)
+    if any(_wants_grad(t) for t in tensors):
+        name = _ops.auto_name("grouped_allreduce", name, process_set)
+        return [allreduce(t, name=f"{name}.{i}", compression=compression, op=op,
+                          prescale_factor=prescale_factor, postscale_factor=postscale_factor,
+                          process_set=process_set) for i, t in enumerate(tensors)]
+    packed = [compression.compress(t) for t in tensors]
+    reduced = _torch.grouped_allreduce(
+        [c for c, _ in packed], op, name, prescale_factor, postscale_factor, process_set)
+    return [compression.decompress(r, ctx) for r, (_, ctx) in zip(reduced, packed)]
+
+
 
 
 def _wants_grad(t):
@@ -224,7 +273,8 @@ def allgather(tensor, name=None, process_set=0):
     differentiable (as in Horovod: the gradient is the average of the ranks' gradients of the
     whole result, this rank's rows of it)."""
     if _wants_grad(tensor):
-        return _AllgatherFunction.apply(tensor, _ops.auto_name("allgather", name), process_set)
+        return _AllgatherFunction.apply(tensor, _ops.auto_name("allgather", name, process_set),
+                                         process_set)
     return _allgather_async(tensor, name, process_set).wait()
 
 
@@ -250,7 +300,7 @@ def broadcast(tensor, root_rank, name=None, process_set=0):
     """root_rank's tensor, as a new tensor on every rank; differentiable (as in Horovod: the
     average of the ranks' gradients flows to the root, zero to the others)."""
     if _wants_grad(tensor):
-        return _BroadcastFunction.apply(tensor, root_rank, _ops.auto_name("broadcast", name),
+        return _BroadcastFunction.apply(tensor, root_rank, _ops.auto_name("broadcast", name, process_set),
                                         process_set)
     return _broadcast_async(tensor, root_rank, name, process_set, False).wait()
 
@@ -268,25 +318,111 @@ def _alltoall_async(tensor, name, process_set):
     return _torch.alltoall_async(tensor, name, process_set)
 
 
-def alltoall_async(tensor, name=None, process_set=0):
+def _check_splits(tensor, splits, n, what):
+    """Horovod's splits: how many rows of tensor's first dimension go to each rank of the set
+    (n of them, non-negative integers summing to the first dimension)."""
+    if not isinstance(splits, torch.Tensor):
+        try:
+            splits = torch.tensor(splits)
+        except (TypeError, ValueError, RuntimeError):
+            raise error(f"ddp.torch.{what}: splits must be a tensor or list of ints, got "
+                        f"{splits!r}") from None
+    if splits.is_floating_point() or splits.is_complex() or splits.dtype == torch.bool:
+        raise error(f"ddp.torch.{what}: splits must hold integers, not {splits.dtype}")
+    if splits.dim() != 1 or splits.numel() != n:
+        raise error(f"ddp.torch.{what}: splits needs one entry per rank of the process set "
+                    f"({n}), got shape {tuple(splits.shape)}")
+    counts = [int(c) for c in splits.cpu().tolist()]
+    rows = tensor.shape[0] if isinstance(tensor, torch.Tensor) and tensor.dim() else 0
+    if any(c < 0 for c in counts) or sum(counts) != rows:
+        raise error(f"ddp.torch.{what}: splits {counts} must be non-negative and add up to the "
+                    f"first dimension of the tensor ({rows})")
+    return splits, counts
+
+
+def _alltoallv_async(tensor, splits, name, process_set):
+    """alltoall with uneven splits: the ranks' splits are allgathered (so each knows what it
+    receives), every block is padded to the largest, and one even alltoall moves them; the result
+    is (received rows, received splits). The padding costs bandwidth when blocks differ a lot."""
+    process_set = _ops.set_id(process_set, "alltoall")
+    members = _ops.process_set_ranks(process_set)
+    n = len(members)
+    splits, counts = _check_splits(tensor, splits, n, "alltoall")
+    if not isinstance(tensor, torch.Tensor):
+        raise error(f"ddp.torch.alltoall: expected a torch.Tensor, got {type(tensor).__name__}")
+    name = _ops.auto_name("alltoall", name, process_set)
+    table = allgather(torch.tensor([counts], dtype=torch.int64), name=f"{name}.splits",
+                      process_set=process_set)
+    me = members.index(_ddp.rank())
+    received = [int(c) for c in table[:, me].tolist()]
+    block = int(table.max())
+    tail = tuple(tensor.shape[1:])
+    padded = tensor.new_zeros((n * block,) + tail)
+    offset = 0
+    for j, c in enumerate(counts):
+        padded[j * block:j * block + c] = tensor[offset:offset + c]
+        offset += c
+    received_splits = splits.new_tensor(received)
+    if block == 0:
+        empty = tensor.new_zeros((0,) + tail)
+        return _ops.GroupHandle([], name, lambda _: (empty, received_splits))
+
+    def unpad(out):
+        out = out.reshape((n, block) + tail)
+        return (torch.cat([out[j, :received[j]] for j in range(n)]), received_splits)
+
+    return _converted(_alltoall_async(padded, name, process_set), unpad)
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=0):
+    """Starts an alltoall; synchronize(handle) returns the received rows or, with `splits`, the
+    pair (received rows, received splits), as Horovod's alltoall() does."""
+    if splits is not None:
+        return _alltoallv_async(tensor, splits, name, process_set)
     return _alltoall_async(tensor, name, process_set)
 
 
-def alltoall(tensor, name=None, process_set=0):
-    """Splits the first dimension into size() equal blocks, sends block j to rank j, returns the
-    blocks received, rank 0's first; differentiable (the gradient goes back the same way)."""
+def alltoall(tensor, splits=None, name=None, process_set=0):
+    """Sends rows of the first dimension to each rank and returns what it received, rank 0's
+    first. Without `splits` the first dimension splits evenly over the ranks of the set and the
+    result is the received tensor; with `splits` (rows for each rank, Horovod's) it is the pair
+    (received tensor, received splits). Differentiable (the gradient goes back the same way)."""
     if _wants_grad(tensor):
-        return _AlltoallFunction.apply(tensor, _ops.auto_name("alltoall", name), process_set)
-    return _alltoall_async(tensor, name, process_set).wait()
+        return _AlltoallFunction.apply(tensor, splits, _ops.auto_name("alltoall", name, process_set),
+                                       process_set)
+    return alltoall_async(tensor, splits, name, process_set).wait()
 
 
-def reducescatter(tensor, op=Average, name=None, prescale_factor=1.0, postscale_factor=1.0,
-                  process_set=0):
+def _reduction_args(name, op, what):
+    """Horovod's reducescatter takes (tensor, name, ..., op); ddp's own order was (tensor, op,
+    name): a ReduceOp where the name goes is the op."""
+    if isinstance(name, ReduceOp):
+        name, op = (op if isinstance(op, str) else None), name
+    return name, _ops.check_op(Average if op is None else op, what)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=0, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    """Starts a reduce-scatter; synchronize(handle) returns this rank's rows."""
+    name, op = _reduction_args(name, op, "reducescatter_async")
+    return _torch.reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
+                                      process_set)
+
+
+def reducescatter(tensor, name=None, compression=Compression.none, op=Average, process_set=0,
+                  prescale_factor=1.0, postscale_factor=1.0):
     """Reduces over ranks and returns this rank's rows of the first dimension; differentiable
     for Sum and Average (the gradient is the allgather of the ranks' gradients, scaled as the
-    forward was)."""
+    forward was). `compression` reduces the tensor compressed, returns it decompressed."""
+    name, op = _reduction_args(name, op, "reducescatter")
+    if compression is not Compression.none:
+        compressed, ctx = compression.compress(tensor)
+        return compression.decompress(
+            reducescatter(compressed, name, Compression.none, op, process_set, prescale_factor,
+                          postscale_factor), ctx)
     if _wants_grad(tensor):
-        return _ReducescatterFunction.apply(tensor, _ops.auto_name("reducescatter", name), op,
+        return _ReducescatterFunction.apply(tensor, _ops.auto_name("reducescatter", name, process_set),
+                                            op,
                                             prescale_factor, postscale_factor, process_set)
     return _torch.reducescatter(tensor, op, name, prescale_factor, postscale_factor, process_set)
 
@@ -324,13 +460,23 @@ class _BroadcastFunction(torch.autograd.Function):
 
 class _AlltoallFunction(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, tensor, name, process_set):
-        ctx.process_set = process_set
-        return _alltoall_async(tensor, name, process_set).wait()
+    def forward(ctx, tensor, splits, name, process_set):
+        ctx.process_set, ctx.uneven = process_set, splits is not None
+        if splits is None:
+            return _alltoall_async(tensor, name, process_set).wait()
+        out, received = _alltoallv_async(tensor, splits, name, process_set).wait()
+        ctx.received = received
+        ctx.mark_non_differentiable(received)
+        return out, received
 
     @staticmethod
-    def backward(ctx, grad):
-        return alltoall(grad.contiguous(), process_set=ctx.process_set), None, None
+    def backward(ctx, grad, *unused):
+        del unused  # the received splits have no gradient
+        if ctx.uneven:
+            back, _ = alltoall(grad.contiguous(), ctx.received, process_set=ctx.process_set)
+        else:
+            back = alltoall(grad.contiguous(), process_set=ctx.process_set)
+        return back, None, None, None
 
 
 class _ReducescatterFunction(torch.autograd.Function):
@@ -351,18 +497,18 @@ class _ReducescatterFunction(torch.autograd.Function):
         return allgather(grad, process_set=ctx.process_set), None, None, None, None, None
 
 
-def _grouped_results(kind, tensors, name, submit):
+def _grouped_results(kind, tensors, name, process_set, submit):
     tensors = list(tensors)
     if not tensors:
         raise error(f"ddp.torch.{kind}: needs at least one tensor")
-    name = _ops.auto_name(kind, name)
+    name = _ops.auto_name(kind, name, process_set)
     handles = [submit(t, f"{name}.{i}") for i, t in enumerate(tensors)]
     return _ops.GroupHandle(handles, name)
 
 
 def grouped_allgather_async(tensors, name=None, process_set=0):
     """Allgathers of several tensors submitted together; synchronize returns their list."""
-    return _grouped_results("grouped_allgather", tensors, name,
+    return _grouped_results("grouped_allgather", tensors, name, process_set,
                             lambda t, n: _allgather_async(t, n, process_set))
 
 
@@ -370,29 +516,80 @@ def grouped_allgather(tensors, name=None, process_set=0):
     return grouped_allgather_async(tensors, name, process_set).wait()
 
 
-def grouped_reducescatter_async(tensors, name=None, op=Average, prescale_factor=1.0,
-                                postscale_factor=1.0, process_set=0):
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=0,
+                                prescale_factor=1.0, postscale_factor=1.0):
     """Reduce-scatters of several tensors submitted together; synchronize returns their list."""
-    return _grouped_results("grouped_reducescatter", tensors, name,
+    name, op = _reduction_args(name, op, "grouped_reducescatter_async")
+    return _grouped_results("grouped_reducescatter", tensors, name, process_set,
                             lambda t, n: _torch.reducescatter_async(t, n, op, prescale_factor,
                                                                     postscale_factor,
                                                                     process_set))
 
 
-def grouped_reducescatter(tensors, name=None, op=Average, prescale_factor=1.0,
-                          postscale_factor=1.0, process_set=0):
-    return grouped_reducescatter_async(tensors, name, op, prescale_factor, postscale_factor,
-                                       process_set).wait()
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=0, prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of each tensor, submitted together; differentiable for Sum and Average."""
+    name, op = _reduction_args(name, op, "grouped_reducescatter")
+    tensors = list(tensors)
+    if compression is not Compression.none or any(_wants_grad(t) for t in tensors):
+        name = _ops.auto_name("grouped_reducescatter", name, process_set)
+        return [reducescatter(t, f"{name}.{i}", compression, op, process_set, prescale_factor,
+                              postscale_factor) for i, t in enumerate(tensors)]
+    return grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
+                                       postscale_factor).wait()
 
 
-def allreduce(tensor, op=None, name=None, prescale_factor=1.0, postscale_factor=1.0,
-              process_set=0, average=None):
+class _SparseHandle(_ops.GroupHandle):
+    """sparse_allreduce_async's handle: synchronize(handle), handle.wait() or, as in Horovod,
+    handle() return the reduced sparse tensor."""
+
+    __slots__ = ()
+
+    def __call__(self):
+        return self.wait()
+
+
+def sparse_allreduce_async(tensor, name=None, op=Average, process_set=0):
+    """Allreduce of a sparse COO tensor, as Horovod does it: the indices and values of every rank
+    are allgathered (no densifying), and the result is their (uncoalesced) union, divided by the
+    set's size for Average. Sum and Average only."""
+    if not isinstance(tensor, torch.Tensor) or tensor.layout != torch.sparse_coo:
+        raise error("ddp.torch.sparse_allreduce_async: expected a sparse COO tensor (for dense "
+                    "ones use allreduce_async)")
+    op = _ops.check_op(op, "sparse_allreduce_async")
+    if op not in (ReduceOp.SUM, ReduceOp.AVERAGE):
+        raise error(f"ddp.torch.sparse_allreduce_async: op {op.name} is not supported on sparse "
+                    f"tensors (Sum and Average are)")
+    process_set = _ops.set_id(process_set, "sparse_allreduce_async")
+    name = _ops.auto_name("sparse_allreduce", name, process_set)
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    indices = _allgather_async(t.indices().t().contiguous(), f"{name}.indices", process_set)
+    values = _allgather_async(t.values().contiguous(), f"{name}.values", process_set)
+    n = len(_ops.process_set_ranks(process_set))
+
+    def finish(results):
+        idx, vals = results
+        if op == ReduceOp.AVERAGE:
+            vals = vals / n if vals.is_floating_point() else vals // n
+        return torch.sparse_coo_tensor(idx.t(), vals, tensor.shape)
+
+    return _SparseHandle([indices, values], name, finish)
+
+
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
+              prescale_factor=1.0, postscale_factor=1.0, process_set=0):
     """op over ranks (Average by default), as a new tensor; differentiable for Sum and Average.
-    `average` is Horovod's deprecated flag (True: Average, False: Sum)."""
-    if op is None or average is not None:
-        op = _ops.resolve_op(op, average, "allreduce")
+    `average` is Horovod's deprecated flag (True: Average, False: Sum); `compression`
+    (Compression.fp16) reduces the tensor compressed and returns it decompressed."""
+    op = _op_of(average, op, "allreduce")
+    if compression is not Compression.none:
+        compressed, ctx = compression.compress(tensor)
+        return compression.decompress(
+            allreduce(compressed, None, name, Compression.none, op, prescale_factor,
+                      postscale_factor, process_set), ctx)
     if isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled():
-        return _AllreduceFunction.apply(tensor, _ops.auto_name("allreduce", name), op,
+        return _AllreduceFunction.apply(tensor, _ops.auto_name("allreduce", name, process_set),
+                                        op,
                                         prescale_factor, postscale_factor, process_set)
-    return allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
+    return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
                            process_set).wait()

@@ -1,0 +1,202 @@
+"""Horovod's semantics in ddp.torch, where they differ from a plain API: errors raised at the
+call (a name still in flight is a ValueError there), a barrier that does not wait for unrelated
+pending operations, a dropped handle whose output the engine still writes, ProcessSet objects
+(add, remove, duplicates), Horovod's argument positions, compression=, alltoall with uneven
+splits and sparse_allreduce_async."""
+
+import gc
+import sys
+import time
+
+import torch
+
+import ddp.torch as hvd
+
+
+def fail(what):
+    sys.exit(f"rank {hvd.rank()}: {what}")
+
+
+def check(what, got, want):
+    if not torch.equal(got, want):
+        fail(f"{what}: got {got}, want {want}")
+
+
+def expect_value_error(what, call, *words):
+    try:
+        call()
+    except ValueError as e:
+        if not isinstance(e, hvd.DDPError) or any(w not in str(e) for w in words):
+            fail(f"{what}: {type(e).__name__}: {e}")
+        return e
+    fail(f"{what}: no ValueError")
+
+
+def duplicate_names(rank, size):
+    # Horovod's test, as it is: the second submission of a name still in flight raises at the
+    # call (not at synchronize), on each rank in turn; the barriers between do not wait for the
+    # pending first submission, which completes once the other ranks submit theirs.
+    x = torch.full((17, 17), float(rank + 1))
+    handles = []
+    for turn in range(size):
+        if rank == turn:
+            handles.append(hvd.allreduce_async(x, name="dup", op=hvd.Sum))
+            expect_value_error("duplicate name", lambda: hvd.allreduce_async(x, name="dup"),
+                               "'dup'", "in flight")
+        hvd.barrier()
+    check("the first submission's sum", hvd.synchronize(handles[0]),
+          torch.full((17, 17), float(size * (size + 1) // 2)))
+    # A refused call leaves nothing pending and does not advance the automatic names.
+    check("after the refusal", hvd.allreduce(x, op=hvd.Sum), torch.full((17, 17),
+                                                                      float(size * (size + 1) // 2)))
+
+
+def dropped_handles(rank, size):
+    # The handle of a pending allreduce_async (not in place: ddp.torch allocates the output) is
+    # dropped at once; the engine writes the output when the others come, so the output must
+    # outlive the handle. Churn the allocator meanwhile: a freed output would be reused.
+    for i in range(20):
+        if rank == 0:
+            hvd.allreduce_async(torch.ones(4096), name=f"dropped.{i}")
+            gc.collect()
+            junk = [torch.full((4096,), 7.0) for _ in range(64)]
+            del junk
+        else:
+            time.sleep(0.01)
+            hvd.synchronize(hvd.allreduce_async(torch.ones(4096), name=f"dropped.{i}"))
+        hvd.barrier()
+
+
+def process_sets(rank, size):
+    gs = hvd.global_process_set
+    if gs.process_set_id != 0 or gs.ranks != list(range(size)) or gs.size() != size:
+        fail(f"global_process_set: {gs}")
+    odd = hvd.ProcessSet([r for r in range(size) if r % 2][::-1])  # ranks in any order
+    if odd.process_set_id is not None or odd.size() is not None or odd.rank() is not None:
+        fail(f"a set not added yet: {odd}")
+    added = hvd.add_process_set(odd)
+    if added is not odd or odd.ranks != sorted(odd.ranks) or odd.process_set_id is None:
+        fail(f"add_process_set returned {added} for {odd}")
+    if odd.included() != (rank % 2 == 1) or odd.size() != len(odd.ranks):
+        fail(f"{odd}: included {odd.included()}, size {odd.size()}")
+    if odd.rank() != (odd.ranks.index(rank) if rank in odd.ranks else -1):
+        fail(f"{odd}: rank() {odd.rank()}")
+    # The same ranks again (or the whole job) are a duplicate, as in Horovod.
+    expect_value_error("duplicate set", lambda: hvd.add_process_set(list(odd.ranks)),
+                       "exists already")
+    expect_value_error("the whole job", lambda: hvd.add_process_set(range(size)),
+                       "exists already")
+    even = hvd.add_process_set(range(0, size, 2))
+    mine = odd if rank in odd.ranks else even
+    x = torch.full((3,), float(rank))
+    check("allreduce in a set", hvd.allreduce(x, op=hvd.Sum, process_set=mine),
+          torch.full((3,), float(sum(mine.ranks))))
+    check("allgather in a set", hvd.allgather(x.view(1, 3), process_set=mine),
+          torch.stack([torch.full((3,), float(r)) for r in mine.ranks]))
+    root = mine.ranks[-1]
+    got = hvd.broadcast_object({"from": rank}, root_rank=root, process_set=mine)
+    if got != {"from": root}:
+        fail(f"broadcast_object in a set: {got}")
+    if hvd.allgather_object(rank, process_set=mine) != mine.ranks:
+        fail("allgather_object in a set")
+    hvd.barrier(process_set=mine)
+    # Removed: the object is no longer usable, its ranks may be added again.
+    if not hvd.remove_process_set(odd) or odd.process_set_id is not None:
+        fail(f"remove_process_set: {odd}")
+    if hvd.remove_process_set(odd) or hvd.remove_process_set(hvd.global_process_set):
+        fail("removing a removed set or the global one returned True")
+    if rank in odd.ranks:
+        try:
+            hvd.allreduce(x, process_set=odd)
+            fail("a removed set was usable")
+        except hvd.DDPError as e:
+            if "removed" not in str(e):
+                fail(f"a removed set: {e}")
+    again = hvd.add_process_set(odd.ranks)
+    if rank in again.ranks:
+        check("a set added again", hvd.allreduce(x, op=hvd.Max, process_set=again),
+              torch.full((3,), float(again.ranks[-1])))
+    hvd.remove_process_set(again)
+    hvd.remove_process_set(even)
+
+
+def horovod_positions(rank, size):
+    # Horovod's positions: allreduce_(tensor, average, name, op), allreduce(tensor, average,
+    # name, compression, op), reducescatter(tensor, name, compression, op).
+    total = size * (size + 1) // 2
+    t = torch.IntTensor([rank + 1])
+    if hvd.allreduce_(t, None, "positions.int", hvd.Sum) != total:
+        fail(f"allreduce_(t, None, name, Sum): {t}")
+    x = torch.full((4,), float(rank + 1))
+    check("allreduce(x, ddp.Sum)", hvd.allreduce(x, hvd.Sum), torch.full((4,), float(total)))
+    check("allreduce(x, False, name)", hvd.allreduce(x, False, "positions.sum"),
+          torch.full((4,), float(total)))
+    check("allreduce(x, None, name, fp16, Sum)",
+          hvd.allreduce(x, None, "positions.fp16", hvd.Compression.fp16, hvd.Sum),
+          torch.full((4,), float(total)))
+    got = hvd.allreduce(x.double(), compression=hvd.Compression.fp16, op=hvd.Sum)
+    if got.dtype != torch.float64 or not torch.all(got == total):
+        fail(f"compression=fp16 came back as {got}")
+    rows = torch.ones(2 * size, 2)
+    check("reducescatter(t, name, none, Sum)",
+          hvd.reducescatter(rows, "positions.rs", hvd.Compression.none, hvd.Sum),
+          torch.full((2, 2), float(size)))
+    check("grouped_allreduce(ts, False)", hvd.grouped_allreduce([x, x * 2], False)[1],
+          torch.full((4,), float(2 * total)))
+
+
+def uneven_alltoall(rank, size):
+    # Rank r sends j + r + 1 rows to rank j (rows valued 100 r + j); what rank r receives from j
+    # is r + j + 1 rows valued 100 j + r, with the received splits.
+    splits = torch.tensor([j + rank + 1 for j in range(size)], dtype=torch.int32)
+    x = torch.cat([torch.full((j + rank + 1, 2), float(100 * rank + j)) for j in range(size)])
+    got, received = hvd.alltoall(x, splits, name="uneven")
+    want = torch.cat([torch.full((rank + j + 1, 2), float(100 * j + rank)) for j in range(size)])
+    check("alltoall with splits", got, want)
+    check("received splits", received, torch.tensor([rank + j + 1 for j in range(size)],
+                                                    dtype=torch.int32))
+    # Zero rows to some ranks, a list of splits, an async handle.
+    counts = [2 if j == rank else 0 for j in range(size)]
+    got, received = hvd.synchronize(hvd.alltoall_async(torch.full((2, 1), float(rank)), counts))
+    check("alltoall to oneself only", got, torch.full((2, 1), float(rank)))
+    check("received splits (list)", received, torch.tensor(counts))
+    expect_value_error("splits over the rows", lambda: hvd.alltoall(torch.ones(size - 1),
+                                                                      torch.ones(size,
+                                                                                 dtype=torch.int32)),
+                       "add up to")
+    expect_value_error("float splits", lambda: hvd.alltoall(torch.ones(size),
+                                                            torch.ones(size)), "integers")
+    # The gradient goes back the way the rows came.
+    x = x.clone().requires_grad_()
+    out, _ = hvd.alltoall(x, splits, name="uneven.grad")
+    (out * (rank + 1)).sum().backward()
+    want = torch.cat([torch.full((j + rank + 1, 2), float(j + 1)) for j in range(size)])
+    check("uneven alltoall gradient", x.grad, want)
+
+
+def sparse(rank, size):
+    torch.manual_seed(rank)
+    dense = torch.zeros(20, 3)
+    dense[rank::size + 1] = torch.rand(len(range(rank, 20, size + 1)), 3)
+    want = hvd.allreduce(dense, op=hvd.Average, name="sparse.dense")
+    handle = hvd.sparse_allreduce_async(dense.to_sparse(), name="sparse", op=hvd.Average)
+    got = handle()
+    if not got.is_sparse or not torch.allclose(got.to_dense(), want):
+        fail(f"sparse_allreduce_async: {got}")
+
+
+def main():
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    duplicate_names(rank, size)
+    dropped_handles(rank, size)
+    process_sets(rank, size)
+    horovod_positions(rank, size)
+    uneven_alltoall(rank, size)
+    sparse(rank, size)
+    hvd.barrier()
+    print(f"rank {rank}: ok")
+
+
+if __name__ == "__main__":
+    main()
