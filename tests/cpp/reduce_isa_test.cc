@@ -28,8 +28,6 @@ using Rng = std::mt19937_64;
 constexpr DataType kAllTypes[] = {DataType::kFloat32,  DataType::kFloat64, DataType::kFloat16,
                                   DataType::kBFloat16, DataType::kInt8,    DataType::kUInt8,
                                   DataType::kInt32,    DataType::kInt64};
-constexpr DataType kFloatingTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
-                                       DataType::kBFloat16};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                                 ReduceOp::kProduct};
 // Around every vector width (up to 64 bytes) and the blocks of 256 elements.
@@ -321,7 +319,7 @@ TEST_P(ReduceIsaBitsTest, ScaleMatchesScalarBitForBit) {
       1.0 / 3, 1e-3,     65504.0,   1e30,
       1e-30,   1e-40,    1e-320,    0.0,
       -0.0,    HUGE_VAL, -HUGE_VAL, std::numeric_limits<double>::quiet_NaN()};
-  for (DataType type : kFloatingTypes) {
+  for (DataType type : kAllTypes) {
     const size_t size = DataTypeSize(type);
     for (double factor : kFactors) {
       for (size_t count : kCounts) {

@@ -213,6 +213,18 @@ struct IntTraits {
   static S Divided(S x, int64_t d) {
     return static_cast<S>(absl::Int128Low64(absl::int128(x) / absl::int128(d)));
   }
+  // Horovod's rule: the product in f64, truncated; saturated; NaN is 0.
+  static S Scaled(S x, double factor) {
+    const double v = std::trunc(static_cast<double>(x) * factor);
+    if (std::isnan(v)) return 0;
+    if (v <= static_cast<double>(std::numeric_limits<S>::lowest())) {
+      return std::numeric_limits<S>::lowest();
+    }
+    if (v >= static_cast<double>(std::numeric_limits<S>::max())) {
+      return std::numeric_limits<S>::max();
+    }
+    return static_cast<S>(v);
+  }
 };
 template <>
 struct Traits<DataType::kInt8> : IntTraits<int8_t> {};
@@ -363,11 +375,9 @@ void CheckType(Rng& rng, const Kernels& kernels, std::span<const size_t> combine
                           int64_t{1000}, int64_t{1} << 40, std::numeric_limits<int64_t>::min()}) {
     for (size_t count : divide_counts) CheckDivide<kType>(kernels, rng, divisor, count);
   }
-  if constexpr (IsFloating(kType)) {
-    for (double factor : {1.0, 0.5, -3.0, 1.0 / 3, 1e-3, 1e30, 1e-40, -0.0, HUGE_VAL,
-                          std::numeric_limits<double>::quiet_NaN()}) {
-      for (size_t count : divide_counts) CheckScale<kType>(kernels, rng, factor, count);
-    }
+  for (double factor : {1.0, 0.5, -3.0, 1.0 / 3, 1e-3, 1e30, 1e-40, -0.0, HUGE_VAL,
+                        std::numeric_limits<double>::quiet_NaN()}) {
+    for (size_t count : divide_counts) CheckScale<kType>(kernels, rng, factor, count);
   }
 }
 

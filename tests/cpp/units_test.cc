@@ -121,6 +121,11 @@ TEST(Epilogue, AverageDividesByContributorsAndPostscaleMultiplies) {
   std::vector<int32_t> out(3, 0);
   Epilogue::For(ReduceOp::kAverage, 2).Apply(DataType::kInt32, out.data(), i.data(), 3);
   EXPECT_EQ(out, (std::vector<int32_t>{3, -3, 2}));
+  // With a postscale: the truncated quotient, then the product in f64, truncated, saturated.
+  std::vector<int8_t> small = {7, -7, 120, -128};
+  Epilogue::For(ReduceOp::kAverage, 2, 2.5).Apply(DataType::kInt8, small.data(), small.size());
+  // 3 * 2.5, -3 * 2.5, 60 * 2.5 (150: saturated), -64 * 2.5 (-160: saturated)
+  EXPECT_EQ(small, (std::vector<int8_t>{7, -7, 127, -128}));
   // Trivial: a copy out of place, nothing in place.
   std::vector<int64_t> a = {1, 2}, b = {0, 0};
   Epilogue{}.Apply(DataType::kInt64, b.data(), a.data(), 2);

@@ -50,14 +50,11 @@ absl::Status CheckLimits(const LocalOp& op, absl::FunctionRef<std::string()> wha
   return absl::OkStatus();
 }
 
-absl::Status CheckCommon(absl::FunctionRef<std::string()> what, DataType type, ReduceOp op,
-                         double prescale, double postscale) {
+// Scale factors apply to every dtype: integers are scaled in f64 and truncated (Horovod's rule,
+// reduce::Scale).
+absl::Status CheckCommon(absl::FunctionRef<std::string()> what, DataType type, ReduceOp op) {
   if (!IsValid(type)) return absl::InvalidArgumentError(absl::StrCat(what(), ": invalid dtype"));
   if (!IsValid(op)) return absl::InvalidArgumentError(absl::StrCat(what(), ": invalid op"));
-  if ((prescale != 1.0 || postscale != 1.0) && !IsFloating(type)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what(), ": scale factors need a floating-point dtype, not ", DataTypeName(type)));
-  }
   return absl::OkStatus();
 }
 
@@ -281,7 +278,7 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   auto what = [kind, &name] { return absl::StrCat(OpKindName(kind), " '", name, "'"); };
   // The operations that split or concatenate along the first dimension need one.
   const bool needs_first_dim = kind != OpKind::kAllreduce && kind != OpKind::kBroadcast;
-  absl::Status s = CheckCommon(what, type, op, prescale, postscale);
+  absl::Status s = CheckCommon(what, type, op);
   if (s.ok()) s = CheckShape(what, shape, type, needs_first_dim);
   if (s.ok() && ElementCount(shape) > 0 &&
       (input == nullptr || (kind == OpKind::kAllreduce && output == nullptr))) {
@@ -318,7 +315,7 @@ Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMem
                                          double postscale, int process_set, Device device) {
   const std::string what = absl::StrCat("grouped allreduce '", group, "'");
   auto whole = [&what] { return what; };
-  absl::Status s = CheckCommon(whole, type, op, prescale, postscale);
+  absl::Status s = CheckCommon(whole, type, op);
   if (s.ok() && members.empty()) s = absl::InvalidArgumentError(what + ": no members");
   auto op_ = std::make_unique<LocalOp>();
   op_->meta = TensorMeta{OpKind::kAllreduce, type, op, -1, kCpuMemory, prescale, postscale, {}};

@@ -7,6 +7,7 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <limits>
 
 #include "nccl/kernels.h"
 
@@ -51,6 +52,26 @@ __global__ void ScaleKernel(T* dst, const T* src, size_t n, typename Arith<T>::C
        i += size_t{blockDim.x} * gridDim.x) {
     dst[i] = Arith<T>::FromCompute(Arith<T>::ToCompute(src[i]) * factor);
   }
+}
+
+// Integers (Horovod's rule, as reduce::Scale on the CPU): the product in f64, truncated toward
+// zero, saturated at the type's limits; a NaN product is 0.
+template <typename T>
+__global__ void ScaleIntKernel(T* dst, const T* src, size_t n, double factor, T lowest, T max) {
+  const double low = static_cast<double>(lowest), high = static_cast<double>(max);
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{blockDim.x} * gridDim.x) {
+    const double v = trunc(static_cast<double>(src[i]) * factor);
+    dst[i] = v != v ? T(0) : v <= low ? lowest : v >= high ? max : static_cast<T>(v);
+  }
+}
+
+template <typename T>
+int LaunchScaleInt(void* dst, const void* src, size_t n, double factor, void* stream) {
+  ScaleIntKernel<T><<<Blocks(n), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<T*>(dst), static_cast<const T*>(src), n, factor, std::numeric_limits<T>::lowest(),
+      std::numeric_limits<T>::max());
+  return static_cast<int>(cudaGetLastError());
 }
 
 template <typename T>
@@ -121,6 +142,14 @@ int Scale(DataType type, void* dst, const void* src, size_t count, double factor
       return LaunchScale<__half>(dst, src, count, factor, stream);
     case DataType::kBFloat16:
       return LaunchScale<__nv_bfloat16>(dst, src, count, factor, stream);
+    case DataType::kInt8:
+      return LaunchScaleInt<int8_t>(dst, src, count, factor, stream);
+    case DataType::kUInt8:
+      return LaunchScaleInt<uint8_t>(dst, src, count, factor, stream);
+    case DataType::kInt32:
+      return LaunchScaleInt<int32_t>(dst, src, count, factor, stream);
+    case DataType::kInt64:
+      return LaunchScaleInt<int64_t>(dst, src, count, factor, stream);
     default:
       return static_cast<int>(cudaErrorInvalidValue);
   }

@@ -412,7 +412,7 @@ absl::Status NcclBackend::FinishOutput(DataType type, ReduceOp op, void* out, si
                                        double postscale, int active) {
   if (count == 0 || out == nullptr) return absl::OkStatus();
   // What average and postscale mean is reduce::Epilogue's; on the GPU floating types are
-  // finished by one multiplication (a fused kernel), integers by a division.
+  // finished by one multiplication (a fused kernel), integers by a division, then the postscale.
   const reduce::Epilogue epilogue = reduce::Epilogue::For(op, active, postscale);
   if (IsFloating(type)) {
     if (epilogue.factor() == 1.0) return absl::OkStatus();
@@ -420,8 +420,11 @@ absl::Status NcclBackend::FinishOutput(DataType type, ReduceOp op, void* out, si
                         "scaling");
   }
   if (epilogue.divisor != 1) {
-    return KernelStatus(kernels::DivideInt(type, out, count, epilogue.divisor, stream_),
-                        "averaging");
+    DDP_RETURN_IF_ERROR(
+        KernelStatus(kernels::DivideInt(type, out, count, epilogue.divisor, stream_), "averaging"));
+  }
+  if (postscale != 1.0) {
+    return KernelStatus(kernels::Scale(type, out, out, count, postscale, stream_), "scaling");
   }
   return absl::OkStatus();
 }

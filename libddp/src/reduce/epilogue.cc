@@ -15,6 +15,7 @@ void Epilogue::Apply(DataType type, void* dst, const void* src, size_t count) co
   }
   if (dst != src) std::memcpy(dst, src, count * DataTypeSize(type));
   if (divisor != 1) DivideBy(type, dst, count, divisor);
+  if (postscale != 1.0) Scale(type, dst, dst, count, postscale);  // integers: after the quotient
 }
 
 }  // namespace ddp::reduce

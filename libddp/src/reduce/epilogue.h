@@ -24,7 +24,7 @@ struct Epilogue {
   // Divide by this (Average: the contributing ranks). Integers truncate toward zero; f16 and
   // bf16 divide in f32.
   int64_t divisor = 1;
-  // Floating types only: multiply by this after the division.
+  // Multiply by this after the division (integers: in f64, truncated, saturated; reduce::Scale).
   double postscale = 1.0;
 
   // What `op` over `contributors` ranks, then `postscale`, needs.
@@ -35,8 +35,9 @@ struct Epilogue {
   // The single factor a kernel that can only multiply applies (NCCL's scale kernel).
   double factor() const { return postscale / static_cast<double>(divisor); }
 
-  // dst[i] = finished src[i] for i < count; dst may equal src (in place). Without a postscale it
-  // divides (the exact quotient, rounded once); with one, it multiplies by factor().
+  // dst[i] = finished src[i] for i < count; dst may equal src (in place). Floating types: without
+  // a postscale it divides (the exact quotient, rounded once); with one, it multiplies by
+  // factor(). Integers: the truncated quotient, then the postscale.
   void Apply(DataType type, void* dst, const void* src, size_t count) const;
   void Apply(DataType type, void* data, size_t count) const { Apply(type, data, data, count); }
 };

@@ -131,14 +131,7 @@ void DoDivideBy(const KernelTable& table, DataType type, void* buf, size_t count
 
 void DoScale(const KernelTable& table, DataType type, void* dst, const void* src, size_t count,
              double factor) {
-  const TypeKernels& kernels = ForType(table, type);
-  if (kernels.scale == nullptr) {
-    // The engine rejects scale factors on integer types, so this is a caller bug.
-    std::fprintf(stderr, "libddp: reduce::Scale called with %s\n",
-                 std::string(DataTypeName(type)).c_str());
-    std::abort();
-  }
-  kernels.scale(dst, src, count, factor);
+  ForType(table, type).scale(dst, src, count, factor);
 }
 
 }  // namespace

@@ -21,9 +21,9 @@ void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b
 // f16/bf16 divide in f32.
 void DivideBy(DataType type, void* buf, size_t count, int64_t divisor);
 
-// dst[i] = src[i] * factor for i < count, for floating types (dst may equal src). f32 and f16/bf16
-// multiply in f32, f64 in f64. Integer types are a caller bug (the engine rejects scale factors
-// on them).
+// dst[i] = src[i] * factor for i < count (dst may equal src). f32 and f16/bf16 multiply in f32,
+// f64 in f64. Integers (Horovod's rule): the product in f64, truncated toward zero, saturated at
+// the type's limits; a NaN product is 0.
 void Scale(DataType type, void* dst, const void* src, size_t count, double factor);
 
 // dst[i] = the identity of `op` (0 for sum/average, 1 for product, the largest value or +inf for
