@@ -154,7 +154,7 @@ def rank_envs(tmp_path, size):
 def test_ranks_get_their_environment_and_the_token_stays_secret(ddprun, tmp_path):
     stale = {"OMPI_COMM_WORLD_RANK": "5", "PMI_RANK": "3", "PMIX_RANK": "2", "DDP_RANK": "9",
              "DDP_JOB_TOKEN": "stale-token", "DDP_LOCAL_RANK": "4", "DDP_RENDEZVOUS_PORT": "1",
-             "KEPT_BY_DDPRUN": "yes"}
+             "HOROVOD_RANK": "7", "KEPT_BY_DDPRUN": "yes"}
     done, _ = ddprun("--verbose", "-np", 3, *child(ENV_DUMP), tmp_path, env=stale)
     assert done.returncode == 0, done.stderr
     envs = rank_envs(tmp_path, 3)
@@ -164,7 +164,10 @@ def test_ranks_get_their_environment_and_the_token_stays_secret(ddprun, tmp_path
                 "DDP_LOCAL_SIZE": "3", "DDP_CROSS_RANK": "0", "DDP_CROSS_SIZE": "1",
                 "DDP_RENDEZVOUS_ADDR": "127.0.0.1", "DDP_RENDEZVOUS_PORT": port,
                 "DDP_RENDEZVOUS_EXTERNAL": "1", "DDP_JOB_TOKEN": token, "PYTHONUNBUFFERED": "1",
-                "KEPT_BY_DDPRUN": "yes"}
+                "KEPT_BY_DDPRUN": "yes",
+                # horovodrun's names, for scripts written for Horovod
+                "HOROVOD_RANK": str(r), "HOROVOD_SIZE": "3", "HOROVOD_LOCAL_RANK": str(r),
+                "HOROVOD_LOCAL_SIZE": "3", "HOROVOD_CROSS_RANK": "0", "HOROVOD_CROSS_SIZE": "1"}
         assert {k: env.get(k) for k in want} == want
         assert not [k for k in env if k.startswith(("OMPI_", "PMI_", "PMIX_"))]
     assert re.fullmatch(r"[0-9a-f]{32}", token)

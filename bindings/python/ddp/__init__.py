@@ -13,6 +13,7 @@ engine, so ranks may submit in different orders. Errors are ddp.DDPError with th
 
 import atexit
 import pickle
+import re
 import sys
 
 import numpy as np
@@ -28,6 +29,7 @@ Average = ReduceOp.AVERAGE
 Min = ReduceOp.MIN
 Max = ReduceOp.MAX
 Product = ReduceOp.PRODUCT
+Adasum = _ops.Adasum
 
 is_initialized = _ddp.is_initialized
 rank = _ddp.rank
@@ -211,13 +213,21 @@ def gloo_enabled():
 
 
 def nccl_built():
-    """True when libddp's NCCL plugin (libddp_nccl.so) loads: CUDA tensors can be reduced."""
-    return bool(_ddp.nccl_built())
+    """When libddp's NCCL plugin (libddp_nccl.so) loads, so that CUDA tensors can be reduced: the
+    NCCL version code, as Horovod returns it (major * 10000 + minor * 100 + patch: 22809 for
+    2.28.9; scripts compare it, e.g. >= 2700 for alltoall); else 0."""
+    if not _ddp.nccl_built():
+        return 0
+    found = re.match(r"NCCL (\d+)\.(\d+)\.(\d+)", _ddp.nccl_version())
+    if found is None:
+        return 1
+    major, minor, patch = (int(g) for g in found.groups())
+    return major * 10000 + minor * 100 + patch
 
 
 def cuda_built():
-    """CUDA tensors go through the NCCL plugin: the same answer as nccl_built()."""
-    return nccl_built()
+    """True when CUDA tensors can be reduced: they go through the NCCL plugin (nccl_built())."""
+    return bool(_ddp.nccl_built())
 
 
 def rocm_built():
@@ -268,7 +278,7 @@ def allgather_object(obj, name=None, process_set=_ops.WORLD):
 
 __all__ = [
     "DDPError", "DDPValueError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
-    "init",
+    "Adasum", "init",
     "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
     "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",

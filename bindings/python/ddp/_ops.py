@@ -65,7 +65,21 @@ def require_init(what):
                     "FAILED_PRECONDITION")
 
 
+class _AdasumOp:
+    """Horovod's Adasum: the name exists so that scripts that mention it import; every collective
+    refuses it, since libddp does not implement adaptive summation."""
+
+    def __repr__(self):
+        return "ddp.Adasum"
+
+
+Adasum = _AdasumOp()
+
+
 def check_op(op, what):
+    if op is Adasum:
+        raise error(f"ddp.{what}: op Adasum (Horovod's adaptive summation) is not implemented by "
+                    f"libddp; use ddp.Average or ddp.Sum", "UNIMPLEMENTED")
     try:
         return ReduceOp(op)
     except ValueError:

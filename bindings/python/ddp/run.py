@@ -39,8 +39,12 @@ _AGENT_GRACE_SECONDS = 3.0  # an agent gets its own ranks' grace, and this, befo
 
 # Inherited variables that would tell a rank it belongs to some other job.
 _SCRUBBED_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "DDP_LOCAL_", "DDP_CROSS_", "DDP_RENDEZVOUS_")
+# Horovod's names for a rank's place (what horovodrun sets), set again for this job: scripts
+# written for Horovod read them (the local rank picks the GPU before init()).
+_HOROVOD_PLACE = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                  "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")
 _SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "DDP_REJOIN", "DDP_REPORT_FD",
-                   "MPI_LOCALRANKID", "MPI_LOCALNRANKS"}
+                   "MPI_LOCALRANKID", "MPI_LOCALNRANKS", *_HOROVOD_PLACE}
 
 
 def _number(minimum: float, strict: bool = False):
@@ -343,6 +347,9 @@ def _rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, t
                DDP_CROSS_SIZE=str(where.cross_size), DDP_RENDEZVOUS_ADDR=addr,
                DDP_RENDEZVOUS_PORT=str(port), DDP_RENDEZVOUS_EXTERNAL="1", DDP_JOB_TOKEN=token,
                PYTHONUNBUFFERED="1")
+    env.update(zip(_HOROVOD_PLACE, (env["DDP_RANK"], env["DDP_SIZE"], env["DDP_LOCAL_RANK"],
+                                    env["DDP_LOCAL_SIZE"], env["DDP_CROSS_RANK"],
+                                    env["DDP_CROSS_SIZE"])))
     if where.host and args.places:  # the host as the launcher knows it: what libddp groups by
         env["DDP_HOSTNAME"] = where.host
     if args.servers:

@@ -18,11 +18,15 @@ def main():
     rank, size = hvd.rank(), hvd.size()
 
     # What this installation and job have: booleans, and consistent with each other.
-    for query in (hvd.mpi_built, hvd.gloo_built, hvd.gloo_enabled, hvd.nccl_built,
-                  hvd.cuda_built, hvd.rocm_built, hvd.ddl_built, hvd.ccl_built, hvd.mpi_enabled):
+    for query in (hvd.mpi_built, hvd.gloo_built, hvd.gloo_enabled, hvd.cuda_built,
+                  hvd.rocm_built, hvd.ddl_built, hvd.ccl_built, hvd.mpi_enabled):
         if not isinstance(query(), bool):
             fail(f"{query.__name__}() returned {query()!r}")
-    if hvd.cuda_built() != hvd.nccl_built() or hvd.gloo_built() or hvd.ccl_built():
+    # nccl_built() is NCCL's version code, as Horovod's (0 without it): scripts compare it.
+    nccl = hvd.nccl_built()
+    if not isinstance(nccl, int) or isinstance(nccl, bool) or (nccl != 0 and nccl < 2000):
+        fail(f"nccl_built() returned {nccl!r}")
+    if hvd.cuda_built() != bool(nccl) or hvd.gloo_built() or hvd.ccl_built():
         fail("inconsistent *_built()")
     if hvd.mpi_enabled():  # ddprun on one host: shared memory, not MPI
         fail("mpi_enabled() under ddprun")

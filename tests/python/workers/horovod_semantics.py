@@ -5,6 +5,7 @@ pending operations, a dropped handle whose output the engine still writes, Proce
 splits and sparse_allreduce_async."""
 
 import gc
+import os
 import sys
 import time
 
@@ -185,6 +186,75 @@ def sparse(rank, size):
         fail(f"sparse_allreduce_async: {got}")
 
 
+def optimizer_features(rank, size):
+    # Sparse gradients (nn.Embedding(sparse=True)) reduced as sparse or, with sparse_as_dense, as
+    # dense; groups; Horovod's _parameter_names; broadcast_optimizer_state on a fresh optimizer.
+    for sparse_as_dense in (False, True):
+        torch.manual_seed(0)
+        emb = torch.nn.Embedding(10, 3, sparse=True)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=1.0),
+                                       named_parameters=emb.named_parameters(),
+                                       sparse_as_dense=sparse_as_dense)
+        hvd.broadcast_parameters(emb.state_dict(), root_rank=0)
+        before = emb.weight.detach().clone()
+        emb(torch.tensor([rank, 9])).sum().backward()
+        opt.step()
+        # The average gradient: 1/size on each rank's row, 1 on row 9 (everyone's).
+        want = before.clone()
+        for r in range(size):
+            want[r] -= 1.0 / size
+        want[9] -= 1.0
+        if not torch.allclose(emb.weight.detach(), want):
+            fail(f"sparse gradients (sparse_as_dense={sparse_as_dense}): {emb.weight}")
+        if emb.weight.grad.is_sparse == sparse_as_dense:
+            fail(f"sparse_as_dense={sparse_as_dense}: the gradient is_sparse "
+                 f"{emb.weight.grad.is_sparse}")
+    torch.manual_seed(1)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    for groups in (2, [list(model[0].parameters()), list(model[1].parameters())]):
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(), groups=groups)
+        names = opt._parameter_names
+        if (len(set(names.values())) != 4
+                or {id(p) for p in names} != {id(p) for p in model.parameters()}):
+            fail(f"_parameter_names: {names}")
+        model(torch.full((2, 4), float(rank))).sum().backward()
+        opt.synchronize()
+        grads = [p.grad.clone() for p in model.parameters()]
+        for g in grads:
+            everyone = hvd.allgather(g.unsqueeze(0))
+            if not torch.allclose(everyone, everyone[:1].expand_as(everyone)):
+                fail(f"groups={groups}: ranks differ after synchronize")
+        with opt.skip_synchronize():
+            opt.step()
+        opt.zero_grad()
+        opt.remove_hooks()
+    # A fresh optimizer's state is made (zero gradients, one local step) and broadcast.
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    hvd.broadcast_optimizer_state(opt, root_rank=0, model=model)
+    if any(p.grad is None for p in model.parameters()) or not opt.state_dict()["state"]:
+        fail("broadcast_optimizer_state did not make the state of a fresh optimizer")
+    opt.remove_hooks()
+    # Adasum is a name scripts import; libddp refuses it.
+    try:
+        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+        fail("op=Adasum did not raise")
+    except hvd.DDPError as e:
+        if "Adasum" not in str(e) or e.code != "UNIMPLEMENTED":
+            fail(f"Adasum: {e}")
+    # grouped_allgather is differentiable.
+    x = torch.ones(1, 2, requires_grad=True)
+    y = torch.ones(2, requires_grad=True)
+    a, b = hvd.grouped_allgather([x, y])
+    (a.sum() * (rank + 1) + b.sum()).backward()
+    check("grouped_allgather gradient", x.grad, torch.full((1, 2), (size + 1) / 2))
+    # horovodrun's variables, set by ddprun.
+    if os.environ.get("HOROVOD_RANK") != str(rank) or os.environ.get("HOROVOD_SIZE") != str(size):
+        fail("HOROVOD_RANK/HOROVOD_SIZE not set by ddprun")
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -194,6 +264,7 @@ def main():
     horovod_positions(rank, size)
     uneven_alltoall(rank, size)
     sparse(rank, size)
+    optimizer_features(rank, size)
     hvd.barrier()
     print(f"rank {rank}: ok")
 

@@ -13,7 +13,7 @@ Parameter-server training (ddp.ps underneath): ddp.ParameterServerOptimizer(opt,
 mode="sync"|"async", staleness=s).
 """
 
-from .. import (Average, DDPError, DDPValueError, Handle, Max, Min, Product, ProcessSet,
+from .. import (Adasum, Average, DDPError, DDPValueError, Handle, Max, Min, Product, ProcessSet,
                 ReduceOp, Sum, add_process_set, allgather_object, barrier, broadcast_object,
                 ccl_built, cross_rank, cross_size, cuda_built, ddl_built, engine_stats,
                 gloo_built, gloo_enabled, global_process_set, init, is_initialized, join,
@@ -38,7 +38,7 @@ HorovodInternalError = DDPError
 
 __all__ = [
     "DDPError", "DDPValueError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
-    "init",
+    "Adasum", "init",
     "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
     "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
     "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",

@@ -513,6 +513,11 @@ def grouped_allgather_async(tensors, name=None, process_set=0):
 
 
 def grouped_allgather(tensors, name=None, process_set=0):
+    """allgather of each tensor, submitted together; differentiable."""
+    tensors = list(tensors)
+    if any(_wants_grad(t) for t in tensors):
+        name = _ops.auto_name("grouped_allgather", name, process_set)
+        return [allgather(t, f"{name}.{i}", process_set) for i, t in enumerate(tensors)]
     return grouped_allgather_async(tensors, name, process_set).wait()
 
 

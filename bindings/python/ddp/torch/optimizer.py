@@ -33,6 +33,8 @@ def gradient_hook(p, callback):
     return [accumulator.register_hook(hook), accumulator]  # the node keeps its hook alive
 
 
+_SPARSE = object()  # the "compression context" of a sparse gradient's reduction
+
 # Optimizers are numbered in creation order (the same on every rank) so that two of them (a GAN's
 # generator and discriminator) never submit gradients under the same names.
 _instances = itertools.count()
@@ -42,9 +44,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     # Methods of this class are copied into a subclass of the user's optimizer class (see
     # DistributedOptimizer below), hence super(self.__class__, self).
 
+    _ddp_distributed = True
+
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op,
-                 gradient_predivide_factor, process_set):
+                 gradient_predivide_factor, process_set, groups=None, sparse_as_dense=False):
         super(self.__class__, self).__init__(params)
+        self._sparse_as_dense = sparse_as_dense
         self._compression = compression
         self._passes = backward_passes_per_step
         self._op = op
@@ -52,7 +57,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._process_set = process_set
         instance = next(_instances)
         self._prefix = "grad." if instance == 0 else f"opt{instance}.grad."
-        self._names = self._parameter_names(named_parameters)
+        self._parameter_names = self._name_parameters(named_parameters)
         self._params = []  # the parameters with a gradient hook, in a rank-independent order
         self._delay = {}  # their backward passes left before the reduction (keys: hooked params)
         # p -> None (accumulating locally) or (handle, compression context, reduced tensor)
@@ -61,8 +66,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._should_synchronize = True
         self._hooks = []
         self._register_hooks(p for group in self.param_groups for p in group["params"])
+        # Horovod's groups: parameters reduced together (one grouped allreduce per dtype) once
+        # every one of them has its gradient. p -> its group (a list of parameters).
+        self._group_of = {}
+        self._ready = set()  # parameters of a group whose gradient is in, group not submitted
+        for members in self._make_groups(groups):
+            for p in members:
+                self._group_of[p] = members
 
-    def _parameter_names(self, named_parameters):
+    def _name_parameters(self, named_parameters):
         all_params = [p for group in self.param_groups for p in group["params"]]
         if named_parameters is None:
             return {p: f"{self._prefix}noname.{i}" for i, p in enumerate(all_params)}
@@ -83,6 +95,37 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                         f"named_parameters() of the model the optimizer was built from")
         return by_param
 
+    def _make_groups(self, groups):
+        hooked = list(self._params)
+        if groups is None or groups == 0:
+            return []
+        if isinstance(groups, int) and not isinstance(groups, bool):
+            if groups < 0:
+                raise error(f"DistributedOptimizer: groups must be >= 0, got {groups}")
+            n = min(groups, len(hooked)) or 1
+            size, extra = divmod(len(hooked), n)
+            out, at = [], 0
+            for i in range(n):
+                take = size + (1 if i < extra else 0)
+                out.append(hooked[at:at + take])
+                at += take
+            return [g for g in out if g]
+        try:
+            lists = [list(g) for g in groups]
+        except TypeError:
+            raise error("DistributedOptimizer: groups must be an int or a list of lists of "
+                        "parameters") from None
+        seen = set()
+        for members in lists:
+            for p in members:
+                if not any(p is q for q in hooked):
+                    raise error("DistributedOptimizer: groups holds a tensor that is not a "
+                                "trainable parameter of the optimizer")
+                if id(p) in seen:
+                    raise error("DistributedOptimizer: a parameter is in two groups")
+                seen.add(id(p))
+        return [g for g in lists if g]
+
     def _register_hooks(self, params):
         for p in params:
             if not p.requires_grad or p in self._delay:
@@ -102,9 +145,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         super(self.__class__, self).add_param_group(param_group)
         if hasattr(self, "_hooks"):  # not while the base class's __init__ adds the first groups
             params = self.param_groups[-1]["params"]
-            offset = len(self._names)
+            offset = len(self._parameter_names)
             for i, p in enumerate(params):
-                self._names.setdefault(p, f"{self._prefix}noname.{offset + i}")
+                self._parameter_names.setdefault(p, f"{self._prefix}noname.{offset + i}")
             self._register_hooks(params)
 
     def load_state_dict(self, state_dict):
@@ -125,27 +168,74 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _on_gradient(self, p):
         if self._handles.get(p) is not None and self._delay[p] <= 0:
             raise error(
-                f"DistributedOptimizer: the gradient of '{self._names[p]}' was computed "
+                f"DistributedOptimizer: the gradient of '{self._parameter_names[p]}' was computed "
                 f"more than backward_passes_per_step={self._passes} times before step(); "
                 f"raise backward_passes_per_step to accumulate gradients locally",
                 "FAILED_PRECONDITION")
         self._delay[p] -= 1
-        self._handles[p] = self._submit(p) if self._delay[p] == 0 else None
+        if self._delay[p] != 0:
+            self._handles[p] = None
+        elif p in self._group_of:
+            self._handles[p] = None
+            self._ready.add(p)
+            if all(q in self._ready for q in self._group_of[p]):
+                self._submit_group(self._group_of[p])
+        else:
+            self._handles[p] = self._submit(p)
 
-    def _submit(self, p):
+    def _scales(self):
+        if self._op == ReduceOp.AVERAGE and self._predivide != 1.0:
+            return 1.0 / self._predivide, self._predivide
+        return 1.0, 1.0
+
+    def _dense_gradient(self, p):
+        """The gradient to reduce: sparse ones as dense with sparse_as_dense (and then p.grad is
+        the dense tensor)."""
         if p.grad is None:
             p.grad = torch.zeros_like(p)
-        if p.grad.is_sparse:
-            raise error(f"DistributedOptimizer: '{self._names[p]}' has a sparse gradient; "
-                        f"only dense gradients are supported")
-        tensor, ctx = self._compression.compress(p.grad)
-        prescale, postscale = 1.0, 1.0
-        if self._op == ReduceOp.AVERAGE and self._predivide != 1.0:
-            prescale, postscale = 1.0 / self._predivide, self._predivide
-        handle = functions.allreduce_async_(tensor, name=self._names[p], op=self._op,
+        if p.grad.is_sparse and self._sparse_as_dense:
+            p.grad = p.grad.to_dense()
+        return p.grad
+
+    def _submit(self, p):
+        grad = self._dense_gradient(p)
+        name = self._parameter_names[p]
+        if grad.is_sparse:
+            # Horovod's sparse path: indices and values allgathered, the union is the gradient.
+            if self._op not in (ReduceOp.SUM, ReduceOp.AVERAGE):
+                raise error(f"DistributedOptimizer: '{name}' has a sparse gradient, which op "
+                            f"{self._op.name} cannot reduce (Sum and Average can; or pass "
+                            f"sparse_as_dense=True)")
+            handle = functions.sparse_allreduce_async(grad, name=name, op=self._op,
+                                                      process_set=self._process_set)
+            return handle, _SPARSE, None
+        tensor, ctx = self._compression.compress(grad)
+        prescale, postscale = self._scales()
+        handle = functions.allreduce_async_(tensor, name=name, op=self._op,
                                             prescale_factor=prescale, postscale_factor=postscale,
                                             process_set=self._process_set)
         return handle, ctx, tensor
+
+    def _submit_group(self, members):
+        """One grouped allreduce per dtype of the group's (compressed) gradients."""
+        by_dtype = {}
+        for p in members:
+            grad = self._dense_gradient(p)
+            if grad.is_sparse:
+                raise error(f"DistributedOptimizer: '{self._parameter_names[p]}' has a sparse "
+                            f"gradient and is in a group; groups reduce dense gradients "
+                            f"(pass sparse_as_dense=True)")
+            tensor, ctx = self._compression.compress(grad)
+            by_dtype.setdefault(tensor.dtype, []).append((p, tensor, ctx))
+        prescale, postscale = self._scales()
+        for entries in by_dtype.values():
+            name = "group." + self._parameter_names[entries[0][0]]
+            handle = functions.grouped_allreduce_async_(
+                [t for _, t, _ in entries], name=name, op=self._op, prescale_factor=prescale,
+                postscale_factor=postscale, process_set=self._process_set)
+            for p, tensor, ctx in entries:
+                self._handles[p] = (handle, ctx, tensor)
+                self._ready.discard(p)
 
     def synchronize(self):
         """Waits for every gradient's reduction (submitting the ones no hook submitted: unused
@@ -155,25 +245,31 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is not None and p.requires_grad and p not in self._delay:
                     raise error(
-                        f"DistributedOptimizer: '{self._names.get(p, '?')}' has a gradient but "
+                        f"DistributedOptimizer: '{self._parameter_names.get(p, '?')}' has a gradient but "
                         f"no reduction hook (it did not require grad when the optimizer was "
                         f"wrapped); its ranks would diverge. Wrap the optimizer after setting "
                         f"requires_grad.", "FAILED_PRECONDITION")
         for p in self._params:
             if self._handles.get(p) is None and p.requires_grad:
-                self._handles[p] = self._submit(p)
+                if p in self._group_of:
+                    self._submit_group(self._group_of[p])
+                else:
+                    self._handles[p] = self._submit(p)
         first_error = None
         for p, (handle, ctx, tensor) in self._handles.items():
             try:
-                handle.wait()
+                result = handle.wait()
             except _ddp.DDPError as e:
                 first_error = first_error or e
                 continue
-            if ctx is not None:
+            if ctx is _SPARSE:
+                p.grad = result
+            elif ctx is not None:
                 p.grad.copy_(self._compression.decompress(tensor, ctx))
         for p in self._params:
             self._delay[p] = self._passes
         self._handles.clear()
+        self._ready.clear()
         self._synchronized = True
         if first_error is not None:
             raise first_error
@@ -191,14 +287,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called after optimizer.synchronize() without "
-                              "skip_synchronize(): the gradients are reduced a second time")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(): the gradients are reduced "
+                              "a second time (use `with optimizer.skip_synchronize(): "
+                              "optimizer.step()`)")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        pending = [self._names[p] for p, value in self._handles.items() if value is not None]
+        pending = [self._parameter_names[p] for p, value in self._handles.items() if value is not None]
         if self._handles:
             example = f" (e.g. '{pending[0]}')" if pending else ""
             raise error(
@@ -211,8 +309,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=ReduceOp.AVERAGE,
-                         gradient_predivide_factor=1.0, process_set=0):
-    """Wraps a torch optimizer so that step() uses gradients reduced over all ranks.
+                         gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                         sparse_as_dense=False, process_set=0):
+    """Wraps a torch optimizer so that step() uses gradients reduced over all ranks (Horovod's
+    signature).
 
     named_parameters: model.named_parameters(), to name the reductions (in timelines and
         errors); without it parameters are named by position.
@@ -220,6 +320,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     backward_passes_per_step: local gradient accumulation before each reduction.
     op: ddp.Average (default), ddp.Sum, ... gradient_predivide_factor: with Average, divide by
         this before the sum and by size()/factor after it (Horovod's semantics).
+    groups: an int (the parameters split into that many groups, in order) or a list of lists
+        of parameters: each group is reduced as one grouped allreduce once all of its gradients
+        are in (num_groups, deprecated in Horovod, is the int form).
+    sparse_as_dense: sparse gradients (nn.Embedding(sparse=True)) are reduced as dense tensors;
+        without it they are reduced as sparse (indices and values allgathered).
+    process_set: the ranks that train together (a ProcessSet, or its id).
     """
     _ops.require_init("DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
@@ -241,8 +347,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                     "Compression.fp16 or a class with compress/decompress")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
                dict(_DistributedOptimizer.__dict__))
+    if num_groups and groups is None:
+        groups = num_groups
     wrapped = cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-                  op, predivide, process_set)
+                  op, predivide, process_set, groups, bool(sparse_as_dense))
     # Share the original's state (e.g. momentum restored from a checkpoint) and defaults (used
     # by add_param_group); param_groups are already the same dicts, so LR schedulers built on
     # the original keep working.
@@ -272,10 +380,39 @@ def broadcast_parameters(params, root_rank=0):
         handle.wait()
 
 
-def broadcast_optimizer_state(optimizer, root_rank=0):
+def _initialize_state(optimizer, model):
+    """Horovod's rule for an optimizer that has not stepped yet: zero gradients for the trainable
+    parameters (sparse for SparseAdam and a sparse nn.Embedding of `model`) and one step of the
+    wrapped optimizer alone, so that its state (momentum buffers, ...) exists to be broadcast."""
+    sparse = set()
+    if model is not None:
+        for m in model.modules():
+            if isinstance(m, torch.nn.Embedding) and m.sparse:
+                sparse.update(id(p) for p in m.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam) or (
+                        isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+    if getattr(optimizer, "_ddp_distributed", False):
+        super(optimizer.__class__, optimizer).step()  # no reduction: the other ranks do not step
+    else:
+        optimizer.step()
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0, model=None):
     """Makes every rank's optimizer state (momentum buffers, step counts, hyper-parameters in
-    param_groups) equal to root_rank's."""
+    param_groups) equal to root_rank's. An optimizer that has not stepped yet first gets its
+    state as Horovod makes it (zero gradients, one local step: see _initialize_state); `model`
+    says which parameters are sparse embeddings."""
     _ops.require_init("broadcast_optimizer_state")
+    if isinstance(optimizer, torch.optim.LBFGS):
+        raise error("broadcast_optimizer_state: torch.optim.LBFGS's state cannot be broadcast "
+                    "(as in Horovod)")
+    if len(optimizer.state_dict()["state"]) == 0:
+        _initialize_state(optimizer, model)
     state = broadcast_object(optimizer.state_dict() if _ddp.rank() == root_rank else None,
                              root_rank)
     if _ddp.rank() != root_rank:
