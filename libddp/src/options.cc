@@ -40,6 +40,8 @@ absl::Status ReadEngineVariables(Options* o) {
   DDP_ASSIGN_OR_RETURN(auto autotune, env::GetBool("DDP_AUTOTUNE"));
   if (autotune) o->autotune = *autotune;
   if (auto v = env::Get("DDP_AUTOTUNE_LOG")) o->autotune_log = *v;
+  DDP_ASSIGN_OR_RETURN(auto join, env::GetChoice("DDP_JOIN_AVERAGE", {"size", "contributors"}));
+  if (join) o->join_average_contributors = *join == 1;
   return absl::OkStatus();
 }
 

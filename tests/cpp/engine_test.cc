@@ -574,60 +574,65 @@ TEST(Engine, FusedInPlaceOverShmHonoursScalesAndAverages) {
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
+// A joined rank counts in an Average with its zeros (Horovod's and torch.distributed's rule), or,
+// with DDP_JOIN_AVERAGE=contributors, not at all.
 TEST(Engine, JoinLetsRanksWithLessDataFinish) {
-  JobSpec spec;
-  spec.size = 3;
-  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
-    Engine& e = ctx.engine();
-    const int r = ctx.rank();
-    const int my_steps = (r + 1) * 2;  // rank 0: 2 steps, rank 1: 4, rank 2: 6
-    for (int step = 0; step < my_steps; ++step) {
-      std::vector<float> avg(300, static_cast<float>(r + 1));
-      std::vector<int32_t> mx(5, r + 1), prod(5, 2);
-      Handle a = e.AllreduceAsync("avg", avg.data(), avg.data(), DataType::kFloat32, {300},
-                                  ReduceOp::kAverage);
-      Handle m =
-          e.AllreduceAsync("max", mx.data(), mx.data(), DataType::kInt32, {5}, ReduceOp::kMin);
-      Handle p = e.AllreduceAsync("prod", prod.data(), prod.data(), DataType::kInt32, {5},
-                                  ReduceOp::kProduct);
-      CHECK_OK(a.Wait());
-      CHECK_OK(m.Wait());
-      CHECK_OK(p.Wait());
-      // Ranks still active in this step: those with more than `step` steps.
-      std::vector<int> active;
-      for (int q = 0; q < ctx.size(); ++q) {
-        if ((q + 1) * 2 > step) active.push_back(q);
+  for (const bool contributors : {false, true}) {
+    JobSpec spec;
+    spec.size = 3;
+    if (contributors) spec.env["DDP_JOIN_AVERAGE"] = "contributors";
+    JobResult job = RunWithContext(spec, [contributors](Context& ctx) -> absl::Status {
+      Engine& e = ctx.engine();
+      const int r = ctx.rank();
+      const int my_steps = (r + 1) * 2;  // rank 0: 2 steps, rank 1: 4, rank 2: 6
+      for (int step = 0; step < my_steps; ++step) {
+        std::vector<float> avg(300, static_cast<float>(r + 1));
+        std::vector<int32_t> mx(5, r + 1), prod(5, 2);
+        Handle a = e.AllreduceAsync("avg", avg.data(), avg.data(), DataType::kFloat32, {300},
+                                    ReduceOp::kAverage);
+        Handle m =
+            e.AllreduceAsync("max", mx.data(), mx.data(), DataType::kInt32, {5}, ReduceOp::kMin);
+        Handle p = e.AllreduceAsync("prod", prod.data(), prod.data(), DataType::kInt32, {5},
+                                    ReduceOp::kProduct);
+        CHECK_OK(a.Wait());
+        CHECK_OK(m.Wait());
+        CHECK_OK(p.Wait());
+        // Ranks still active in this step: those with more than `step` steps.
+        std::vector<int> active;
+        for (int q = 0; q < ctx.size(); ++q) {
+          if ((q + 1) * 2 > step) active.push_back(q);
+        }
+        float sum = 0;
+        for (int q : active) sum += static_cast<float>(q + 1);
+        const float want = sum / static_cast<float>(contributors ? active.size() : 3);
+        CHECK_OK(Expect(std::abs(avg[0] - want) < 1e-5f && std::abs(avg[299] - want) < 1e-5f,
+                        absl::StrCat("step ", step, ": average ", avg[0], " want ", want)));
+        CHECK_OK(Expect(mx[4] == active.front() + 1, absl::StrCat("step ", step, ": min ", mx[4])));
+        CHECK_OK(Expect(prod[0] == (1 << active.size()), absl::StrCat("product ", prod[0])));
+        // A broadcast (cached after the first steps) cannot run once a rank has joined.
+        std::vector<float> bc(4, static_cast<float>(r));
+        absl::Status bs = e.BroadcastAsync("bc", bc.data(), DataType::kFloat32, {4}, 0).Wait();
+        if (step < 2) {
+          CHECK_OK(bs);
+          CHECK_OK(Expect(bc[3] == 0.0f, "broadcast before any rank joined"));
+        } else {
+          CHECK_OK(ExpectError(bs, absl::StatusCode::kFailedPrecondition,
+                               {"broadcast 'bc'", "0", "joined"}));
+        }
       }
-      float sum = 0;
-      for (int q : active) sum += static_cast<float>(q + 1);
-      const float want = sum / static_cast<float>(active.size());
-      CHECK_OK(Expect(std::abs(avg[0] - want) < 1e-5f && std::abs(avg[299] - want) < 1e-5f,
-                      absl::StrCat("step ", step, ": average ", avg[0], " want ", want)));
-      CHECK_OK(Expect(mx[4] == active.front() + 1, absl::StrCat("step ", step, ": min ", mx[4])));
-      CHECK_OK(Expect(prod[0] == (1 << active.size()), absl::StrCat("product ", prod[0])));
-      // A broadcast (cached after the first steps) cannot run once a rank has joined.
-      std::vector<float> bc(4, static_cast<float>(r));
-      absl::Status bs = e.BroadcastAsync("bc", bc.data(), DataType::kFloat32, {4}, 0).Wait();
-      if (step < 2) {
-        CHECK_OK(bs);
-        CHECK_OK(Expect(bc[3] == 0.0f, "broadcast before any rank joined"));
-      } else {
-        CHECK_OK(ExpectError(bs, absl::StatusCode::kFailedPrecondition,
-                             {"broadcast 'bc'", "0", "joined"}));
-      }
-    }
-    Handle j = e.JoinAsync();
-    CHECK_OK(j.Wait());
-    CHECK_OK(Expect(j.join_last_rank() == 2, absl::StrCat("last ", j.join_last_rank())));
-    // After everyone joined, the engine works normally again.
-    std::vector<float> x(3, 1.0f);
-    CHECK_OK(
-        e.AllreduceAsync("avg", x.data(), x.data(), DataType::kFloat32, {3}, ReduceOp::kAverage)
-            .Wait());
-    return Expect(x[0] == 1.0f, "average after join");
-  });
-  EXPECT_FALSE(job.hung) << job.Summary();
-  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+      Handle j = e.JoinAsync();
+      CHECK_OK(j.Wait());
+      CHECK_OK(Expect(j.join_last_rank() == 2, absl::StrCat("last ", j.join_last_rank())));
+      // After everyone joined, the engine works normally again.
+      std::vector<float> x(3, 1.0f);
+      CHECK_OK(
+          e.AllreduceAsync("avg", x.data(), x.data(), DataType::kFloat32, {3}, ReduceOp::kAverage)
+              .Wait());
+      return Expect(x[0] == 1.0f, "average after join");
+    });
+    EXPECT_FALSE(job.hung) << job.Summary();
+    for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+  }
 }
 
 TEST(Engine, ProcessSetsRunCollectivesOnSubsets) {
@@ -788,7 +793,8 @@ TEST(Engine, JoinRightAfterSubmittingAndNothingAfterJoining) {
       CHECK_OK(e.AllreduceAsync("alone", alone.data(), alone.data(), DataType::kFloat32, {5},
                                 ReduceOp::kAverage)
                    .Wait());
-      CHECK_OK(Expect(alone[4] == 7.0f, absl::StrCat("average over the active rank: ", alone[4])));
+      // Rank 0 has joined: it counts with a zero (Horovod's rule).
+      CHECK_OK(Expect(alone[4] == 3.5f, absl::StrCat("average with a joined rank: ", alone[4])));
       CHECK_OK(e.JoinAsync().Wait());
     }
     CHECK_OK(Expect(z[0] == 2.0f && z[99] == 2.0f, absl::StrCat("average of both: ", z[0])));

@@ -395,7 +395,7 @@ TEST(Nccl, JoinedRanksContributeTheIdentityOnTheGpu) {
                  .Wait());
     CHECK_OK(e.JoinAsync().Wait());
     DDP_ASSIGN_OR_RETURN(std::vector<char> got, Download(dx.get(), 400));
-    const double want = (n * (n - 1) / 2.0) / (n - 1);  // the mean over ranks 1..n-1
+    const double want = (n * (n - 1) / 2.0) / n;  // ranks 1..n-1's sum; rank 0 counts with 0
     const float v = reinterpret_cast<float*>(got.data())[99];
     return Expect(std::abs(v - want) < 1e-5, absl::StrCat("joined average ", v));
   }));

@@ -145,7 +145,8 @@ barrier = _ops.barrier
 
 def join(device=-1):
     """This rank has no more data: until every rank has joined it contributes the identity to the
-    others' allreduces (Average then divides by the ranks that contributed). Returns the rank that
+    others' allreduces (and counts in an Average with it, as in Horovod; DDP_JOIN_AVERAGE=
+    contributors divides by the ranks with data instead). Returns the rank that
     joined last. `device` is Horovod's (where its zero tensors go); libddp makes the identity
     where each tensor lives, so it is checked and otherwise unused."""
     if not isinstance(device, int) or isinstance(device, bool) or device < -1:

@@ -98,8 +98,9 @@ class Engine {
   virtual ~Engine() = default;
 
   // output = op over ranks of input, each scaled by `prescale` before and `postscale` after the
-  // reduction (floating types only). In place when input == output. Average divides by the ranks
-  // that contributed (see Join).
+  // reduction (integers: in f64, truncated). In place when input == output. Average divides by
+  // the set's size, joined ranks included (Options::join_average_contributors: by the ranks that
+  // contributed).
   virtual Handle AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                                 std::vector<int64_t> shape, ReduceOp op, double prescale = 1.0,
                                 double postscale = 1.0, int process_set = kWorld,
@@ -130,7 +131,8 @@ class Engine {
                                     double postscale = 1.0, int process_set = kWorld,
                                     Device device = {}) = 0;
   // This rank has no more data: until every rank has joined it takes part in the other ranks'
-  // allreduces contributing the op's identity (and is not counted by Average). Finishes when all
+  // allreduces contributing the op's identity (counted by Average, as in Horovod, unless
+  // DDP_JOIN_AVERAGE=contributors). Finishes when all
   // ranks have joined; Handle::join_last_rank() says which joined last.
   virtual Handle JoinAsync() = 0;
 

@@ -106,6 +106,11 @@ struct Options {
   // autotune_log (DDP_AUTOTUNE_LOG, CSV) when set.
   bool autotune = false;
   std::string autotune_log;
+  // While some ranks have joined (Engine::JoinAsync), an Average divides by the size of the
+  // process set, the joined ranks counted with the zeros they contribute: Horovod's and
+  // torch.distributed's rule (DDP_JOIN_AVERAGE=size, the default). DDP_JOIN_AVERAGE=contributors
+  // divides by the ranks that contributed data instead.
+  bool join_average_contributors = false;
 
   // Reads DDP_* variables on top of the defaults above (and Open MPI's OMPI_COMM_WORLD_* when
   // DDP_RANK/DDP_SIZE are absent). A malformed value is an error naming the variable.

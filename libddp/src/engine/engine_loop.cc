@@ -267,7 +267,11 @@ absl::Status EngineImpl::Apply(ProcessSet& set, RoundOutcome& round) {
     s.cache_hits += round.cache_hits;
     s.cache_misses += round.cache_misses;
   });
-  DDP_RETURN_IF_ERROR(executor_->Execute(set, round.responses, round.active_members));
+  // Average's divisor while ranks have joined: the set's size (Horovod's rule), or the ranks
+  // that contributed (DDP_JOIN_AVERAGE=contributors).
+  const int divisor = options_.join_average_contributors ? round.active_members
+                                                         : static_cast<int>(set.members.size());
+  DDP_RETURN_IF_ERROR(executor_->Execute(set, round.responses, divisor));
   if (!round.join_finished) return absl::OkStatus();
   // Every rank has joined.
   for (const std::string& name : round.unfinished) {

@@ -2,8 +2,9 @@
 // algorithm and backend (ring, recursive doubling, hierarchical, reduce-scatter, the shared-memory
 // allreduce, MPI_Allreduce, the engine's fusion buffer, NCCL).
 //
-// Average is a sum divided by the number of ranks that contributed (a joined rank contributes
-// the identity and is not counted); the engine's postscale factor multiplies after that. Every
+// Average is a sum divided by the number of ranks the engine counts (the set's size, a joined rank
+// contributing the identity; or only the ranks with data, DDP_JOIN_AVERAGE=contributors); the
+// engine's postscale factor multiplies after that. Every
 // algorithm combines with Combining(op) and applies the epilogue exactly once to each element of
 // the result, where it is cheapest: the ring on its own block before the all-gather, the
 // shared-memory allreduce on the slice it reduced, the others on the whole result.

@@ -240,11 +240,12 @@ def main():
     # Still usable afterwards.
     check("after errors", ddp.allreduce(np.ones(2), op=ddp.Sum), np.full(2, size), np.float64)
 
-    # join: rank r does r extra allreduces; the joined ranks contribute nothing to the average.
+    # join: rank r does r extra allreduces; the joined ranks count in the average with zeros
+    # (Horovod's rule; DDP_JOIN_AVERAGE=contributors would divide by the active ranks only).
     for step in range(rank):
         got = ddp.allreduce(np.full(3, 10.0 * (rank + 1)), name=f"uneven.{step}")
         active = [r for r in range(size) if r > step]
-        check(f"join step {step}", got, np.full(3, np.mean([10.0 * (r + 1) for r in active])),
+        check(f"join step {step}", got, np.full(3, sum(10.0 * (r + 1) for r in active) / size),
               np.float64)
     last = ddp.join()
     assert last == size - 1 if size > 1 else last == 0, last

@@ -84,7 +84,8 @@ def main():
         if opt.param_groups[0]["lr"] != 0.01:
             fail("broadcast_optimizer_state did not give rank 0's learning rate")
 
-    # join: rank r stops after STEPS - r steps; ranks still training average over the active ones.
+    # join: rank r stops after STEPS - r steps; the joined ranks count in the average with zeros
+    # (Horovod's rule): the reference's loss is scaled by the active ranks over all of them.
     my_steps = STEPS - rank if mode == "join" else STEPS
     for step in range(STEPS):
         active = [r for r in range(size) if (STEPS - r if mode == "join" else STEPS) > step]
@@ -94,7 +95,7 @@ def main():
         ref_opt.zero_grad()
         for m in range(micro):
             rows = [r * BATCH + m * BATCH // micro + i for r in active for i in range(BATCH // micro)]
-            F.cross_entropy(reference(x[rows]), y[rows]).backward()
+            (F.cross_entropy(reference(x[rows]), y[rows]) * len(active) / size).backward()
         ref_opt.step()
         if step >= my_steps:
             continue
