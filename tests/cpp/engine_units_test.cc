@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -221,7 +222,7 @@ TEST(TimelineTest, ClosedFileIsValidTraceJson) {
   EXPECT_EQ(CountOf(text, R"("name":"CYCLE_START")"), 4);
   // Process named once; a track name per tensor (on first sight only) plus "cycles".
   EXPECT_EQ(CountOf(text, R"("name":"process_name")"), 1);
-  EXPECT_EQ(CountOf(text, R"("args":{"name":"rank 3"})"), 1);
+  EXPECT_EQ(CountOf(text, R"("args":{"name":"rank 3","start_time_since_epoch_in_micros":)"), 1);
   EXPECT_EQ(CountOf(text, R"("name":"thread_name")"), 3 + 1);
   EXPECT_EQ(CountOf(text, R"("args":{"name":"cycles"})"), 1);
   EXPECT_EQ(CountOf(text, R"("args":{"name":"layer\"1\"/weight"})"), 1);
@@ -300,8 +301,42 @@ TEST(TimelineTest, KilledProcessLeavesParsableTrace) {
   EXPECT_EQ(text.find(']'), std::string::npos);
   EXPECT_TRUE(IsJson(text + "]")) << text;
   EXPECT_EQ(CountOf(text, R"("ph":"X")"), 3 * 3 * 2);
-  EXPECT_EQ(CountOf(text, R"("args":{"name":"rank 7"})"), 1);
+  EXPECT_EQ(CountOf(text, R"("args":{"name":"rank 7",)"), 1);
   std::remove(path.c_str());
+}
+
+// Started and stopped at run time (ddp.start_timeline/stop_timeline), from another thread than
+// the one writing events: nothing is written while stopped, each file is complete JSON once
+// stopped, a second start finishes the first file, and the clock keeps its origin.
+TEST(TimelineTest, StartsAndStopsAtRunTime) {
+  const std::string first = TempPath("timeline-first"), second = TempPath("timeline-second");
+  Timeline timeline(1);
+  EXPECT_FALSE(timeline.active());
+  timeline.Phase("before", "ALLREDUCE", 0, 1);  // nowhere to go: dropped
+  timeline.Flush();
+  ASSERT_TRUE(timeline.Start(first, /*mark_cycles=*/true).ok());
+  EXPECT_TRUE(timeline.active() && timeline.marks_cycles());
+  std::thread writer([&] {
+    for (int i = 0; i < 200; ++i) timeline.Phase("t", "ALLREDUCE", i, i + 1);
+  });
+  ::usleep(1000);
+  ASSERT_TRUE(timeline.Start(second, /*mark_cycles=*/false).ok());  // finishes `first`
+  EXPECT_FALSE(timeline.marks_cycles());
+  writer.join();
+  timeline.Phase("after", "ALLREDUCE", 5, 6);
+  timeline.Stop();
+  timeline.Stop();  // twice is fine
+  EXPECT_FALSE(timeline.active());
+  timeline.Phase("stopped", "ALLREDUCE", 7, 8);
+  const std::string a = ReadFile(first), b = ReadFile(second);
+  EXPECT_TRUE(IsJson(a)) << a;
+  EXPECT_TRUE(IsJson(b)) << b;
+  EXPECT_EQ(CountOf(a + b, R"("name":"ALLREDUCE")"), 201);  // every event in one file or the other
+  EXPECT_EQ(CountOf(b, R"("args":{"name":"after"})"), 1);
+  EXPECT_EQ(CountOf(a + b, "before") + CountOf(a + b, "stopped"), 0);
+  EXPECT_EQ(CountOf(b, "start_time_since_epoch_in_micros"), 1);
+  std::remove(first.c_str());
+  std::remove(second.c_str());
 }
 
 TEST(TimelineTest, OpenFailureNamesPathAndCause) {

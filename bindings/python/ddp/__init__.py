@@ -143,6 +143,26 @@ alltoall_async = _numpy.alltoall_async
 barrier = _ops.barrier
 
 
+def start_timeline(file_path, mark_cycles=False):
+    """Starts recording the engine's timeline (Chrome trace JSON: each tensor's negotiation,
+    queueing and collective phases; a marker per engine cycle with mark_cycles) into file_path,
+    as Horovod's start_timeline. As with `ddprun --timeline-filename`, '{rank}' in the path gives
+    each rank its own file; without it only rank 0 records (Horovod's rule), so that ranks do
+    not write over each other. Starting again finishes the file being written."""
+    _ops.require_init("start_timeline")
+    path = str(file_path)
+    if "{rank}" in path:
+        _ddp.start_timeline(path.replace("{rank}", str(_ddp.rank())), bool(mark_cycles))
+    elif _ddp.rank() == 0:
+        _ddp.start_timeline(path, bool(mark_cycles))
+
+
+def stop_timeline():
+    """Stops recording the timeline; the file is complete JSON when this returns."""
+    _ops.require_init("stop_timeline")
+    _ddp.stop_timeline()
+
+
 def join(device=-1):
     """This rank has no more data: until every rank has joined it contributes the identity to the
     others' allreduces (and counts in an Average with it, as in Horovod; DDP_JOIN_AVERAGE=
@@ -286,7 +306,8 @@ __all__ = [
     "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async",
     "alltoall", "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
-    "remove_process_set", "ProcessSet", "global_process_set",
+    "remove_process_set", "ProcessSet", "global_process_set", "start_timeline",
+    "stop_timeline",
     "engine_stats", "broadcast_object", "allgather_object", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
     "rocm_built", "ddl_built", "ccl_built",

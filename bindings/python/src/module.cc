@@ -322,6 +322,16 @@ PYBIND11_MODULE(_ddp, m) {
           return Wrap(std::move(handle), std::move(keep), std::move(context));
         });
 
+  m.def(
+      "start_timeline",
+      [](const std::string& path, bool mark_cycles) {
+        auto context = Current("start_timeline");
+        absl::Status s = context->engine().StartTimeline(path, mark_cycles);
+        if (!s.ok()) Raise(s);
+      },
+      py::arg("path"), py::arg("mark_cycles") = false);
+  m.def("stop_timeline", [] { Current("stop_timeline")->engine().StopTimeline(); });
+
   m.def("join_async", [] {
     auto context = Current("join");
     return Wrap(context->engine().JoinAsync(), py::none(), context);

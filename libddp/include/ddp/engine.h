@@ -140,6 +140,13 @@ class Engine {
   // the same ranks, in the same order relative to other AddProcessSet calls. Returns its id.
   virtual absl::StatusOr<int> AddProcessSet(std::vector<int> ranks) = 0;
 
+  // Starts writing this rank's timeline (Chrome trace JSON, as DDP_TIMELINE does) to `path`,
+  // created or truncated, with a marker per engine cycle if `mark_cycles`; a timeline being
+  // written is finished first. StopTimeline finishes the file (valid JSON once it returns).
+  // Horovod's start_timeline/stop_timeline; this rank only.
+  virtual absl::Status StartTimeline(const std::string& path, bool mark_cycles) = 0;
+  virtual void StopTimeline() = 0;
+
   virtual EngineStats stats() const = 0;
 };
 

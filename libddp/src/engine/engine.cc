@@ -150,8 +150,10 @@ absl::Status EngineImpl::Start() {
                        comm_ids_->Allocate(collectives::CommRange::kNotification));
   doorbell_tag_base_ =
       collectives::Communicator::Tag(collectives::Communicator::Seq(doorbells, 0), 0, 0);
+  // Always there (ddp.start_timeline may start it later); writes nothing until started.
+  timeline_ = std::make_unique<Timeline>(rank_);
   if (!options_.timeline.empty()) {
-    DDP_ASSIGN_OR_RETURN(timeline_, Timeline::Open(options_.timeline, rank_));
+    DDP_RETURN_IF_ERROR(timeline_->Start(options_.timeline, options_.timeline_mark_cycles));
   }
   if (options_.autotune && rank_ == 0) {
     AutotuneConfig config;
@@ -184,7 +186,7 @@ void EngineImpl::Shutdown(const absl::Status& reason) {
   if (thread_.joinable()) thread_.join();
   FailEverything(reason);
   executor_.reset();
-  timeline_.reset();
+  if (timeline_ != nullptr) timeline_->Stop();  // kept: a late StopTimeline is harmless
   cuda_.Close(reason);  // after the thread; a late submission gets the error
 }
 
@@ -262,7 +264,7 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
   }
   op->handle = std::make_shared<HandleState>(op->name);
   op->submitted = absl::Now();
-  if (timeline_ != nullptr) op->submitted_us = timeline_->NowMicros();
+  if (timeline_->active()) op->submitted_us = timeline_->NowMicros();
   Handle handle(op->handle);
   inbox_->queue.push_back(std::move(op));
   const bool wake = inbox_->idle;
@@ -375,6 +377,15 @@ Handle EngineImpl::JoinAsync() {
   lock.unlock();
   inbox_->cv.notify_all();
   return handle;
+}
+
+absl::Status EngineImpl::StartTimeline(const std::string& path, bool mark_cycles) {
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    if (inbox_->stop)
+      return absl::FailedPreconditionError("start_timeline: the engine has stopped");
+  }
+  return timeline_->Start(path, mark_cycles);
 }
 
 absl::StatusOr<int> EngineImpl::AddProcessSet(std::vector<int> ranks) {

@@ -69,6 +69,10 @@ class EngineImpl final : public Engine {
                             double postscale, int process_set, Device device) override;
   Handle JoinAsync() override;
   absl::StatusOr<int> AddProcessSet(std::vector<int> ranks) override;
+  absl::Status StartTimeline(const std::string& path, bool mark_cycles) override;
+  void StopTimeline() override {
+    if (timeline_ != nullptr) timeline_->Stop();
+  }
   EngineStats stats() const override { return stats_.Get(); }
 
  private:

@@ -186,7 +186,7 @@ void EngineImpl::TakeQueue() {
 absl::Status EngineImpl::RunCycle() {
   const absl::Time start = absl::Now();
   ++cycle_;
-  if (timeline_ != nullptr && options_.timeline_mark_cycles) {
+  if (timeline_->active() && timeline_->marks_cycles()) {
     timeline_->Marker("CYCLE_START", timeline_->NowMicros());
   }
   TakeQueue();
@@ -220,7 +220,7 @@ absl::Status EngineImpl::RunCycle() {
   if (autotuner_ && executed > 0 && autotuner_->RecordCycle(executed, SteadySeconds())) {
     proposal_ = autotuner_->current();
   }
-  if (timeline_ != nullptr) timeline_->Flush();
+  timeline_->Flush();
   stats_.Update([&](EngineStats& s) {
     ++s.cycles;
     if (autotuner_) s.autotune_converged = autotuner_->converged();
@@ -259,7 +259,7 @@ absl::StatusOr<RoundOutcome> EngineImpl::Negotiate(ProcessSet& set, const RoundI
                                  what));
   }
   return negotiator_.Process(set, c.vector, gathered, absl::Now(),
-                             timeline_ != nullptr ? timeline_->NowMicros() : 0);
+                             timeline_->active() ? timeline_->NowMicros() : 0);
 }
 
 absl::Status EngineImpl::Apply(ProcessSet& set, RoundOutcome& round) {

@@ -121,7 +121,7 @@ void Executor::Finish(ProcessSet& set, const std::string& name, absl::Status sta
 
 void Executor::Phase(const std::string& name, const char* phase, int64_t start, int64_t end,
                      std::vector<std::pair<std::string, std::string>> args) {
-  if (timeline_ != nullptr) timeline_->Phase(name, phase, start, end, args);
+  if (timeline_ != nullptr) timeline_->Phase(name, phase, start, end, args);  // no-op if stopped
 }
 
 void Executor::Waited(const LocalOp& op, const Response& r, int64_t started) {

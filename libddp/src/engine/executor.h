@@ -66,7 +66,9 @@ class Executor {
   LocalOp* Local(ProcessSet& set, const std::string& name);
   // Finishes this rank's submission of `name` with `status`.
   void Finish(ProcessSet& set, const std::string& name, absl::Status status);
-  int64_t Now() const { return timeline_ != nullptr ? timeline_->NowMicros() : 0; }
+  int64_t Now() const {
+    return timeline_ != nullptr && timeline_->active() ? timeline_->NowMicros() : 0;
+  }
   void Phase(const std::string& name, const char* phase, int64_t start, int64_t end,
              std::vector<std::pair<std::string, std::string>> args = {});
   // NEGOTIATE (submitted to agreed) and QUEUE (agreed to started) of a local submission.

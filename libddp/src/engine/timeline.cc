@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/status.h"
 
 namespace ddp::engine {
 namespace {
@@ -75,29 +76,61 @@ std::string JsonEscape(absl::string_view text) {
 }
 
 absl::StatusOr<std::unique_ptr<Timeline>> Timeline::Open(const std::string& path, int rank) {
+  auto timeline = std::make_unique<Timeline>(rank);
+  DDP_RETURN_IF_ERROR(timeline->Start(path, false));
+  return timeline;
+}
+
+Timeline::Timeline(int rank)
+    : rank_(rank),
+      origin_ns_(SteadyNanos()),
+      origin_epoch_us_(std::chrono::duration_cast<std::chrono::microseconds>(
+                           std::chrono::system_clock::now().time_since_epoch())
+                           .count()) {}
+
+Timeline::~Timeline() { Stop(); }
+
+absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
   std::FILE* file = std::fopen(path.c_str(), "w");
   if (file == nullptr) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot create timeline file '", path, "'"));
   }
-  auto timeline = std::unique_ptr<Timeline>(new Timeline(file, rank));
-  timeline->buffer_ = std::make_unique<char[]>(kBufferBytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  CloseLocked();
+  file_ = file;
+  buffer_ = std::make_unique<char[]>(kBufferBytes);
   // Must precede any output on the stream; a failure only costs speed, so it is not an error.
-  std::setvbuf(file, timeline->buffer_.get(), _IOFBF, kBufferBytes);
+  std::setvbuf(file, buffer_.get(), _IOFBF, kBufferBytes);
   std::fputs("[\n", file);
-  timeline->Flush();  // keeps Emit()'s count of buffered bytes exact
-  timeline->Emit(Metadata("process_name", rank, kMarkerTrack, absl::StrCat("rank ", rank)));
+  FlushLocked();  // keeps Emit()'s count of buffered bytes exact
+  first_event_ = true;
+  tracks_.clear();
+  // The process's name, and where its clock starts on the system clock (Horovod's key), so that
+  // the ranks' traces can be aligned.
+  Emit(absl::StrCat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", rank_,
+                    ",\"tid\":", kMarkerTrack, ",\"args\":{\"name\":\"rank ", rank_,
+                    "\",\"start_time_since_epoch_in_micros\":", origin_epoch_us_, "}}"));
   // Named up front rather than on the first Marker(): no extra state, and the track is cheap.
-  timeline->Emit(Metadata("thread_name", rank, kMarkerTrack, "cycles"));
-  timeline->Flush();  // a trace that dies before its first cycle still names its process
-  return timeline;
+  Emit(Metadata("thread_name", rank_, kMarkerTrack, "cycles"));
+  FlushLocked();  // a trace that dies before its first cycle still names its process
+  mark_cycles_.store(mark_cycles, std::memory_order_relaxed);
+  active_.store(true, std::memory_order_release);
+  return absl::OkStatus();
 }
 
-Timeline::Timeline(std::FILE* file, int rank)
-    : file_(file), rank_(rank), origin_ns_(SteadyNanos()) {}
+void Timeline::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  CloseLocked();
+}
 
-Timeline::~Timeline() {
+void Timeline::CloseLocked() {
+  if (file_ == nullptr) return;
+  active_.store(false, std::memory_order_release);
   std::fputs("]\n", file_);
-  std::fclose(file_);  // before buffer_ is freed (members are destroyed after this body)
+  std::fclose(file_);  // before buffer_ is freed
+  file_ = nullptr;
+  buffer_.reset();
+  unflushed_ = 0;
 }
 
 int64_t Timeline::NowMicros() const { return (SteadyNanos() - origin_ns_) / 1000; }
@@ -110,6 +143,9 @@ int Timeline::TrackOf(absl::string_view tensor) {
 
 void Timeline::Phase(absl::string_view tensor, absl::string_view phase, int64_t start_us,
                      int64_t end_us, const std::vector<std::pair<std::string, std::string>>& args) {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
   const int track = TrackOf(tensor);
   std::string event = absl::StrCat(
       "{\"name\":\"", JsonEscape(phase), "\",\"ph\":\"X\",\"ts\":", start_us,
@@ -123,11 +159,21 @@ void Timeline::Phase(absl::string_view tensor, absl::string_view phase, int64_t 
 }
 
 void Timeline::Marker(absl::string_view name, int64_t at_us) {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
   Emit(absl::StrCat("{\"name\":\"", JsonEscape(name), "\",\"ph\":\"i\",\"s\":\"t\",\"ts\":", at_us,
                     ",\"pid\":", rank_, ",\"tid\":", kMarkerTrack, "}"));
 }
 
 void Timeline::Flush() {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  FlushLocked();
+}
+
+void Timeline::FlushLocked() {
+  if (file_ == nullptr) return;
   std::fflush(file_);
   unflushed_ = 0;
 }
@@ -143,7 +189,7 @@ void Timeline::Emit(const std::string& json_object) {
   line += '\n';
   // stdio writes a full buffer out wherever it is full, possibly mid-event; flushing first when
   // this line would not fit keeps every write to the kernel on an event boundary.
-  if (unflushed_ + line.size() > kBufferBytes) Flush();
+  if (unflushed_ + line.size() > kBufferBytes) FlushLocked();
   std::fwrite(line.data(), 1, line.size(), file_);
   unflushed_ += line.size();
 }

@@ -3,9 +3,11 @@
 // that parses once a closing "]" is appended (the trace format makes that bracket optional).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,17 +20,32 @@ namespace ddp::engine {
 
 class Timeline {
  public:
-  // Creates (truncates) `path`; `rank` becomes the trace's process id and name ("rank 3").
+  // A timeline that writes nothing until Start(); `rank` becomes the trace's process id and
+  // name ("rank 3").
+  explicit Timeline(int rank);
+  // Creates (truncates) `path` and starts writing to it.
   static absl::StatusOr<std::unique_ptr<Timeline>> Open(const std::string& path, int rank);
-  ~Timeline();  // writes the closing "]" and closes the file
+  ~Timeline();  // Stop()
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
-  // Microseconds on the clock that every event uses (steady, since Open()).
+  // Writes to `path` (created or truncated) from now on, with a marker per engine cycle if
+  // `mark_cycles`; a file being written is finished first. Any thread (ddp.start_timeline).
+  absl::Status Start(const std::string& path, bool mark_cycles);
+  // Writes the closing "]" and closes the file; nothing more is written until Start(). Any
+  // thread; a no-op when stopped.
+  void Stop();
+  // Whether a file is being written. The engine records nothing while it is not.
+  bool active() const { return active_.load(std::memory_order_acquire); }
+  bool marks_cycles() const { return mark_cycles_.load(std::memory_order_relaxed); }
+
+  // Microseconds on the clock that every event uses (steady, since the Timeline was made: the
+  // same origin across Start()s).
   int64_t NowMicros() const;
 
   // One finished phase of one tensor: a complete ("X") event on the tensor's own track (the
   // first event of a tensor also names its track). `args` are string key/value pairs, escaped.
+  // Phase, Marker and Flush do nothing while the timeline is stopped.
   void Phase(absl::string_view tensor, absl::string_view phase, int64_t start_us, int64_t end_us,
              const std::vector<std::pair<std::string, std::string>>& args = {});
   // An instant ("i") event on a track of its own ("cycles"), e.g. "CYCLE_START".
@@ -38,15 +55,21 @@ class Timeline {
   void Flush();
 
  private:
-  Timeline(std::FILE* file, int rank);
+  // mu_ held:
   int TrackOf(absl::string_view tensor);
   void Emit(const std::string& json_object);
+  void FlushLocked();
+  void CloseLocked();
 
-  std::FILE* file_;
-  std::unique_ptr<char[]> buffer_;  // stdio buffer of file_; outlives it (fclose in ~Timeline)
+  const int rank_;
+  const int64_t origin_ns_;
+  const int64_t origin_epoch_us_;  // origin_ns_ on the system clock (aligns ranks' traces)
+  std::atomic<bool> active_{false};
+  std::atomic<bool> mark_cycles_{false};
+  std::mutex mu_;  // the file and what is written to it: the engine's thread and Start/Stop
+  std::FILE* file_ = nullptr;
+  std::unique_ptr<char[]> buffer_;  // stdio buffer of file_; outlives it (fclose in Close)
   size_t unflushed_ = 0;            // bytes in buffer_: flushed early so no event is cut in two
-  int rank_;
-  int64_t origin_ns_;
   bool first_event_ = true;
   absl::flat_hash_map<std::string, int> tracks_;
 };

@@ -5,8 +5,11 @@ pending operations, a dropped handle whose output the engine still writes, Proce
 splits and sparse_allreduce_async."""
 
 import gc
+import json
 import os
+import shutil
 import sys
+import tempfile
 import time
 
 import torch
@@ -156,6 +159,16 @@ def uneven_alltoall(rank, size):
     check("alltoall with splits", got, want)
     check("received splits", received, torch.tensor([rank + j + 1 for j in range(size)],
                                                     dtype=torch.int32))
+    # Without splits each rank splits its own first dimension evenly, and the ranks' first
+    # dimensions may differ (rank r sends r + 1 rows to each rank), with the gradient.
+    y = torch.cat([torch.full((rank + 1, 2), float(10 * rank + j)) for j in range(size)])
+    y.requires_grad_()
+    got = hvd.alltoall(y, name="uneven.even")
+    check("alltoall of different first dimensions", got.detach(),
+          torch.cat([torch.full((j + 1, 2), float(10 * j + rank)) for j in range(size)]))
+    (got * (rank + 1)).sum().backward()
+    check("its gradient", y.grad, torch.cat([torch.full((rank + 1, 2), float(j + 1))
+                                             for j in range(size)]))
     # Zero rows to some ranks, a list of splits, an async handle.
     counts = [2 if j == rank else 0 for j in range(size)]
     got, received = hvd.synchronize(hvd.alltoall_async(torch.full((2, 1), float(rank)), counts))
@@ -206,9 +219,8 @@ def optimizer_features(rank, size):
         want[9] -= 1.0
         if not torch.allclose(emb.weight.detach(), want):
             fail(f"sparse gradients (sparse_as_dense={sparse_as_dense}): {emb.weight}")
-        if emb.weight.grad.is_sparse == sparse_as_dense:
-            fail(f"sparse_as_dense={sparse_as_dense}: the gradient is_sparse "
-                 f"{emb.weight.grad.is_sparse}")
+        if not emb.weight.grad.is_sparse:  # with sparse_as_dense: reduced dense, sparse again
+            fail(f"sparse_as_dense={sparse_as_dense}: the gradient came back dense")
     torch.manual_seed(1)
     model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -230,6 +242,32 @@ def optimizer_features(rank, size):
             opt.step()
         opt.zero_grad()
         opt.remove_hooks()
+    # An optimizer in a process set this rank is not in trains on its own (Horovod's rule).
+    solo = hvd.add_process_set([0])
+    local = torch.nn.Linear(2, 1)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(local.parameters(), lr=1.0),
+                                   named_parameters=local.named_parameters(), process_set=solo)
+    local(torch.full((1, 2), float(rank))).sum().backward()
+    opt.step()
+    if not torch.equal(local.weight.grad, torch.full((1, 2), float(rank))):
+        fail(f"an optimizer of a set {solo}: gradient {local.weight.grad}")
+    opt.remove_hooks()
+    hvd.remove_process_set(solo)
+    # SparseAdam with sparse_as_dense: reduced dense, handed back sparse.
+    emb = torch.nn.Embedding(4, 2, sparse=True)
+    hvd.broadcast_parameters(emb.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SparseAdam(emb.parameters()),
+                                   named_parameters=emb.named_parameters(), sparse_as_dense=True)
+    emb(torch.tensor([rank % 4])).sum().backward()
+    opt.step()
+    if not emb.weight.grad.is_sparse:
+        fail("sparse_as_dense did not give the optimizer its sparse gradient back")
+    opt.remove_hooks()
+    # Duplicate parameter names are a ValueError, as in Horovod.
+    a, b = torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)
+    expect_value_error("duplicate parameter names", lambda: hvd.DistributedOptimizer(
+        torch.optim.SGD(list(a.parameters()) + list(b.parameters()), lr=0.1),
+        named_parameters=list(a.named_parameters()) + list(b.named_parameters())), "unique")
     # A fresh optimizer's state is made (zero gradients, one local step) and broadcast.
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
                                    named_parameters=model.named_parameters())
@@ -255,6 +293,41 @@ def optimizer_features(rank, size):
         fail("HOROVOD_RANK/HOROVOD_SIZE not set by ddprun")
 
 
+def timeline(rank, size):
+    # start_timeline/stop_timeline at run time: '{rank}' gives each rank its file; without it
+    # only rank 0 writes (Horovod's rule); each file is complete JSON once stopped.
+    folder = hvd.broadcast_object(tempfile.mkdtemp() if rank == 0 else None, root_rank=0)
+    for marks in (True, False):
+        path = os.path.join(folder, f"tl-{{rank}}-{marks}.json")
+        hvd.start_timeline(path, mark_cycles=marks)
+        hvd.allreduce(torch.ones(3), name="timeline.test")
+        time.sleep(0.05)
+        hvd.stop_timeline()
+        with open(path.replace("{rank}", str(rank))) as f:
+            text = f.read()
+        trace = json.loads(text)
+        names = {e.get("name") for e in trace}
+        if not {"NEGOTIATE", "ALLREDUCE"} <= names or "timeline.test" not in text:
+            fail(f"timeline (marks {marks}): {sorted(n for n in names if n)}")
+        if ("CYCLE_START" in names) != marks or "start_time_since_epoch_in_micros" not in text:
+            fail(f"timeline cycle markers (marks {marks})")
+    shared = os.path.join(folder, "shared.json")
+    hvd.start_timeline(shared)
+    hvd.allreduce(torch.ones(3), name="timeline.shared")
+    hvd.stop_timeline()
+    hvd.barrier()
+    if rank == 0:
+        with open(shared) as f:
+            if f'"pid":0,' not in f.read():
+                fail("the shared timeline is not rank 0's")
+        files = sorted(os.listdir(folder))
+        if len(files) != 2 * size + 1:
+            fail(f"timeline files: {files}")
+    hvd.barrier()
+    if rank == 0:
+        shutil.rmtree(folder)
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -265,6 +338,7 @@ def main():
     uneven_alltoall(rank, size)
     sparse(rank, size)
     optimizer_features(rank, size)
+    timeline(rank, size)
     hvd.barrier()
     print(f"rank {rank}: ok")
 

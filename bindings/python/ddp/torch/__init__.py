@@ -19,7 +19,7 @@ from .. import (Adasum, Average, DDPError, DDPValueError, Handle, Max, Min, Prod
                 gloo_built, gloo_enabled, global_process_set, init, is_initialized, join,
                 local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
                 nccl_built, poll, rank, remove_process_set, rocm_built, shutdown, size,
-                synchronize)
+                start_timeline, stop_timeline, synchronize)
 from .compression import Compression
 from .functions import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                         allreduce_async_, alltoall, alltoall_async, broadcast, broadcast_,
@@ -50,6 +50,7 @@ __all__ = [
     "ParameterServerOptimizer", "HorovodInternalError", "grouped_allgather",
     "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",
     "sparse_allreduce_async", "ProcessSet", "global_process_set", "remove_process_set",
+    "start_timeline", "stop_timeline",
     "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
     "rocm_built", "ddl_built", "ccl_built",

@@ -310,12 +310,58 @@ def broadcast_(tensor, root_rank, name=None, process_set=0):
     return _broadcast_async(tensor, root_rank, name, process_set, True).wait()
 
 
-def _alltoall_async(tensor, name, process_set):
+def _even_alltoall_async(tensor, name, process_set):
     if _moves_as_bytes(tensor):
         h = _torch.alltoall_async(_to_bytes(tensor), name, process_set)
         dtype, tail = tensor.dtype, tuple(tensor.shape[1:])
         return _converted(h, lambda out: _from_bytes(out, dtype, tail))
     return _torch.alltoall_async(tensor, name, process_set)
+
+
+def _first_dims_disagree(e):
+    return e.code == "INVALID_ARGUMENT" and "disagree on the shape" in str(e)
+
+
+class _AlltoallHandle(_ops.GroupHandle):
+    """alltoall without splits: each rank splits its first dimension evenly over the set, and
+    Horovod lets ranks' first dimensions differ. The engine's alltoall moves equal shapes (no
+    extra round); when the ranks' first dimensions differ, every rank gets that error from the
+    same negotiation, and wait() redoes the call with the ranks' splits (alltoall with splits).
+    `received_splits` is then what came from each rank, else None."""
+
+    __slots__ = ("_retry", "received_splits")
+
+    def __init__(self, handle, name, retry):
+        super().__init__([handle], name, lambda results: results[0])
+        self._retry = retry
+        self.received_splits = None
+
+    def wait(self, timeout=None):
+        try:
+            return super().wait(timeout)
+        except _ddp.DDPError as e:
+            if self._retry is None or not _first_dims_disagree(e):
+                raise
+        retry, self._retry = self._retry, None
+        out, self.received_splits = retry()
+        self._finish = lambda _: out
+        self._handles = []
+        return out
+
+
+def _alltoall_async(tensor, name, process_set):
+    process_set = _ops.set_id(process_set, "alltoall")
+    name = _ops.auto_name("alltoall", name, process_set)
+    handle = _even_alltoall_async(tensor, name, process_set)
+    n = len(_ops.process_set_ranks(process_set))
+    rows = tensor.shape[0] if isinstance(tensor, torch.Tensor) and tensor.dim() else 0
+    even = [rows // n] * n
+
+    def retry():
+        return _alltoallv_async(tensor, torch.tensor(even, dtype=torch.int32),
+                                f"{name}.uneven", process_set).wait()
+
+    return _AlltoallHandle(handle, name, retry)
 
 
 def _check_splits(tensor, splits, n, what):
@@ -371,7 +417,7 @@ def _alltoallv_async(tensor, splits, name, process_set):
         out = out.reshape((n, block) + tail)
         return (torch.cat([out[j, :received[j]] for j in range(n)]), received_splits)
 
-    return _converted(_alltoall_async(padded, name, process_set), unpad)
+    return _converted(_even_alltoall_async(padded, name, process_set), unpad)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=0):
@@ -463,7 +509,11 @@ class _AlltoallFunction(torch.autograd.Function):
     def forward(ctx, tensor, splits, name, process_set):
         ctx.process_set, ctx.uneven = process_set, splits is not None
         if splits is None:
-            return _alltoall_async(tensor, name, process_set).wait()
+            handle = _alltoall_async(tensor, name, process_set)
+            out = handle.wait()
+            if handle.received_splits is not None:  # the ranks' first dimensions differed
+                ctx.uneven, ctx.received = True, handle.received_splits
+            return out
         out, received = _alltoallv_async(tensor, splits, name, process_set).wait()
         ctx.received = received
         ctx.mark_non_differentiable(received)

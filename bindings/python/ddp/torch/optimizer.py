@@ -50,6 +50,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                  gradient_predivide_factor, process_set, groups=None, sparse_as_dense=False):
         super(self.__class__, self).__init__(params)
         self._sparse_as_dense = sparse_as_dense
+        self._densified = set()  # parameters whose sparse gradient is reduced as dense
         self._compression = compression
         self._passes = backward_passes_per_step
         self._op = op
@@ -165,7 +166,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 optimizer._on_gradient(p)
         return hook
 
+    def _included(self):
+        """Whether this rank is in the optimizer's process set: the others train on their own,
+        reducing nothing (Horovod's rule)."""
+        if not hasattr(self, "_member"):
+            self._member = _ddp.rank() in _ops.process_set_ranks(self._process_set)
+        return self._member
+
     def _on_gradient(self, p):
+        if not self._included():
+            return
         if self._handles.get(p) is not None and self._delay[p] <= 0:
             raise error(
                 f"DistributedOptimizer: the gradient of '{self._parameter_names[p]}' was computed "
@@ -195,6 +205,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             p.grad = torch.zeros_like(p)
         if p.grad.is_sparse and self._sparse_as_dense:
             p.grad = p.grad.to_dense()
+            self._densified.add(p)  # made sparse again once reduced, as Horovod does
         return p.grad
 
     def _submit(self, p):
@@ -240,7 +251,11 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's reduction (submitting the ones no hook submitted: unused
         parameters, or fewer than backward_passes_per_step passes). A parameter that had no
-        gradient on this rank contributes zeros, so every rank applies the same update."""
+        gradient on this rank contributes zeros, so every rank applies the same update. A rank
+        outside the optimizer's process set reduces nothing."""
+        if not self._included():
+            self._synchronized = True
+            return
         for group in self.param_groups:
             for p in group["params"]:
                 if p.grad is not None and p.requires_grad and p not in self._delay:
@@ -266,6 +281,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 p.grad = result
             elif ctx is not None:
                 p.grad.copy_(self._compression.decompress(tensor, ctx))
+        for p in self._densified:
+            p.grad = p.grad.to_sparse()
+        self._densified.clear()
         for p in self._params:
             self._delay[p] = self._passes
         self._handles.clear()
@@ -327,7 +345,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         without it they are reduced as sparse (indices and values allgathered).
     process_set: the ranks that train together (a ProcessSet, or its id).
     """
-    _ops.require_init("DistributedOptimizer")
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise error(f"DistributedOptimizer: expected a torch.optim.Optimizer, got "
                     f"{type(optimizer).__name__}")
