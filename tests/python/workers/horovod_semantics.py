@@ -328,6 +328,42 @@ def timeline(rank, size):
         shutil.rmtree(folder)
 
 
+def sync_batch_norm(rank, size):
+    # SyncBatchNorm on CPU tensors: each rank's slice of one batch (of different sizes) gives the
+    # outputs, input gradients and running statistics of torch's BatchNorm on the whole batch;
+    # the weight's gradients, summed over ranks, are the whole batch's.
+    torch.manual_seed(0)
+    rows = [r + 2 for r in range(size)]
+    whole = torch.randn(sum(rows), 3, 4, dtype=torch.float64)
+    start = sum(rows[:rank])
+    mine = whole[start:start + rows[rank]].clone().requires_grad_()
+    sync = hvd.SyncBatchNorm(3).double()
+    ref = torch.nn.BatchNorm1d(3).double()
+    for m in (sync, ref):
+        m.weight.data = torch.tensor([1.0, 2.0, -0.5], dtype=torch.float64)
+        m.bias.data = torch.tensor([0.1, 0.0, 0.3], dtype=torch.float64)
+    full = whole.clone().requires_grad_()
+    w = torch.randn_like(whole)
+    (ref(full) * w).sum().backward()
+    out = sync(mine)
+    (out * w[start:start + rows[rank]]).sum().backward()
+    ref_out = torch.nn.functional.batch_norm(whole, None, None, ref.weight, ref.bias, True)
+    if not torch.allclose(out.detach(), ref_out[start:start + rows[rank]], atol=1e-10):
+        fail("SyncBatchNorm output")
+    if not torch.allclose(mine.grad, full.grad[start:start + rows[rank]], atol=1e-10):
+        fail("SyncBatchNorm input gradient")
+    grad_w = hvd.allreduce(sync.weight.grad, op=hvd.Sum)
+    if not torch.allclose(grad_w, ref.weight.grad, atol=1e-10):
+        fail(f"SyncBatchNorm weight gradient {grad_w} != {ref.weight.grad}")
+    if not (torch.allclose(sync.running_mean, ref.running_mean, atol=1e-12)
+            and torch.allclose(sync.running_var, ref.running_var, atol=1e-12)):
+        fail("SyncBatchNorm running statistics")
+    sync.eval()
+    if not torch.equal(sync(mine.detach()), torch.nn.functional.batch_norm(
+            mine.detach(), sync.running_mean, sync.running_var, sync.weight, sync.bias, False)):
+        fail("SyncBatchNorm in eval")
+
+
 def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -339,6 +375,7 @@ def main():
     sparse(rank, size)
     optimizer_features(rank, size)
     timeline(rank, size)
+    sync_batch_norm(rank, size)
     hvd.barrier()
     print(f"rank {rank}: ok")
 

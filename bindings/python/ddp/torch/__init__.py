@@ -30,6 +30,7 @@ from .functions import (allgather, allgather_async, allreduce, allreduce_, allre
                         sparse_allreduce_async)
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 from .ps import ParameterServerOptimizer
+from .sync_batch_norm import SyncBatchNorm
 
 # Horovod raises HorovodInternalError when the job breaks (a peer died, the collective failed);
 # libddp's DDPError is that error, with the culprit named (e.ranks, e.tensor), so code written
@@ -50,7 +51,7 @@ __all__ = [
     "ParameterServerOptimizer", "HorovodInternalError", "grouped_allgather",
     "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",
     "sparse_allreduce_async", "ProcessSet", "global_process_set", "remove_process_set",
-    "start_timeline", "stop_timeline",
+    "start_timeline", "stop_timeline", "SyncBatchNorm",
     "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
     "rocm_built", "ddl_built", "ccl_built",
