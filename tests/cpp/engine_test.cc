@@ -764,6 +764,36 @@ TEST(Engine, ARankShuttingDownFailsTheOthersWorkAtOnce) {
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
+// While a rank has joined, an operation other than allreduce fails as soon as one rank submits
+// it, without waiting for the others: here ranks 1 and 2 submit allgathers under names the
+// other never submits (as unnamed calls are after an error on one rank), and neither hangs.
+TEST(Engine, OnlyAllreduceWaitsForTheOthersWhileARankHasJoined) {
+  JobSpec spec;
+  spec.size = 3;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const int r = ctx.rank();
+    if (r == 0) {
+      Handle j = e.JoinAsync();
+      CHECK_OK(j.Wait());
+      return Expect(j.join_last_rank() != 0, "rank 0 joined first");
+    }
+    // Rank 0 counts in the average with its zero once it has joined.
+    std::vector<float> x(4, 3.0f);
+    CHECK_OK(e.AllreduceAsync("sum", x.data(), x.data(), DataType::kFloat32, {4}, ReduceOp::kSum)
+                 .Wait());
+    CHECK_OK(Expect(x[0] == 6.0f, absl::StrCat("sum with a joined rank: ", x[0])));
+    std::vector<float> g(2, 1.0f);
+    const std::string name = absl::StrCat("gather.only.", r);
+    CHECK_OK(ExpectError(e.AllgatherAsync(name, g.data(), DataType::kFloat32, {1, 2}).Wait(),
+                         absl::StatusCode::kFailedPrecondition,
+                         {name, "joined", "only allreduce"}));
+    return e.JoinAsync().Wait();
+  });
+  EXPECT_FALSE(job.hung) << job.Summary();
+  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
 TEST(Engine, JoinRightAfterSubmittingAndNothingAfterJoining) {
   JobSpec spec;
   spec.size = 2;

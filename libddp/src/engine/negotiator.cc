@@ -285,13 +285,21 @@ void Negotiator::CompleteTableEntries(SetState& set, RoundOutcome& out, int64_t 
         complete = false;
       }
     }
-    if (!complete) {
+    // Only allreduce runs while ranks have joined: anything else fails as soon as one rank has
+    // submitted it, without waiting for the others (they may never submit the same name: unnamed
+    // calls after an error on some ranks), and each rank that submits it later fails as well.
+    const bool any_joined =
+        std::find(out.joined.begin(), out.joined.end(), true) != out.joined.end();
+    const bool refused = !metas.empty() && any_joined && metas[0]->kind != OpKind::kAllreduce;
+    if (!complete && !refused) {
       remaining.push_back(std::move(name));
       continue;
     }
-    Response r{name, *metas[0], {}, CheckAgreement(name, ranks, metas), false, now_us};
-    if (r.error.ok() && !joined.empty() && r.meta.kind != OpKind::kAllreduce) {
+    Response r{name, *metas[0], {}, absl::OkStatus(), false, now_us};
+    if (refused) {
       r.error = JoinedError(r.meta.kind, name, set, out);
+    } else {
+      r.error = CheckAgreement(name, ranks, metas);
     }
     if (r.error.ok() && r.meta.kind == OpKind::kAllgather) {
       for (size_t i = 0; i < members; ++i) r.first_dims.push_back(entry.metas[i]->shapes[0][0]);
