@@ -145,17 +145,15 @@ def _op_of(average, op, what):
     return op
 
 
-def _set_of(process_set):
-    return process_set if process_set.__class__ is int else _ops.set_id(process_set)
-
-
 # The signatures are Horovod's (horovod.torch 0.28), positions included.
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=0):
     """Starts an allreduce into a new tensor; synchronize(handle) returns it. op defaults to
     Average; `average` is Horovod's deprecated flag (True: Average, False: Sum)."""
-    op = _op_of(average, op, "allreduce_async")
-    process_set = _set_of(process_set)
+    if op is None or average is not None:  # (checked inline: this is the per-tensor path)
+        op = _op_of(average, op, "allreduce_async")
+    if process_set.__class__ is not int:
+        process_set = _ops.set_id(process_set)
     # A dense contiguous CPU tensor goes straight to the engine (bindings/python/src/
     # tensor_path.cc); anything else, and every error, takes the general path.
     handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
@@ -169,8 +167,10 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=0):
     """Starts an in-place allreduce of tensor; synchronize(handle) returns it."""
-    op = _op_of(average, op, "allreduce_async_")
-    process_set = _set_of(process_set)
+    if op is None or average is not None:  # (checked inline: DistributedOptimizer's hook path)
+        op = _op_of(average, op, "allreduce_async_")
+    if process_set.__class__ is not int:
+        process_set = _ops.set_id(process_set)
     handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
                              True)
     if handle is NotImplemented:
