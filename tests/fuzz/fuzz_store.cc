@@ -17,10 +17,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -92,17 +95,32 @@ class Client {
 };
 Client* client = nullptr;
 
+// A connection to the store. After millions of inputs the machine may be short of what a
+// connection needs (local ports, after hundreds of thousands of connections on loopback):
+// that is retried, and said. A store that refuses the connection (it stopped listening) is a
+// finding.
 int Dial() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) std::abort();
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(server->port()));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) std::abort();
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
+  for (int attempt = 0;; ++attempt) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) std::abort();
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      const int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      return fd;
+    }
+    const int err = errno;
+    close(fd);
+    std::fprintf(stderr, "fuzz_store: connecting to the store: %s (attempt %d)\n",
+                 std::strerror(err), attempt + 1);
+    const bool environment = err == EADDRNOTAVAIL || err == ETIMEDOUT || err == EAGAIN ||
+                             err == ECONNRESET || err == EINTR;
+    if (!environment || attempt == 20) std::abort();
+    usleep(100000);
+  }
 }
 
 void EndToEnd(const uint8_t* data, size_t size) {
