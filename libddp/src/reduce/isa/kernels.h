@@ -16,7 +16,7 @@ struct TypeKernels {
   CombineFn min;
   CombineFn max;
   CombineFn product;
-  void (*divide_by)(void* buf, size_t count, int64_t divisor);             // divisor != 0
+  void (*divide_by)(void* buf, size_t count, int64_t divisor);  // divisor != 0
   void (*scale)(void* dst, const void* src, size_t count, double factor);
 };
 
