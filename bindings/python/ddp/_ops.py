@@ -42,10 +42,10 @@ Buffer = collections.namedtuple("Buffer", "address code shape owner device strea
 def error(message, code="INVALID_ARGUMENT"):
     """A DDPError raised by the Python layer, with a status code name like the C++ layer's; a bad
     argument's is a DDPValueError (also a ValueError), as the C++ layer's are."""
-    bad_argument = code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "ALREADY_EXISTS")
-    exc = (DDPValueError if bad_argument else DDPError)(message)
+    exc = (DDPValueError if code in _ddp.value_error_codes else DDPError)(message)
     exc.code = code
     return exc
+
 
 def auto_name(kind, name, process_set=WORLD):
     """Horovod's rule: an unnamed call gets `<kind>.noname.<n>`; the ranks of a process set agree

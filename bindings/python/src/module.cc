@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -41,14 +42,22 @@ namespace ddp_python {
 PyObject* g_ddp_error = nullptr;
 PyObject* g_ddp_value_error = nullptr;
 
+namespace {
+
+// A bad argument (a duplicate name, a shape or root out of range) is also a ValueError, which is
+// what Horovod raises for it and what users catch. The Python layer's own errors use the same
+// list (ddp._ddp.value_error_codes).
+constexpr absl::StatusCode kValueErrorCodes[] = {absl::StatusCode::kInvalidArgument,
+                                                 absl::StatusCode::kOutOfRange,
+                                                 absl::StatusCode::kAlreadyExists};
+
+}  // namespace
+
 void Raise(const absl::Status& status) {
   std::string message(status.message());
-  // A bad argument (a duplicate name, a shape or root out of range) is also a ValueError, which
-  // is what Horovod raises for it and what users catch.
   const absl::StatusCode code = status.code();
-  PyObject* type = code == absl::StatusCode::kInvalidArgument ||
-                           code == absl::StatusCode::kOutOfRange ||
-                           code == absl::StatusCode::kAlreadyExists
+  PyObject* type = std::find(std::begin(kValueErrorCodes), std::end(kValueErrorCodes), code) !=
+                           std::end(kValueErrorCodes)
                        ? g_ddp_value_error
                        : g_ddp_error;
   py::object error = py::reinterpret_borrow<py::object>(type);
@@ -211,6 +220,11 @@ PYBIND11_MODULE(_ddp, m) {
           value_error_members);
   g_ddp_value_error = value_error_type.release().ptr();
   m.attr("DDPValueError") = py::reinterpret_borrow<py::object>(g_ddp_value_error);
+  py::list value_error_codes;
+  for (absl::StatusCode c : kValueErrorCodes) {
+    value_error_codes.append(std::string(absl::StatusCodeToString(c)));
+  }
+  m.attr("value_error_codes") = py::tuple(value_error_codes);
 
   m.def("init", &Init, "Joins the job described by the DDP_* (or Open MPI/PMI) variables.");
   m.def("shutdown", &Shutdown, "Leaves the job; safe to call twice.");

@@ -140,21 +140,13 @@ absl::Status EngineImpl::Wake() {
   }
   const transport::Descriptor descriptor{};
   const uint64_t tag = DoorbellTag(epoch_);
-  std::vector<std::pair<int, transport::RequestPtr>> sends;
+  std::vector<transport::RequestPtr> sends;
   for (int peer = 0; peer < size_; ++peer) {
-    if (peer != rank_)
-      sends.emplace_back(peer, transport_->Isend(peer, tag, descriptor, nullptr, 0));
+    if (peer != rank_) sends.push_back(transport_->Isend(peer, tag, descriptor, nullptr, 0));
   }
-  for (auto& [peer, request] : sends) {
+  for (auto& request : sends) {
     absl::Status s = transport_->Wait(request.get());
-    if (s.ok()) continue;
-    // A peer whose goodbye came before this ring: it left, as a doorbell would have said (the
-    // job is broken for good, ABORTED, naming it), not a failed send.
-    if (transport_->peer_state(peer) == transport::Transport::PeerState::kLeft) {
-      return WithRanks(
-          absl::AbortedError(absl::StrCat("engine: a rank left the job: ", s.message())), {peer});
-    }
-    return Annotate(s, "engine: waking the other ranks");
+    if (!s.ok()) return Annotate(s, "engine: waking the other ranks");
   }
   ++epoch_;
   return absl::OkStatus();

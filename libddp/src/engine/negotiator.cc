@@ -267,29 +267,26 @@ absl::StatusOr<RoundOutcome> Negotiator::Process(SetState& set, const std::vecto
 
 void Negotiator::CompleteTableEntries(SetState& set, RoundOutcome& out, int64_t now_us) const {
   const size_t members = set.members.size();
+  const bool any_joined = std::find(out.joined.begin(), out.joined.end(), true) != out.joined.end();
   std::vector<std::string> remaining;
   for (std::string& name : set.table_order) {
     auto it = set.table.find(name);
     if (it == set.table.end()) continue;  // failed as stalled
     TableEntry& entry = it->second;
-    std::vector<int> ranks, joined;
+    std::vector<int> ranks;
     std::vector<const TensorMeta*> metas;
-    bool complete = true;
+    bool complete = true;  // every member submitted it, or has joined (and lends its identity)
     for (size_t i = 0; i < members; ++i) {
       if (entry.metas[i]) {
         ranks.push_back(set.members[i]);
         metas.push_back(&*entry.metas[i]);
-      } else if (out.joined[i]) {
-        joined.push_back(set.members[i]);
-      } else {
+      } else if (!out.joined[i]) {
         complete = false;
       }
     }
     // Only allreduce runs while ranks have joined: anything else fails as soon as one rank has
     // submitted it, without waiting for the others (they may never submit the same name: unnamed
     // calls after an error on some ranks), and each rank that submits it later fails as well.
-    const bool any_joined =
-        std::find(out.joined.begin(), out.joined.end(), true) != out.joined.end();
     const bool refused = !metas.empty() && any_joined && metas[0]->kind != OpKind::kAllreduce;
     if (!complete && !refused) {
       remaining.push_back(std::move(name));

@@ -191,8 +191,9 @@ RequestPtr PeerTransport::Refused(int peer, absl::string_view what) const {
   } else if (peer_state(peer) == PeerState::kFailed) {
     why = peer_error(peer);
   } else if (peer_state(peer) == PeerState::kLeft && what == "send to") {
-    why =
-        PeerError(peer, absl::StatusCode::kFailedPrecondition, "has shut down; cannot send to it");
+    // The error a receive from it gets (naming it, and whom it saw go first): a peer that left
+    // is the job's state, not this caller's mistake.
+    why = LeftError(peer);
   } else {
     return nullptr;
   }

@@ -254,12 +254,18 @@ def _converted(handle, convert):
     return _ops.GroupHandle([handle], handle.name, lambda results: convert(results[0]))
 
 
-def _allgather_async(tensor, name, process_set):
+def _rows_async(submit, tensor, name, process_set):
+    """An operation that moves rows of the first dimension (allgather, alltoall): a dtype libddp
+    does not reduce goes as bytes and comes back as its dtype."""
     if _moves_as_bytes(tensor):
-        h = _torch.allgather_async(_to_bytes(tensor), name, process_set)
+        h = submit(_to_bytes(tensor), name, process_set)
         dtype, tail = tensor.dtype, tuple(tensor.shape[1:])
         return _converted(h, lambda out: _from_bytes(out, dtype, tail))
-    return _torch.allgather_async(tensor, name, process_set)
+    return submit(tensor, name, process_set)
+
+
+def _allgather_async(tensor, name, process_set):
+    return _rows_async(_torch.allgather_async, tensor, name, process_set)
 
 
 def allgather_async(tensor, name=None, process_set=0):
@@ -300,7 +306,8 @@ def broadcast(tensor, root_rank, name=None, process_set=0):
     """root_rank's tensor, as a new tensor on every rank; differentiable (as in Horovod: the
     average of the ranks' gradients flows to the root, zero to the others)."""
     if _wants_grad(tensor):
-        return _BroadcastFunction.apply(tensor, root_rank, _ops.auto_name("broadcast", name, process_set),
+        return _BroadcastFunction.apply(tensor, root_rank,
+                                        _ops.auto_name("broadcast", name, process_set),
                                         process_set)
     return _broadcast_async(tensor, root_rank, name, process_set, False).wait()
 
@@ -311,11 +318,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=0):
 
 
 def _even_alltoall_async(tensor, name, process_set):
-    if _moves_as_bytes(tensor):
-        h = _torch.alltoall_async(_to_bytes(tensor), name, process_set)
-        dtype, tail = tensor.dtype, tuple(tensor.shape[1:])
-        return _converted(h, lambda out: _from_bytes(out, dtype, tail))
-    return _torch.alltoall_async(tensor, name, process_set)
+    return _rows_async(_torch.alltoall_async, tensor, name, process_set)
 
 
 def _first_dims_disagree(e):
