@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <deque>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -197,6 +199,62 @@ TEST_P(PeerFailure, AGoodbyeNamesTheRanksThatLeftBeforeIt) {
   });
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// Shared memory within a host, TCP between hosts (transport/routed.h): when the TCP half of a
+// rank fails, its shared-memory peers must hear why, not a goodbye. Ranks 0 and 1 share host
+// "a", rank 2 is on "b". Rank 2 sends rank 1 more bytes than it expects (rank 1's TCP half
+// fails) and stops (SIGSTOP), so that only rank 1 can tell rank 0 anything: rank 0, waiting on
+// rank 1, must get the cause (rank 2's oversized message), not "shut down while this rank still
+// expects data", whatever the timing.
+TEST(RoutedTransport, AFailureOfOneHalfReachesThePeersOfTheOther) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.hosts = {"a", "a", "b"};
+  spec.env["DDP_TIMEOUT_SECONDS"] = "60";  // rank 2's silence is not what rank 0 reports
+  const std::string pid_file =
+      absl::StrCat(::testing::TempDir(), "/routed-stopped-", ::getpid(), ".pid");
+  JobResult job = RunOnTransport(spec, [&](Transport& t, int rank) -> absl::Status {
+    CHECK_OK(Expect(t.name() == (rank == 2 ? "tcp" : "shm+tcp"), t.name()));
+    CHECK_OK(Exchange(t, 1, {0, 1, 2}));
+    if (rank == 2) {
+      std::ofstream(pid_file) << ::getpid();
+      const pid_t stopped = ::getpid();
+      if (::fork() == 0) {  // a guard, should rank 0 not kill it
+        for (int fd = 0; fd < 1024; ++fd) ::close(fd);
+        for (int i = 0; i < 60 && ::getppid() == stopped; ++i) ::sleep(1);
+        if (::getppid() == stopped) ::kill(stopped, SIGKILL);
+        ::_exit(0);
+      }
+      const int64_t too_long = 7;
+      CHECK_OK(t.Wait(t.Isend(1, 2, Descriptor{}, &too_long, 8).get()));
+      ::raise(SIGSTOP);
+      return absl::InternalError("rank 2 went on after SIGSTOP");
+    }
+    int32_t value = 0;
+    if (rank == 1) {
+      absl::Status s = t.Wait(t.Irecv(2, 2, Descriptor{}, &value, 4).get());
+      CHECK_OK(Expect(absl::StrContains(s.message(), "expects 4"), s.ToString()));
+      CHECK_OK(Expect(!t.health().ok(), "rank 1's transport is well after the failure"));
+      t.Shutdown().IgnoreError();
+      return absl::OkStatus();
+    }
+    absl::Status s = t.Wait(t.Irecv(1, 3, Descriptor{}, &value, 4).get());
+    int pid = 0;
+    std::ifstream(pid_file) >> pid;
+    if (pid > 0) ::kill(pid, SIGKILL);
+    CHECK_OK(Expect(absl::StrContains(s.message(), "sent 8 bytes where rank 1 expects 4"),
+                    s.ToString()));
+    CHECK_OK(Expect(absl::StrContains(s.message(), "rank 1"), s.ToString()));
+    CHECK_OK(Expect(!BlamedRanks(s).empty() && BlamedRanks(s)[0] == 2, s.ToString()));
+    t.Shutdown().IgnoreError();
+    return absl::OkStatus();
+  });
+  std::remove(pid_file.c_str());
+  ASSERT_FALSE(job.hung) << job.Summary();
+  EXPECT_TRUE(job.ranks[0].ok()) << job.Summary();
+  EXPECT_TRUE(job.ranks[1].ok()) << job.Summary();
+  EXPECT_EQ(job.ranks[2].signal, SIGKILL) << job.Summary();
 }
 
 // A goodbye follows the last message its sender sent, but over several TCP streams per peer

@@ -101,6 +101,14 @@ void RoutedTransport::NoteDeparted(const std::vector<int>& job_ranks) {
 absl::Status RoutedTransport::Shutdown() {
   // Each goodbye names the ranks either transport saw go (notice.h).
   NoteDeparted(Departed());
+  // One job, one fate: when one half failed (an abort came over TCP, say), the ranks behind the
+  // other half must hear why, not a goodbye they would take for this rank leaving on purpose
+  // while they still wait on it (which is all they could report if it came before the cause).
+  const absl::Status broken = health();
+  if (!broken.ok()) {
+    if (local_->health().ok()) local_->Abort(broken);
+    if (remote_->health().ok()) remote_->Abort(broken);
+  }
   absl::Status a = local_->Shutdown();
   absl::Status b = remote_->Shutdown();
   return a.ok() ? b : a;
