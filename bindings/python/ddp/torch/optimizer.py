@@ -153,6 +153,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def load_state_dict(self, state_dict):
         self._handles.clear()
+        self._synchronized = False
         for p in self._params:
             self._delay[p] = self._passes
         return super(self.__class__, self).load_state_dict(state_dict)
@@ -288,7 +289,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._delay[p] = self._passes
         self._handles.clear()
         self._ready.clear()
-        self._synchronized = True
+        # A failed reduction leaves nothing synchronised: the step after a retry reduces again.
+        self._synchronized = first_error is None
         if first_error is not None:
             raise first_error
 
