@@ -1,4 +1,5 @@
-// AvailableTransports, NcclAvailable, NcclVersion, and the RendezvousServer around the store.
+// AvailableTransports, NcclAvailable, NcclVersion, and the RendezvousServer and RendezvousClient
+// around the store.
 #include "ddp/info.h"
 
 #include "bootstrap/tcp_store.h"
@@ -37,5 +38,31 @@ RendezvousServer::RendezvousServer(std::unique_ptr<Impl> impl) : impl_(std::move
 RendezvousServer::~RendezvousServer() { Stop(); }
 int RendezvousServer::port() const { return impl_->server->port(); }
 void RendezvousServer::Stop() { impl_->server->Stop(); }
+
+struct RendezvousClient::Impl {
+  std::unique_ptr<bootstrap::TcpStoreClient> client;
+};
+
+absl::StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
+    absl::string_view host, int port, absl::string_view token, absl::Duration timeout) {
+  // Rank -1 in the handshake: not a rank of the job, a launcher or worker between jobs.
+  auto client = bootstrap::TcpStoreClient::Connect(host, port, token, -1, absl::Now() + timeout);
+  if (!client.ok()) return client.status();
+  auto impl = std::make_unique<Impl>();
+  impl->client = *std::move(client);
+  return std::unique_ptr<RendezvousClient>(new RendezvousClient(std::move(impl)));
+}
+
+RendezvousClient::RendezvousClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+RendezvousClient::~RendezvousClient() = default;
+absl::Status RendezvousClient::Set(absl::string_view key, absl::string_view value) {
+  return impl_->client->Set(key, value);
+}
+absl::StatusOr<std::string> RendezvousClient::Get(absl::string_view key, absl::Duration timeout) {
+  return impl_->client->Get(key, timeout);
+}
+absl::StatusOr<int64_t> RendezvousClient::Add(absl::string_view key, int64_t delta) {
+  return impl_->client->Add(key, delta);
+}
 
 }  // namespace ddp

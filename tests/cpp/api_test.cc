@@ -25,6 +25,30 @@ absl::Status ExpectInvalid(const absl::Status& status, absl::string_view needle)
   return absl::OkStatus();
 }
 
+// The store as launchers and elastic workers use it (ddp/rendezvous.h): keys, waits that end
+// naming the key, counters, and the token checked before any request.
+TEST(Api, ARendezvousClientSetsGetsAndCountsWithTheJobToken) {
+  auto server = RendezvousServer::Start("127.0.0.1", 0, "job-token");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const int port = (*server)->port();
+  auto client = RendezvousClient::Connect("127.0.0.1", port, "job-token", absl::Seconds(10));
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->Set("elastic/latest", "3").ok());
+  auto value = (*client)->Get("elastic/latest", absl::Seconds(5));
+  ASSERT_TRUE(value.ok()) << value.status();
+  EXPECT_EQ(*value, "3");
+  auto missing = (*client)->Get("elastic/generation/4", absl::Milliseconds(100));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded) << missing.status();
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "elastic/generation/4"))
+      << missing.status();
+  EXPECT_EQ(*(*client)->Add("elastic/updates", 0), 0);
+  EXPECT_EQ(*(*client)->Add("elastic/updates", 2), 2);
+  EXPECT_EQ(*(*client)->Add("elastic/updates", 0), 2);
+  auto stranger = RendezvousClient::Connect("127.0.0.1", port, "wrong", absl::Seconds(5));
+  EXPECT_FALSE(stranger.ok());
+  (*server)->Stop();
+}
+
 TEST(Api, BadInputIsRejectedAndTheContextStaysUsable) {
   JobSpec spec;
   spec.size = 2;
