@@ -113,6 +113,22 @@ def test_a_stopped_rank_on_another_host_is_named_as_the_culprit(cluster, ddp_env
     assert took < 60
 
 
+def test_an_elastic_job_across_hosts_goes_on_without_a_failed_host(cluster, ddp_env):
+    """Elastic mode with the other hosts' workers started through agents over the remote shell:
+    the worker on the third host fails mid-epoch and the two others finish together."""
+    a, b, c = cluster.addresses
+    elastic = WORKER.parent / "elastic_torch.py"
+    done, _ = ddprun(cluster, 0, "-np", 3, "--min-np", 2, "--host-discovery-script",
+                     f"printf '{a}:1\\n{b}:1\\n{c}:1\\n'", "--rsh", cluster.rsh,
+                     sys.executable, elastic, "fail", f"{c}:0", env=ddp_env, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    finished = dict(re.findall(r"^\[([\d.]+:0)\] done rank \d size 2 generation 1 sizes 3,2 "
+                               r"resets \[2\] checksum (\w+) seen OK$", done.stdout, re.M))
+    assert set(finished) == {f"{a}:0", f"{b}:0"}, done.stdout + done.stderr
+    assert len(set(finished.values())) == 1, done.stdout  # the same weights on both hosts
+    assert f"worker {c}:0 (rank 2, host {c}) exited with status 1" in done.stderr, done.stderr
+
+
 def test_one_ddprun_per_node_as_torchrun(cluster, ddp_env):
     a = cluster.addresses[0]
     token = os.urandom(16).hex()  # in the environment: a scheduler's secret

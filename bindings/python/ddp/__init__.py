@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from . import _ddp, _ops
+from . import _ddp, _ops, elastic
 from ._ddp import DDPError, DDPValueError
 from ._ops import Handle, ReduceOp, error, poll, synchronize
 
@@ -186,11 +186,16 @@ remove_process_set = _ops.remove_process_set
 def init(comm=None, process_sets=None):
     """Joins the job described by the DDP_* (or Open MPI/PMI) variables. `process_sets`
     (Horovod's): ProcessSet objects (or lists of ranks) to add at once, the same on every rank.
-    `comm` (Horovod's MPI communicator) is not supported: libddp's job is the whole launch."""
+    `comm` (Horovod's MPI communicator) is not supported: libddp's job is the whole launch.
+    A worker of an elastic job (ddprun --min-np/--max-np/--host-discovery-script) joins the newest
+    generation of the job that has it (ddp.elastic)."""
     if comm is not None:
         raise error("ddp.init: comm= (an MPI communicator) is not supported; libddp's job is every "
                     "rank the launcher started (use process sets for subsets)")
-    _ddp.init()
+    if elastic.enabled() and not _ddp.is_initialized():
+        elastic.join_and_init()
+    else:
+        _ddp.init()
     if process_sets is not None:
         for ps in process_sets:
             add_process_set(ps)

@@ -4,6 +4,8 @@
     ddprun -np 8 -H host1:4,host2:4 python train.py      (--hostfile FILE: "host slots=N" lines)
     ddprun --nnodes 2 --node-rank 0 --rendezvous HOST:PORT -np 8 python train.py   (per node)
     ddprun -np 4 --servers 2 python train_ps.py          (parameter server: 2 more ranks serve)
+    ddprun -np 2 --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh python train.py
+                                                         (elastic: ddp.elastic, ddp.torch.elastic)
 
 The launcher hosts the store the ranks meet at, gives each rank its DDP_* environment, copies
 their output line by line with "[rank] " (several hosts: "[host:rank] ") in front, and, when one
@@ -74,8 +76,9 @@ def _build_parser() -> argparse.ArgumentParser:
         "rank fails, or a host cannot be reached, the others are stopped and ddprun exits with "
         "the failing rank's status (128+N for signal N).")
     add = parser.add_argument
-    add("-np", "--num-proc", dest="np", type=int, required=True, metavar="N",
-        help="number of ranks to start (in all)")
+    add("-np", "--num-proc", dest="np", type=int, metavar="N",
+        help="number of ranks to start (in all); in elastic mode, how many workers must be able "
+        "to run before the job starts (default: --min-np)")
     hosts = parser.add_argument_group("several hosts, started from here")
     hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
                        help="hosts and how many ranks each takes, filled in order "
@@ -99,6 +102,23 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="node 0's address and the port its store listens on")
     nodes.add_argument("--token-file", metavar="FILE",
                        help="the job's secret, the same on every node (default: $DDP_JOB_TOKEN)")
+    elastic = parser.add_argument_group(
+        "elastic (as horovodrun's): the job goes on when workers fail or hosts come and go; "
+        "the script uses ddp.elastic.run / ddp.torch.elastic.run")
+    elastic.add_argument("--min-np", "--min-num-proc", dest="min_np", type=int, metavar="N",
+                         help="the fewest workers the job runs with (default: -np); below it, "
+                         "ddprun waits up to --elastic-timeout for hosts")
+    elastic.add_argument("--max-np", "--max-num-proc", dest="max_np", type=int, metavar="N",
+                         help="the most workers ddprun starts (default: every slot it has)")
+    elastic.add_argument("--host-discovery-script", metavar="SCRIPT",
+                         help="a shell command printing the hosts there are now, one a line, "
+                         "'HOST:SLOTS' or 'HOST' (then --slots-per-host); run every second")
+    elastic.add_argument("--slots-per-host", "--slots", dest="slots", type=int, metavar="K",
+                         help="slots of a host the discovery script gives without them (default 1)")
+    elastic.add_argument("--elastic-timeout", type=_number(0, strict=True), default=600.0,
+                         metavar="S", help="how long to wait for enough workers (default 600)")
+    elastic.add_argument("--reset-limit", type=int, metavar="N",
+                         help="stop the job after it was re-formed N times (default: no limit)")
     add("--servers", type=int, default=0, metavar="K",
         help="parameter-server mode: start K server processes (python -m ddp.ps.server) as "
         "ranks N..N+K-1 beside the N workers (DDP_PS_SERVERS=K); with -H or --hostfile they take "
@@ -208,6 +228,16 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.command = args.command[1:]
     if not args.command:
         parser.error("missing COMMAND: the program each rank runs")
+    args.elastic = (args.min_np is not None or args.max_np is not None or
+                    bool(args.host_discovery_script))
+    if args.elastic:
+        _check_elastic(parser, args)
+    elif args.np is None:
+        parser.error("-np N is required (the number of ranks)")
+    if args.slots is not None or args.elastic_timeout != 600.0 or args.reset_limit is not None:
+        if not args.elastic:
+            parser.error("--slots-per-host, --elastic-timeout and --reset-limit are for elastic "
+                         "mode (--min-np, --max-np or --host-discovery-script)")
     if args.np < 1:
         parser.error(f"-np must be at least 1 (got {args.np})")
     if args.hosts and args.hostfile:
@@ -248,12 +278,40 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
                 parser.error(f"--hostfile {args.hostfile}: no hosts in it")
         else:
             args.host_list = parse_hosts(args.hosts) if args.hosts else None
-        args.places = place(args.host_list, args.np) if args.host_list else None
+        args.places = place(args.host_list, args.np) if args.host_list and not args.elastic \
+            else None
     except OSError as e:
         parser.error(f"--hostfile {args.hostfile}: {e.strerror or e}")
     except ValueError as e:
         parser.error(str(e))
     return args
+
+
+def _check_elastic(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.np is None and args.min_np is None:
+        parser.error("elastic mode needs -np or --min-np (how many workers to start with)")
+    if args.min_np is None:
+        args.min_np = args.np
+    if args.np is None:
+        args.np = args.min_np
+    if args.min_np < 1:
+        parser.error(f"--min-np must be at least 1 (got {args.min_np})")
+    if args.np < args.min_np:
+        parser.error(f"-np {args.np} is below --min-np {args.min_np}")
+    if args.max_np is not None and args.max_np < args.np:
+        parser.error(f"--max-np {args.max_np} is below -np {args.np}")
+    if args.slots is not None and args.slots < 1:
+        parser.error(f"--slots-per-host must be at least 1 (got {args.slots})")
+    if args.reset_limit is not None and args.reset_limit < 0:
+        parser.error(f"--reset-limit must be >= 0 (got {args.reset_limit})")
+    if args.host_discovery_script and (args.hosts or args.hostfile):
+        parser.error("give --host-discovery-script or -H/--hostfile, not both")
+    if args.nnodes is not None or args.servers:
+        parser.error("elastic mode runs the job from one ddprun: it takes no --nnodes and no "
+                     "--servers")
+    if args.timeline_filename and "{rank}" not in args.timeline_filename:
+        parser.error("in elastic mode ranks change: give --timeline-filename with {rank} (each "
+                     "worker writes its own file, {rank} replaced by its worker id)")
 
 
 def _decimal(value: float) -> str:
@@ -1000,6 +1058,10 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 2
     out, err = _Sink(sys.stdout.buffer), _Sink(sys.stderr.buffer)
     say = lambda message: err.write([f"ddprun: {message}\n".encode()])  # noqa: E731
+    if args.elastic:
+        from . import _elastic_driver
+
+        return _elastic_driver.main(args, out, err, secrets.token_hex(16))
     try:
         token = _read_token(args) if args.nnodes else secrets.token_hex(16)  # never printed
     except (OSError, ValueError) as e:

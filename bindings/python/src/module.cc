@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "common.h"
 #include "ddp/context.h"
 #include "ddp/engine.h"
@@ -94,12 +95,17 @@ std::shared_ptr<ddp::Context> Current(const char* what) {
   return context;
 }
 
+// One counter per kind and process set: a call in a set advances only the count of the ranks
+// that make it (Horovod's single counter puts the whole job out of step after a call that some
+// ranks make and others do not). Guarded by the GIL; they start again with every job (a process
+// that joins a new job, as an elastic worker does, counts from 0 like the job's new members).
+std::map<std::pair<std::string, int>, uint64_t>& AutoNameCounters() {
+  static auto* counters = new std::map<std::pair<std::string, int>, uint64_t>();
+  return *counters;
+}
+
 std::string AutoName(const std::string& kind, int process_set) {
-  // One counter per kind and process set: a call in a set advances only the count of the ranks
-  // that make it (Horovod's single counter puts the whole job out of step after a call that
-  // some ranks make and others do not).
-  static auto* counters = new std::map<std::pair<std::string, int>, uint64_t>();  // the GIL
-  return absl::StrCat(kind, ".noname.", (*counters)[{kind, process_set}]++);
+  return absl::StrCat(kind, ".noname.", AutoNameCounters()[{kind, process_set}]++);
 }
 
 namespace {
@@ -120,6 +126,7 @@ void Init() {
     created = ddp::Context::CreateFromEnvironment();
   }
   ThrowIfError(created.status());
+  AutoNameCounters().clear();
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_context == nullptr) g_context = std::move(*created);
 }
@@ -162,6 +169,51 @@ class PyStoreServer {
 
  private:
   std::unique_ptr<ddp::RendezvousServer> server_;
+};
+
+// A launcher's or elastic worker's own keys in a store (ddp/rendezvous.h); blocking calls run
+// without the GIL.
+class PyStoreClient {
+ public:
+  PyStoreClient(const std::string& host, int port, const std::string& token, double timeout) {
+    absl::StatusOr<std::unique_ptr<ddp::RendezvousClient>> client;
+    {
+      py::gil_scoped_release release;
+      client = ddp::RendezvousClient::Connect(host, port, token, absl::Seconds(timeout));
+    }
+    ThrowIfError(client.status());
+    client_ = std::move(*client);
+  }
+  void Set(const std::string& key, const py::bytes& value) {
+    std::string bytes = value;
+    absl::Status s;
+    {
+      py::gil_scoped_release release;
+      s = client_->Set(key, bytes);
+    }
+    ThrowIfError(s);
+  }
+  py::bytes Get(const std::string& key, double timeout) {
+    absl::StatusOr<std::string> value;
+    {
+      py::gil_scoped_release release;
+      value = client_->Get(key, absl::Seconds(timeout));
+    }
+    ThrowIfError(value.status());
+    return py::bytes(*value);
+  }
+  int64_t Add(const std::string& key, int64_t delta) {
+    absl::StatusOr<int64_t> value;
+    {
+      py::gil_scoped_release release;
+      value = client_->Add(key, delta);
+    }
+    ThrowIfError(value.status());
+    return *value;
+  }
+
+ private:
+  std::unique_ptr<ddp::RendezvousClient> client_;
 };
 
 }  // namespace
@@ -391,4 +443,14 @@ PYBIND11_MODULE(_ddp, m) {
            "Hosts a job's rendezvous store (what ddprun does); port 0 picks a free port.")
       .def_property_readonly("port", &PyStoreServer::port)
       .def("close", &PyStoreServer::Close);
+
+  py::class_<PyStoreClient>(m, "StoreClient")
+      .def(py::init<const std::string&, int, const std::string&, double>(), py::arg("host"),
+           py::arg("port"), py::arg("token"), py::arg("timeout") = 30.0,
+           "Connects to a rendezvous store (as a launcher or an elastic worker, not a rank).")
+      .def("set", &PyStoreClient::Set, py::arg("key"), py::arg("value"))
+      .def("get", &PyStoreClient::Get, py::arg("key"), py::arg("timeout"),
+           "Waits up to `timeout` seconds for the key; DDPError (DEADLINE_EXCEEDED) if absent.")
+      .def("add", &PyStoreClient::Add, py::arg("key"), py::arg("delta"),
+           "Adds to a counter (0 if absent); returns the new value.");
 }

@@ -20,6 +20,7 @@ from .. import (Adasum, Average, DDPError, DDPValueError, Handle, Max, Min, Prod
                 local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
                 nccl_built, poll, rank, remove_process_set, rocm_built, shutdown, size,
                 start_timeline, stop_timeline, synchronize)
+from . import elastic
 from .compression import Compression
 from .functions import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                         allreduce_async_, alltoall, alltoall_async, broadcast, broadcast_,
@@ -54,5 +55,5 @@ __all__ = [
     "start_timeline", "stop_timeline", "SyncBatchNorm",
     "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
-    "rocm_built", "ddl_built", "ccl_built",
+    "rocm_built", "ddl_built", "ccl_built", "elastic",
 ]

@@ -1,0 +1,511 @@
+"""ddprun's elastic mode: the driver of a job that goes on when workers fail, hosts leave or
+hosts join (ddprun --min-np/--max-np/--host-discovery-script, as horovodrun's).
+
+The driver starts a worker on every slot of the hosts it has (from the discovery script, polled
+every second, or -H/--hostfile, or this machine), up to --max-np, and forms the job in
+generations: a plan (each worker's rank, each rank's host) and a fresh rendezvous store for that
+generation's ranks to meet at, published in the driver's own store (ddp/elastic.py reads it).
+
+- A worker that fails (exits non-zero) is said, its host is left out of later starts (as
+  Horovod's blacklist), and the driver forms a generation of the others; they learn of the
+  failure from libddp (a DDPError naming it), put their state back to the last commit and join.
+- A host the script no longer lists has its workers stopped, and a generation is formed without
+  them.
+- A host that appears gets workers (up to --max-np) and a generation is formed with them; the
+  running workers join it at their next commit (the update counter).
+- Fewer than --min-np workers: the driver waits up to --elastic-timeout for hosts, then stops.
+- The job is over when its workers have ended: with status 0 if none failed after the first
+  finished (a worker that returns ends the job for all: the others finish too).
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import threading
+import time
+
+from . import run as _run
+
+DISCOVERY_SECONDS = 1.0  # between runs of the host discovery script (Horovod's)
+_DISCOVERY_TIMEOUT = 30.0
+
+
+class Worker:
+    """One worker process: on a slot of a host, started here or through an agent there."""
+
+    def __init__(self, wid: str, host: str, slot: int, serial: int):
+        self.id, self.host, self.slot, self.serial = wid, host, slot, serial
+        self.proc: subprocess.Popen | None = None
+        self.remote = False
+        self.rank: int | None = None  # in the newest generation that has it
+        self.status: int | None = None  # its exit status once it ended
+        self.stopping = False  # the driver asked it to stop (its host left, or the job ended)
+
+    def describe(self) -> str:
+        rank = f"rank {self.rank}, " if self.rank is not None else ""
+        return f"worker {self.id} ({rank}host {self.host})"
+
+
+def _workers(count: int) -> str:
+    return f"{count} worker" if count == 1 else f"{count} workers"
+
+
+def parse_discovery(text: str, default_slots: int) -> dict[str, int]:
+    """The discovery script's output: one host a line, 'HOST:SLOTS' or 'HOST' (then
+    --slots-per-host)."""
+    hosts: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        host = _run._host(line, f"discovery line {number}")
+        hosts[host.name] = host.slots if ":" in line else default_slots
+    return hosts
+
+
+class Driver:
+    def __init__(self, args, out, err, token: str):
+        self.args, self.out, self.err, self.token = args, out, err, token
+        self.events: queue.SimpleQueue = queue.SimpleQueue()
+        self.workers: dict[str, Worker] = {}
+        self.hosts: dict[str, int] = {}  # the hosts there are now, in order, with their slots
+        self.blacklist: set[str] = set()
+        self.local_hosts: set[str] = set()
+        self.serial = 0
+        self.generation = -1
+        self.updates = 0
+        self.resets = 0
+        self.finishing = False  # a worker returned: the job is ending, no more generations
+        self.code: int | None = None  # the job's exit status once decided
+        self.failure_code: int | None = None  # of a failure after the job began to end
+        self.last_failure: int | None = None  # the status of the last failed worker
+        self.servers: dict[int, object] = {}  # generation -> its rendezvous store
+        self.bind, self.addr = _run._ADDR, _run._ADDR
+        self.short_since: float | None = None  # when the workers fell below --min-np
+        self.store = None
+        self.client = None
+
+    # ---- saying -----------------------------------------------------------------------------
+
+    def say(self, message: str) -> None:
+        self.err.write([f"ddprun: elastic: {message}\n".encode()])
+
+    # ---- hosts ------------------------------------------------------------------------------
+
+    def discover(self) -> dict[str, int] | None:
+        """The hosts there are now; None when the script failed (said; the last answer holds)."""
+        if not self.args.host_discovery_script:
+            return dict(self.hosts)
+        try:
+            done = subprocess.run(self.args.host_discovery_script, shell=True, text=True,
+                                  capture_output=True, timeout=_DISCOVERY_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.say(f"the host discovery script took more than {_DISCOVERY_TIMEOUT:g} s; "
+                     "keeping the hosts it last gave")
+            return None
+        if done.returncode != 0:
+            self.say(f"the host discovery script exited with status {done.returncode}: "
+                     f"{done.stderr.strip()[-300:]}; keeping the hosts it last gave")
+            return None
+        try:
+            return parse_discovery(done.stdout, self.args.slots or 1)
+        except ValueError as e:
+            self.say(f"the host discovery script printed {e}; keeping the hosts it last gave")
+            return None
+
+    def _note_host(self, host: str) -> None:
+        if host in self.local_hosts or _run.is_local(host):
+            self.local_hosts.add(host)
+        elif self.addr == _run._ADDR:  # the first other host: the address they reach us at
+            self.addr = self.args.rendezvous_addr or _run._address_toward(host)
+
+    def running(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.status is None]
+
+    def members(self) -> list[Worker]:
+        """The workers a generation is formed of: running and not being stopped."""
+        return [w for w in self.running() if not w.stopping]
+
+    def fill(self) -> list[Worker]:
+        """Starts workers on the free slots of usable hosts, up to --max-np; returns them."""
+        started = []
+        limit = self.args.max_np
+        for host, slots in self.hosts.items():
+            if host in self.blacklist:
+                continue
+            used = {w.slot for w in self.members() if w.host == host}
+            for slot in range(slots):
+                if limit is not None and len(self.members()) >= limit:
+                    return started
+                if slot in used:
+                    continue
+                worker = self.start(host, slot)
+                if worker is None:
+                    return started
+                started.append(worker)
+        return started
+
+    # ---- processes ----------------------------------------------------------------------------
+
+    def _env(self, worker: Worker, base: dict) -> dict:
+        env = _run._rank_env(base, 0, self.args, self.addr, 0, self.token)
+        for name in ("DDP_RANK", "DDP_SIZE", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_CROSS_RANK",
+                     "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE",
+                     *_run._HOROVOD_PLACE):
+            env.pop(name, None)
+        env.update(DDP_ELASTIC="1", DDP_ELASTIC_ID=worker.id,
+                   DDP_ELASTIC_PORT=str(self.store.port),
+                   # Longer than the driver's own wait: the driver decides, and says so.
+                   DDP_ELASTIC_TIMEOUT=_run._decimal(self.args.elastic_timeout + 30))
+        if self.args.host_discovery_script or self.args.host_list:
+            env["DDP_HOSTNAME"] = worker.host
+        # A new worker waits in its first generation's start-up for the running ones to reach
+        # their next commit: as long as the driver waits for hosts, unless the user said.
+        if self.args.start_timeout is None and "DDP_START_TIMEOUT_SECONDS" not in base:
+            env["DDP_START_TIMEOUT_SECONDS"] = _run._decimal(self.args.elastic_timeout)
+        timeline = self.args.timeline_filename
+        if timeline:
+            env["DDP_TIMELINE"] = timeline.replace("{rank}", worker.id.replace(":", "-"))
+        return env
+
+    def start(self, host: str, slot: int) -> Worker | None:
+        self._note_host(host)
+        self.serial += 1
+        uses = sum(1 for w in self.workers.values() if w.host == host and w.slot == slot)
+        wid = f"{host}:{slot}" + (f".{uses}" if uses else "")
+        worker = Worker(wid, host, slot, self.serial)
+        prefix = f"[{wid}] ".encode()
+        remote = host not in self.local_hosts
+        try:
+            if remote:
+                spec = {"host": host, "cwd": os.getcwd(), "command": self.args.command,
+                        "server_command": _run.server_command(), "first_server": 1 << 30,
+                        "ranks": {str(slot): self._env(worker, _run._forwarded_env())}}
+                proc = subprocess.Popen(_run._remote_command(self.args, host),
+                                        start_new_session=True, bufsize=0,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+                try:
+                    proc.stdin.write(json.dumps(spec).encode() + b"\n")
+                    proc.stdin.flush()
+                except OSError:
+                    pass  # it ended at once; its exit says why
+                prefix = b""  # the agent prefixes its rank's lines ("[host:slot] ")
+            else:
+                proc = subprocess.Popen(self.args.command, env=self._env(worker, os.environ),
+                                        start_new_session=True, bufsize=0,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+        except OSError as e:
+            self.say(f"cannot start a worker on {host}: {self.args.command[0]}: "
+                     f"{e.strerror or e}")
+            self.blacklist.add(host)
+            return None
+        worker.proc, worker.remote = proc, remote
+        self.workers[wid] = worker
+        for pipe, sink in ((proc.stdout, self.out), (proc.stderr, self.err)):
+            threading.Thread(target=_copy, args=(pipe, prefix, sink), daemon=True,
+                             name=f"ddprun-output-{wid}").start()
+        threading.Thread(target=lambda: self.events.put(("exit", wid, proc.wait())),
+                         name=f"ddprun-wait-{wid}", daemon=True).start()
+        return worker
+
+    def stop(self, worker: Worker, signum: int = signal.SIGTERM) -> None:
+        worker.stopping = True
+        proc = worker.proc
+        if proc is None or worker.status is not None:
+            return
+        if worker.remote and signum != signal.SIGKILL:
+            try:
+                proc.stdin.close()  # the agent stops its rank
+            except OSError:
+                pass
+            return
+        try:
+            os.killpg(proc.pid, signum)
+            if signum != signal.SIGKILL:
+                os.killpg(proc.pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # ---- generations ----------------------------------------------------------------------------
+
+    def form(self, why: str) -> bool:
+        """Publishes a generation of the members; False (and the job stops) past --reset-limit."""
+        members = self.members()
+        if self.generation >= 0:
+            self.resets += 1
+            limit = self.args.reset_limit
+            if limit is not None and self.resets > limit:
+                self.end(f"{why}, and the job was reset {limit} times already (--reset-limit)")
+                return False
+        order = {h: i for i, h in enumerate(self.hosts)}
+        # Rank 0 is a worker that has the state (the lowest rank of the last generation), so that
+        # sync() brings the new ones up to date; the others by host, then slot.
+        veterans = sorted((w for w in members if w.rank is not None), key=lambda w: w.rank)
+        first = veterans[:1]
+        rest = sorted((w for w in members if w not in first),
+                      key=lambda w: (order.get(w.host, len(order)), w.host, w.slot, w.serial))
+        ranked = first + rest
+        server = _ddp().StoreServer(self.bind, 0, self.token)
+        self.generation += 1
+        for rank, worker in enumerate(ranked):
+            worker.rank = rank
+        plan = {"generation": self.generation, "port": server.port,
+                "ranks": {w.id: w.rank for w in ranked}, "hosts": [w.host for w in ranked],
+                "updates": self.updates}
+        self.servers[self.generation] = server
+        self.client.set(f"elastic/generation/{self.generation}", json.dumps(plan).encode())
+        self.client.set("elastic/latest", str(self.generation).encode())
+        # The last generation's store is done with: its ranks met long ago, or (one of them died
+        # as they met) they fail at once instead of waiting out the start timeout, and join this.
+        for old in [g for g in self.servers if g < self.generation]:
+            self.servers.pop(old).close()
+        self.say(f"generation {self.generation}: {_workers(len(ranked))} ({why})" +
+                 ("" if not self.args.verbose else ": " +
+                  ", ".join(f"{w.id}={w.rank}" for w in ranked)))
+        return True
+
+    def end(self, reason: str) -> None:
+        """The job cannot go on: said, the workers stopped, and waiting workers told why."""
+        if self.code is None:
+            self.code = self.last_failure or 1
+        self.say(f"stopping the job: {reason}")
+        error = {"generation": self.generation + 1, "error": reason, "ranks": {}, "hosts": [],
+                 "port": 0, "updates": self.updates}
+        try:
+            self.client.set(f"elastic/generation/{self.generation + 1}", json.dumps(error).encode())
+            self.client.set("elastic/latest", str(self.generation + 1).encode())
+        except Exception:  # noqa: BLE001 - the store is ours; nothing more to tell then
+            pass
+        self.generation += 1
+        for worker in self.running():
+            self.stop(worker)
+
+    # ---- the loop -------------------------------------------------------------------------------
+
+    def run(self) -> int:
+        handlers = {}
+        if threading.current_thread() is threading.main_thread():
+            for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                handlers[signum] = signal.signal(
+                    signum, lambda s, _: self.events.put(("signal", s, None)))
+        try:
+            return self._run()
+        finally:
+            for signum, handler in handlers.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
+            for server in self.servers.values():
+                server.close()
+            if self.store is not None:
+                self.store.close()
+
+    def _run(self) -> int:
+        args = self.args
+        if args.host_discovery_script:
+            found = self.discover()
+            self.hosts = found or {}
+            self.bind = "0.0.0.0"  # hosts may come from anywhere later
+        elif args.host_list:
+            self.hosts = {}
+            for h in args.host_list:
+                self.hosts[h.name] = self.hosts.get(h.name, 0) + h.slots
+        else:
+            self.hosts = {"localhost": args.max_np or args.np}
+        for host in self.hosts:
+            self._note_host(host)
+        if self.addr != _run._ADDR:
+            self.bind = "0.0.0.0"
+        self.store = _ddp().StoreServer(self.bind, 0, self.token)
+        self.client = _ddp().StoreClient(_run._ADDR, self.store.port, self.token, 30.0)
+        self.client.add("elastic/updates", 0)
+        # Start once -np workers can run (Horovod's rule), waiting for hosts up to the timeout.
+        waited_from = time.monotonic()
+        next_discovery = time.monotonic()
+        while True:
+            free = sum(s for h, s in self.hosts.items() if h not in self.blacklist)
+            if args.max_np is not None:
+                free = min(free, args.max_np)
+            if free >= args.np:
+                break
+            if time.monotonic() - waited_from > args.elastic_timeout:
+                self.say(f"{free} slots within --elastic-timeout {args.elastic_timeout:g} s, "
+                         f"fewer than the {args.np} needed to start")
+                return 1
+            kind = self._next_event(next_discovery)
+            if kind == "signal":
+                return self.code
+            if time.monotonic() >= next_discovery:
+                next_discovery = time.monotonic() + DISCOVERY_SECONDS
+                found = self.discover()
+                if found is not None:
+                    self.hosts = found
+        self.fill()
+        if len(self.members()) < args.min_np:
+            self.end(f"{_workers(len(self.members()))} started, fewer than --min-np {args.min_np}")
+        else:
+            self.form("the start")
+        next_discovery = time.monotonic() + DISCOVERY_SECONDS
+        grace_until = None
+        # Until every worker has ended, and while none runs, for as long as hosts may still come.
+        while self.running() or (self.code is None and not self.finishing and
+                                 self.short_since is not None):
+            timeout_at = next_discovery if grace_until is None else min(next_discovery,
+                                                                        grace_until)
+            kind = self._next_event(timeout_at)
+            if grace_until is not None and time.monotonic() >= grace_until:
+                for worker in self.running():
+                    self.stop(worker, signal.SIGKILL)
+                grace_until = None
+            if kind == "signal" and grace_until is None:
+                grace_until = time.monotonic() + _run.GRACE_SECONDS
+                continue
+            if time.monotonic() >= next_discovery:
+                next_discovery = time.monotonic() + DISCOVERY_SECONDS
+                if self.code is None and not self.finishing:
+                    self._rediscover()
+            if self.code is None and not self.finishing and self.short_since is not None:
+                self._wait_for_hosts()
+            if self.code is not None and grace_until is None and self.running():
+                grace_until = time.monotonic() + _run.GRACE_SECONDS
+        if self.code is not None:
+            return self.code
+        if not self.finishing:  # every worker ended, none by finishing training
+            self.say("no worker is left")
+            return self.last_failure or 1
+        return self.failure_code or 0
+
+    def _next_event(self, until: float) -> str | None:
+        """Handles the events that come before UNTIL; returns the kind of the last one."""
+        try:
+            kind, first, second = self.events.get(timeout=max(0.0, until - time.monotonic()))
+        except queue.Empty:
+            return None
+        if kind == "exit":
+            self._exited(self.workers[first], second)
+        elif kind == "signal":
+            if self.code is None:
+                self.code = 128 + first
+                verb = {signal.SIGINT: "interrupted", signal.SIGHUP: "hung up"}.get(
+                    first, "terminated")
+                self.say(f"{verb}, stopping {_workers(len(self.running()))}")
+                for worker in self.running():
+                    self.stop(worker, signal.SIGTERM if first == signal.SIGHUP else first)
+            else:
+                for worker in self.running():
+                    self.stop(worker, signal.SIGKILL)
+        return kind
+
+    def _exited(self, worker: Worker, status: int) -> None:
+        worker.status = status
+        _run.sweep_shm()
+        if status == 0:
+            if not self.finishing:
+                self.finishing = True
+                self._finish(worker)
+            return
+        if worker.stopping or self.code is not None:
+            return  # the driver stopped it
+        self.last_failure = 128 - status if status < 0 else status
+        if self.finishing:
+            self.failure_code = self.failure_code or self.last_failure
+            self.say(f"{worker.describe()} {_run._describe(status)} after the job began to end")
+            return
+        self.blacklist.add(worker.host)
+        self.say(f"{worker.describe()} {_run._describe(status)}; host {worker.host} gets no new "
+                 f"workers")
+        self._reform(f"{worker.describe()} {_run._describe(status)}")
+
+    def _finish(self, worker: Worker) -> None:
+        """A worker returned: training is over. The workers of its generation finish too; one
+        still waiting for a generation (started for one its peers never joined) is told to
+        leave, and the newest generation's store closes, so no one waits for the finished."""
+        if self.args.verbose:
+            self.say(f"{worker.describe()} finished: the job is ending")
+        done = {"generation": self.generation + 1, "finished": True, "ranks": {}, "hosts": [],
+                "port": 0, "updates": self.updates}
+        self.client.set(f"elastic/generation/{self.generation + 1}", json.dumps(done).encode())
+        self.client.set("elastic/latest", str(self.generation + 1).encode())
+        self.generation += 1
+        for old in list(self.servers):
+            self.servers.pop(old).close()
+
+    def _reform(self, why: str) -> None:
+        if len(self.members()) >= self.args.min_np:
+            self.short_since = None
+            self.form(why)
+            return
+        if self.short_since is None:
+            self.short_since = time.monotonic()
+            self.say(f"{_workers(len(self.members()))} left, fewer than --min-np "
+                     f"{self.args.min_np}: waiting up to {self.args.elastic_timeout:g} s "
+                     "(--elastic-timeout) for hosts")
+            # What the script gives now may already do.
+            self.fill()
+            if len(self.members()) >= self.args.min_np:
+                self.short_since = None
+                self.form(why)
+
+    def _wait_for_hosts(self) -> None:
+        self.fill()
+        if len(self.members()) >= self.args.min_np:
+            self.short_since = None
+            self.form("hosts came")
+        elif time.monotonic() - self.short_since > self.args.elastic_timeout:
+            self.end(f"{_workers(len(self.members()))} for {self.args.elastic_timeout:g} s "
+                     f"(--elastic-timeout), fewer than --min-np {self.args.min_np}")
+
+    def _rediscover(self) -> None:
+        found = self.discover()
+        if found is None or found == self.hosts:
+            return
+        gone = [h for h in self.hosts if h not in found]
+        shrunk = {h: s for h, s in found.items() if h in self.hosts and s < self.hosts[h]}
+        self.hosts = found
+        removed = [w for w in self.members()
+                   if w.host in gone or (w.host in shrunk and w.slot >= shrunk[w.host])]
+        for worker in removed:
+            self.say(f"host {worker.host} left: stopping {worker.describe()}")
+            self.stop(worker)
+        if self.short_since is not None:
+            return  # _wait_for_hosts fills and forms
+        added = self.fill()
+        if added:
+            self.updates += 1
+            names = sorted({w.host for w in added})
+            if self.form(f"{len(added)} new on {', '.join(names)}"):
+                self.client.add("elastic/updates", 1)  # the running ones join at their commit
+        elif removed:
+            self._reform(f"{len(removed)} stopped as their host left")
+
+
+def _ddp():
+    from . import _ddp as module
+
+    return module
+
+
+def _copy(pipe, prefix: bytes, sink) -> None:
+    """Copies a worker's (or its agent's) output, prefixed, leaving out an agent's control
+    lines."""
+    prefixer = _run._Prefixer(prefix)
+    while True:
+        data = os.read(pipe.fileno(), 1 << 16)
+        lines = prefixer.feed(data) if data else prefixer.close()
+        sink.write([line for line in lines if not line.startswith(_run._CONTROL)])
+        if not data:
+            pipe.close()
+            return
+
+
+def main(args, out, err, token: str) -> int:
+    driver = Driver(args, out, err, token)
+    if args.verbose:
+        driver.say(f"min {args.min_np}, max {args.max_np or 'unbounded'}, start with {args.np}; "
+                   f"{shlex.join(args.command)}")
+    return driver.run()

@@ -1,0 +1,87 @@
+"""Elastic training (ddprun --min-np/--max-np/--host-discovery-script, ddp.torch.elastic): a job
+that goes on when a worker fails, and grows and shrinks as the discovery script's hosts come and
+go, with the training state carried across (tests/python/workers/elastic_torch.py)."""
+import re
+
+import pytest
+
+pytest.importorskip("torch")
+
+WORKER = "elastic_torch.py"
+DONE = re.compile(r"^\[([^\]]+)\] done rank (\d+) size (\d+) generation (\d+) sizes ([\d,]+) "
+                  r"resets \[([\d, ]*)\] checksum (\w+) seen (.*)$", re.M)
+
+
+def finished(stdout):
+    """{worker id: (rank, size, generation, sizes, resets, checksum, seen)} of the workers that
+    finished training."""
+    return {m[0]: (int(m[1]), int(m[2]), int(m[3]), m[4], m[5], m[6], m[7])
+            for m in DONE.findall(stdout)}
+
+
+def test_a_failed_worker_is_left_out_and_the_others_go_on_from_the_last_commit(run_job):
+    job = run_job(3, WORKER, "fail", "localhost:2",
+                  launcher_args=("--min-np", "2", "--max-np", "3"))
+    done = finished(job.stdout)
+    assert set(done) == {"localhost:0", "localhost:1"}, job.stdout + job.stderr
+    assert sorted(d[0] for d in done.values()) == [0, 1]
+    for rank, size, generation, sizes, resets, _, seen in done.values():
+        assert (size, generation, sizes, resets) == (2, 1, "3,2", "2"), job.stdout
+        assert seen == "OK", job.stdout
+    # Every worker ends with the same weights: synchronised after the reset, trained alike.
+    assert len({d[5] for d in done.values()}) == 1, job.stdout
+    assert "worker localhost:2 (rank 2, host localhost) exited with status 1" in job.stderr
+    assert "generation 1: 2 workers" in job.stderr, job.stderr
+
+
+def test_workers_join_when_a_host_comes_and_leave_when_it_goes(run_job, tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("localhost:2\n")
+    job = run_job(2, WORKER, "grow-shrink", hosts, "127.0.0.1:1",
+                  launcher_args=("--min-np", "2", "--max-np", "3",
+                                 "--host-discovery-script", f"cat {hosts}"))
+    done = finished(job.stdout)
+    assert set(done) == {"localhost:0", "localhost:1"}, job.stdout + job.stderr
+    for rank, size, generation, sizes, resets, _, seen in done.values():
+        # 2 workers, then 3 with the new host's (at a commit: no work lost), then 2 again.
+        assert (size, generation, sizes, resets) == (2, 2, "2,3,2", "3, 2"), job.stdout
+        assert seen == "OK", job.stdout
+    assert len({d[5] for d in done.values()}) == 1, job.stdout
+    # The new host's worker took part in generation 1.
+    assert "generation 1: 3 workers (1 new on 127.0.0.1)" in job.stderr, job.stderr
+    assert "host 127.0.0.1 left: stopping worker 127.0.0.1:0" in job.stderr, job.stderr
+
+
+def test_below_min_np_the_driver_waits_for_hosts_then_stops_the_job(run_job):
+    job = run_job(2, WORKER, "fail", "localhost:1", check=False, timeout=120,
+                  launcher_args=("--min-np", "2", "--elastic-timeout", "3"))
+    assert job.returncode == 1, job.stdout + job.stderr
+    assert "1 worker left, fewer than --min-np 2: waiting up to 3 s" in job.stderr, job.stderr
+    assert "stopping the job: 1 worker for 3 s (--elastic-timeout)" in job.stderr, job.stderr
+    assert not finished(job.stdout), job.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--min-np", "3", "-np", "2", "true"], "-np 2 is below --min-np 3"),
+    (["--max-np", "1", "-np", "2", "true"], "--max-np 1 is below -np 2"),
+    (["--min-np", "2", "--nnodes", "2", "--node-rank", "0", "--rendezvous", "h:1", "true"],
+     "it takes no --nnodes"),
+    (["-np", "2", "--slots-per-host", "2", "true"],
+     "--slots-per-host, --elastic-timeout and --reset-limit are for elastic"),
+    (["--min-np", "2", "--timeline-filename", "t.json", "true"], "with {rank}"),
+    (["true"], "-np N is required"),
+])
+def test_elastic_arguments_are_checked(argv, message, capsys):
+    from ddp import run
+
+    assert run.main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_discovery_script_output_is_parsed():
+    from ddp import _elastic_driver
+
+    text = "# hosts\nnode-a:4\nnode-b\n\n[fe80::1]:2  # six\n"
+    assert _elastic_driver.parse_discovery(text, 3) == {"node-a": 4, "node-b": 3, "fe80::1": 2}
+    with pytest.raises(ValueError):
+        _elastic_driver.parse_discovery("node-a:0\n", 1)
