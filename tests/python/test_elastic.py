@@ -8,7 +8,7 @@ import pytest
 pytest.importorskip("torch")
 
 WORKER = "elastic_torch.py"
-DONE = re.compile(r"^\[([^\]]+)\] done rank (\d+) size (\d+) generation (\d+) sizes ([\d,]+) "
+DONE = re.compile(r"^\[([^\]]+)\] done rank (\d+) size (\d+) generation (-?\d+) sizes ([\d,]+) "
                   r"resets \[([\d, ]*)\] checksum (\w+) seen (.*)$", re.M)
 
 
@@ -59,6 +59,16 @@ def test_below_min_np_the_driver_waits_for_hosts_then_stops_the_job(run_job):
     assert "1 worker left, fewer than --min-np 2: waiting up to 3 s" in job.stderr, job.stderr
     assert "stopping the job: 1 worker for 3 s (--elastic-timeout)" in job.stderr, job.stderr
     assert not finished(job.stdout), job.stdout
+
+
+def test_outside_elastic_mode_the_same_script_trains_once(run_job):
+    # A plain launch: no driver, so commit() asks nothing and a DDPError would be raised as is.
+    job = run_job(2, WORKER, "plain")
+    done = finished(job.stdout)
+    assert set(done) == {"0", "1"}, job.stdout + job.stderr
+    for rank, size, generation, sizes, resets, _, seen in done.values():
+        assert (size, generation, sizes, resets, seen) == (2, -1, "2", "", "OK"), job.stdout
+    assert len({d[5] for d in done.values()}) == 1, job.stdout
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -216,8 +216,10 @@ class State:
     def check_host_updates(self):
         """Raises HostsUpdatedInterrupt, on every rank together, when the driver has a new
         generation for the running workers: rank 0 asks, and tells the others (a broadcast)."""
+        if not enabled():
+            return  # a plain launch: no driver, no new generations (every rank knows it)
         news = None
-        if enabled() and self._rank() == 0:
+        if self._rank() == 0:
             news = _member().pending()
         news = self._bcast_object(news)
         if news is not None:

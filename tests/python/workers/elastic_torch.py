@@ -8,6 +8,7 @@ that the samples of every epoch were all seen, across failures and re-formings. 
   fail HOST:SLOT        that worker exits with status 1 at epoch 1, batch 2 (its first life only)
   grow FILE LINE        rank 0 appends LINE to the discovery file at epoch 0, batch 2, and the
                         job commits until the driver's new generation interrupts it
+  plain                 nothing happens (a plain, not elastic, launch: run trains once)
   grow-shrink FILE LINE as grow, then, once the job has 3 workers, rank 0 rewrites FILE without
                         LINE at epoch 2, batch 1, and the job goes on until it is back to 2
 
@@ -41,7 +42,7 @@ class Data(torch.utils.data.Dataset):
 
 def main():
     scenario = sys.argv[1]
-    me = os.environ["DDP_ELASTIC_ID"]
+    me = os.environ.get("DDP_ELASTIC_ID", "")  # none in a plain launch
     hvd.init()
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
