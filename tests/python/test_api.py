@@ -21,6 +21,12 @@ def test_numpy_api_every_dtype_and_op(run_job, np):
     assert result.stdout.count(": ok") == np
 
 
+def test_the_c_api_shares_the_packages_engine(run_job):
+    # ddp/c_api.h through ctypes, on the context that ddp.init() made: a framework plugin's view.
+    result = run_job(3, "c_api.py")
+    assert result.stdout.count(": ok") == 3
+
+
 def test_a_rank_that_left_is_named_as_data(run_job):
     # DDPError carries the status code, the blamed ranks and the tensor (ddp/errors.h).
     result = run_job(3, "left.py")

@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common.h"
+#include "ddp/c_api.h"
 #include "ddp/context.h"
 #include "ddp/engine.h"
 #include "ddp/errors.h"
@@ -284,6 +285,12 @@ PYBIND11_MODULE(_ddp, m) {
     std::lock_guard<std::mutex> lock(g_mu);
     return g_context != nullptr;
   });
+  m.def(
+      "_c_context",
+      [] { return reinterpret_cast<uintptr_t>(ddp::NewCReference(Current("_c_context"))); },
+      "A new C reference to this process's context (a ddp_context* of ddp/c_api.h, as an "
+      "integer), for framework plugins that cannot include libddp's C++ headers: they submit to "
+      "the same engine through the C API, and release it with ddp_context_release.");
   m.def("rank", [] { return Current("rank")->rank(); });
   m.def("size", [] { return Current("size")->size(); });
   m.def("local_rank", [] { return Current("local_rank")->local_rank(); });
