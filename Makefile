@@ -7,13 +7,15 @@ PYTHON ?= /usr/bin/python3
 VENV := .venv
 # The deployment checks' tools (yamllint, checkov, ...): a venv of their own, apart from torch's.
 DEPLOY_VENV := .venv-deploy
+# TensorFlow's own venv: its numpy 2 must never reach .venv, whose Debian torch 1.13 needs 1.x.
+TF_VENV := .venv-tf
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
-.PHONY: all deps venv deploy-venv build demo demo-ps test test-full test-python test-deploy test-pip \
+.PHONY: all deps venv deploy-venv tf-venv build build-tf test-tf demo demo-ps test test-full test-python test-deploy test-pip \
   test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
 
 all: build
@@ -55,6 +57,23 @@ build: deps venv $(BUILD)/build.ninja
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddp-model && chmod +x $(VENV)/bin/ddp-model && \
 	echo "installed ddp into $$site and ddprun, ddp-model into $(VENV)/bin"
 
+tf-venv: $(TF_VENV)/.ok
+$(TF_VENV)/.ok: bindings/tensorflow/requirements.txt
+	rm -rf $(TF_VENV) && $(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install -q -r bindings/tensorflow/requirements.txt
+	touch $@
+
+# ddp.tensorflow: the build also compiles the TensorFlow ops against .venv-tf's TensorFlow, and
+# installs the package (ops included) and ddprun into .venv-tf.
+build-tf: build tf-venv
+	cmake -S . -B $(BUILD) -DDDP_TENSORFLOW_PYTHON=$(abspath $(TF_VENV))/bin/python >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
+	@site=$$($(TF_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'); \
+	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
+	printf '#!%s\nimport sys\nfrom ddp.run import main\nsys.exit(main())\n' \
+	  "$(abspath $(TF_VENV))/bin/python" > $(TF_VENV)/bin/ddprun && chmod +x $(TF_VENV)/bin/ddprun && \
+	echo "installed ddp (with ddp.tensorflow) into $$site and ddprun into $(TF_VENV)/bin"
+
 # The demo: a real 4-rank PyTorch training job on the embedded default transport (handwritten
 # digits from scikit-learn, no download): >= 97% test accuracy in well under a minute.
 demo: build
@@ -67,13 +86,15 @@ demo-ps: build
 	  --target-accuracy 0.97
 
 # What CI runs: the C++ suite (fast and slow labels; tests/cpp/CMakeLists.txt says what the
-# matrix label holds), the Python suite, the deployment checks, `pip install .` from scratch,
+# matrix label holds), the Python suite, the TensorFlow suite (in .venv-tf), the deployment
+# checks, `pip install .` from scratch,
 # then ASan/UBSan (built
 # with clang, so a second compiler's warnings stop the build too) and TSan builds of the fast
 # label.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|slow'
 	$(MAKE) test-python
+	$(MAKE) test-tf
 	$(MAKE) test-deploy
 	$(MAKE) test-pip
 	$(MAKE) sanitize
@@ -88,6 +109,10 @@ test-matrix: build
 # The Python package, ddp.torch, ddprun and the demo: real multi-process jobs (pytest).
 test-python: build
 	$(VENV)/bin/python -m pytest -q tests/python
+
+# ddp.tensorflow in TensorFlow's environment: ops x dtypes, gradients, tf.function, errors.
+test-tf: build-tf
+	$(TF_VENV)/bin/python -m pytest -q tests/tensorflow
 
 # k8s/ and terraform/ checked offline, and the MPIJob rehearsed on network namespaces
 # (tests/deploy; about 1 min). The PyPI tools must be there; kubectl, terraform and root (for
@@ -193,4 +218,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV)
+	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV) $(TF_VENV)

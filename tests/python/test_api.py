@@ -27,6 +27,19 @@ def test_the_c_api_shares_the_packages_engine(run_job):
     assert result.stdout.count(": ok") == 3
 
 
+def test_ddp_tensorflow_without_tensorflow_says_how_to_get_it(ddp_env):
+    # The torch environment has no TensorFlow, and must not (its numpy 2 would break Debian's
+    # torch 1.13; TensorFlow lives in .venv-tf): importing ddp.tensorflow here says what to do.
+    result = subprocess.run([sys.executable, "-c", "import ddp.tensorflow"], env=ddp_env,
+                            capture_output=True, text=True)
+    assert result.returncode != 0
+    assert "ddp.tensorflow needs TensorFlow 2" in result.stderr, result.stderr
+    assert "pip install tensorflow-cpu" in result.stderr, result.stderr
+    numpy = subprocess.run([sys.executable, "-c", "import numpy; print(numpy.__version__)"],
+                           env=ddp_env, capture_output=True, text=True, check=True)
+    assert numpy.stdout.startswith("1."), numpy.stdout
+
+
 def test_a_rank_that_left_is_named_as_data(run_job):
     # DDPError carries the status code, the blamed ranks and the tensor (ddp/errors.h).
     result = run_job(3, "left.py")

@@ -1,0 +1,370 @@
+"""libddp for TensorFlow 2, with Horovod's names: `import ddp.tensorflow as hvd`.
+
+    import tensorflow as tf
+    import ddp.tensorflow as hvd
+    hvd.init()
+    avg = hvd.allreduce(grad)                     # average over ranks
+    rows = hvd.allgather(batch_stats)             # first dimensions may differ
+    w = hvd.broadcast(w, root_rank=0)
+
+The operations are TensorFlow ops (asynchronous C++ kernels, `ddp/tensorflow/_ops.so`) that
+submit their tensors by name to the same engine as ddp.torch: negotiation, fusion, the response
+cache, the timeline, join and error naming, with no Python in the data path; eager and inside
+tf.function. allreduce, allgather, broadcast, alltoall and reducescatter have gradients, as in
+Horovod. A failed operation raises TensorFlow's error for libddp's code (InvalidArgumentError,
+AbortedError, ...) carrying libddp's message, which names the tensor and the rank at fault.
+"""
+
+import ctypes
+import os
+import re
+
+from .. import _ddp, _ops
+from .._ops import ReduceOp
+
+_MIN_VERSION = (2, 13)
+
+try:
+    import tensorflow as tf
+except ImportError as e:  # pragma: no cover - depends on the environment
+    raise ImportError(
+        "ddp.tensorflow needs TensorFlow 2 (>= 2.13): pip install tensorflow-cpu (or tensorflow); "
+        f"it could not be imported: {e}") from e
+
+_version = tuple(int(x) for x in re.findall(r"\d+", tf.__version__)[:2])
+if _version < _MIN_VERSION:
+    raise ImportError(f"ddp.tensorflow needs TensorFlow >= {'.'.join(map(str, _MIN_VERSION))}; "
+                      f"this is {tf.__version__}")
+
+_LIBRARY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ops.so")
+if not os.path.exists(_LIBRARY):
+    raise ImportError(
+        "ddp.tensorflow: this libddp was built without its TensorFlow ops (ddp/tensorflow/_ops.so "
+        "is missing). Build them against the TensorFlow you run: `make build-tf`, or configure "
+        "CMake with -DDDP_TENSORFLOW_PYTHON=<a python that imports tensorflow>")
+try:
+    _ops_lib = tf.load_op_library(_LIBRARY)
+except tf.errors.NotFoundError as e:
+    raise ImportError(
+        f"ddp.tensorflow: {_LIBRARY} does not load into TensorFlow {tf.__version__} (it was built "
+        f"against another TensorFlow; rebuild it with `make build-tf`): {e}") from e
+_c_lib = ctypes.CDLL(_LIBRARY)
+_c_lib.ddp_tf_set_context.argtypes = [ctypes.c_size_t]
+_c_lib.ddp_tf_set_context.restype = None
+
+Sum = ReduceOp.SUM
+Average = ReduceOp.AVERAGE
+Min = ReduceOp.MIN
+Max = ReduceOp.MAX
+Product = ReduceOp.PRODUCT
+Adasum = _ops.Adasum
+DDPError = _ddp.DDPError
+
+_bound = False
+
+
+class _NoneCompressor:
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        del ctx
+        return tensor
+
+
+class _FP16Compressor:
+    """Floating tensors travel as float16 and come back in their own dtype (Horovod's fp16)."""
+
+    @staticmethod
+    def compress(tensor):
+        if tensor.dtype.is_floating and tensor.dtype != tf.float16:
+            return tf.cast(tensor, tf.float16), tensor.dtype
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor if ctx is None else tf.cast(tensor, ctx)
+
+
+class Compression:
+    """Horovod's gradient compression: Compression.none, Compression.fp16."""
+    none = _NoneCompressor
+    fp16 = _FP16Compressor
+
+
+def init(comm=None, process_sets=None):
+    """Joins the job (as ddp.init) and hands its context to the TensorFlow ops."""
+    import ddp
+    ddp.init(comm=comm, process_sets=process_sets)
+    _bind()
+
+
+def _bind():
+    global _bound
+    if not _bound:
+        _c_lib.ddp_tf_set_context(_ddp._c_context())
+        _bound = True
+
+
+def _ready(what):
+    """Before an operation: the job must exist; the ops get its context on first use (a script
+    that called ddp.init() itself works too)."""
+    if not _ddp.is_initialized():
+        raise _ops.error(f"ddp.tensorflow.{what}() called before ddp.tensorflow.init() (or after "
+                         f"shutdown())", "FAILED_PRECONDITION")
+    _bind()
+
+
+def shutdown():
+    """Leaves the job; safe to call twice."""
+    global _bound
+    import ddp
+    _c_lib.ddp_tf_set_context(0)
+    _bound = False
+    ddp.shutdown()
+
+
+def is_initialized():
+    return _ddp.is_initialized()
+
+
+rank = _ddp.rank
+size = _ddp.size
+local_rank = _ddp.local_rank
+local_size = _ddp.local_size
+cross_rank = _ddp.cross_rank
+cross_size = _ddp.cross_size
+
+
+def _normalize(name):
+    return re.sub(r"[^a-zA-Z0-9_.\-]", "_", name)
+
+
+def _name_of(kind, tensor, name, process_set, ignore_name_scope=False):
+    """The name the ranks agree on. Given: that name (under the graph's name scope unless
+    ignore_name_scope, as in Horovod). Inside a graph (tf.function): from the tensor's own name.
+    Eager: `<kind>.noname.<n>`, counted per kind and process set like ddp.torch's."""
+    set_id = _ops.set_id(process_set)
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise _ops.error(f"ddp.tensorflow.{kind}: name must be a non-empty string, got "
+                             f"{name!r}")
+        if not ignore_name_scope and not tf.executing_eagerly():
+            scope = tf.compat.v1.get_default_graph().get_name_scope()
+            if scope:
+                name = f"{scope}/{name}"
+        return _normalize(name)
+    if not tf.executing_eagerly() and getattr(tensor, "name", None):
+        return f"{kind}.{_normalize(tensor.name)}"
+    return _ddp.auto_name(kind, set_id)
+
+
+def _op_code(op, average, what):
+    return int(_ops.check_op(_ops.resolve_op(op, average, what), what))
+
+
+def allreduce(tensor, average=None, device_dense="", device_sparse="", compression=None,
+              op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+              process_set=_ops.WORLD, ignore_name_scope=False):
+    """op over the ranks of `tensor` (Average unless op=; Horovod's deprecated average= too),
+    scaled by prescale_factor before and postscale_factor after. Sparse tensors
+    (tf.IndexedSlices) are allgathered, as Horovod does (values and indices), which is their sum;
+    Average divides the values by the set's size."""
+    del device_dense, device_sparse  # CPU tensors; GPU ones are staged by TensorFlow
+    _ready("allreduce")
+    code = _op_code(op, average, "allreduce")
+    if isinstance(tensor, tf.IndexedSlices):
+        if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
+            raise _ops.error("ddp.tensorflow.allreduce: a sparse tensor (IndexedSlices) reduces "
+                             "with Sum or Average only")
+        values = allgather(tensor.values, name=None if name is None else name + ".values",
+                           process_set=process_set, ignore_name_scope=ignore_name_scope)
+        indices = allgather(tensor.indices, name=None if name is None else name + ".indices",
+                            process_set=process_set, ignore_name_scope=ignore_name_scope)
+        scale = float(prescale_factor) * float(postscale_factor)
+        if code == int(ReduceOp.AVERAGE):
+            scale /= len(_ops.process_set_ranks(process_set))
+        if scale != 1.0:
+            values = values * tf.cast(scale, values.dtype)
+        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+    tensor = tf.convert_to_tensor(tensor)
+    compressed, ctx = (tensor, None) if compression is None else compression.compress(tensor)
+    reduced = _ops_lib.ddp_allreduce(
+        compressed, _name_of("allreduce", tensor, name, process_set, ignore_name_scope),
+        reduce_op=code, prescale_factor=_ops.check_scale(prescale_factor, "allreduce", "prescale"),
+        postscale_factor=_ops.check_scale(postscale_factor, "allreduce", "postscale"),
+        process_set=_ops.set_id(process_set))
+    return reduced if compression is None else compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=None,
+                      op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
+                      process_set=_ops.WORLD, ignore_name_scope=False):
+    """allreduce of every tensor, negotiated and reduced as one unit (one per dtype)."""
+    del device_dense, device_sparse
+    _ready("grouped_allreduce")
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        raise _ops.error("ddp.tensorflow.grouped_allreduce: needs at least one tensor")
+    code = _op_code(op, average, "grouped_allreduce")
+    group = _name_of("grouped_allreduce", tensors[0], name, process_set, ignore_name_scope)
+    by_dtype = {}
+    for i, t in enumerate(tensors):
+        by_dtype.setdefault(t.dtype, []).append(i)
+    out = [None] * len(tensors)
+    for k, (dtype, members) in enumerate(by_dtype.items()):
+        pairs = [(tensors[i], None) if compression is None else compression.compress(tensors[i])
+                 for i in members]
+        reduced = _ops_lib.ddp_grouped_allreduce(
+            [p[0] for p in pairs], group if len(by_dtype) == 1 else f"{group}.{k}",
+            reduce_op=code, prescale_factor=float(prescale_factor),
+            postscale_factor=float(postscale_factor), process_set=_ops.set_id(process_set))
+        for i, r, (_, ctx) in zip(members, reduced, pairs):
+            out[i] = r if compression is None else compression.decompress(r, ctx)
+    return out
+
+
+def allgather(tensor, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
+    """Every rank's tensor concatenated along the first dimension (which may differ)."""
+    _ready("allgather")
+    tensor = tf.convert_to_tensor(tensor)
+    return _ops_lib.ddp_allgather(
+        tensor, _name_of("allgather", tensor, name, process_set, ignore_name_scope),
+        process_set=_ops.set_id(process_set))
+
+
+def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
+    """root_rank's tensor on every rank (root_rank: a rank of the job)."""
+    _ready("broadcast")
+    tensor = tf.convert_to_tensor(tensor)
+    root = _ops.check_root(root_rank, process_set, "broadcast")
+    return _ops_lib.ddp_broadcast(
+        tensor, _name_of("broadcast", tensor, name, process_set, ignore_name_scope),
+        root_rank=root, process_set=_ops.set_id(process_set))
+
+
+def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
+    """The first dimension split in equal blocks, block j to rank j; the result holds block i
+    from rank i. Uneven `splits` are not supported by the TensorFlow ops yet."""
+    _ready("alltoall")
+    if splits is not None:
+        raise _ops.error("ddp.tensorflow.alltoall: splits= is not supported yet (equal blocks "
+                         "only)", "UNIMPLEMENTED")
+    tensor = tf.convert_to_tensor(tensor)
+    return _ops_lib.ddp_alltoall(
+        tensor, _name_of("alltoall", tensor, name, process_set, ignore_name_scope),
+        process_set=_ops.set_id(process_set))
+
+
+def reducescatter(tensor, op=None, name=None, ignore_name_scope=False, process_set=_ops.WORLD,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces (Average unless op=), then splits the first dimension across the ranks (the first
+    dim % size ranks get a row more); this rank's rows."""
+    _ready("reducescatter")
+    tensor = tf.convert_to_tensor(tensor)
+    code = _op_code(op, None, "reducescatter")
+    return _ops_lib.ddp_reducescatter(
+        tensor, _name_of("reducescatter", tensor, name, process_set, ignore_name_scope),
+        reduce_op=code, prescale_factor=float(prescale_factor),
+        postscale_factor=float(postscale_factor), process_set=_ops.set_id(process_set))
+
+
+def join():
+    """This rank has no more data: it takes part in the others' allreduces with zeros until every
+    rank has joined. Returns the rank that joined last."""
+    _ready("join")
+    return _ops_lib.ddp_join()
+
+
+def barrier(process_set=_ops.WORLD):
+    """Returns once every rank of the set has reached it (through the engine, in order with the
+    operations submitted before it)."""
+    _ready("barrier")
+    return _ops_lib.ddp_allreduce(tf.zeros([], tf.int32),
+                                  _ddp.auto_name("barrier", _ops.set_id(process_set)),
+                                  reduce_op=int(ReduceOp.SUM),
+                                  process_set=_ops.set_id(process_set))
+
+
+def broadcast_variables(variables, root_rank, process_set=_ops.WORLD):
+    """Assigns root_rank's values to the variables on every rank."""
+    for i, var in enumerate(variables):
+        name = f"broadcast_variables.{_normalize(getattr(var, 'name', str(i)))}"
+        var.assign(broadcast(var, root_rank, name=name, ignore_name_scope=True,
+                             process_set=process_set))
+
+
+# ---- gradients, as Horovod's ---------------------------------------------------------------
+
+def _set_of(op):
+    return op.get_attr("process_set")
+
+
+@tf.RegisterGradient("DdpAllreduce")
+def _allreduce_grad(op, grad):
+    code = op.get_attr("reduce_op")
+    if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
+        raise _ops.error(f"ddp.tensorflow.allreduce: op {ReduceOp(code).name} has no gradient")
+    return [_ops_lib.ddp_allreduce(grad, _ddp.auto_name("allreduce.grad", _set_of(op)),
+                                   reduce_op=code,
+                                   prescale_factor=op.get_attr("prescale_factor"),
+                                   postscale_factor=op.get_attr("postscale_factor"),
+                                   process_set=_set_of(op)),
+            None]
+
+
+@tf.RegisterGradient("DdpAllgather")
+def _allgather_grad(op, grad):
+    process_set = _set_of(op)
+    reduced = _ops_lib.ddp_allreduce(grad, _ddp.auto_name("allgather.grad", process_set),
+                                     reduce_op=int(ReduceOp.AVERAGE), process_set=process_set)
+    rows = tf.reshape(tf.shape(op.inputs[0], out_type=tf.int64)[0], [1])
+    all_rows = _ops_lib.ddp_allgather(rows, _ddp.auto_name("allgather.grad.rows", process_set),
+                                      process_set=process_set)
+    members = _ops.process_set_ranks(process_set)
+    mine = members.index(_ddp.rank())
+    return [tf.split(reduced, all_rows, axis=0)[mine], None]
+
+
+@tf.RegisterGradient("DdpBroadcast")
+def _broadcast_grad(op, grad):
+    process_set = _set_of(op)
+    reduced = _ops_lib.ddp_allreduce(grad, _ddp.auto_name("broadcast.grad", process_set),
+                                     reduce_op=int(ReduceOp.AVERAGE), process_set=process_set)
+    members = _ops.process_set_ranks(process_set)
+    if members[op.get_attr("root_rank")] != _ddp.rank():
+        reduced = tf.zeros_like(reduced)
+    return [reduced, None]
+
+
+@tf.RegisterGradient("DdpAlltoall")
+def _alltoall_grad(op, grad):
+    process_set = _set_of(op)
+    return [_ops_lib.ddp_alltoall(grad, _ddp.auto_name("alltoall.grad", process_set),
+                                  process_set=process_set), None]
+
+
+@tf.RegisterGradient("DdpReducescatter")
+def _reducescatter_grad(op, grad):
+    code = op.get_attr("reduce_op")
+    if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
+        raise _ops.error(f"ddp.tensorflow.reducescatter: op {ReduceOp(code).name} has no "
+                         f"gradient")
+    process_set = _set_of(op)
+    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
+    if code == int(ReduceOp.SUM):
+        scale *= len(_ops.process_set_ranks(process_set))
+    if scale != 1.0:
+        grad = grad * tf.cast(scale, grad.dtype)
+    return [_ops_lib.ddp_allgather(grad, _ddp.auto_name("reducescatter.grad", process_set),
+                                   process_set=process_set), None]
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "allreduce", "grouped_allreduce", "allgather", "broadcast",
+    "alltoall", "reducescatter", "join", "barrier", "broadcast_variables", "Sum", "Average",
+    "Min", "Max", "Product", "Adasum", "DDPError", "Compression",
+]

@@ -1,0 +1,134 @@
+"""Every ddp.tensorflow operation against numpy, for every dtype, eager and inside tf.function,
+on any number of ranks; then the errors: ranks that disagree on a shape (every rank's error names
+the tensor), an unsupported dtype, a call before init. Prints "rank R: ok"."""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import ddp.tensorflow as hvd  # noqa: E402
+
+DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32, tf.int64]
+
+
+def fail(what):
+    print(f"rank {hvd.rank()}: FAILED: {what}", flush=True)
+    sys.exit(1)
+
+
+def check(what, got, want):
+    got = np.asarray(got.numpy() if hasattr(got, "numpy") else got, dtype=np.float64)
+    want = np.asarray(want, dtype=np.float64)
+    if got.shape != want.shape or not np.array_equal(got, want):
+        fail(f"{what}: got {got.tolist()}, want {want.tolist()}")
+
+
+def data(rank, shape, dtype, offset=0):
+    """Small integers (exact in every dtype, products included): rank-dependent."""
+    n = int(np.prod(shape))
+    values = (np.arange(n) % 3 + rank + 1 + offset).reshape(shape)
+    return tf.cast(tf.constant(values, dtype=tf.float64), dtype), values.astype(np.float64)
+
+
+def main():
+    try:
+        hvd.allreduce(tf.ones([2]))
+        fail("an operation before init did not raise")
+    except hvd.DDPError as e:
+        if "before ddp.tensorflow.init()" not in str(e):
+            fail(f"before init: {e}")
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    per_rank = [data(q, (2, 3), tf.float64)[1] for q in range(n)]
+
+    for dtype in DTYPES:
+        tag = dtype.name
+        x, _ = data(r, (2, 3), dtype)
+        stack = np.stack(per_rank)
+        ops = [(hvd.Sum, stack.sum(0)), (hvd.Min, stack.min(0)), (hvd.Max, stack.max(0))]
+        if dtype.is_floating:
+            ops.append((hvd.Average, stack.mean(0)))
+        if n <= 3 and dtype not in (tf.int8, tf.uint8):
+            ops.append((hvd.Product, stack.prod(0)))
+        for op, want in ops:
+            check(f"allreduce {tag} {op.name}", hvd.allreduce(x, op=op, name=f"ar.{tag}.{op.name}"),
+                  want)
+        if dtype.is_floating:
+            got = hvd.allreduce(x, op=hvd.Sum, prescale_factor=2.0, postscale_factor=0.5,
+                                name=f"ar.{tag}.scaled")
+            check(f"allreduce {tag} scaled", got, stack.sum(0))
+            got = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16,
+                                name=f"ar.{tag}.fp16")
+            if got.dtype != dtype:
+                fail(f"fp16 compression returned {got.dtype.name} for {tag}")
+            check(f"allreduce {tag} fp16", got, stack.sum(0))
+        # Unnamed, eager: automatic names in the same order on every rank.
+        check(f"allreduce {tag} unnamed", hvd.allreduce(x, op=hvd.Sum), stack.sum(0))
+
+        # grouped: two shapes, one unit
+        a, _ = data(r, (4,), dtype)
+        b, _ = data(r, (1, 2), dtype, offset=1)
+        ga, gb = hvd.grouped_allreduce([a, b], op=hvd.Sum, name=f"group.{tag}")
+        check(f"grouped {tag} a", ga, sum(data(q, (4,), tf.float64)[1] for q in range(n)))
+        check(f"grouped {tag} b", gb, sum(data(q, (1, 2), tf.float64, 1)[1] for q in range(n)))
+
+        # allgather: rank q has q + 1 rows
+        g, _ = data(r, (r + 1, 2), dtype)
+        want = np.concatenate([data(q, (q + 1, 2), tf.float64)[1] for q in range(n)])
+        check(f"allgather {tag}", hvd.allgather(g, name=f"ag.{tag}"), want)
+
+        # broadcast from the last rank
+        check(f"broadcast {tag}", hvd.broadcast(x, root_rank=n - 1, name=f"bc.{tag}"),
+              per_rank[n - 1])
+
+        # alltoall: block j (one row of 2) to rank j
+        t, _ = data(r, (n, 2), dtype)
+        got = hvd.alltoall(t, name=f"a2a.{tag}")
+        want = np.stack([data(q, (n, 2), tf.float64)[1][r] for q in range(n)])
+        check(f"alltoall {tag}", got, want)
+
+        # reducescatter: 2 rows per rank, summed
+        s, _ = data(r, (2 * n, 3), dtype)
+        total = sum(data(q, (2 * n, 3), tf.float64)[1] for q in range(n))
+        check(f"reducescatter {tag}", hvd.reducescatter(s, op=hvd.Sum, name=f"rs.{tag}"),
+              total[2 * r:2 * r + 2])
+
+    # Inside tf.function: the graph's tensor names are the engine's names.
+    @tf.function
+    def step(t):
+        return hvd.allreduce(t, op=hvd.Sum) + hvd.broadcast(t, root_rank=0)
+
+    x, _ = data(r, (3,), tf.float32)
+    for _ in range(3):
+        check("tf.function", step(x), sum(data(q, (3,), tf.float64)[1] for q in range(n)) +
+              data(0, (3,), tf.float64)[1])
+
+    # Errors: shapes that disagree fail on every rank, naming the tensor (alone, no rank can).
+    if n > 1:
+        try:
+            hvd.allreduce(tf.ones([r + 1]), name="grad.disagree")
+            fail("a shape mismatch did not raise")
+        except tf.errors.InvalidArgumentError as e:
+            if "grad.disagree" not in e.message or "shape" not in e.message:
+                fail(f"the mismatch's message: {e.message}")
+    try:
+        hvd.allreduce(tf.ones([2], dtype=tf.complex64), name="complex")
+        fail("complex64 did not raise")
+    except (tf.errors.InvalidArgumentError, TypeError) as e:
+        if "complex64" not in str(e):
+            fail(f"complex64's message: {e}")
+    # The job goes on after both.
+    check("after errors", hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="after"), [n, n])
+    hvd.barrier()
+    last = hvd.join()
+    if not 0 <= int(last) < n:
+        fail(f"join's last rank {last}")
+    hvd.shutdown()
+    print(f"rank {r}: ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
