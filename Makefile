@@ -15,7 +15,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
-.PHONY: all deps venv deploy-venv tf-venv build build-tf test-tf demo demo-ps test test-full test-python test-deploy test-pip \
+.PHONY: all deps venv deploy-venv tf-venv build build-tf test-tf demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
   test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
 
 all: build
@@ -78,6 +78,12 @@ build-tf: build tf-venv
 # digits from scikit-learn, no download): >= 97% test accuracy in well under a minute.
 demo: build
 	$(VENV)/bin/ddprun -np 4 $(VENV)/bin/python examples/pytorch/train_digits.py
+
+# The Keras demo: the digits CNN trained with model.fit by 4 ranks through ddp.tensorflow.keras
+# (DistributedOptimizer and Horovod's callbacks), to >= 97% test accuracy.
+demo-tf: build-tf
+	$(TF_VENV)/bin/ddprun -np 4 $(TF_VENV)/bin/python examples/tensorflow/train_digits_keras.py \
+	  --target-accuracy 0.97
 
 # The parameter-server demo: the same digits CNN trained asynchronously by 4 workers against 2
 # server processes (Adam on the servers), to >= 97% test accuracy.

@@ -1,6 +1,8 @@
 """ddp.tensorflow in real multi-rank jobs under ddprun (TensorFlow's environment: make test-tf).
 The workers check every rank's results against numpy or closed forms and exit non-zero on the
 first mismatch, naming it."""
+import pathlib
+
 import pytest
 
 
@@ -21,3 +23,18 @@ def test_a_killed_rank_surfaces_as_a_tensorflow_error_with_libddps_message(run_j
     assert result.returncode != 0  # the launcher reports the killed rank
     assert "rank 2 was killed by signal SIGKILL" in result.stderr, result.stderr
     assert result.stdout.count(": ok (AbortedError") == 2, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_keras_training_is_identical_on_every_rank_and_equals_one_process(run_job, np):
+    # fit with DistributedOptimizer and the callbacks, a DistributedGradientTape loop in a
+    # tf.function, gradient accumulation, the warmup.
+    result = run_job(np, "tf_keras.py")
+    assert result.stdout.count(": ok") == np
+
+
+def test_the_keras_demo_reaches_97_percent_on_4_ranks(run_job, tmp_path):
+    demo = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tensorflow" / \
+        "train_digits_keras.py"
+    result = run_job(4, str(demo), "--target-accuracy", "0.97", timeout=600)
+    assert "test accuracy:" in result.stdout, result.stdout

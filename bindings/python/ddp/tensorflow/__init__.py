@@ -296,6 +296,81 @@ def broadcast_variables(variables, root_rank, process_set=_ops.WORLD):
                              process_set=process_set))
 
 
+class DistributedGradientTape:
+    """Wraps a tf.GradientTape: gradient() returns the gradients reduced over the ranks (Average
+    unless op=), Horovod's DistributedGradientTape. Dense gradients go in grouped allreduces
+    (num_groups or groups: lists of source indices; default one group), sparse ones
+    (IndexedSlices) through allgather unless sparse_as_dense."""
+
+    def __init__(self, gradtape, device_dense="", device_sparse="", compression=None,
+                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
+                 groups=None, process_set=_ops.WORLD):
+        del device_dense, device_sparse
+        self._tape = gradtape
+        self._op = _ops.check_op(op, "DistributedGradientTape")
+        self._compression = compression
+        self._sparse_as_dense = sparse_as_dense
+        self._predivide = float(gradient_predivide_factor)
+        self._num_groups = num_groups
+        self._groups = groups
+        self._process_set = process_set
+        self._calls = 0
+
+    def __getattr__(self, name):  # watch, stop_recording, ... as the wrapped tape's
+        return getattr(self._tape, name)
+
+    def __enter__(self):
+        self._tape.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self._tape.__exit__(*exc)
+
+    def gradient(self, target, sources, output_gradients=None, **kwargs):
+        grads = self._tape.gradient(target, sources, output_gradients, **kwargs)
+        flat = tf.nest.flatten(grads)
+        self._calls += 1
+        reduced = _reduce_gradients(flat, op=self._op, compression=self._compression,
+                                    sparse_as_dense=self._sparse_as_dense,
+                                    predivide=self._predivide, num_groups=self._num_groups,
+                                    groups=self._groups, process_set=self._process_set,
+                                    name=f"DistributedGradientTape.{self._calls}")
+        return tf.nest.pack_sequence_as(grads, reduced)
+
+
+def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
+                      process_set, name):
+    """Gradients reduced over the ranks: dense ones in grouped allreduces, sparse ones
+    (IndexedSlices) through allgather unless sparse_as_dense; None stays None (every rank must
+    agree on which are None, as with Horovod)."""
+    grads = list(grads)
+    for i, g in enumerate(grads):
+        if isinstance(g, tf.IndexedSlices) and sparse_as_dense:
+            grads[i] = tf.convert_to_tensor(g)
+    dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
+    if groups is None:
+        k = max(1, min(num_groups or 1, len(dense)))
+        groups = [dense[j * len(dense) // k:(j + 1) * len(dense) // k] for j in range(k)]
+    out = list(grads)
+    scaled = op in (ReduceOp.SUM, ReduceOp.AVERAGE)
+    for k, members in enumerate(groups):
+        members = [i for i in members if i in dense]
+        if not members:
+            continue
+        reduced = grouped_allreduce(
+            [grads[i] for i in members], op=op, compression=compression,
+            prescale_factor=1.0 / predivide if scaled else 1.0,
+            postscale_factor=predivide if scaled else 1.0, name=f"{name}.group{k}",
+            process_set=process_set, ignore_name_scope=True)
+        for i, r in zip(members, reduced):
+            out[i] = r
+    for i, g in enumerate(grads):
+        if isinstance(g, tf.IndexedSlices):
+            out[i] = allreduce(g, op=op, name=f"{name}.sparse{i}", process_set=process_set,
+                               ignore_name_scope=True)
+    return out
+
+
 # ---- gradients, as Horovod's ---------------------------------------------------------------
 
 def _set_of(op):
@@ -366,5 +441,5 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "allreduce", "grouped_allreduce", "allgather", "broadcast",
     "alltoall", "reducescatter", "join", "barrier", "broadcast_variables", "Sum", "Average",
-    "Min", "Max", "Product", "Adasum", "DDPError", "Compression",
+    "Min", "Max", "Product", "Adasum", "DDPError", "Compression", "DistributedGradientTape",
 ]

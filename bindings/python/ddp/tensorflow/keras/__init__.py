@@ -1,0 +1,90 @@
+"""libddp for Keras (the Keras 3 that TensorFlow 2.16+ uses), with Horovod's names:
+`import ddp.tensorflow.keras as hvd`.
+
+    hvd.init()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.01 * hvd.size()))
+    model.compile(optimizer=opt, loss=...)
+    model.fit(x_shard, y_shard, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                                           hvd.callbacks.MetricAverageCallback()])
+
+DistributedOptimizer averages the gradients over the ranks (one grouped allreduce per step,
+through the engine) before the wrapped optimizer clips and applies them, so every rank applies
+the same update.
+"""
+import keras
+
+from .. import (Average, Compression, DDPError, Max, Min, Product, Sum, _ops,
+                _reduce_gradients, allgather, allreduce, alltoall, barrier, broadcast,
+                broadcast_variables, cross_rank, cross_size, grouped_allreduce, init,
+                is_initialized, join, local_rank, local_size, rank, reducescatter, shutdown, size)
+from . import callbacks
+
+if not hasattr(keras.optimizers.Optimizer, "_clip_gradients"):  # pragma: no cover
+    raise ImportError(f"ddp.tensorflow.keras needs Keras 3 (this is Keras {keras.__version__}); "
+                      f"with Keras 2 (tf_keras), use ddp.tensorflow.DistributedGradientTape")
+
+
+def _reduce(optimizer, grads):
+    cfg = optimizer._ddp
+    return _reduce_gradients(grads, op=cfg["op"], compression=cfg["compression"],
+                             sparse_as_dense=cfg["sparse_as_dense"], predivide=cfg["predivide"],
+                             num_groups=cfg["num_groups"], groups=cfg["groups"],
+                             process_set=cfg["process_set"], name=cfg["name"])
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=Compression.none, sparse_as_dense=False,
+                         backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                         num_groups=0, groups=None, process_set=_ops.WORLD):
+    """A copy of the Keras optimizer `optimizer` (same class and configuration) that reduces the
+    gradients over the ranks before it clips and applies them. backward_passes_per_step=N
+    accumulates N steps locally (Keras' gradient_accumulation_steps: their average) and reduces
+    once per update. groups (lists of variable indices) or num_groups split the grouped allreduce.
+    """
+    del device_dense, device_sparse
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        raise _ops.error(f"ddp.tensorflow.keras.DistributedOptimizer: needs a Keras optimizer, "
+                         f"got {type(optimizer).__name__}")
+    op = _ops.check_op(op, "DistributedOptimizer")
+    if op not in (Sum, Average) and gradient_predivide_factor != 1.0:
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: gradient_predivide_factor "
+                         "needs op Average or Sum")
+    if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: backward_passes_per_step "
+                         f"must be an int >= 1, got {backward_passes_per_step!r}")
+    base = type(optimizer)
+
+    def _clip_gradients(self, grads):
+        # Called once per update with the gradients to apply (accumulated, if accumulating), before
+        # clipping and weight decay: where Horovod's optimizer reduces them.
+        return base._clip_gradients(self, _reduce(self, grads))
+
+    cls = type(base.__name__, (base,), {"_clip_gradients": _clip_gradients,
+                                        "__module__": base.__module__})
+    if isinstance(compression, type) and compression is Compression.none:
+        compression = None
+    config = optimizer.get_config()
+    if backward_passes_per_step > 1:
+        config["gradient_accumulation_steps"] = backward_passes_per_step
+    wrapped = cls.from_config(config)
+    wrapped._ddp = {"name": name or f"DistributedOptimizer.{optimizer.name}", "op": op,
+                    "compression": compression, "sparse_as_dense": sparse_as_dense,
+                    "predivide": float(gradient_predivide_factor), "groups": groups,
+                    "num_groups": num_groups, "process_set": process_set}
+    return wrapped
+
+
+def broadcast_global_variables(model, root_rank):
+    """Assigns root_rank's model (and, once built, optimizer) variables on every rank."""
+    broadcast_variables(model.variables, root_rank)
+    if getattr(model, "optimizer", None) is not None and model.optimizer.built:
+        broadcast_variables(model.optimizer.variables, root_rank)
+
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "allreduce", "grouped_allreduce", "allgather", "broadcast",
+    "alltoall", "reducescatter", "join", "barrier", "broadcast_variables",
+    "broadcast_global_variables", "DistributedOptimizer", "callbacks", "Compression", "Sum",
+    "Average", "Min", "Max", "Product", "DDPError",
+]

@@ -1,0 +1,95 @@
+"""Horovod's Keras callbacks for libddp: `hvd.callbacks.*` with `import ddp.tensorflow.keras as hvd`."""
+import keras
+import numpy as np
+
+from .. import Average, allreduce, broadcast_variables, size
+
+
+class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
+    """Makes every rank start from root_rank's weights: the model's variables at the start of
+    training, the optimizer's (built by the first step) after the first batch."""
+
+    def __init__(self, root_rank, device=""):
+        super().__init__()
+        del device
+        self.root_rank = root_rank
+        self._optimizer_done = False
+
+    def on_train_begin(self, logs=None):
+        broadcast_variables(self.model.variables, self.root_rank)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._optimizer_done:
+            return
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None and optimizer.built:
+            broadcast_variables(optimizer.variables, self.root_rank)
+        self._optimizer_done = True
+
+
+class MetricAverageCallback(keras.callbacks.Callback):
+    """At each epoch's end, replaces every metric in `logs` by its average over the ranks (so
+    that rank 0's log, and callbacks after this one, see the job's metrics)."""
+
+    def __init__(self, device=""):
+        super().__init__()
+        del device
+
+    def on_epoch_end(self, epoch, logs=None):
+        if not logs:
+            return
+        for key in sorted(logs):
+            value = logs[key]
+            if isinstance(value, (int, float, np.floating, np.integer)) or np.ndim(value) == 0:
+                averaged = allreduce(np.float64(value), op=Average,
+                                     name=f"MetricAverageCallback.{epoch}.{key}")
+                logs[key] = float(averaged.numpy())
+
+
+class LearningRateWarmupCallback(keras.callbacks.Callback):
+    """Goyal et al.'s gradual warmup, as Horovod's: over the first `warmup_epochs` the learning
+    rate grows linearly, batch by batch, from initial_lr / size() to initial_lr (the rate for the
+    whole job's batch). steps_per_epoch: batches per epoch (else taken from fit's params)."""
+
+    def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
+                 steps_per_epoch=None, verbose=0):
+        super().__init__()
+        self.initial_lr = float(initial_lr)
+        self.warmup_epochs = warmup_epochs
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self.verbose = verbose
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if self.steps_per_epoch is None:
+            self.steps_per_epoch = (self.params or {}).get("steps")
+        if not self.steps_per_epoch:
+            raise ValueError("LearningRateWarmupCallback: pass steps_per_epoch (fit did not say "
+                             "how many batches an epoch has)")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def _rate(self, batch):
+        progress = (self._epoch + float(batch) / self.steps_per_epoch) / self.warmup_epochs
+        n = size()
+        return self.initial_lr / n * (progress * (n - 1) + 1)
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._epoch >= self.warmup_epochs:
+            return
+        self.model.optimizer.learning_rate = self._rate(batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch == self.warmup_epochs - 1:
+            self.model.optimizer.learning_rate = self.initial_lr
+            if self.verbose:
+                print(f"Epoch {epoch + 1}: finished gradual learning rate warmup to "
+                      f"{self.initial_lr:g}.")
+        if logs is not None:
+            logs["lr"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+
+
+__all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
+           "LearningRateWarmupCallback"]

@@ -1,0 +1,142 @@
+"""Keras training with ddp.tensorflow.keras: model.fit with DistributedOptimizer and the callbacks,
+and a custom loop with DistributedGradientTape. Each rank trains on its part of every global
+batch; the weights must come out bit-identical on every rank and equal (to float32 rounding) to
+one process training on the whole batches. Prints "rank R: ok"."""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import ddp.tensorflow as hvd_tf  # noqa: E402
+import ddp.tensorflow.keras as hvd  # noqa: E402
+
+GLOBAL_BATCH = 24
+STEPS = 6
+
+
+def fail(what):
+    print(f"rank {hvd.rank()}: FAILED: {what}", flush=True)
+    sys.exit(1)
+
+
+def make_model():
+    keras.utils.set_random_seed(7)
+    return keras.Sequential([keras.Input((10,)), keras.layers.Dense(16, activation="tanh"),
+                             keras.layers.Dense(3)])
+
+
+def data():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((GLOBAL_BATCH * STEPS, 10)).astype(np.float32)
+    y = rng.integers(0, 3, size=GLOBAL_BATCH * STEPS)
+    return x, y
+
+
+def shard(a, r, n):
+    """Rank r's part of every global batch (contiguous within the batch, in batch order)."""
+    per = GLOBAL_BATCH // n
+    return np.concatenate([a[b * GLOBAL_BATCH + r * per:b * GLOBAL_BATCH + (r + 1) * per]
+                           for b in range(STEPS)])
+
+
+def flat(model):
+    return np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+
+
+def same_everywhere(what, values):
+    everyone = hvd_tf.allgather(tf.constant(values[None, :]), name=f"check.{what}").numpy()
+    if not all(np.array_equal(everyone[0], row) for row in everyone):
+        fail(f"{what}: the ranks' weights differ")
+
+
+def close(what, got, want):
+    if not np.allclose(got, want, rtol=1e-5, atol=1e-6):
+        fail(f"{what}: max difference {np.max(np.abs(got - want))} from one process's training")
+
+
+def reference(x, y, lr):
+    """One process, whole global batches: what the job must compute."""
+    model = make_model()
+    model.compile(optimizer=keras.optimizers.SGD(lr), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0)
+    return flat(model)
+
+
+def main():
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    x, y = data()
+    xs, ys = shard(x, r, n), shard(y, r, n)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    # model.fit: DistributedOptimizer + callbacks. Rank 1 starts from other weights: the broadcast
+    # callback must give it rank 0's.
+    model = make_model()
+    if r == 1:
+        for v in model.trainable_variables:
+            v.assign(v + 1.0)
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    if type(opt).__name__ != "SGD" or not isinstance(opt, keras.optimizers.SGD):
+        fail(f"DistributedOptimizer's class: {type(opt)}")
+    model.compile(optimizer=opt, loss=loss_fn)
+    history = model.fit(xs, ys, batch_size=GLOBAL_BATCH // n, epochs=2, shuffle=False, verbose=0,
+                        callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
+                                   hvd.callbacks.MetricAverageCallback()])
+    weights = flat(model)
+    same_everywhere("fit", weights)
+    close("fit", weights, reference(x, y, 0.1))
+    # MetricAverageCallback: every rank logged the job's average loss.
+    losses = np.array(history.history["loss"], dtype=np.float64)
+    same_everywhere("averaged metrics", losses)
+
+    # A custom loop with DistributedGradientTape, in a tf.function.
+    model = make_model()
+    sgd = keras.optimizers.SGD(0.1)
+    per = GLOBAL_BATCH // n
+
+    @tf.function
+    def step(xb, yb):
+        with hvd_tf.DistributedGradientTape(tf.GradientTape()) as tape:
+            loss = loss_fn(yb, model(xb, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        sgd.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    for _ in range(2):
+        for b in range(STEPS):
+            step(xs[b * per:(b + 1) * per], ys[b * per:(b + 1) * per])
+    weights = flat(model)
+    same_everywhere("tape", weights)
+    close("tape", weights, reference(x, y, 0.1))
+
+    # Gradient accumulation: 2 local passes per update, then one reduction (Keras' average of
+    # the two): equal to one process applying the average of each pair of global batches.
+    model = make_model()
+    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2)
+    model.compile(optimizer=opt, loss=loss_fn)
+    model.fit(xs, ys, batch_size=per, epochs=1, shuffle=False, verbose=0)
+    weights = flat(model)
+    same_everywhere("accumulated", weights)
+    ref = make_model()
+    ref.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), loss=loss_fn)
+    ref.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+    close("accumulated", weights, flat(ref))
+
+    # Warmup: the rate ends at initial_lr after warmup_epochs.
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.05)), loss=loss_fn)
+    warm = hvd.callbacks.LearningRateWarmupCallback(initial_lr=0.05, warmup_epochs=2)
+    hist = model.fit(xs, ys, batch_size=per, epochs=3, shuffle=False, verbose=0, callbacks=[warm])
+    lrs = hist.history["lr"]
+    if not (abs(lrs[-1] - 0.05) < 1e-9 and (n == 1 or lrs[0] < 0.05)):
+        fail(f"warmup's rates {lrs}")
+    hvd.shutdown()
+    print(f"rank {r}: ok", flush=True)
+
+
+if __name__ == "__main__":
+    main()
