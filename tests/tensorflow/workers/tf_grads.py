@@ -69,6 +69,14 @@ def main():
     check("alltoall", tape.gradient(loss, t),
           np.repeat(np.arange(1, n + 1, dtype=np.float64)[:, None], 3, axis=1))
 
+    # alltoall with splits: rank r sends j + 1 rows to rank j, who weights them by (j + 1).
+    u = tf.Variable(tf.ones([n * (n + 1) // 2, 2]))
+    with tf.GradientTape() as tape:
+        got, _ = hvd.alltoall(u, splits=[j + 1 for j in range(n)], name="g.a2av")
+        loss = coef * tf.reduce_sum(got)
+    check("alltoall with splits", tape.gradient(loss, u),
+          np.concatenate([np.full((j + 1, 2), j + 1.0) for j in range(n)]))
+
     # reducescatter (Sum, 2 rows per rank): every input row is summed into some rank's rows, and
     # that rank weights its rows by (its rank + 1): input row i's gradient is (i // 2 + 1) * n.
     s = tf.Variable(tf.ones([2 * n, 2]))

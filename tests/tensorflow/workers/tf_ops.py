@@ -90,6 +90,14 @@ def main():
         want = np.stack([data(q, (n, 2), tf.float64)[1][r] for q in range(n)])
         check(f"alltoall {tag}", got, want)
 
+        # alltoall with uneven splits: rank r sends j + 1 rows to rank j (values 10 r + j).
+        rows = np.concatenate([np.full((j + 1, 2), 10 * r + j) for j in range(n)])
+        got, got_splits = hvd.alltoall(tf.cast(rows, dtype), splits=[j + 1 for j in range(n)],
+                                       name=f"a2av.{tag}")
+        check(f"alltoall splits {tag}", got,
+              np.concatenate([np.full((r + 1, 2), 10 * q + r) for q in range(n)]))
+        check(f"alltoall received splits {tag}", got_splits, [r + 1] * n)
+
         # reducescatter: 2 rows per rank, summed
         s, _ = data(r, (2 * n, 3), dtype)
         total = sum(data(q, (2 * n, 3), tf.float64)[1] for q in range(n))
@@ -105,6 +113,17 @@ def main():
     for _ in range(3):
         check("tf.function", step(x), sum(data(q, (3,), tf.float64)[1] for q in range(n)) +
               data(0, (3,), tf.float64)[1])
+
+    @tf.function
+    def exchange(t):
+        return hvd.alltoall(t, splits=tf.range(1, n + 1))
+
+    rows = np.concatenate([np.full((j + 1, 3), 10 * r + j) for j in range(n)]).astype(np.float32)
+    for _ in range(2):
+        got, got_splits = exchange(tf.constant(rows))
+        check("alltoall splits in tf.function", got,
+              np.concatenate([np.full((r + 1, 3), 10 * q + r) for q in range(n)]))
+        check("received splits in tf.function", got_splits, [r + 1] * n)
 
     # Errors: shapes that disagree fail on every rank, naming the tensor (alone, no rank can).
     if n > 1:

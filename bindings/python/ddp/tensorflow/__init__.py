@@ -246,16 +246,34 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
 
 
 def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
-    """The first dimension split in equal blocks, block j to rank j; the result holds block i
-    from rank i. Uneven `splits` are not supported by the TensorFlow ops yet."""
+    """Sends rows of the first dimension to each rank of the set and returns what it received,
+    the first rank's first. Without `splits` the first dimension splits evenly and the result is
+    the received tensor; with `splits` (rows for each rank, Horovod's) it is the pair (received
+    tensor, received splits). Differentiable."""
     _ready("alltoall")
-    if splits is not None:
-        raise _ops.error("ddp.tensorflow.alltoall: splits= is not supported yet (equal blocks "
-                         "only)", "UNIMPLEMENTED")
     tensor = tf.convert_to_tensor(tensor)
-    return _ops_lib.ddp_alltoall(
-        tensor, _name_of("alltoall", tensor, name, process_set, ignore_name_scope),
-        process_set=_ops.set_id(process_set))
+    name = _name_of("alltoall", tensor, name, process_set, ignore_name_scope)
+    set_id = _ops.set_id(process_set)
+    if splits is None:
+        return _ops_lib.ddp_alltoall(tensor, name, process_set=set_id)
+    # Uneven: the ranks' splits are allgathered (each learns what it receives), every block is
+    # padded to the largest, one even alltoall moves them, and the padding is cut off again.
+    members = _ops.process_set_ranks(process_set)
+    n = len(members)
+    splits = tf.cast(tf.reshape(tf.convert_to_tensor(splits), [n]), tf.int64)
+    table = _ops_lib.ddp_allgather(tf.reshape(splits, [1, n]), f"{name}.splits",
+                                   process_set=set_id)
+    received = table[:, members.index(_ddp.rank())]
+    block = tf.reduce_max(table)
+    tail = tf.shape(tensor, out_type=tf.int64)[1:]
+    no_pad = [[0, 0]] * (tensor.shape.rank - 1)
+    parts = tf.split(tensor, splits, num=n, axis=0)
+    padded = tf.concat([tf.pad(p, [[0, block - tf.shape(p, out_type=tf.int64)[0]]] + no_pad)
+                        for p in parts], axis=0)
+    out = tf.reshape(_ops_lib.ddp_alltoall(padded, name, process_set=set_id),
+                     tf.concat([[n, block], tail], axis=0))
+    rows = tf.concat([out[j, :received[j]] for j in range(n)], axis=0)
+    return rows, tf.cast(received, tf.int32)
 
 
 def reducescatter(tensor, op=None, name=None, ignore_name_scope=False, process_set=_ops.WORLD,
