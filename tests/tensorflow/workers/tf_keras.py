@@ -58,11 +58,12 @@ def close(what, got, want):
         fail(f"{what}: max difference {np.max(np.abs(got - want))} from one process's training")
 
 
-def reference(x, y, lr):
+def reference(x, y, lr, epochs=2):
     """One process, whole global batches: what the job must compute."""
     model = make_model()
-    model.compile(optimizer=keras.optimizers.SGD(lr), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=2, shuffle=False, verbose=0)
+    model.compile(optimizer=keras.optimizers.SGD(lr),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=epochs, shuffle=False, verbose=0)
     return flat(model)
 
 
@@ -112,6 +113,15 @@ def main():
     weights = flat(model)
     same_everywhere("tape", weights)
     close("tape", weights, reference(x, y, 0.1))
+
+    # Grouped allreduces (num_groups=2) instead of one per gradient: the same result.
+    model = make_model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), num_groups=2),
+                  loss=loss_fn)
+    model.fit(xs, ys, batch_size=per, epochs=1, shuffle=False, verbose=0)
+    weights = flat(model)
+    same_everywhere("grouped", weights)
+    close("grouped", weights, reference(x, y, 0.1, epochs=1))
 
     # Gradient accumulation: 2 local passes per update, then one reduction (Keras' average of
     # the two): equal to one process applying the average of each pair of global batches.

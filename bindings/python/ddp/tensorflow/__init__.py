@@ -316,9 +316,9 @@ def broadcast_variables(variables, root_rank, process_set=_ops.WORLD):
 
 class DistributedGradientTape:
     """Wraps a tf.GradientTape: gradient() returns the gradients reduced over the ranks (Average
-    unless op=), Horovod's DistributedGradientTape. Dense gradients go in grouped allreduces
-    (num_groups or groups: lists of source indices; default one group), sparse ones
-    (IndexedSlices) through allgather unless sparse_as_dense."""
+    unless op=), Horovod's DistributedGradientTape. Dense gradients: an allreduce each (the
+    engine fuses them), or grouped allreduces with num_groups or groups (lists of source
+    indices); sparse ones (IndexedSlices) through allgather unless sparse_as_dense."""
 
     def __init__(self, gradtape, device_dense="", device_sparse="", compression=None,
                  sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
@@ -358,19 +358,29 @@ class DistributedGradientTape:
 
 def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
                       process_set, name):
-    """Gradients reduced over the ranks: dense ones in grouped allreduces, sparse ones
-    (IndexedSlices) through allgather unless sparse_as_dense; None stays None (every rank must
+    """Gradients reduced over the ranks: dense ones an allreduce each, or in grouped allreduces
+    (num_groups, groups), sparse ones (IndexedSlices) through allgather unless sparse_as_dense; None stays None (every rank must
     agree on which are None, as with Horovod)."""
     grads = list(grads)
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices) and sparse_as_dense:
             grads[i] = tf.convert_to_tensor(g)
     dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
-    if groups is None:
-        k = max(1, min(num_groups or 1, len(dense)))
-        groups = [dense[j * len(dense) // k:(j + 1) * len(dense) // k] for j in range(k)]
     out = list(grads)
     scaled = op in (ReduceOp.SUM, ReduceOp.AVERAGE)
+    if groups is None and not num_groups:
+        # Horovod's default: an allreduce per gradient, each started as soon as TensorFlow has
+        # computed it (the engine fuses those that are ready together).
+        for i in dense:
+            out[i] = allreduce(grads[i], op=op, compression=compression,
+                               prescale_factor=1.0 / predivide if scaled else 1.0,
+                               postscale_factor=predivide if scaled else 1.0,
+                               name=f"{name}.grad{i}", process_set=process_set,
+                               ignore_name_scope=True)
+        groups = []
+    elif groups is None:
+        k = max(1, min(num_groups, len(dense)))
+        groups = [dense[j * len(dense) // k:(j + 1) * len(dense) // k] for j in range(k)]
     for k, members in enumerate(groups):
         members = [i for i in members if i in dense]
         if not members:

@@ -7,9 +7,9 @@
     model.fit(x_shard, y_shard, callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0),
                                            hvd.callbacks.MetricAverageCallback()])
 
-DistributedOptimizer averages the gradients over the ranks (one grouped allreduce per step,
-through the engine) before the wrapped optimizer clips and applies them, so every rank applies
-the same update.
+DistributedOptimizer averages the gradients over the ranks (an allreduce each, which the engine
+fuses; grouped with num_groups or groups) before the wrapped optimizer clips and applies them,
+so every rank applies the same update.
 """
 import keras
 
@@ -39,7 +39,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     """A copy of the Keras optimizer `optimizer` (same class and configuration) that reduces the
     gradients over the ranks before it clips and applies them. backward_passes_per_step=N
     accumulates N steps locally (Keras' gradient_accumulation_steps: their average) and reduces
-    once per update. groups (lists of variable indices) or num_groups split the grouped allreduce.
+    once per update. groups (lists of variable indices) or num_groups: grouped allreduces instead
+    of one per gradient.
     """
     del device_dense, device_sparse
     if not isinstance(optimizer, keras.optimizers.Optimizer):
