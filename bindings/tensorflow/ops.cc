@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -415,6 +416,39 @@ REGISTER_OP("DdpBroadcast")
 REGISTER_KERNEL_BUILDER(Name("DdpBroadcast").Device(tensorflow::DEVICE_CPU), BroadcastOp);
 
 // ---- join and barrier -----------------------------------------------------------------------
+
+// A barrier is an allreduce of a scalar of its own through the engine, so it is ordered with the
+// operations submitted before it; stateful, so that TensorFlow never folds or merges it.
+class BarrierOp : public AsyncOpKernel {
+ public:
+  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
+  }
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    ddp_context* context = nullptr;
+    std::string name;
+    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 0, &context, &name), done);
+    auto token = std::make_unique<int32_t>(0);
+    int32_t* p = token.get();
+    ddp_handle* h = ddp_allreduce_async(context, name.c_str(), p, p, DDP_INT32, nullptr, 0, DDP_SUM,
+                                        1.0, 1.0, process_set_, DDP_CPU, nullptr);
+    // The scalar lives as long as the wait (the lambda owns it).
+    Await(ctx, h, std::move(done),
+          [token = std::move(token)](ddp_handle*) { return absl::OkStatus(); });
+  }
+
+ private:
+  int process_set_ = 0;
+};
+
+REGISTER_OP("DdpBarrier")
+    .Attr("process_set: int = 0")
+    .Input("barrier_name: string")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext*) { return absl::OkStatus(); })
+    .Doc("Returns once every rank of the process set has reached it.");
+REGISTER_KERNEL_BUILDER(Name("DdpBarrier").Device(tensorflow::DEVICE_CPU), BarrierOp);
 
 class JoinOp : public AsyncOpKernel {
  public:

@@ -3,6 +3,7 @@ on any number of ranks; then the errors: ranks that disagree on a shape (every r
 the tensor), an unsupported dtype, a call before init. Prints "rank R: ok"."""
 import os
 import sys
+import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -124,6 +125,25 @@ def main():
         check("alltoall splits in tf.function", got,
               np.concatenate([np.full((r + 1, 3), 10 * q + r) for q in range(n)]))
         check("received splits in tf.function", got_splits, [r + 1] * n)
+
+    # barrier, eager and in a tf.function: the last rank leaves a mark and then arrives late;
+    # no rank passes the barrier before the mark is there.
+    @tf.function
+    def graph_barrier():
+        hvd.barrier()
+        return tf.constant(0)
+
+    for k, wait in enumerate((hvd.barrier, graph_barrier)):
+        mark = f"/tmp/ddp-tf-barrier-{os.getppid()}-{k}"
+        if r == n - 1:
+            time.sleep(0.3)
+            open(mark, "w").close()
+        wait()
+        if not os.path.exists(mark):
+            fail(f"barrier {k}: passed before rank {n - 1} arrived")
+        hvd.allreduce(tf.zeros([1]), name=f"after.barrier.{k}")  # everyone has looked
+        if r == n - 1:
+            os.remove(mark)
 
     # Errors: shapes that disagree fail on every rank, naming the tensor (alone, no rank can).
     if n > 1:

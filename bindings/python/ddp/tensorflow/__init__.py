@@ -300,10 +300,8 @@ def barrier(process_set=_ops.WORLD):
     """Returns once every rank of the set has reached it (through the engine, in order with the
     operations submitted before it)."""
     _ready("barrier")
-    return _ops_lib.ddp_allreduce(tf.zeros([], tf.int32),
-                                  _ddp.auto_name("barrier", _ops.set_id(process_set)),
-                                  reduce_op=int(ReduceOp.SUM),
-                                  process_set=_ops.set_id(process_set))
+    set_id = _ops.set_id(process_set)
+    return _ops_lib.ddp_barrier(_ddp.auto_name("barrier", set_id), process_set=set_id)
 
 
 def broadcast_variables(variables, root_rank, process_set=_ops.WORLD):
