@@ -8,10 +8,10 @@
 //
 // The tensor's name is an input (a scalar string), not an attribute: in eager mode every call
 // may carry a new name, and an attribute would make TensorFlow build and cache a kernel per name.
-#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,8 +33,28 @@ using tensorflow::Tensor;
 using tensorflow::TensorShape;
 using tensorflow::shape_inference::InferenceContext;
 
-// The context that ddp.tensorflow.init() handed over (a C reference of its own).
-std::atomic<ddp_context*> g_context{nullptr};
+// The context that ddp.tensorflow.init() handed over (a C reference of its own). A kernel takes
+// a reference of its own for the submission (Context below), so that ddp_tf_set_context
+// releasing this one meanwhile frees nothing under it.
+std::mutex g_mu;
+ddp_context* g_context = nullptr;  // guarded by g_mu
+
+// This thread's reference to the context for one submission: released on the thread that
+// submitted (never on the engine's: the last release of a context joins the engine's thread).
+class Context {
+ public:
+  Context() {
+    std::lock_guard<std::mutex> lock(g_mu);
+    c_ = ddp_context_retain(g_context);
+  }
+  ~Context() { ddp_context_release(c_); }
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+  ddp_context* get() const { return c_; }
+
+ private:
+  ddp_context* c_;
+};
 
 absl::Status StatusOf(int code, const char* message) {
   if (code == DDP_OK) return absl::OkStatus();
@@ -84,8 +104,9 @@ const void* ReadPtr(const Tensor& t) { return t.NumElements() == 0 ? nullptr : t
 void* WritePtr(Tensor* t) { return t->NumElements() == 0 ? nullptr : t->data(); }
 
 // What every kernel starts with: the context, the tensor's name (input `index`) and its type.
-absl::Status Begin(OpKernelContext* ctx, int name_index, ddp_context** context, std::string* name) {
-  *context = g_context.load();
+absl::Status Begin(OpKernelContext* ctx, int name_index, const Context& held, ddp_context** context,
+                   std::string* name) {
+  *context = held.get();
   if (*context == nullptr) {
     return absl::FailedPreconditionError(
         "ddp.tensorflow: an operation ran before ddp.tensorflow.init() (or after shutdown())");
@@ -160,10 +181,11 @@ class AllreduceOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Context held;
     ddp_context* context = nullptr;
     std::string name;
     int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, &context, &name), done);
+    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, held, &context, &name), done);
     const Tensor& input = ctx->input(0);
     OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(input.dtype(), &dtype), done);
     Tensor* output = nullptr;
@@ -212,10 +234,11 @@ class GroupedAllreduceOp : public AsyncOpKernel {
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs() - 1;
+    const Context held;
     ddp_context* context = nullptr;
     std::string group;
     int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, n, &context, &group), done);
+    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, n, held, &context, &group), done);
     OP_REQUIRES_ASYNC(ctx, n > 0,
                       absl::InvalidArgumentError("ddp.tensorflow: a group needs a tensor"), done);
     OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(ctx->input(0).dtype(), &dtype), done);
@@ -288,10 +311,11 @@ class AllocatingOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Context held;
     ddp_context* context = nullptr;
     std::string name;
     int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, &context, &name), done);
+    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, held, &context, &name), done);
     const Tensor& input = ctx->input(0);
     OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(input.dtype(), &dtype), done);
     OP_REQUIRES_ASYNC(ctx, input.dims() >= 1,
@@ -376,10 +400,11 @@ class BroadcastOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Context held;
     ddp_context* context = nullptr;
     std::string name;
     int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, &context, &name), done);
+    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, held, &context, &name), done);
     const Tensor& input = ctx->input(0);
     OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(input.dtype(), &dtype), done);
     Tensor* output = nullptr;
@@ -426,9 +451,10 @@ class BarrierOp : public AsyncOpKernel {
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    const Context held;
     ddp_context* context = nullptr;
     std::string name;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 0, &context, &name), done);
+    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 0, held, &context, &name), done);
     auto token = std::make_unique<int32_t>(0);
     int32_t* p = token.get();
     ddp_handle* h = ddp_allreduce_async(context, name.c_str(), p, p, DDP_INT32, nullptr, 0, DDP_SUM,
@@ -455,7 +481,8 @@ class JoinOp : public AsyncOpKernel {
   explicit JoinOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    ddp_context* context = g_context.load();
+    const Context held;
+    ddp_context* context = held.get();
     OP_REQUIRES_ASYNC(
         ctx, context != nullptr,
         absl::FailedPreconditionError("ddp.tensorflow: join() ran before ddp.tensorflow.init()"),
@@ -486,6 +513,11 @@ REGISTER_KERNEL_BUILDER(Name("DdpJoin").Device(tensorflow::DEVICE_CPU), JoinOp);
 // Called by ddp.tensorflow (ctypes) with a C reference from ddp._ddp._c_context(), or 0 at
 // shutdown; the previous reference is released.
 extern "C" __attribute__((visibility("default"))) void ddp_tf_set_context(uintptr_t context) {
-  ddp_context* old = ddp_tf::g_context.exchange(reinterpret_cast<ddp_context*>(context));
+  ddp_context* old = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(ddp_tf::g_mu);
+    old = ddp_tf::g_context;
+    ddp_tf::g_context = reinterpret_cast<ddp_context*>(context);
+  }
   ddp_context_release(old);
 }

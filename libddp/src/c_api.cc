@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,8 +23,8 @@ struct ddp_context {
 struct ddp_handle {
   ddp::Handle handle;    // invalid when the C layer refused the call itself
   absl::Status refusal;  // then: why
-  std::string message;   // the final status's message, kept for ddp_handle_message
-  bool message_set = false;
+  std::once_flag message_once;
+  std::string message;  // the final status's message, kept for ddp_handle_message
 };
 
 namespace {
@@ -65,10 +66,21 @@ absl::Status Shape(const char* what, const int64_t* shape, int ndim, std::vector
   return absl::OkStatus();
 }
 
-// Checks what every engine call shares: the context and the name.
-absl::Status Common(const char* what, const ddp_context* context, const char* name) {
+// Checks what every engine call shares: the context, the name and the data type (an int that
+// must not wrap around into a valid ddp::DataType when cast to its uint8_t).
+absl::Status Common(const char* what, const ddp_context* context, const char* name, int dtype) {
   if (context == nullptr || context->context == nullptr) return NoContext(what);
   if (name == nullptr) return absl::InvalidArgumentError(absl::StrCat(what, ": name is NULL"));
+  if (dtype < 0 || dtype >= ddp::kNumDataTypes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": unknown data type ", dtype));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckOp(const char* what, int op) {
+  if (op < 0 || op >= ddp::kNumReduceOps) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": unknown reduce op ", op));
+  }
   return absl::OkStatus();
 }
 
@@ -151,7 +163,8 @@ ddp_handle* ddp_allreduce_async(ddp_context* c, const char* name, const void* in
                                 int dtype, const int64_t* shape, int ndim, int op, double prescale,
                                 double postscale, int process_set, int device, void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_allreduce_async", c, name);
+  absl::Status s = Common("ddp_allreduce_async", c, name, dtype);
+  if (s.ok()) s = CheckOp("ddp_allreduce_async", op);
   if (s.ok()) s = Shape("ddp_allreduce_async", shape, ndim, &dims);
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AllreduceAsync(
@@ -166,7 +179,8 @@ ddp_handle* ddp_grouped_allreduce_async(ddp_context* c, const char* group, int n
                                         double postscale, int process_set, int device,
                                         void* stream) {
   constexpr const char* kWhat = "ddp_grouped_allreduce_async";
-  absl::Status s = Common(kWhat, c, group);
+  absl::Status s = Common(kWhat, c, group, dtype);
+  if (s.ok()) s = CheckOp(kWhat, op);
   if (s.ok() && (n < 0 || (n > 0 && (names == nullptr || inputs == nullptr || outputs == nullptr ||
                                      shapes == nullptr || ndims == nullptr)))) {
     s = absl::InvalidArgumentError(
@@ -195,7 +209,7 @@ ddp_handle* ddp_allgather_async(ddp_context* c, const char* name, const void* in
                                 const int64_t* shape, int ndim, int process_set, int device,
                                 void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_allgather_async", c, name);
+  absl::Status s = Common("ddp_allgather_async", c, name, dtype);
   if (s.ok()) s = Shape("ddp_allgather_async", shape, ndim, &dims);
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AllgatherAsync(name, input, static_cast<ddp::DataType>(dtype),
@@ -207,7 +221,7 @@ ddp_handle* ddp_broadcast_async(ddp_context* c, const char* name, void* buffer, 
                                 const int64_t* shape, int ndim, int root, int process_set,
                                 int device, void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_broadcast_async", c, name);
+  absl::Status s = Common("ddp_broadcast_async", c, name, dtype);
   if (s.ok()) s = Shape("ddp_broadcast_async", shape, ndim, &dims);
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().BroadcastAsync(name, buffer, static_cast<ddp::DataType>(dtype),
@@ -219,7 +233,7 @@ ddp_handle* ddp_alltoall_async(ddp_context* c, const char* name, const void* inp
                                const int64_t* shape, int ndim, int process_set, int device,
                                void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_alltoall_async", c, name);
+  absl::Status s = Common("ddp_alltoall_async", c, name, dtype);
   if (s.ok()) s = Shape("ddp_alltoall_async", shape, ndim, &dims);
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AlltoallAsync(name, input, static_cast<ddp::DataType>(dtype),
@@ -231,7 +245,8 @@ ddp_handle* ddp_reducescatter_async(ddp_context* c, const char* name, const void
                                     const int64_t* shape, int ndim, int op, double prescale,
                                     double postscale, int process_set, int device, void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_reducescatter_async", c, name);
+  absl::Status s = Common("ddp_reducescatter_async", c, name, dtype);
+  if (s.ok()) s = CheckOp("ddp_reducescatter_async", op);
   if (s.ok()) s = Shape("ddp_reducescatter_async", shape, ndim, &dims);
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().ReduceScatterAsync(
@@ -267,11 +282,8 @@ int ddp_handle_wait_for(ddp_handle* h, double seconds) {
 }
 
 const char* ddp_handle_message(ddp_handle* h) {
-  if (h == nullptr) return "";
-  if (!h->message_set && ddp_handle_poll(h)) {
-    h->message = std::string(HandleStatus(h).message());
-    h->message_set = true;
-  }
+  if (h == nullptr || !ddp_handle_poll(h)) return "";
+  std::call_once(h->message_once, [h] { h->message = std::string(HandleStatus(h).message()); });
   return h->message.c_str();
 }
 

@@ -216,6 +216,19 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheTensor) {
         Expect(ddp_handle_refused(bad) == 1 && ddp_handle_wait(bad) == DDP_ERR_INVALID_ARGUMENT,
                absl::StrCat("unknown dtype: ", ddp_handle_message(bad))));
     ddp_handle_release(bad);
+    // Out of range: 256 must not wrap around into float32 (0), 261 into sum.
+    bad = ddp_allreduce_async(c, "bad.wrap", v, v, 256, shape, 1, DDP_SUM, 1.0, 1.0, DDP_WORLD,
+                              DDP_CPU, nullptr);
+    CHECK_OK(Expect(ddp_handle_wait(bad) == DDP_ERR_INVALID_ARGUMENT &&
+                        absl::StrContains(ddp_handle_message(bad), "unknown data type 256"),
+                    absl::StrCat("dtype 256: ", ddp_handle_message(bad))));
+    ddp_handle_release(bad);
+    bad = ddp_allreduce_async(c, "bad.op", v, v, DDP_FLOAT32, shape, 1, 261, 1.0, 1.0, DDP_WORLD,
+                              DDP_CPU, nullptr);
+    CHECK_OK(Expect(ddp_handle_wait(bad) == DDP_ERR_INVALID_ARGUMENT &&
+                        absl::StrContains(ddp_handle_message(bad), "unknown reduce op 261"),
+                    absl::StrCat("op 261: ", ddp_handle_message(bad))));
+    ddp_handle_release(bad);
     bad = ddp_allreduce_async(c, "bad.ndim", v, v, DDP_FLOAT32, shape, -1, DDP_SUM, 1.0, 1.0,
                               DDP_WORLD, DDP_CPU, nullptr);
     CHECK_OK(Expect(ddp_handle_wait(bad) == DDP_ERR_INVALID_ARGUMENT &&

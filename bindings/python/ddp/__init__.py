@@ -201,8 +201,14 @@ def init(comm=None, process_sets=None):
             add_process_set(ps)
 
 
+# Called before the job is left (ddp.tensorflow lets go of the context its ops hold).
+_shutdown_hooks = []
+
+
 def shutdown():
     """Leaves the job; safe to call twice. The job's process sets go with it."""
+    for hook in list(_shutdown_hooks):
+        hook()
     _ops.forget_process_sets()
     _ddp.shutdown()
 

@@ -139,8 +139,8 @@ int ddp_handle_refused(const ddp_handle* handle);
 int ddp_handle_wait(ddp_handle* handle);
 /* Like ddp_handle_wait, at most `seconds`: DDP_ERR_DEADLINE_EXCEEDED if still running. */
 int ddp_handle_wait_for(ddp_handle* handle, double seconds);
-/* Once finished: the final status's message ("" when OK), naming the tensor, the operation
- * and the rank(s) responsible. Valid while the handle is. */
+/* Once finished: the final status's message ("" when OK, or while running), naming the
+ * tensor, the operation and the rank(s) responsible. Valid while the handle is; any thread. */
 const char* ddp_handle_message(ddp_handle* handle);
 /* Calls done(user, code, message) once finished: at once in this thread if it already is,
  * otherwise in the engine's thread (keep it short; it must not wait on another handle).

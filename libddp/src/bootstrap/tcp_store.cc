@@ -144,7 +144,10 @@ void TcpStoreServer::AcceptLoop() {
     EvictOldestStrangerLocked();
     Client& c = clients_.emplace_back();
     c.fd = fd;
-    c.thread = std::thread([this, fd, client = &c] { Serve(fd, client); });
+    c.thread = std::thread([this, fd, client = &c] {
+      Serve(fd, client);
+      served_.fetch_add(1);  // after Serve's locals are gone
+    });
   }
 }
 

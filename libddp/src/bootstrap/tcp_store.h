@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <condition_variable>
 #include <list>
 #include <map>
@@ -52,6 +53,10 @@ class TcpStoreServer {
                                                                std::string token);
   ~TcpStoreServer();
   int port() const { return port_; }
+  // Connections whose serving thread is done with them, every object it made for them destroyed
+  // (tests/fuzz/fuzz_store waits on it, so that a leak check never runs while that thread is
+  // still freeing the last connection's objects).
+  uint64_t connections_served() const { return served_.load(); }
   void Stop();
 
  private:
@@ -65,6 +70,7 @@ class TcpStoreServer {
   std::string token_;
   net::Fd wake_read_, wake_write_;
   std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> served_{0};
   std::thread accept_thread_;
 
   StoreTable table_;

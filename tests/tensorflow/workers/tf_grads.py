@@ -51,8 +51,8 @@ def main():
         loss = coef * tf.reduce_sum(g * weights)
     offset = sum(q + 1 for q in range(r))
     rows = np.arange(offset + 1, offset + r + 2, dtype=np.float64)
-    want = (sum_coef / n) * np.repeat(rows[:, None], 2, axis=1)
-    check("allgather", tape.gradient(loss, v), want)
+    want_gather = (sum_coef / n) * np.repeat(rows[:, None], 2, axis=1)
+    check("allgather", tape.gradient(loss, v), want_gather)
 
     # broadcast from rank 1 (or 0 alone)
     root = 1 if n > 1 else 0
@@ -95,6 +95,32 @@ def main():
 
     for _ in range(3):
         check("tf.function gradient", grad_step(), np.full(4, sum_coef / n))
+
+    # allgather's gradient inside a tf.function (the gathered row counts have no static shape).
+    @tf.function
+    def gather_step():
+        with tf.GradientTape() as tape:
+            g = hvd.allgather(v)
+            loss = coef * tf.reduce_sum(g * weights)
+        return tape.gradient(loss, v)
+
+    for _ in range(2):
+        check("allgather gradient in tf.function", gather_step(), want_gather)
+
+    # A grouped allreduce's gradient.
+    with tf.GradientTape() as tape:
+        a, b = hvd.grouped_allreduce([w, 2.0 * w], op=hvd.Sum, name="g.grouped")
+        loss = coef * (tf.reduce_sum(a) + tf.reduce_sum(b))
+    check("grouped allreduce", tape.gradient(loss, w), np.full(4, 3.0 * sum_coef))
+
+    # DistributedGradientTape with groups of variables: the variable in no group is reduced too.
+    p1, p2, p3 = (tf.Variable(tf.ones([2]) * (r + 1)) for _ in range(3))
+    with hvd.DistributedGradientTape(tf.GradientTape(), op=hvd.Sum, groups=[[p1, p3]]) as tape:
+        loss = tf.reduce_sum(p1 * p1) + tf.reduce_sum(3.0 * p2) + tf.reduce_sum(p3)
+    g1, g2, g3 = tape.gradient(loss, [p1, p2, p3])
+    check("grouped tape p1", g1, np.full(2, sum(2.0 * (q + 1) for q in range(n))))
+    check("ungrouped tape p2", g2, np.full(2, 3.0 * n))
+    check("grouped tape p3", g3, np.full(2, float(n)))
     hvd.shutdown()
     print(f"rank {r}: ok", flush=True)
 

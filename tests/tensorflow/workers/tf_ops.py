@@ -145,6 +145,25 @@ def main():
         if r == n - 1:
             os.remove(mark)
 
+    # Two operations on one tensor in one tf.function, unnamed and with one name reused: names
+    # unique in the graph, so both are in flight at once without a clash.
+    @tf.function
+    def twice(t):
+        a = hvd.allreduce(t, op=hvd.Sum)
+        b = hvd.allreduce(t, op=hvd.Max)
+        c = hvd.allreduce(t, op=hvd.Sum, name="same")
+        d = hvd.allreduce(t, op=hvd.Min, name="same")
+        return a, b, c, d
+
+    t, _ = data(r, (5,), tf.float32)
+    stack = np.stack([data(q, (5,), tf.float64)[1] for q in range(n)])
+    for _ in range(2):
+        a, b, c, d = twice(t)
+        check("twice sum", a, stack.sum(0))
+        check("twice max", b, stack.max(0))
+        check("same name sum", c, stack.sum(0))
+        check("same name min", d, stack.min(0))
+
     # Errors: shapes that disagree fail on every rank, naming the tensor (alone, no rank can).
     if n > 1:
         try:
@@ -165,6 +184,11 @@ def main():
     last = hvd.join()
     if not 0 <= int(last) < n:
         fail(f"join's last rank {last}")
+    # ddp.shutdown() and init() again (as an elastic reset does): the ops follow the new job.
+    import ddp
+    ddp.shutdown()
+    ddp.init()
+    check("after re-init", hvd.allreduce(tf.ones([2]), op=hvd.Sum, name="reinit"), [n, n])
     hvd.shutdown()
     print(f"rank {r}: ok", flush=True)
 

@@ -117,13 +117,27 @@ def _ready(what):
     _bind()
 
 
-def shutdown():
-    """Leaves the job; safe to call twice."""
+def _unbind():
     global _bound
-    import ddp
     _c_lib.ddp_tf_set_context(0)
     _bound = False
-    ddp.shutdown()
+
+
+def shutdown():
+    """Leaves the job; safe to call twice."""
+    import ddp
+    ddp.shutdown()  # unbinds the ops first (its hook below)
+
+
+def _register_unbind():
+    import ddp
+    if _unbind not in ddp._shutdown_hooks:
+        # ddp.shutdown() from anywhere (a script's own, elastic's reset) lets the ops go of the
+        # old context; the next operation binds the new one.
+        ddp._shutdown_hooks.append(_unbind)
+
+
+_register_unbind()
 
 
 def is_initialized():
@@ -142,23 +156,57 @@ def _normalize(name):
     return re.sub(r"[^a-zA-Z0-9_.\-]", "_", name)
 
 
+def _graph_unique(name):
+    """Inside a graph (tf.function): the name made unique in that graph, as TensorFlow makes node
+    names unique (the same on every rank: a trace is deterministic), so that two operations of one
+    graph never share a name while both are in flight."""
+    return _normalize(tf.compat.v1.get_default_graph().unique_name(name, mark_as_used=True))
+
+
 def _name_of(kind, tensor, name, process_set, ignore_name_scope=False):
     """The name the ranks agree on. Given: that name (under the graph's name scope unless
-    ignore_name_scope, as in Horovod). Inside a graph (tf.function): from the tensor's own name.
-    Eager: `<kind>.noname.<n>`, counted per kind and process set like ddp.torch's."""
+    ignore_name_scope, as in Horovod). Inside a graph (tf.function): from the tensor's own name,
+    unique in the graph. Eager: `<kind>.noname.<n>`, counted per kind and process set like
+    ddp.torch's."""
     set_id = _ops.set_id(process_set)
+    eager = tf.executing_eagerly()
     if name is not None:
         if not isinstance(name, str) or not name:
             raise _ops.error(f"ddp.tensorflow.{kind}: name must be a non-empty string, got "
                              f"{name!r}")
-        if not ignore_name_scope and not tf.executing_eagerly():
+        if eager:
+            return _normalize(name)
+        if not ignore_name_scope:
             scope = tf.compat.v1.get_default_graph().get_name_scope()
             if scope:
                 name = f"{scope}/{name}"
-        return _normalize(name)
-    if not tf.executing_eagerly() and getattr(tensor, "name", None):
-        return f"{kind}.{_normalize(tensor.name)}"
+        return _graph_unique(name)
+    if not eager and getattr(tensor, "name", None):
+        return _graph_unique(f"{kind}.{tensor.name.replace(':', '_')}")
     return _ddp.auto_name(kind, set_id)
+
+
+def _grad_name(kind, op):
+    """A gradient op's name: in a graph, from the forward op's node name (stable across traces
+    and ranks, as Horovod's); eager, counted."""
+    if tf.executing_eagerly():
+        return _ddp.auto_name(f"{kind}.grad", _set_of(op))
+    # tf.function's gradient functions get a stand-in op without a name: the graph's own
+    # uniquing still numbers them alike on every rank.
+    label = getattr(op, "name", None)
+    return _graph_unique(f"{kind}.grad.{label}" if label else f"{kind}.grad")
+
+
+def _not_in_xla(what):
+    """The ops have no XLA kernels: a step compiled with XLA (Keras 3 turns jit_compile on by
+    itself where a GPU is) cannot contain them; say so instead of failing to compile."""
+    if tf.executing_eagerly():
+        return
+    from tensorflow.python.ops import control_flow_util
+    if control_flow_util.GraphOrParentsInXlaContext(tf.compat.v1.get_default_graph()):
+        raise _ops.error(f"ddp.tensorflow.{what}: the ops cannot run inside an XLA-compiled "
+                         f"function; compile the model with jit_compile=False (Keras 3 turns "
+                         f"it on by itself when a GPU is present)", "UNIMPLEMENTED")
 
 
 def _op_code(op, average, what):
@@ -174,6 +222,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     Average divides the values by the set's size."""
     del device_dense, device_sparse  # CPU tensors; GPU ones are staged by TensorFlow
     _ready("allreduce")
+    _not_in_xla("allreduce")
     code = _op_code(op, average, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
         if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
@@ -205,6 +254,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     """allreduce of every tensor, negotiated and reduced as one unit (one per dtype)."""
     del device_dense, device_sparse
     _ready("grouped_allreduce")
+    _not_in_xla("grouped_allreduce")
     tensors = [tf.convert_to_tensor(t) for t in tensors]
     if not tensors:
         raise _ops.error("ddp.tensorflow.grouped_allreduce: needs at least one tensor")
@@ -229,6 +279,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
     """Every rank's tensor concatenated along the first dimension (which may differ)."""
     _ready("allgather")
+    _not_in_xla("allgather")
     tensor = tf.convert_to_tensor(tensor)
     return _ops_lib.ddp_allgather(
         tensor, _name_of("allgather", tensor, name, process_set, ignore_name_scope),
@@ -238,6 +289,7 @@ def allgather(tensor, name=None, ignore_name_scope=False, process_set=_ops.WORLD
 def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
     """root_rank's tensor on every rank (root_rank: a rank of the job)."""
     _ready("broadcast")
+    _not_in_xla("broadcast")
     tensor = tf.convert_to_tensor(tensor)
     root = _ops.check_root(root_rank, process_set, "broadcast")
     return _ops_lib.ddp_broadcast(
@@ -251,6 +303,7 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     the received tensor; with `splits` (rows for each rank, Horovod's) it is the pair (received
     tensor, received splits). Differentiable."""
     _ready("alltoall")
+    _not_in_xla("alltoall")
     tensor = tf.convert_to_tensor(tensor)
     name = _name_of("alltoall", tensor, name, process_set, ignore_name_scope)
     set_id = _ops.set_id(process_set)
@@ -281,6 +334,7 @@ def reducescatter(tensor, op=None, name=None, ignore_name_scope=False, process_s
     """Reduces (Average unless op=), then splits the first dimension across the ranks (the first
     dim % size ranks get a row more); this rank's rows."""
     _ready("reducescatter")
+    _not_in_xla("reducescatter")
     tensor = tf.convert_to_tensor(tensor)
     code = _op_code(op, None, "reducescatter")
     return _ops_lib.ddp_reducescatter(
@@ -300,14 +354,19 @@ def barrier(process_set=_ops.WORLD):
     """Returns once every rank of the set has reached it (through the engine, in order with the
     operations submitted before it)."""
     _ready("barrier")
+    _not_in_xla("barrier")
     set_id = _ops.set_id(process_set)
-    return _ops_lib.ddp_barrier(_ddp.auto_name("barrier", set_id), process_set=set_id)
+    name = (_ddp.auto_name("barrier", set_id) if tf.executing_eagerly()
+            else _graph_unique("barrier"))
+    return _ops_lib.ddp_barrier(name, process_set=set_id)
 
 
 def broadcast_variables(variables, root_rank, process_set=_ops.WORLD):
     """Assigns root_rank's values to the variables on every rank."""
     for i, var in enumerate(variables):
-        name = f"broadcast_variables.{_normalize(getattr(var, 'name', str(i)))}"
+        # The index first: Keras 3's variable names ("kernel", "bias") repeat across layers.
+        label = getattr(var, "path", None) or getattr(var, "name", "")
+        name = f"broadcast_variables.{i}.{_normalize(label)}"
         var.assign(broadcast(var, root_rank, name=name, ignore_name_scope=True,
                              process_set=process_set))
 
@@ -350,15 +409,44 @@ class DistributedGradientTape:
                                     sparse_as_dense=self._sparse_as_dense,
                                     predivide=self._predivide, num_groups=self._num_groups,
                                     groups=self._groups, process_set=self._process_set,
-                                    name=f"DistributedGradientTape.{self._calls}")
+                                    name=f"DistributedGradientTape.{self._calls}",
+                                    variables=tf.nest.flatten(sources))
         return tf.nest.pack_sequence_as(grads, reduced)
 
 
+def _group_indices(groups, num_groups, dense, variables, what):
+    """Horovod's groups as lists of gradient indices: `groups` an int (that many groups, as
+    num_groups), or lists of variables (matched by identity with `variables`) or of indices.
+    Every dense gradient in no group is reduced alone (Horovod's rule)."""
+    if isinstance(groups, int) and not isinstance(groups, bool):
+        num_groups, groups = groups, None
+    if groups is None:
+        if not num_groups:
+            return []
+        k = max(1, min(num_groups, len(dense)))
+        return [dense[j * len(dense) // k:(j + 1) * len(dense) // k] for j in range(k)]
+    where = {id(v): i for i, v in enumerate(variables or [])}
+    out = []
+    for group in groups:
+        members = []
+        for x in group:
+            if isinstance(x, int) and not isinstance(x, bool):
+                members.append(x)
+            elif id(x) in where:
+                members.append(where[id(x)])
+            else:
+                raise _ops.error(f"ddp.tensorflow.{what}: groups holds {x!r}, which is neither a "
+                                 f"gradient's index nor one of the variables being reduced")
+        out.append(members)
+    return out
+
+
 def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
-                      process_set, name):
+                      process_set, name, variables=None, what="DistributedGradientTape"):
     """Gradients reduced over the ranks: dense ones an allreduce each, or in grouped allreduces
-    (num_groups, groups), sparse ones (IndexedSlices) through allgather unless sparse_as_dense; None stays None (every rank must
-    agree on which are None, as with Horovod)."""
+    (num_groups, groups), sparse ones (IndexedSlices) through allgather unless sparse_as_dense;
+    None stays None (every rank must agree on which are None, as with Horovod)."""
+    _not_in_xla(what)
     grads = list(grads)
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices) and sparse_as_dense:
@@ -366,30 +454,27 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_gr
     dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
     out = list(grads)
     scaled = op in (ReduceOp.SUM, ReduceOp.AVERAGE)
-    if groups is None and not num_groups:
-        # Horovod's default: an allreduce per gradient, each started as soon as TensorFlow has
-        # computed it (the engine fuses those that are ready together).
-        for i in dense:
-            out[i] = allreduce(grads[i], op=op, compression=compression,
-                               prescale_factor=1.0 / predivide if scaled else 1.0,
-                               postscale_factor=predivide if scaled else 1.0,
-                               name=f"{name}.grad{i}", process_set=process_set,
-                               ignore_name_scope=True)
-        groups = []
-    elif groups is None:
-        k = max(1, min(num_groups, len(dense)))
-        groups = [dense[j * len(dense) // k:(j + 1) * len(dense) // k] for j in range(k)]
-    for k, members in enumerate(groups):
-        members = [i for i in members if i in dense]
+    pre = 1.0 / predivide if scaled else 1.0
+    post = predivide if scaled else 1.0
+    grouped = set()
+    for k, members in enumerate(_group_indices(groups, num_groups, dense, variables, what)):
+        members = [i for i in members if i in dense and i not in grouped]
         if not members:
             continue
-        reduced = grouped_allreduce(
-            [grads[i] for i in members], op=op, compression=compression,
-            prescale_factor=1.0 / predivide if scaled else 1.0,
-            postscale_factor=predivide if scaled else 1.0, name=f"{name}.group{k}",
-            process_set=process_set, ignore_name_scope=True)
+        grouped.update(members)
+        reduced = grouped_allreduce([grads[i] for i in members], op=op, compression=compression,
+                                    prescale_factor=pre, postscale_factor=post,
+                                    name=f"{name}.group{k}", process_set=process_set,
+                                    ignore_name_scope=True)
         for i, r in zip(members, reduced):
             out[i] = r
+    # The rest (all of them by default, as Horovod): an allreduce each, started as soon as
+    # TensorFlow has computed the gradient; the engine fuses those that are ready together.
+    for i in dense:
+        if i not in grouped:
+            out[i] = allreduce(grads[i], op=op, compression=compression, prescale_factor=pre,
+                               postscale_factor=post, name=f"{name}.grad{i}",
+                               process_set=process_set, ignore_name_scope=True)
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
             out[i] = allreduce(g, op=op, name=f"{name}.sparse{i}", process_set=process_set,
@@ -408,7 +493,7 @@ def _allreduce_grad(op, grad):
     code = op.get_attr("reduce_op")
     if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
         raise _ops.error(f"ddp.tensorflow.allreduce: op {ReduceOp(code).name} has no gradient")
-    return [_ops_lib.ddp_allreduce(grad, _ddp.auto_name("allreduce.grad", _set_of(op)),
+    return [_ops_lib.ddp_allreduce(grad, _grad_name("allreduce", op),
                                    reduce_op=code,
                                    prescale_factor=op.get_attr("prescale_factor"),
                                    postscale_factor=op.get_attr("postscale_factor"),
@@ -416,23 +501,39 @@ def _allreduce_grad(op, grad):
             None]
 
 
+@tf.RegisterGradient("DdpGroupedAllreduce")
+def _grouped_allreduce_grad(op, *grads):
+    code = op.get_attr("reduce_op")
+    if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
+        raise _ops.error(f"ddp.tensorflow.grouped_allreduce: op {ReduceOp(code).name} has no "
+                         f"gradient")
+    grads = [tf.zeros_like(x) if g is None else g for g, x in zip(grads, op.inputs[:-1])]
+    reduced = _ops_lib.ddp_grouped_allreduce(
+        grads, _grad_name("grouped_allreduce", op), reduce_op=code,
+        prescale_factor=op.get_attr("prescale_factor"),
+        postscale_factor=op.get_attr("postscale_factor"), process_set=_set_of(op))
+    return list(reduced) + [None]
+
+
 @tf.RegisterGradient("DdpAllgather")
 def _allgather_grad(op, grad):
     process_set = _set_of(op)
-    reduced = _ops_lib.ddp_allreduce(grad, _ddp.auto_name("allgather.grad", process_set),
+    reduced = _ops_lib.ddp_allreduce(grad, _grad_name("allgather", op),
                                      reduce_op=int(ReduceOp.AVERAGE), process_set=process_set)
     rows = tf.reshape(tf.shape(op.inputs[0], out_type=tf.int64)[0], [1])
-    all_rows = _ops_lib.ddp_allgather(rows, _ddp.auto_name("allgather.grad.rows", process_set),
+    all_rows = _ops_lib.ddp_allgather(rows, _grad_name("allgather.rows", op),
                                       process_set=process_set)
     members = _ops.process_set_ranks(process_set)
     mine = members.index(_ddp.rank())
-    return [tf.split(reduced, all_rows, axis=0)[mine], None]
+    # The number of pieces must be static (inside a tf.function the gathered shape is not).
+    all_rows = tf.reshape(all_rows, [len(members)])
+    return [tf.split(reduced, all_rows, num=len(members), axis=0)[mine], None]
 
 
 @tf.RegisterGradient("DdpBroadcast")
 def _broadcast_grad(op, grad):
     process_set = _set_of(op)
-    reduced = _ops_lib.ddp_allreduce(grad, _ddp.auto_name("broadcast.grad", process_set),
+    reduced = _ops_lib.ddp_allreduce(grad, _grad_name("broadcast", op),
                                      reduce_op=int(ReduceOp.AVERAGE), process_set=process_set)
     members = _ops.process_set_ranks(process_set)
     if members[op.get_attr("root_rank")] != _ddp.rank():
@@ -443,7 +544,7 @@ def _broadcast_grad(op, grad):
 @tf.RegisterGradient("DdpAlltoall")
 def _alltoall_grad(op, grad):
     process_set = _set_of(op)
-    return [_ops_lib.ddp_alltoall(grad, _ddp.auto_name("alltoall.grad", process_set),
+    return [_ops_lib.ddp_alltoall(grad, _grad_name("alltoall", op),
                                   process_set=process_set), None]
 
 
@@ -459,7 +560,7 @@ def _reducescatter_grad(op, grad):
         scale *= len(_ops.process_set_ranks(process_set))
     if scale != 1.0:
         grad = grad * tf.cast(scale, grad.dtype)
-    return [_ops_lib.ddp_allgather(grad, _ddp.auto_name("reducescatter.grad", process_set),
+    return [_ops_lib.ddp_allgather(grad, _grad_name("reducescatter", op),
                                    process_set=process_set), None]
 
 

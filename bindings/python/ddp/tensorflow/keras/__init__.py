@@ -29,7 +29,8 @@ def _reduce(optimizer, grads):
     return _reduce_gradients(grads, op=cfg["op"], compression=cfg["compression"],
                              sparse_as_dense=cfg["sparse_as_dense"], predivide=cfg["predivide"],
                              num_groups=cfg["num_groups"], groups=cfg["groups"],
-                             process_set=cfg["process_set"], name=cfg["name"])
+                             process_set=cfg["process_set"], name=cfg["name"],
+                             what="DistributedOptimizer")
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
@@ -46,6 +47,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise _ops.error(f"ddp.tensorflow.keras.DistributedOptimizer: needs a Keras optimizer, "
                          f"got {type(optimizer).__name__}")
+    # Mixed precision's LossScaleOptimizer skips a step on the gradients' local finiteness, so a
+    # rank with an overflow would skip the reduction the others wait in; and it calls the inner
+    # optimizer's own methods, past this wrapper. Not supported yet: refused, not hung.
+    if (isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or
+            keras.mixed_precision.global_policy().name == "mixed_float16"):
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: mixed_float16 and "
+                         "LossScaleOptimizer are not supported yet (a rank skipping a step on "
+                         "an overflow would leave the others waiting); use float32 or "
+                         "mixed_bfloat16", "UNIMPLEMENTED")
+    if groups is not None and not isinstance(groups, int):
+        if any(not isinstance(x, int) for g in groups for x in g):
+            raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: groups are lists of "
+                             "gradient indices (the order of model.trainable_variables) here, or "
+                             "an int")
     op = _ops.check_op(op, "DistributedOptimizer")
     if op not in (Sum, Average) and gradient_predivide_factor != 1.0:
         raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: gradient_predivide_factor "
