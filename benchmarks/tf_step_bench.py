@@ -30,6 +30,8 @@ def parse_args():
     ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     ap.add_argument("--steps", type=int, default=30, help="timed steps")
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--num-groups", type=int, default=0,
+                    help="ddp: DistributedOptimizer's num_groups (0: an allreduce per gradient)")
     ap.add_argument("--launch-mwms", type=int, default=0, metavar="N",
                     help="start N local MWMS workers (TF_CONFIG) running this script")
     return ap.parse_args()
@@ -133,7 +135,7 @@ def main():
         model = make_model(keras, args.model)
         optimizer = keras.optimizers.SGD(0.01)
         if args.backend == "ddp":
-            optimizer = hvd.DistributedOptimizer(optimizer)
+            optimizer = hvd.DistributedOptimizer(optimizer, num_groups=args.num_groups)
             hvd.broadcast_variables(model.variables, root_rank=0)
 
         @tf.function
