@@ -77,6 +77,13 @@ absl::Status Common(const char* what, const ddp_context* context, const char* na
   return absl::OkStatus();
 }
 
+// Common, then the shape into `dims`: what every single-tensor engine call checks first.
+absl::Status Prepare(const char* what, const ddp_context* context, const char* name, int dtype,
+                     const int64_t* shape, int ndim, std::vector<int64_t>* dims) {
+  absl::Status s = Common(what, context, name, dtype);
+  return s.ok() ? Shape(what, shape, ndim, dims) : s;
+}
+
 absl::Status CheckOp(const char* what, int op) {
   if (op < 0 || op >= ddp::kNumReduceOps) {
     return absl::InvalidArgumentError(absl::StrCat(what, ": unknown reduce op ", op));
@@ -163,9 +170,9 @@ ddp_handle* ddp_allreduce_async(ddp_context* c, const char* name, const void* in
                                 int dtype, const int64_t* shape, int ndim, int op, double prescale,
                                 double postscale, int process_set, int device, void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_allreduce_async", c, name, dtype);
+  absl::Status s = Prepare("ddp_allreduce_async", c, name, dtype, shape, ndim, &dims);
   if (s.ok()) s = CheckOp("ddp_allreduce_async", op);
-  if (s.ok()) s = Shape("ddp_allreduce_async", shape, ndim, &dims);
+
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AllreduceAsync(
       name, input, output, static_cast<ddp::DataType>(dtype), std::move(dims),
@@ -209,8 +216,8 @@ ddp_handle* ddp_allgather_async(ddp_context* c, const char* name, const void* in
                                 const int64_t* shape, int ndim, int process_set, int device,
                                 void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_allgather_async", c, name, dtype);
-  if (s.ok()) s = Shape("ddp_allgather_async", shape, ndim, &dims);
+  absl::Status s = Prepare("ddp_allgather_async", c, name, dtype, shape, ndim, &dims);
+
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AllgatherAsync(name, input, static_cast<ddp::DataType>(dtype),
                                                   std::move(dims), process_set,
@@ -221,8 +228,8 @@ ddp_handle* ddp_broadcast_async(ddp_context* c, const char* name, void* buffer, 
                                 const int64_t* shape, int ndim, int root, int process_set,
                                 int device, void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_broadcast_async", c, name, dtype);
-  if (s.ok()) s = Shape("ddp_broadcast_async", shape, ndim, &dims);
+  absl::Status s = Prepare("ddp_broadcast_async", c, name, dtype, shape, ndim, &dims);
+
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().BroadcastAsync(name, buffer, static_cast<ddp::DataType>(dtype),
                                                   std::move(dims), root, process_set,
@@ -233,8 +240,8 @@ ddp_handle* ddp_alltoall_async(ddp_context* c, const char* name, const void* inp
                                const int64_t* shape, int ndim, int process_set, int device,
                                void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_alltoall_async", c, name, dtype);
-  if (s.ok()) s = Shape("ddp_alltoall_async", shape, ndim, &dims);
+  absl::Status s = Prepare("ddp_alltoall_async", c, name, dtype, shape, ndim, &dims);
+
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AlltoallAsync(name, input, static_cast<ddp::DataType>(dtype),
                                                  std::move(dims), process_set,
@@ -245,9 +252,9 @@ ddp_handle* ddp_reducescatter_async(ddp_context* c, const char* name, const void
                                     const int64_t* shape, int ndim, int op, double prescale,
                                     double postscale, int process_set, int device, void* stream) {
   std::vector<int64_t> dims;
-  absl::Status s = Common("ddp_reducescatter_async", c, name, dtype);
+  absl::Status s = Prepare("ddp_reducescatter_async", c, name, dtype, shape, ndim, &dims);
   if (s.ok()) s = CheckOp("ddp_reducescatter_async", op);
-  if (s.ok()) s = Shape("ddp_reducescatter_async", shape, ndim, &dims);
+
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().ReduceScatterAsync(
       name, input, static_cast<ddp::DataType>(dtype), std::move(dims),

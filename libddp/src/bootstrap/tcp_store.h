@@ -3,8 +3,8 @@
 #pragma once
 
 #include <atomic>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <list>
 #include <map>
 #include <memory>

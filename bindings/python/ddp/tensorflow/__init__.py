@@ -52,13 +52,8 @@ _c_lib = ctypes.CDLL(_LIBRARY)
 _c_lib.ddp_tf_set_context.argtypes = [ctypes.c_size_t]
 _c_lib.ddp_tf_set_context.restype = None
 
-Sum = ReduceOp.SUM
-Average = ReduceOp.AVERAGE
-Min = ReduceOp.MIN
-Max = ReduceOp.MAX
-Product = ReduceOp.PRODUCT
-Adasum = _ops.Adasum
-DDPError = _ddp.DDPError
+# The ops and the error type are the package's own.
+from .. import Adasum, Average, DDPError, Max, Min, Product, Sum  # noqa: E402
 
 _bound = False
 
