@@ -454,6 +454,56 @@ TEST(Engine, TimelineParsesAndHoldsEveryPhaseEvenAfterACrash) {
   std::remove((base + ".1.json").c_str());
 }
 
+// DDP_TIMELINE exported to every rank (mpirun -x, a Kubernetes env): one path for all would be
+// written by all at once, a file that parses for none. The first rank to lock it writes it and
+// the others say why they have none; '{rank}' in the path gives each rank its own file.
+TEST(Engine, OneTimelinePathForEveryRankIsWrittenByOneRankAndRankGivesEachItsOwn) {
+  const std::string shared = TempPath("timeline-shared") + ".json";
+  const std::string per_rank = TempPath("timeline-rank");
+  for (const std::string& path : {shared, per_rank + ".{rank}.json"}) {
+    JobSpec spec;
+    spec.size = 3;
+    spec.env["DDP_TIMELINE"] = path;
+    JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+      std::vector<float> t(1000, 1.0f);
+      for (int step = 0; step < 20; ++step) {
+        CHECK_OK(ctx.engine()
+                     .AllreduceAsync(absl::StrCat("t", step % 4), t.data(), t.data(),
+                                     DataType::kFloat32, {1000}, ReduceOp::kSum)
+                     .Wait());
+      }
+      return absl::OkStatus();
+    });
+    ASSERT_FALSE(job.hung) << job.Summary();
+    for (const auto& r : job.ranks) ASSERT_TRUE(r.ok()) << job.Summary();
+    if (path == shared) {
+      EXPECT_EQ(CheckTimeline(shared, {"NEGOTIATE", "ALLREDUCE"}), "");
+      const std::string text = ReadFile(shared);
+      size_t processes = 0;  // one rank's events only
+      for (size_t at = text.find("process_name"); at != std::string::npos;
+           at = text.find("process_name", at + 1)) {
+        ++processes;
+      }
+      EXPECT_EQ(processes, 1u) << text.substr(0, 2000);
+      int refused = 0;
+      for (const auto& r : job.ranks) {
+        refused += absl::StrContains(r.output, "no timeline on this rank") &&
+                   absl::StrContains(r.output, "put {rank} in the path");
+      }
+      EXPECT_EQ(refused, 2) << job.Summary();
+      std::remove(shared.c_str());
+    } else {
+      for (int rank = 0; rank < 3; ++rank) {
+        const std::string file = absl::StrCat(per_rank, ".", rank, ".json");
+        EXPECT_EQ(CheckTimeline(file, {"NEGOTIATE", "ALLREDUCE"}), "");
+        EXPECT_TRUE(
+            absl::StrContains(ReadFile(file), absl::StrCat("\"name\":\"rank ", rank, "\"")));
+        std::remove(file.c_str());
+      }
+    }
+  }
+}
+
 // Where the collective cannot read tensors in place (TCP here), fused tensors are packed into
 // the fusion buffer and unpacked after, and the timeline shows both copies; scale factors are
 // applied on the way in and out.

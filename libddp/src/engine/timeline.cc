@@ -1,6 +1,10 @@
 // Timeline: writes the engine's per-tensor phases as Chrome trace events (JSON array form).
 #include "engine/timeline.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -91,13 +95,35 @@ Timeline::Timeline(int rank)
 Timeline::~Timeline() { Stop(); }
 
 absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
-  std::FILE* file = std::fopen(path.c_str(), "w");
-  if (file == nullptr) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ != nullptr && path == path_) CloseLocked();  // its lock would refuse the new one
+  // Locked before it is truncated: ranks given one path (DDP_TIMELINE exported to every rank)
+  // would otherwise write over each other's events, leaving a file that parses for none. The
+  // first to lock it writes it; the others are told so.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot create timeline file '", path, "'"));
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EWOULDBLOCK) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "timeline file '", path,
+          "' is being written by another process (another rank given the same path?); put "
+          "{rank} in the path for a file per rank"));
+    }
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot lock timeline file '", path, "'"));
+  }
+  std::FILE* file = ::ftruncate(fd, 0) == 0 ? ::fdopen(fd, "w") : nullptr;
+  if (file == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return absl::ErrnoToStatus(err, absl::StrCat("cannot write timeline file '", path, "'"));
+  }
   CloseLocked();
   file_ = file;
+  path_ = path;
   buffer_ = std::make_unique<char[]>(kBufferBytes);
   // Must precede any output on the stream; a failure only costs speed, so it is not an error.
   std::setvbuf(file, buffer_.get(), _IOFBF, kBufferBytes);

@@ -31,6 +31,8 @@ class Timeline {
 
   // Writes to `path` (created or truncated) from now on, with a marker per engine cycle if
   // `mark_cycles`; a file being written is finished first. Any thread (ddp.start_timeline).
+  // The file is locked while written: AlreadyExists when another process (a rank given the same
+  // path) holds it, and that file is left alone.
   absl::Status Start(const std::string& path, bool mark_cycles);
   // Writes the closing "]" and closes the file; nothing more is written until Start(). Any
   // thread; a no-op when stopped.
@@ -68,6 +70,7 @@ class Timeline {
   std::atomic<bool> mark_cycles_{false};
   std::mutex mu_;  // the file and what is written to it: the engine's thread and Start/Stop
   std::FILE* file_ = nullptr;
+  std::string path_;                // file_'s
   std::unique_ptr<char[]> buffer_;  // stdio buffer of file_; outlives it (fclose in Close)
   size_t unflushed_ = 0;            // bytes in buffer_: flushed early so no event is cut in two
   bool first_event_ = true;
