@@ -33,6 +33,13 @@ def test_keras_training_is_identical_on_every_rank_and_equals_one_process(run_jo
     assert result.stdout.count(": ok") == np
 
 
+def test_mixed_float16_skips_an_overflow_on_one_rank_everywhere_and_trains_as_one_process(run_job):
+    # DistributedOptimizer(LossScaleOptimizer(opt)) under fit and a custom step; the unsafe
+    # setups refused with a message.
+    result = run_job(3, "tf_mixed.py")
+    assert result.stdout.count(": ok") == 3
+
+
 def test_the_keras_demo_reaches_97_percent_on_4_ranks(run_job, tmp_path):
     demo = pathlib.Path(__file__).resolve().parents[2] / "examples" / "tensorflow" / \
         "train_digits_keras.py"

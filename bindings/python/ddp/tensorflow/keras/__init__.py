@@ -41,21 +41,14 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     gradients over the ranks before it clips and applies them. backward_passes_per_step=N
     accumulates N steps locally (Keras' gradient_accumulation_steps: their average) and reduces
     once per update. groups (lists of variable indices) or num_groups: grouped allreduces instead
-    of one per gradient.
+    of one per gradient. A keras.optimizers.LossScaleOptimizer (mixed_float16) becomes one that
+    reduces the scaled gradients before its overflow check, so that every rank skips or applies
+    the same step.
     """
     del device_dense, device_sparse
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise _ops.error(f"ddp.tensorflow.keras.DistributedOptimizer: needs a Keras optimizer, "
                          f"got {type(optimizer).__name__}")
-    # Mixed precision's LossScaleOptimizer skips a step on the gradients' local finiteness, so a
-    # rank with an overflow would skip the reduction the others wait in; and it calls the inner
-    # optimizer's own methods, past this wrapper. Not supported yet: refused, not hung.
-    if (isinstance(optimizer, keras.optimizers.LossScaleOptimizer) or
-            keras.mixed_precision.global_policy().name == "mixed_float16"):
-        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: mixed_float16 and "
-                         "LossScaleOptimizer are not supported yet (a rank skipping a step on "
-                         "an overflow would leave the others waiting); use float32 or "
-                         "mixed_bfloat16", "UNIMPLEMENTED")
     if groups is not None and not isinstance(groups, int):
         if any(not isinstance(x, int) for g in groups for x in g):
             raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: groups are lists of "
@@ -68,6 +61,24 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: backward_passes_per_step "
                          f"must be an int >= 1, got {backward_passes_per_step!r}")
+    if isinstance(compression, type) and compression is Compression.none:
+        compression = None
+    lso = keras.optimizers.LossScaleOptimizer
+    if isinstance(optimizer, lso):
+        return _distributed_loss_scale(optimizer, name, compression, sparse_as_dense,
+                                       backward_passes_per_step, op, gradient_predivide_factor,
+                                       num_groups, groups, process_set)
+    # Under mixed_float16, Keras' compile wraps the optimizer in a LossScaleOptimizer, which
+    # skips the step when the gradients it is given overflow. Given this one's local gradients,
+    # a rank that overflowed would skip the reduction that the others wait in: the
+    # LossScaleOptimizer goes outside, where it sees the reduced gradients, the same everywhere.
+    if keras.mixed_precision.global_policy().name == "mixed_float16":
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: under mixed_float16, wrap the "
+                         "loss-scale optimizer, hvd.DistributedOptimizer(keras.optimizers."
+                         "LossScaleOptimizer(opt)), so that every rank checks the reduced "
+                         "gradients for overflow (Keras would wrap this one inside its own, "
+                         "where a rank that overflowed would skip the reduction)",
+                         "INVALID_ARGUMENT")
     base = type(optimizer)
 
     def _clip_gradients(self, grads):
@@ -77,12 +88,46 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
 
     cls = type(base.__name__, (base,), {"_clip_gradients": _clip_gradients,
                                         "__module__": base.__module__})
-    if isinstance(compression, type) and compression is Compression.none:
-        compression = None
     config = optimizer.get_config()
     if backward_passes_per_step > 1:
         config["gradient_accumulation_steps"] = backward_passes_per_step
     wrapped = cls.from_config(config)
+    wrapped._ddp = {"name": name or f"DistributedOptimizer.{optimizer.name}", "op": op,
+                    "compression": compression, "sparse_as_dense": sparse_as_dense,
+                    "predivide": float(gradient_predivide_factor), "groups": groups,
+                    "num_groups": num_groups, "process_set": process_set}
+    return wrapped
+
+
+def _distributed_loss_scale(optimizer, name, compression, sparse_as_dense,
+                            backward_passes_per_step, op, gradient_predivide_factor, num_groups,
+                            groups, process_set):
+    """A LossScaleOptimizer (same scale settings, a copy of its inner optimizer) that reduces the
+    still-scaled gradients over the ranks before it checks them for overflow: an inf or NaN on
+    any rank is in every rank's sum, so all of them skip the step and halve the scale together,
+    and otherwise all unscale and apply the same gradients."""
+    lso = keras.optimizers.LossScaleOptimizer
+    inner = optimizer.inner_optimizer
+    if isinstance(inner, lso) or hasattr(inner, "_ddp") or hasattr(optimizer, "_ddp"):
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: this optimizer is already "
+                         "distributed (or nests loss-scale optimizers)", "INVALID_ARGUMENT")
+    if backward_passes_per_step != 1:
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: backward_passes_per_step "
+                         "with a LossScaleOptimizer is not supported (Keras' accumulation is "
+                         "not available to one)", "INVALID_ARGUMENT")
+    if optimizer.built:
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: wrap the LossScaleOptimizer "
+                         "before its first step (it is built; its scale would start over)",
+                         "INVALID_ARGUMENT")
+
+    def apply(self, grads, trainable_variables=None):
+        # Every gradient step comes through apply (apply_gradients and model.fit call it).
+        return lso.apply(self, _reduce(self, grads), trainable_variables)
+
+    cls = type(lso.__name__, (lso,), {"apply": apply, "__module__": lso.__module__})
+    wrapped = cls(type(inner).from_config(inner.get_config()),
+                  initial_scale=optimizer.initial_scale,
+                  dynamic_growth_steps=optimizer.dynamic_growth_steps, name=optimizer.name)
     wrapped._ddp = {"name": name or f"DistributedOptimizer.{optimizer.name}", "op": op,
                     "compression": compression, "sparse_as_dense": sparse_as_dense,
                     "predivide": float(gradient_predivide_factor), "groups": groups,

@@ -1,0 +1,153 @@
+"""mixed_float16 with ddp.tensorflow.keras: DistributedOptimizer(LossScaleOptimizer(opt)) under
+model.fit and in a custom tf.function step. The weights and the loss scale must come out
+bit-identical on every rank and close (float16 rounding) to one process training on the whole
+batches; a step whose gradients overflow on one rank only must be skipped by every rank, each
+halving its scale, instead of leaving the others waiting; the unsafe setups are refused with a
+message. Prints "rank R: ok"."""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+import ddp.tensorflow as hvd_tf  # noqa: E402
+import ddp.tensorflow.keras as hvd  # noqa: E402
+
+GLOBAL_BATCH = 24
+STEPS = 6
+
+
+def fail(what):
+    print(f"rank {hvd.rank()}: FAILED: {what}", flush=True)
+    sys.exit(1)
+
+
+def make_model():
+    keras.utils.set_random_seed(7)
+    return keras.Sequential([keras.Input((10,)), keras.layers.Dense(16, activation="tanh"),
+                             keras.layers.Dense(3, dtype="float32")])
+
+
+def data():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((GLOBAL_BATCH * STEPS, 10)).astype(np.float32)
+    y = rng.integers(0, 3, size=GLOBAL_BATCH * STEPS)
+    return x, y
+
+
+def shard(a, r, n):
+    per = GLOBAL_BATCH // n
+    return np.concatenate([a[b * GLOBAL_BATCH + r * per:b * GLOBAL_BATCH + (r + 1) * per]
+                           for b in range(STEPS)])
+
+
+def flat(model):
+    return np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
+
+
+def same_everywhere(what, values):
+    values = np.asarray(values, dtype=np.float32).ravel()
+    everyone = hvd_tf.allgather(tf.constant(values[None, :]), name=f"check.{what}").numpy()
+    if not all(np.array_equal(everyone[0], row) for row in everyone):
+        fail(f"{what}: differs between the ranks")
+
+
+def loss_scale_optimizer(lr):
+    return keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(lr), initial_scale=2.0**10)
+
+
+def refusals():
+    try:
+        hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+        fail("a plain optimizer under mixed_float16 was taken")
+    except hvd.DDPError as e:
+        if "LossScaleOptimizer(opt)" not in str(e):
+            fail(f"refusal without the way out: {e}")
+    try:
+        hvd.DistributedOptimizer(loss_scale_optimizer(0.1), backward_passes_per_step=2)
+        fail("backward_passes_per_step with a LossScaleOptimizer was taken")
+    except hvd.DDPError as e:
+        if "backward_passes_per_step" not in str(e):
+            fail(f"refusal without the reason: {e}")
+
+
+def fit(r, n, x, y):
+    """model.fit with the distributed loss-scale optimizer; Keras must not wrap it again."""
+    model = make_model()
+    opt = hvd.DistributedOptimizer(loss_scale_optimizer(0.1))
+    if not isinstance(opt, keras.optimizers.LossScaleOptimizer):
+        fail(f"DistributedOptimizer(LossScaleOptimizer) is a {type(opt).__name__}")
+    model.compile(optimizer=opt,
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    if model.optimizer is not opt:
+        fail("compile wrapped the distributed loss-scale optimizer in another")
+    model.fit(shard(x, r, n), shard(y, r, n), batch_size=GLOBAL_BATCH // n, epochs=1,
+              shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    same_everywhere("fit.weights", flat(model))
+    same_everywhere("fit.scale", [opt.dynamic_scale.numpy()])
+    return flat(model)
+
+
+def one_process(x, y):
+    """The same training in one process on the whole batches (no ddp)."""
+    model = make_model()
+    model.compile(optimizer=loss_scale_optimizer(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+    return flat(model)
+
+
+def overflow_on_one_rank(r, n, x, y):
+    """A custom step; at one step only the last rank's input overflows float16."""
+    model = make_model()
+    opt = hvd.DistributedOptimizer(loss_scale_optimizer(0.05))
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    hvd_tf.broadcast_variables(model.variables, root_rank=0)
+
+    @tf.function
+    def step(xb, yb):
+        with tf.GradientTape() as tape:
+            loss = opt.scale_loss(loss_fn(yb, model(xb, training=True)))
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    xs, ys = shard(x, r, n), shard(y, r, n)
+    per = GLOBAL_BATCH // n
+    step(xs[:per], ys[:per])  # builds the optimizer
+    before, scale = flat(model), float(opt.dynamic_scale.numpy())
+    xb = xs[per:2 * per].copy()
+    if r == n - 1:
+        xb[0] = 1e5  # past float16's range (65504): inf and NaN in the gradients here only
+    step(xb, ys[per:2 * per])
+    if not np.array_equal(flat(model), before):
+        fail("a step that overflowed on one rank was applied")
+    if float(opt.dynamic_scale.numpy()) != scale / 2:
+        fail(f"the scale after the overflow is {opt.dynamic_scale.numpy()}, not {scale / 2}")
+    step(xs[2 * per:3 * per], ys[2 * per:3 * per])
+    if np.array_equal(flat(model), before):
+        fail("the step after the overflow was not applied")
+    same_everywhere("overflow.weights", flat(model))
+    same_everywhere("overflow.scale", [opt.dynamic_scale.numpy()])
+
+
+def main():
+    keras.mixed_precision.set_global_policy("mixed_float16")
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    x, y = data()
+    refusals()
+    got = fit(r, n, x, y)
+    want = one_process(x, y)
+    if not np.allclose(got, want, rtol=1e-2, atol=2e-3):
+        fail(f"fit: max difference {np.max(np.abs(got - want))} from one process's training")
+    overflow_on_one_rank(r, n, x, y)
+    print(f"rank {r}: ok", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
