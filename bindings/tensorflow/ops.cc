@@ -121,8 +121,11 @@ absl::Status Begin(OpKernelContext* ctx, int name_index, const Context& held, dd
 
 // Waits for `handle` without blocking a TensorFlow thread: `finish` runs once it succeeded (to
 // copy an engine-allocated output), then `done`. Failures become the op's status, with
-// libddp's message (naming the tensor and the rank at fault).
-template <typename Finish>
+// libddp's message (naming the tensor and the rank at fault). The completion comes in the
+// engine's thread; with `kOffload` (a copy of the output to make), `finish` and `done` run in
+// one of TensorFlow's CPU worker threads instead, so that the engine goes on with the next
+// collective rather than copying.
+template <bool kOffload = false, typename Finish>
 void Await(OpKernelContext* ctx, ddp_handle* handle, AsyncOpKernel::DoneCallback done,
            Finish finish) {
   struct Pending {
@@ -130,19 +133,29 @@ void Await(OpKernelContext* ctx, ddp_handle* handle, AsyncOpKernel::DoneCallback
     ddp_handle* handle;
     AsyncOpKernel::DoneCallback done;
     Finish finish;
+
+    void Complete(absl::Status s) {
+      if (s.ok()) s = finish(handle);
+      if (!s.ok()) ctx->SetStatus(s);
+      ddp_handle_release(handle);
+      AsyncOpKernel::DoneCallback finished = std::move(done);
+      delete this;
+      finished();
+    }
   };
   auto* pending = new Pending{ctx, handle, std::move(done), std::move(finish)};
   ddp_handle_on_complete(
       handle,
       [](void* user, int code, const char* message) {
         auto* p = static_cast<Pending*>(user);
-        absl::Status s = StatusOf(code, message);
-        if (s.ok()) s = p->finish(p->handle);
-        if (!s.ok()) p->ctx->SetStatus(s);
-        ddp_handle_release(p->handle);
-        AsyncOpKernel::DoneCallback finished = std::move(p->done);
-        delete p;
-        finished();
+        if (kOffload && code == DDP_OK) {
+          const auto* workers = p->ctx->device()->tensorflow_cpu_worker_threads();
+          if (workers != nullptr && workers->workers != nullptr) {
+            workers->workers->Schedule([p] { p->Complete(absl::OkStatus()); });
+            return;
+          }
+        }
+        p->Complete(StatusOf(code, message));  // `message` lives only during this call
       },
       pending);
 }
@@ -335,7 +348,8 @@ class AllocatingOp : public AsyncOpKernel {
       h = ddp_reducescatter_async(context, name.c_str(), ReadPtr(input), dtype, dims.data(), ndim,
                                   op_, prescale_, postscale_, process_set_, DDP_CPU, nullptr);
     }
-    Await(ctx, h, std::move(done), [ctx](ddp_handle* handle) { return CopyOut(ctx, handle); });
+    Await</*kOffload=*/true>(ctx, h, std::move(done),
+                             [ctx](ddp_handle* handle) { return CopyOut(ctx, handle); });
   }
 
  private:
