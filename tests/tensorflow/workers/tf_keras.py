@@ -11,6 +11,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+import ddp  # noqa: E402
 import ddp.tensorflow as hvd_tf  # noqa: E402
 import ddp.tensorflow.keras as hvd  # noqa: E402
 
@@ -113,6 +114,30 @@ def main():
     weights = flat(model)
     same_everywhere("tape", weights)
     close("tape", weights, reference(x, y, 0.1))
+
+    # The same loop eagerly: the reduction runs as one traced function, whose allreduces start
+    # together (not one op at a time), under the same names every step, which the engine's
+    # response cache then knows.
+    model = make_model()
+    sgd = keras.optimizers.SGD(0.1)
+    before = ddp.engine_stats()
+    for _ in range(2):
+        for b in range(STEPS):
+            with hvd_tf.DistributedGradientTape(tf.GradientTape()) as tape:
+                loss = loss_fn(ys[b * per:(b + 1) * per], model(xs[b * per:(b + 1) * per],
+                                                                 training=True))
+            grads = tape.gradient(loss, model.trainable_variables)
+            sgd.apply_gradients(zip(grads, model.trainable_variables))
+    hits = ddp.engine_stats()["cache_hits"] - before["cache_hits"]
+    weights = flat(model)
+    same_everywhere("eager tape", weights)
+    close("eager tape", weights, reference(x, y, 0.1))
+    traced = [k for k in hvd_tf._eager_reducers if k[0] == "DistributedGradientTape"]
+    if len(traced) != 1:
+        fail(f"the eager reduction was traced for {len(traced)} configurations, not 1")
+    grads_per_step = len(model.trainable_variables)
+    if hits < (2 * STEPS - 1) * grads_per_step:
+        fail(f"{hits} response-cache hits in {2 * STEPS} eager steps: the names change")
 
     # Grouped allreduces (num_groups=2) instead of one per gradient: the same result.
     model = make_model()

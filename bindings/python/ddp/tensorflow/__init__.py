@@ -116,6 +116,7 @@ def _unbind():
     global _bound
     _c_lib.ddp_tf_set_context(0)
     _bound = False
+    _eager_reducers.clear()  # process sets may be numbered anew in the next job
 
 
 def shutdown():
@@ -399,13 +400,18 @@ class DistributedGradientTape:
     def gradient(self, target, sources, output_gradients=None, **kwargs):
         grads = self._tape.gradient(target, sources, output_gradients, **kwargs)
         flat = tf.nest.flatten(grads)
-        self._calls += 1
+        if tf.executing_eagerly():
+            # One reduction at a time (each waits for its result): one name for all of them, so
+            # that the engine's response cache knows it from the second step on.
+            name = "DistributedGradientTape"
+        else:
+            self._calls += 1
+            name = f"DistributedGradientTape.{self._calls}"
         reduced = _reduce_gradients(flat, op=self._op, compression=self._compression,
                                     sparse_as_dense=self._sparse_as_dense,
                                     predivide=self._predivide, num_groups=self._num_groups,
                                     groups=self._groups, process_set=self._process_set,
-                                    name=f"DistributedGradientTape.{self._calls}",
-                                    variables=tf.nest.flatten(sources))
+                                    name=name, variables=tf.nest.flatten(sources))
         return tf.nest.pack_sequence_as(grads, reduced)
 
 
@@ -436,11 +442,43 @@ def _group_indices(groups, num_groups, dense, variables, what):
     return out
 
 
+# Eager reductions, traced: (configuration) -> tf.function. Emptied at shutdown.
+_eager_reducers = {}
+
+
 def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
                       process_set, name, variables=None, what="DistributedGradientTape"):
     """Gradients reduced over the ranks: dense ones an allreduce each, or in grouped allreduces
     (num_groups, groups), sparse ones (IndexedSlices) through allgather unless sparse_as_dense;
-    None stays None (every rank must agree on which are None, as with Horovod)."""
+    None stays None (every rank must agree on which are None, as with Horovod).
+
+    Eager, each op would wait for its result before the next starts, so the engine would
+    negotiate and reduce the gradients one by one. As Horovod does, the reduction then runs as a
+    tf.function (traced once per configuration and list of gradient shapes), whose ops
+    TensorFlow starts together and the engine fuses."""
+    if not tf.executing_eagerly():
+        return _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_groups,
+                                groups, process_set, name, variables, what)
+    if groups is not None and not isinstance(groups, int):
+        # Variables as their indices: the traced function needs no variables.
+        groups = tuple(tuple(g) for g in _group_indices(groups, 0, [], variables, what))
+    key = (what, name, op, compression, sparse_as_dense, predivide, num_groups, groups,
+           _ops.set_id(process_set), id(process_set))
+    try:
+        hash(key)
+    except TypeError:  # a compressor instance that cannot be hashed
+        key = key[:3] + (id(compression),) + key[4:]
+    reduce = _eager_reducers.get(key)
+    if reduce is None:
+        def traced(gs):
+            return _reduce_in_graph(gs, op, compression, sparse_as_dense, predivide, num_groups,
+                                    groups, process_set, name, None, what)
+        reduce = _eager_reducers[key] = tf.function(traced, autograph=False)
+    return list(reduce(list(grads)))
+
+
+def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
+                     process_set, name, variables, what):
     _not_in_xla(what)
     grads = list(grads)
     for i, g in enumerate(grads):
