@@ -148,18 +148,23 @@ def main():
     same_everywhere("grouped", weights)
     close("grouped", weights, reference(x, y, 0.1, epochs=1))
 
-    # Gradient accumulation: 2 local passes per update, then one reduction (Keras' average of
-    # the two): equal to one process applying the average of each pair of global batches.
-    model = make_model()
-    opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2)
-    model.compile(optimizer=opt, loss=loss_fn)
-    model.fit(xs, ys, batch_size=per, epochs=1, shuffle=False, verbose=0)
-    weights = flat(model)
-    same_everywhere("accumulated", weights)
-    ref = make_model()
-    ref.compile(optimizer=keras.optimizers.SGD(0.1, gradient_accumulation_steps=2), loss=loss_fn)
-    ref.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
-    close("accumulated", weights, flat(ref))
+    # Gradient accumulation: 2 local passes per update, then one reduction of their sum
+    # (Horovod's default), or of their average (average_aggregated_gradients=True, Keras' own
+    # accumulation): equal to one process applying the sum (an SGD of twice the rate on the
+    # average) or the average of each pair of global batches.
+    for average in (False, True):
+        model = make_model()
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.1), backward_passes_per_step=2,
+                                       average_aggregated_gradients=average)
+        model.compile(optimizer=opt, loss=loss_fn)
+        model.fit(xs, ys, batch_size=per, epochs=1, shuffle=False, verbose=0)
+        weights = flat(model)
+        same_everywhere(f"accumulated.{average}", weights)
+        ref = make_model()
+        ref.compile(optimizer=keras.optimizers.SGD(0.1 if average else 0.2,
+                                                   gradient_accumulation_steps=2), loss=loss_fn)
+        ref.fit(x, y, batch_size=GLOBAL_BATCH, epochs=1, shuffle=False, verbose=0)
+        close(f"accumulated (average_aggregated_gradients={average})", weights, flat(ref))
 
     # Warmup: the rate ends at initial_lr after warmup_epochs.
     model = make_model()

@@ -447,10 +447,12 @@ _eager_reducers = {}
 
 
 def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
-                      process_set, name, variables=None, what="DistributedGradientTape"):
+                      process_set, name, variables=None, what="DistributedGradientTape",
+                      scale=1.0):
     """Gradients reduced over the ranks: dense ones an allreduce each, or in grouped allreduces
     (num_groups, groups), sparse ones (IndexedSlices) through allgather unless sparse_as_dense;
-    None stays None (every rank must agree on which are None, as with Horovod).
+    None stays None (every rank must agree on which are None, as with Horovod). Sum and Average
+    results are multiplied by `scale` (in the reduction's postscale).
 
     Eager, each op would wait for its result before the next starts, so the engine would
     negotiate and reduce the gradients one by one. As Horovod does, the reduction then runs as a
@@ -458,12 +460,12 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_gr
     TensorFlow starts together and the engine fuses."""
     if not tf.executing_eagerly():
         return _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_groups,
-                                groups, process_set, name, variables, what)
+                                groups, process_set, name, variables, what, scale)
     if groups is not None and not isinstance(groups, int):
         # Variables as their indices: the traced function needs no variables.
         groups = tuple(tuple(g) for g in _group_indices(groups, 0, [], variables, what))
     key = (what, name, op, compression, sparse_as_dense, predivide, num_groups, groups,
-           _ops.set_id(process_set), id(process_set))
+           _ops.set_id(process_set), id(process_set), scale)
     try:
         hash(key)
     except TypeError:  # a compressor instance that cannot be hashed
@@ -472,13 +474,13 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_gr
     if reduce is None:
         def traced(gs):
             return _reduce_in_graph(gs, op, compression, sparse_as_dense, predivide, num_groups,
-                                    groups, process_set, name, None, what)
+                                    groups, process_set, name, None, what, scale)
         reduce = _eager_reducers[key] = tf.function(traced, autograph=False)
     return list(reduce(list(grads)))
 
 
 def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
-                     process_set, name, variables, what):
+                     process_set, name, variables, what, scale):
     _not_in_xla(what)
     grads = list(grads)
     for i, g in enumerate(grads):
@@ -488,7 +490,7 @@ def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_gro
     out = list(grads)
     scaled = op in (ReduceOp.SUM, ReduceOp.AVERAGE)
     pre = 1.0 / predivide if scaled else 1.0
-    post = predivide if scaled else 1.0
+    post = predivide * scale if scaled else 1.0
     grouped = set()
     for k, members in enumerate(_group_indices(groups, num_groups, dense, variables, what)):
         members = [i for i in members if i in dense and i not in grouped]
@@ -510,7 +512,8 @@ def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_gro
                                process_set=process_set, ignore_name_scope=True)
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
-            out[i] = allreduce(g, op=op, name=f"{name}.sparse{i}", process_set=process_set,
+            out[i] = allreduce(g, op=op, postscale_factor=scale if scaled else 1.0,
+                               name=f"{name}.sparse{i}", process_set=process_set,
                                ignore_name_scope=True)
     return out
 

@@ -30,17 +30,18 @@ def _reduce(optimizer, grads):
                              sparse_as_dense=cfg["sparse_as_dense"], predivide=cfg["predivide"],
                              num_groups=cfg["num_groups"], groups=cfg["groups"],
                              process_set=cfg["process_set"], name=cfg["name"],
-                             what="DistributedOptimizer")
+                             what="DistributedOptimizer", scale=cfg.get("scale", 1.0))
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, process_set=_ops.WORLD):
+                         num_groups=0, groups=None, process_set=_ops.WORLD,
+                         average_aggregated_gradients=False):
     """A copy of the Keras optimizer `optimizer` (same class and configuration) that reduces the
     gradients over the ranks before it clips and applies them. backward_passes_per_step=N
-    accumulates N steps locally (Keras' gradient_accumulation_steps: their average) and reduces
-    once per update. groups (lists of variable indices) or num_groups: grouped allreduces instead
+    accumulates N passes locally (Keras' gradient_accumulation_steps) and reduces once per
+    update: their sum, as Horovod, or their average with average_aggregated_gradients=True. groups (lists of variable indices) or num_groups: grouped allreduces instead
     of one per gradient. A keras.optimizers.LossScaleOptimizer (mixed_float16) becomes one that
     reduces the scaled gradients before its overflow check, so that every rank skips or applies
     the same step.
@@ -61,6 +62,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     if not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: backward_passes_per_step "
                          f"must be an int >= 1, got {backward_passes_per_step!r}")
+    # Keras' accumulation averages the passes; Horovod's default is their sum.
+    scale = 1.0 if average_aggregated_gradients else float(backward_passes_per_step)
+    if scale != 1.0 and op not in (Sum, Average):
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: backward_passes_per_step "
+                         "with op Min, Max, Product or Adasum needs "
+                         "average_aggregated_gradients=True")
     if isinstance(compression, type) and compression is Compression.none:
         compression = None
     lso = keras.optimizers.LossScaleOptimizer
@@ -95,7 +102,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._ddp = {"name": name or f"DistributedOptimizer.{optimizer.name}", "op": op,
                     "compression": compression, "sparse_as_dense": sparse_as_dense,
                     "predivide": float(gradient_predivide_factor), "groups": groups,
-                    "num_groups": num_groups, "process_set": process_set}
+                    "num_groups": num_groups, "process_set": process_set, "scale": scale}
     return wrapped
 
 
