@@ -174,6 +174,23 @@ def main():
     lrs = hist.history["lr"]
     if not (abs(lrs[-1] - 0.05) < 1e-9 and (n == 1 or lrs[0] < 0.05)):
         fail(f"warmup's rates {lrs}")
+    # Momentum correction: each rate change scales SGD's momentum buffers by new / old rate.
+    for correct in (True, False):
+        model = make_model()
+        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9))
+        model.compile(optimizer=opt, loss=loss_fn)
+        model.fit(xs[:per], ys[:per], batch_size=per, epochs=1, shuffle=False, verbose=0)
+        for m in opt.momentums:
+            m.assign(tf.ones_like(m))
+        warm = hvd.callbacks.LearningRateWarmupCallback(
+            initial_lr=0.05, warmup_epochs=2, momentum_correction=correct, steps_per_epoch=4)
+        warm.set_model(model)
+        warm.on_epoch_begin(0)
+        warm.on_train_batch_begin(2)  # the rate becomes warm._rate(2), from 0.05
+        want = warm._rate(2) / 0.05 if correct and n > 1 else 1.0
+        got = [float(np.max(np.abs(m.numpy() - want))) for m in opt.momentums]
+        if max(got) > 1e-6:
+            fail(f"momentum_correction={correct}: buffers {want} expected, off by {max(got)}")
     hvd.shutdown()
     print(f"rank {r}: ok", flush=True)
 

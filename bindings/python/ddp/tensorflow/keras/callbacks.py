@@ -49,7 +49,9 @@ class MetricAverageCallback(keras.callbacks.Callback):
 class LearningRateWarmupCallback(keras.callbacks.Callback):
     """Goyal et al.'s gradual warmup, as Horovod's: over the first `warmup_epochs` the learning
     rate grows linearly, batch by batch, from initial_lr / size() to initial_lr (the rate for the
-    whole job's batch). steps_per_epoch: batches per epoch (else taken from fit's params)."""
+    whole job's batch). steps_per_epoch: batches per epoch (else taken from fit's params).
+    momentum_correction: each change of the rate scales SGD's (and RMSprop's) momentum buffer by
+    new / old rate, so that past updates continue at the new rate."""
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
                  steps_per_epoch=None, verbose=0):
@@ -76,19 +78,44 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         n = size()
         return self.initial_lr / n * (progress * (n - 1) + 1)
 
+    def _set_rate(self, new):
+        optimizer = self.model.optimizer
+        old = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        optimizer.learning_rate = new
+        if self.momentum_correction and old > 0 and new != old:
+            # Goyal et al.'s momentum correction: the momentum buffer holds past updates at the
+            # old rate; scaled by new / old it continues at the new one (what Horovod's callback
+            # does by scaling the momentum for one batch).
+            for buffer in _momentum_buffers(optimizer):
+                buffer.assign(buffer * (new / old))
+
     def on_train_batch_begin(self, batch, logs=None):
         if self._epoch >= self.warmup_epochs:
             return
-        self.model.optimizer.learning_rate = self._rate(batch)
+        self._set_rate(self._rate(batch))
 
     def on_epoch_end(self, epoch, logs=None):
         if epoch == self.warmup_epochs - 1:
-            self.model.optimizer.learning_rate = self.initial_lr
+            self._set_rate(self.initial_lr)
             if self.verbose:
                 print(f"Epoch {epoch + 1}: finished gradual learning rate warmup to "
                       f"{self.initial_lr:g}.")
         if logs is not None:
             logs["lr"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+
+
+def _momentum_buffers(optimizer):
+    """The buffers that hold rate-scaled past updates: SGD's and RMSprop's momentum (Keras 3),
+    inside a LossScaleOptimizer too; none for optimizers whose state does not scale with the rate
+    (Adam's moments)."""
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    if not getattr(optimizer, "momentum", 0):
+        return []
+    if isinstance(optimizer, keras.optimizers.SGD):
+        return list(getattr(optimizer, "momentums", []))
+    if isinstance(optimizer, keras.optimizers.RMSprop):
+        return list(getattr(optimizer, "_momentums", []))
+    return []
 
 
 __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
