@@ -305,6 +305,55 @@ TEST(TimelineTest, KilledProcessLeavesParsableTrace) {
   std::remove(path.c_str());
 }
 
+// The file is locked while written (ranks handed one path must not write over each other): a
+// second process is refused, naming the way out; the writing process itself may start it again
+// under any name of the same file; a child forked while it is written (a DataLoader's worker)
+// holds no lock, and once the writer stops another process may take the file.
+TEST(TimelineTest, LockedAgainstOtherProcessesNotAgainstItsChildrenOrItself) {
+  const std::string path = TempPath("timeline-locked");
+  // In a child: 0 if Start succeeded, 1 if refused as AlreadyExists, 2 otherwise.
+  auto try_in_child = [&](int sleep_us_before) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      ::usleep(sleep_us_before);
+      Timeline other(5);
+      absl::Status s = other.Start(path, false);
+      ::_exit(s.ok() ? 0 : absl::IsAlreadyExists(s) ? 1 : 2);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  Timeline timeline(0);
+  ASSERT_TRUE(timeline.Start(path, false).ok());
+  EXPECT_EQ(try_in_child(0), 1) << "a second writer was let in";
+  {
+    Timeline other(5);
+    absl::Status s = other.Start(path, false);  // the same process: POSIX locks are per process
+    EXPECT_TRUE(s.ok()) << s;
+    other.Stop();
+  }
+  ASSERT_TRUE(timeline.Start(path, false).ok());  // again, the same path
+  const std::string dir = path.substr(0, path.rfind('/'));
+  const std::string other_name = dir + "/./" + path.substr(path.rfind('/') + 1);
+  ASSERT_TRUE(timeline.Start(other_name, false).ok());  // the same file by another name
+  EXPECT_EQ(try_in_child(0), 1);
+  // A child forked now inherits the open file but not the lock.
+  const pid_t sleeper = ::fork();
+  if (sleeper == 0) {
+    ::usleep(300000);
+    ::_exit(0);
+  }
+  timeline.Stop();
+  EXPECT_EQ(try_in_child(0), 0) << "the lock outlived the writer (held by its child?)";
+  ASSERT_TRUE(timeline.Start(path, false).ok());
+  WriteEvents(timeline, 1);
+  timeline.Stop();
+  EXPECT_TRUE(IsJson(ReadFile(path))) << ReadFile(path);
+  ::waitpid(sleeper, nullptr, 0);
+  std::remove(path.c_str());
+}
+
 // Started and stopped at run time (ddp.start_timeline/stop_timeline), from another thread than
 // the one writing events: nothing is written while stopped, each file is complete JSON once
 // stopped, a second start finishes the first file, and the clock keeps its origin.

@@ -2,13 +2,14 @@
 #include "engine/timeline.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/log.h"
 #include "common/status.h"
 
 namespace ddp::engine {
@@ -96,24 +98,35 @@ Timeline::~Timeline() { Stop(); }
 
 absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (file_ != nullptr && path == path_) CloseLocked();  // its lock would refuse the new one
   // Locked before it is truncated: ranks given one path (DDP_TIMELINE exported to every rank)
   // would otherwise write over each other's events, leaving a file that parses for none. The
-  // first to lock it writes it; the others are told so.
+  // first to lock it writes it; the others are told so. A POSIX record lock: it belongs to this
+  // process (children forked later, a DataLoader's workers, do not hold it) and works over NFS.
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) {
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot create timeline file '", path, "'"));
   }
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  struct stat st {};
+  if (file_ != nullptr && ::fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
+    // The file being written (under any name): closing it, which drops this process's locks on
+    // it, comes before the new lock rather than after.
+    CloseLocked();
+  }
+  struct flock whole {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;
+  if (::fcntl(fd, F_SETLK, &whole) != 0) {
     const int err = errno;
-    ::close(fd);
-    if (err == EWOULDBLOCK) {
+    if (err == EACCES || err == EAGAIN) {
+      ::close(fd);
       return absl::AlreadyExistsError(absl::StrCat(
           "timeline file '", path,
           "' is being written by another process (another rank given the same path?); put "
           "{rank} in the path for a file per rank"));
     }
-    return absl::ErrnoToStatus(err, absl::StrCat("cannot lock timeline file '", path, "'"));
+    // A file system without locks (ENOLCK, EOPNOTSUPP): written unlocked, as before locking.
+    DDP_LOG(kWarning, "timeline file '%s' cannot be locked (%s); writing it unlocked", path,
+            std::strerror(err));
   }
   std::FILE* file = ::ftruncate(fd, 0) == 0 ? ::fdopen(fd, "w") : nullptr;
   if (file == nullptr) {
@@ -123,7 +136,10 @@ absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
   }
   CloseLocked();
   file_ = file;
-  path_ = path;
+  if (::fstat(fd, &st) == 0) {
+    dev_ = st.st_dev;
+    ino_ = st.st_ino;
+  }
   buffer_ = std::make_unique<char[]>(kBufferBytes);
   // Must precede any output on the stream; a failure only costs speed, so it is not an error.
   std::setvbuf(file, buffer_.get(), _IOFBF, kBufferBytes);
@@ -155,6 +171,8 @@ void Timeline::CloseLocked() {
   std::fputs("]\n", file_);
   std::fclose(file_);  // before buffer_ is freed
   file_ = nullptr;
+  dev_ = 0;
+  ino_ = 0;
   buffer_.reset();
   unflushed_ = 0;
 }

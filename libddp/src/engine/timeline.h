@@ -3,6 +3,8 @@
 // that parses once a closing "]" is appended (the trace format makes that bracket optional).
 #pragma once
 
+#include <sys/types.h>
+
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -32,7 +34,8 @@ class Timeline {
   // Writes to `path` (created or truncated) from now on, with a marker per engine cycle if
   // `mark_cycles`; a file being written is finished first. Any thread (ddp.start_timeline).
   // The file is locked while written: AlreadyExists when another process (a rank given the same
-  // path) holds it, and that file is left alone.
+  // path) holds it, and that file is left alone. Where the file system has no locks, it is
+  // written unlocked.
   absl::Status Start(const std::string& path, bool mark_cycles);
   // Writes the closing "]" and closes the file; nothing more is written until Start(). Any
   // thread; a no-op when stopped.
@@ -70,7 +73,8 @@ class Timeline {
   std::atomic<bool> mark_cycles_{false};
   std::mutex mu_;  // the file and what is written to it: the engine's thread and Start/Stop
   std::FILE* file_ = nullptr;
-  std::string path_;                // file_'s
+  dev_t dev_ = 0;  // file_'s device and inode
+  ino_t ino_ = 0;
   std::unique_ptr<char[]> buffer_;  // stdio buffer of file_; outlives it (fclose in Close)
   size_t unflushed_ = 0;            // bytes in buffer_: flushed early so no event is cut in two
   bool first_event_ = true;
