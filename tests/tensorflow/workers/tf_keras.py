@@ -128,7 +128,9 @@ def main():
                                                                  training=True))
             grads = tape.gradient(loss, model.trainable_variables)
             sgd.apply_gradients(zip(grads, model.trainable_variables))
-    hits = ddp.engine_stats()["cache_hits"] - before["cache_hits"]
+    after = ddp.engine_stats()
+    hits = after["cache_hits"] - before["cache_hits"]
+    collectives = after["collectives"] - before["collectives"]
     weights = flat(model)
     same_everywhere("eager tape", weights)
     close("eager tape", weights, reference(x, y, 0.1))
@@ -138,6 +140,11 @@ def main():
     grads_per_step = len(model.trainable_variables)
     if hits < (2 * STEPS - 1) * grads_per_step:
         fail(f"{hits} response-cache hits in {2 * STEPS} eager steps: the names change")
+    # One op at a time would take exactly one collective per gradient; started together, the
+    # engine fuses those that are ready at once (at least once in 12 steps).
+    if collectives >= 2 * STEPS * grads_per_step:
+        fail(f"{collectives} collectives for {2 * STEPS * grads_per_step} eager gradients: "
+             f"never fused, reduced one by one")
 
     # Grouped allreduces (num_groups=2) instead of one per gradient: the same result.
     model = make_model()
@@ -174,13 +181,22 @@ def main():
     lrs = hist.history["lr"]
     if not (abs(lrs[-1] - 0.05) < 1e-9 and (n == 1 or lrs[0] < 0.05)):
         fail(f"warmup's rates {lrs}")
-    # Momentum correction: each rate change scales SGD's momentum buffers by new / old rate.
-    for correct in (True, False):
+    # Momentum correction: each rate change scales the momentum buffers (SGD's, RMSprop's, also
+    # inside a LossScaleOptimizer) by new / old rate; not with momentum_correction=False.
+    cases = [(True, lambda: keras.optimizers.SGD(0.05, momentum=0.9), "momentums"),
+             (False, lambda: keras.optimizers.SGD(0.05, momentum=0.9), "momentums"),
+             (True, lambda: keras.optimizers.RMSprop(0.05, momentum=0.9), "_momentums"),
+             (True, lambda: keras.optimizers.LossScaleOptimizer(
+                 keras.optimizers.SGD(0.05, momentum=0.9)), "momentums")]
+    for correct, make_opt, attribute in cases:
         model = make_model()
-        opt = hvd.DistributedOptimizer(keras.optimizers.SGD(0.05, momentum=0.9))
+        opt = hvd.DistributedOptimizer(make_opt())
         model.compile(optimizer=opt, loss=loss_fn)
         model.fit(xs[:per], ys[:per], batch_size=per, epochs=1, shuffle=False, verbose=0)
-        for m in opt.momentums:
+        buffers = getattr(getattr(opt, "inner_optimizer", opt), attribute)
+        if not buffers:
+            fail(f"{type(opt).__name__} has no {attribute}")
+        for m in buffers:
             m.assign(tf.ones_like(m))
         warm = hvd.callbacks.LearningRateWarmupCallback(
             initial_lr=0.05, warmup_epochs=2, momentum_correction=correct, steps_per_epoch=4)
@@ -188,9 +204,10 @@ def main():
         warm.on_epoch_begin(0)
         warm.on_train_batch_begin(2)  # the rate becomes warm._rate(2), from 0.05
         want = warm._rate(2) / 0.05 if correct and n > 1 else 1.0
-        got = [float(np.max(np.abs(m.numpy() - want))) for m in opt.momentums]
+        got = [float(np.max(np.abs(m.numpy() - want))) for m in buffers]
         if max(got) > 1e-6:
-            fail(f"momentum_correction={correct}: buffers {want} expected, off by {max(got)}")
+            fail(f"momentum_correction={correct}, {type(opt).__name__}: buffers {want} "
+                 f"expected, off by {max(got)}")
     hvd.shutdown()
     print(f"rank {r}: ok", flush=True)
 

@@ -475,7 +475,10 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_gr
         def traced(gs):
             return _reduce_in_graph(gs, op, compression, sparse_as_dense, predivide, num_groups,
                                     groups, process_set, name, None, what, scale)
-        reduce = _eager_reducers[key] = tf.function(traced, autograph=False)
+        # reduce_retracing: sparse gradients (IndexedSlices) change their row count from step
+        # to step; after a retrace the shapes generalize instead of tracing every step.
+        reduce = _eager_reducers[key] = tf.function(traced, autograph=False,
+                                                    reduce_retracing=True)
     return list(reduce(list(grads)))
 
 

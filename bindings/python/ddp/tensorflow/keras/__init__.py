@@ -41,10 +41,12 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     """A copy of the Keras optimizer `optimizer` (same class and configuration) that reduces the
     gradients over the ranks before it clips and applies them. backward_passes_per_step=N
     accumulates N passes locally (Keras' gradient_accumulation_steps) and reduces once per
-    update: their sum, as Horovod, or their average with average_aggregated_gradients=True. groups (lists of variable indices) or num_groups: grouped allreduces instead
-    of one per gradient. A keras.optimizers.LossScaleOptimizer (mixed_float16) becomes one that
-    reduces the scaled gradients before its overflow check, so that every rank skips or applies
-    the same step.
+    update: their sum, as Horovod, or their average with average_aggregated_gradients=True.
+    groups (lists of variable indices) or num_groups: grouped allreduces instead of one per
+    gradient. A keras.optimizers.LossScaleOptimizer (mixed_float16) gives one around
+    a distributed copy of its inner optimizer; any LossScaleOptimizer around a distributed one
+    (Keras' compile makes one under mixed_float16) reduces the scaled gradients before its
+    overflow check, so that every rank skips or applies the same step.
     """
     del device_dense, device_sparse
     if not isinstance(optimizer, keras.optimizers.Optimizer):
@@ -70,27 +72,26 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          "average_aggregated_gradients=True")
     if isinstance(compression, type) and compression is Compression.none:
         compression = None
-    lso = keras.optimizers.LossScaleOptimizer
-    if isinstance(optimizer, lso):
-        return _distributed_loss_scale(optimizer, name, compression, sparse_as_dense,
-                                       backward_passes_per_step, op, gradient_predivide_factor,
-                                       num_groups, groups, process_set)
-    # Under mixed_float16, Keras' compile wraps the optimizer in a LossScaleOptimizer, which
-    # skips the step when the gradients it is given overflow. Given this one's local gradients,
-    # a rank that overflowed would skip the reduction that the others wait in: the
-    # LossScaleOptimizer goes outside, where it sees the reduced gradients, the same everywhere.
-    if keras.mixed_precision.global_policy().name == "mixed_float16":
-        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: under mixed_float16, wrap the "
-                         "loss-scale optimizer, hvd.DistributedOptimizer(keras.optimizers."
-                         "LossScaleOptimizer(opt)), so that every rank checks the reduced "
-                         "gradients for overflow (Keras would wrap this one inside its own, "
-                         "where a rank that overflowed would skip the reduction)",
-                         "INVALID_ARGUMENT")
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        # Its inner optimizer made distributed: the reduction moves before the overflow check
+        # (_loss_scale_apply below), where every rank sees the same gradients.
+        inner = DistributedOptimizer(
+            optimizer.inner_optimizer, name=name, compression=compression,
+            sparse_as_dense=sparse_as_dense, backward_passes_per_step=backward_passes_per_step,
+            op=op, gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
+            groups=groups, process_set=process_set,
+            average_aggregated_gradients=average_aggregated_gradients)
+        return keras.optimizers.LossScaleOptimizer(
+            inner, initial_scale=optimizer.initial_scale,
+            dynamic_growth_steps=optimizer.dynamic_growth_steps, name=optimizer.name)
     base = type(optimizer)
 
     def _clip_gradients(self, grads):
         # Called once per update with the gradients to apply (accumulated, if accumulating), before
-        # clipping and weight decay: where Horovod's optimizer reduces them.
+        # clipping and weight decay: where Horovod's optimizer reduces them. Inside a
+        # LossScaleOptimizer they were reduced before its overflow check.
+        if getattr(self, "_ddp_reduced_outside", False):
+            return base._clip_gradients(self, grads)
         return base._clip_gradients(self, _reduce(self, grads))
 
     cls = type(base.__name__, (base,), {"_clip_gradients": _clip_gradients,
@@ -106,40 +107,28 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     return wrapped
 
 
-def _distributed_loss_scale(optimizer, name, compression, sparse_as_dense,
-                            backward_passes_per_step, op, gradient_predivide_factor, num_groups,
-                            groups, process_set):
-    """A LossScaleOptimizer (same scale settings, a copy of its inner optimizer) that reduces the
-    still-scaled gradients over the ranks before it checks them for overflow: an inf or NaN on
-    any rank is in every rank's sum, so all of them skip the step and halve the scale together,
-    and otherwise all unscale and apply the same gradients."""
-    lso = keras.optimizers.LossScaleOptimizer
-    inner = optimizer.inner_optimizer
-    if isinstance(inner, lso) or hasattr(inner, "_ddp") or hasattr(optimizer, "_ddp"):
-        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: this optimizer is already "
-                         "distributed (or nests loss-scale optimizers)", "INVALID_ARGUMENT")
-    if backward_passes_per_step != 1:
-        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: backward_passes_per_step "
-                         "with a LossScaleOptimizer is not supported (Keras' accumulation is "
-                         "not available to one)", "INVALID_ARGUMENT")
-    if optimizer.built:
-        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: wrap the LossScaleOptimizer "
-                         "before its first step (it is built; its scale would start over)",
-                         "INVALID_ARGUMENT")
+_keras_loss_scale_apply = keras.optimizers.LossScaleOptimizer.apply
 
-    def apply(self, grads, trainable_variables=None):
-        # Every gradient step comes through apply (apply_gradients and model.fit call it).
-        return lso.apply(self, _reduce(self, grads), trainable_variables)
 
-    cls = type(lso.__name__, (lso,), {"apply": apply, "__module__": lso.__module__})
-    wrapped = cls(type(inner).from_config(inner.get_config()),
-                  initial_scale=optimizer.initial_scale,
-                  dynamic_growth_steps=optimizer.dynamic_growth_steps, name=optimizer.name)
-    wrapped._ddp = {"name": name or f"DistributedOptimizer.{optimizer.name}", "op": op,
-                    "compression": compression, "sparse_as_dense": sparse_as_dense,
-                    "predivide": float(gradient_predivide_factor), "groups": groups,
-                    "num_groups": num_groups, "process_set": process_set}
-    return wrapped
+def _loss_scale_apply(self, grads, trainable_variables=None):
+    """LossScaleOptimizer.apply, for one whose inner optimizer is a DistributedOptimizer (made so
+    by DistributedOptimizer(LossScaleOptimizer(opt)), or wrapped by Keras' compile under
+    mixed_float16, or by hand): the still-scaled gradients are reduced over the ranks before the
+    overflow check. An inf or NaN on any rank is then in every rank's sum, so all ranks skip the
+    step and halve the scale together; checked on local gradients, a rank that overflowed would
+    skip the reduction that the others wait in."""
+    inner = self.inner_optimizer
+    if getattr(inner, "_ddp", None) is None or getattr(inner, "_ddp_reduced_outside", False):
+        return _keras_loss_scale_apply(self, grads, trainable_variables)
+    grads = _reduce(inner, grads)
+    inner._ddp_reduced_outside = True
+    try:
+        return _keras_loss_scale_apply(self, grads, trainable_variables)
+    finally:
+        inner._ddp_reduced_outside = False
+
+
+keras.optimizers.LossScaleOptimizer.apply = _loss_scale_apply
 
 
 def broadcast_global_variables(model, root_rank):
