@@ -172,7 +172,6 @@ ddp_handle* ddp_allreduce_async(ddp_context* c, const char* name, const void* in
   std::vector<int64_t> dims;
   absl::Status s = Prepare("ddp_allreduce_async", c, name, dtype, shape, ndim, &dims);
   if (s.ok()) s = CheckOp("ddp_allreduce_async", op);
-
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AllreduceAsync(
       name, input, output, static_cast<ddp::DataType>(dtype), std::move(dims),
@@ -217,7 +216,6 @@ ddp_handle* ddp_allgather_async(ddp_context* c, const char* name, const void* in
                                 void* stream) {
   std::vector<int64_t> dims;
   absl::Status s = Prepare("ddp_allgather_async", c, name, dtype, shape, ndim, &dims);
-
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AllgatherAsync(name, input, static_cast<ddp::DataType>(dtype),
                                                   std::move(dims), process_set,
@@ -229,7 +227,6 @@ ddp_handle* ddp_broadcast_async(ddp_context* c, const char* name, void* buffer, 
                                 int device, void* stream) {
   std::vector<int64_t> dims;
   absl::Status s = Prepare("ddp_broadcast_async", c, name, dtype, shape, ndim, &dims);
-
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().BroadcastAsync(name, buffer, static_cast<ddp::DataType>(dtype),
                                                   std::move(dims), root, process_set,
@@ -241,7 +238,6 @@ ddp_handle* ddp_alltoall_async(ddp_context* c, const char* name, const void* inp
                                void* stream) {
   std::vector<int64_t> dims;
   absl::Status s = Prepare("ddp_alltoall_async", c, name, dtype, shape, ndim, &dims);
-
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AlltoallAsync(name, input, static_cast<ddp::DataType>(dtype),
                                                  std::move(dims), process_set,
@@ -254,7 +250,6 @@ ddp_handle* ddp_reducescatter_async(ddp_context* c, const char* name, const void
   std::vector<int64_t> dims;
   absl::Status s = Prepare("ddp_reducescatter_async", c, name, dtype, shape, ndim, &dims);
   if (s.ok()) s = CheckOp("ddp_reducescatter_async", op);
-
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().ReduceScatterAsync(
       name, input, static_cast<ddp::DataType>(dtype), std::move(dims),

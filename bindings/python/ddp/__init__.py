@@ -151,9 +151,7 @@ def start_timeline(file_path, mark_cycles=False):
     not write over each other. Starting again finishes the file being written."""
     _ops.require_init("start_timeline")
     path = str(file_path)
-    if "{rank}" in path:
-        _ddp.start_timeline(path.replace("{rank}", str(_ddp.rank())), bool(mark_cycles))
-    elif _ddp.rank() == 0:
+    if "{rank}" in path or _ddp.rank() == 0:  # the engine puts the rank in
         _ddp.start_timeline(path, bool(mark_cycles))
 
 

@@ -143,7 +143,8 @@ class Engine {
   // Starts writing this rank's timeline (Chrome trace JSON, as DDP_TIMELINE does) to `path`,
   // created or truncated, with a marker per engine cycle if `mark_cycles`; a timeline being
   // written is finished first. StopTimeline finishes the file (valid JSON once it returns).
-  // Horovod's start_timeline/stop_timeline; this rank only.
+  // Horovod's start_timeline/stop_timeline; this rank only ('{rank}' in the path becomes its
+  // number).
   virtual absl::Status StartTimeline(const std::string& path, bool mark_cycles) = 0;
   virtual void StopTimeline() = 0;
 

@@ -5,7 +5,6 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_replace.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "ddp/errors.h"
@@ -154,12 +153,10 @@ absl::Status EngineImpl::Start() {
   // Always there (ddp.start_timeline may start it later); writes nothing until started.
   timeline_ = std::make_unique<Timeline>(rank_);
   if (!options_.timeline.empty()) {
-    // '{rank}' in the path gives each rank a file (as ddprun --timeline-filename and
-    // ddp.start_timeline). One path for every rank (DDP_TIMELINE exported to all, as with
-    // mpirun -x): the first rank to lock the file writes it, the others go on without one.
-    const std::string path =
-        absl::StrReplaceAll(options_.timeline, {{"{rank}", absl::StrCat(rank_)}});
-    absl::Status s = timeline_->Start(path, options_.timeline_mark_cycles);
+    // '{rank}' in the path gives each rank a file. One path for every rank (DDP_TIMELINE
+    // exported to all, as with mpirun -x): the first rank to lock the file writes it, the others
+    // go on without one.
+    absl::Status s = timeline_->Start(options_.timeline, options_.timeline_mark_cycles);
     if (absl::IsAlreadyExists(s)) {
       DDP_LOG(kWarning, "no timeline on this rank: %s", s.message());
     } else {

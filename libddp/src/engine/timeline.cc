@@ -18,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "common/log.h"
 #include "common/status.h"
@@ -96,7 +97,10 @@ Timeline::Timeline(int rank)
 
 Timeline::~Timeline() { Stop(); }
 
-absl::Status Timeline::Start(const std::string& path, bool mark_cycles) {
+absl::Status Timeline::Start(const std::string& requested, bool mark_cycles) {
+  // '{rank}' gives each rank its own file (DDP_TIMELINE, ddprun --timeline-filename,
+  // ddp.start_timeline).
+  const std::string path = absl::StrReplaceAll(requested, {{"{rank}", absl::StrCat(rank_)}});
   std::lock_guard<std::mutex> lock(mu_);
   // Locked before it is truncated: ranks given one path (DDP_TIMELINE exported to every rank)
   // would otherwise write over each other's events, leaving a file that parses for none. The

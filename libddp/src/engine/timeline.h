@@ -31,8 +31,9 @@ class Timeline {
   Timeline(const Timeline&) = delete;
   Timeline& operator=(const Timeline&) = delete;
 
-  // Writes to `path` (created or truncated) from now on, with a marker per engine cycle if
-  // `mark_cycles`; a file being written is finished first. Any thread (ddp.start_timeline).
+  // Writes to `path` (created or truncated; '{rank}' in it becomes this rank) from now on, with
+  // a marker per engine cycle if `mark_cycles`; a file being written is finished first. Any
+  // thread (ddp.start_timeline).
   // The file is locked while written: AlreadyExists when another process (a rank given the same
   // path) holds it, and that file is left alone. Where the file system has no locks, it is
   // written unlocked.

@@ -3,7 +3,6 @@ and a custom loop with DistributedGradientTape. Each rank trains on its part of 
 batch; the weights must come out bit-identical on every rank and equal (to float32 rounding) to
 one process training on the whole batches. Prints "rank R: ok"."""
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -15,43 +14,8 @@ import ddp  # noqa: E402
 import ddp.tensorflow as hvd_tf  # noqa: E402
 import ddp.tensorflow.keras as hvd  # noqa: E402
 
-GLOBAL_BATCH = 24
-STEPS = 6
-
-
-def fail(what):
-    print(f"rank {hvd.rank()}: FAILED: {what}", flush=True)
-    sys.exit(1)
-
-
-def make_model():
-    keras.utils.set_random_seed(7)
-    return keras.Sequential([keras.Input((10,)), keras.layers.Dense(16, activation="tanh"),
-                             keras.layers.Dense(3)])
-
-
-def data():
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((GLOBAL_BATCH * STEPS, 10)).astype(np.float32)
-    y = rng.integers(0, 3, size=GLOBAL_BATCH * STEPS)
-    return x, y
-
-
-def shard(a, r, n):
-    """Rank r's part of every global batch (contiguous within the batch, in batch order)."""
-    per = GLOBAL_BATCH // n
-    return np.concatenate([a[b * GLOBAL_BATCH + r * per:b * GLOBAL_BATCH + (r + 1) * per]
-                           for b in range(STEPS)])
-
-
-def flat(model):
-    return np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
-
-
-def same_everywhere(what, values):
-    everyone = hvd_tf.allgather(tf.constant(values[None, :]), name=f"check.{what}").numpy()
-    if not all(np.array_equal(everyone[0], row) for row in everyone):
-        fail(f"{what}: the ranks' weights differ")
+from keras_common import (GLOBAL_BATCH, STEPS, data, fail, flat, make_model,  # noqa: E402
+                          same_everywhere, shard)
 
 
 def close(what, got, want):

@@ -6,7 +6,6 @@ halving its scale, instead of leaving the others waiting: with the LossScaleOpti
 DistributedOptimizer, and with the one Keras' compile wraps around a plain DistributedOptimizer.
 Prints "rank R: ok"."""
 import os
-import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -17,43 +16,13 @@ import tensorflow as tf  # noqa: E402
 import ddp.tensorflow as hvd_tf  # noqa: E402
 import ddp.tensorflow.keras as hvd  # noqa: E402
 
-GLOBAL_BATCH = 24
-STEPS = 6
-
-
-def fail(what):
-    print(f"rank {hvd.rank()}: FAILED: {what}", flush=True)
-    sys.exit(1)
+import keras_common  # noqa: E402
+from keras_common import (GLOBAL_BATCH, data, fail, flat, same_everywhere,  # noqa: E402
+                          shard)
 
 
 def make_model():
-    keras.utils.set_random_seed(7)
-    return keras.Sequential([keras.Input((10,)), keras.layers.Dense(16, activation="tanh"),
-                             keras.layers.Dense(3, dtype="float32")])
-
-
-def data():
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((GLOBAL_BATCH * STEPS, 10)).astype(np.float32)
-    y = rng.integers(0, 3, size=GLOBAL_BATCH * STEPS)
-    return x, y
-
-
-def shard(a, r, n):
-    per = GLOBAL_BATCH // n
-    return np.concatenate([a[b * GLOBAL_BATCH + r * per:b * GLOBAL_BATCH + (r + 1) * per]
-                           for b in range(STEPS)])
-
-
-def flat(model):
-    return np.concatenate([v.numpy().ravel() for v in model.trainable_variables])
-
-
-def same_everywhere(what, values):
-    values = np.asarray(values, dtype=np.float32).ravel()
-    everyone = hvd_tf.allgather(tf.constant(values[None, :]), name=f"check.{what}").numpy()
-    if not all(np.array_equal(everyone[0], row) for row in everyone):
-        fail(f"{what}: differs between the ranks")
+    return keras_common.make_model(output_dtype="float32")
 
 
 def loss_scale_optimizer(lr):

@@ -30,7 +30,7 @@ def _reduce(optimizer, grads):
                              sparse_as_dense=cfg["sparse_as_dense"], predivide=cfg["predivide"],
                              num_groups=cfg["num_groups"], groups=cfg["groups"],
                              process_set=cfg["process_set"], name=cfg["name"],
-                             what="DistributedOptimizer", scale=cfg.get("scale", 1.0))
+                             what="DistributedOptimizer", scale=cfg["scale"])
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
@@ -118,7 +118,7 @@ def _loss_scale_apply(self, grads, trainable_variables=None):
     step and halve the scale together; checked on local gradients, a rank that overflowed would
     skip the reduction that the others wait in."""
     inner = self.inner_optimizer
-    if getattr(inner, "_ddp", None) is None or getattr(inner, "_ddp_reduced_outside", False):
+    if getattr(inner, "_ddp", None) is None:
         return _keras_loss_scale_apply(self, grads, trainable_variables)
     grads = _reduce(inner, grads)
     inner._ddp_reduced_outside = True
