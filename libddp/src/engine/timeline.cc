@@ -114,7 +114,7 @@ absl::Status Timeline::Start(const std::string& requested, bool mark_cycles) {
   if (file_ != nullptr && ::fstat(fd, &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
     // The file being written (under any name): closing it, which drops this process's locks on
     // it, comes before the new lock rather than after.
-    CloseLocked();
+    FinishFileLocked();
   }
   struct flock whole {};
   whole.l_type = F_WRLCK;
@@ -123,6 +123,7 @@ absl::Status Timeline::Start(const std::string& requested, bool mark_cycles) {
     const int err = errno;
     if (err == EACCES || err == EAGAIN) {
       ::close(fd);
+      if (file_ == nullptr) active_.store(false, std::memory_order_release);
       return absl::AlreadyExistsError(absl::StrCat(
           "timeline file '", path,
           "' is being written by another process (another rank given the same path?); put "
@@ -136,9 +137,12 @@ absl::Status Timeline::Start(const std::string& requested, bool mark_cycles) {
   if (file == nullptr) {
     const int err = errno;
     ::close(fd);
+    if (file_ == nullptr) active_.store(false, std::memory_order_release);
     return absl::ErrnoToStatus(err, absl::StrCat("cannot write timeline file '", path, "'"));
   }
-  CloseLocked();
+  // The previous file is finished without a moment of being inactive: events recorded
+  // meanwhile wait for the lock and go to the new file instead of being dropped.
+  FinishFileLocked();
   file_ = file;
   if (::fstat(fd, &st) == 0) {
     dev_ = st.st_dev;
@@ -170,8 +174,12 @@ void Timeline::Stop() {
 }
 
 void Timeline::CloseLocked() {
-  if (file_ == nullptr) return;
   active_.store(false, std::memory_order_release);
+  FinishFileLocked();
+}
+
+void Timeline::FinishFileLocked() {
+  if (file_ == nullptr) return;
   std::fputs("]\n", file_);
   std::fclose(file_);  // before buffer_ is freed
   file_ = nullptr;

@@ -65,7 +65,8 @@ class Timeline {
   int TrackOf(absl::string_view tensor);
   void Emit(const std::string& json_object);
   void FlushLocked();
-  void CloseLocked();
+  void CloseLocked();       // stops recording and finishes the file
+  void FinishFileLocked();  // writes the closing "]" and closes the file; recording goes on
 
   const int rank_;
   const int64_t origin_ns_;
