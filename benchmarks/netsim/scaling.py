@@ -220,7 +220,6 @@ def main(argv=None) -> int:
         for hosts in (int(h) for h in args.hosts.split(",")):
             with netsim.Cluster(hosts, rate=rate_text) as cluster:
                 for per_host in (int(x) for x in args.per_host.split(",")):
-                    n = hosts * per_host
                     todo = [i for i in impls if not (i == "hier" and per_host == 1)]
                     if rate >= 10e9:
                         todo.append("ceiling")
@@ -251,6 +250,10 @@ def main(argv=None) -> int:
                                 "rate": rate, "hosts": hosts, "per_host": per_host, "impl": impl,
                                 "bytes": size, "seconds": seconds, "bound_seconds": bound,
                                 "of_bound": bound / seconds if seconds > 0 else None})
+                            if impl == "hier":  # for the model: -1, libddp's default
+                                chunk = os.environ.get("DDP_HIER_CHUNK_BYTES")
+                                result["points"][-1]["hier_chunk_bytes"] = (
+                                    parse_bytes(chunk) if chunk else -1)
                         big = max(times) if times else 0
                         frac = (result["points"][-1]["of_bound"] or 0) if times else 0
                         print(f"scaling: {rate_text} H={hosts} L={per_host} {impl:7s} "

@@ -80,6 +80,9 @@ absl::Status ContextImpl::Init() {
   tuning.algorithm = options.algorithm;
   tuning.segment_bytes = static_cast<size_t>(options.segment_bytes);
   tuning.small_allreduce_bytes = static_cast<size_t>(options.small_allreduce_bytes);
+  if (options.hier_chunk_bytes >= 0) {
+    tuning.hier_chunk_bytes = static_cast<size_t>(options.hier_chunk_bytes);
+  }
   tuning.hosts = job.hosts;
   collectives::BackendResources backends;
   backends.transport = job.transport.get();

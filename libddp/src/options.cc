@@ -128,6 +128,8 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   if (segment) o.segment_bytes = *segment;
   DDP_ASSIGN_OR_RETURN(auto small, env::GetBytes("DDP_SMALL_ALLREDUCE_BYTES", 0, 1LL << 30));
   if (small) o.small_allreduce_bytes = *small;
+  DDP_ASSIGN_OR_RETURN(auto hier_chunk, env::GetBytes("DDP_HIER_CHUNK_BYTES", 0, 1LL << 40));
+  if (hier_chunk) o.hier_chunk_bytes = *hier_chunk;
   DDP_RETURN_IF_ERROR(ReadEngineVariables(&o));
   DDP_RETURN_IF_ERROR(o.Validate());
   return o;
@@ -178,6 +180,9 @@ absl::Status Options::Validate() const {
   }
   if (segment_bytes < 4096) {
     return absl::InvalidArgumentError("DDP_SEGMENT_BYTES must be at least 4096");
+  }
+  if (hier_chunk_bytes != -1 && hier_chunk_bytes != 0 && hier_chunk_bytes < 4096) {
+    return absl::InvalidArgumentError("DDP_HIER_CHUNK_BYTES must be 0 or at least 4096");
   }
   if (fusion_threshold < 0 || cache_capacity < 0 || cycle_time_ms < 0 ||
       stall_check < absl::ZeroDuration() || stall_shutdown < absl::ZeroDuration()) {

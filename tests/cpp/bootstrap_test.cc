@@ -62,6 +62,7 @@ TEST(Options, ReadsEveryVariable) {
                  {"DDP_ALGO", "rd"},
                  {"DDP_TRANSPORT", "tcp"},
                  {"DDP_SEGMENT_BYTES", "1M"},
+                 {"DDP_HIER_CHUNK_BYTES", "8M"},
                  {"DDP_TCP_STREAMS", "2"},
                  {"DDP_LOG_LEVEL", "debug"}});
   auto o = Options::FromEnvironment();
@@ -74,6 +75,7 @@ TEST(Options, ReadsEveryVariable) {
   EXPECT_EQ(o->algorithm, Algorithm::kRecursiveDoubling);
   EXPECT_EQ(o->transport, TransportKind::kTcp);
   EXPECT_EQ(o->segment_bytes, 1 << 20);
+  EXPECT_EQ(o->hier_chunk_bytes, 8 << 20);
   EXPECT_EQ(o->tcp_streams, 2);
   EXPECT_EQ(o->log_level, LogLevel::kDebug);
 }
@@ -103,6 +105,7 @@ TEST(Options, BadValuesNameTheVariable) {
       {"DDP_ALGO", "fastest"},
       {"DDP_TRANSPORT", "carrier-pigeon"},
       {"DDP_SEGMENT_BYTES", "12Q"},
+      {"DDP_HIER_CHUNK_BYTES", "100"},  // 0 (one chunk) or at least 4096
       {"DDP_LOG_LEVEL", "loud"},
       {"DDP_TCP_STREAMS", "0"},
       {"DDP_RENDEZVOUS_EXTERNAL", "maybe"}};

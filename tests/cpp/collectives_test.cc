@@ -109,7 +109,15 @@ INSTANTIATE_TEST_SUITE_P(
         JobSetup{"FourByTwo", 8, {}, {"a", "a", "b", "b", "c", "c", "d", "d"}},
         JobSetup{"ThreeByTwoForcedHier", 6, {{"DDP_ALGO", "hier"}}, {"x", "x", "y", "y", "z", "z"}},
         JobSetup{"UnevenTwoAndOne", 3, {}, {"a", "a", "b"}},
-        JobSetup{"UnevenThreeAndOneForcedHier", 4, {{"DDP_ALGO", "hier"}}, {"a", "b", "b", "b"}}),
+        JobSetup{"UnevenThreeAndOneForcedHier", 4, {{"DDP_ALGO", "hier"}}, {"a", "b", "b", "b"}},
+        // The hierarchical allreduce in chunks of 4 KiB: its phases within and across hosts
+        // run as a pipeline in two threads from a few hundred elements on (64 chunks at most).
+        JobSetup{
+            "TwoByTwoHierInChunks", 4, {{"DDP_HIER_CHUNK_BYTES", "4096"}}, {"a", "a", "b", "b"}},
+        JobSetup{"ThreeByTwoHierInChunks",
+                 6,
+                 {{"DDP_HIER_CHUNK_BYTES", "4K"}, {"DDP_SEGMENT_BYTES", "4096"}},
+                 {"x", "y", "z", "x", "y", "z"}}),
     JobSetupName);
 
 // The same matrix with each allreduce algorithm forced, tiny segments (many pipelined segments

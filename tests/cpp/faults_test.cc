@@ -169,6 +169,41 @@ TEST(Faults, ARankBlockedOnItsHostIsNotBlamedByTheOtherHost) {
   }
 }
 
+// The same two failures during the hierarchical allreduce in chunks, where each rank waits in
+// two threads at once (its host's phases in one, the phase across hosts in the other): the
+// killed or stopped rank is named first by every survivor, and nobody hangs.
+TEST(Faults, ARankKilledDuringThePipelinedHierarchicalAllreduceIsNamedByEverySurvivor) {
+  JobSpec spec;
+  spec.size = 4;
+  spec.hosts = {"hosta", "hosta", "hostb", "hostb"};
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "60"}, {"DDP_HIER_CHUNK_BYTES", "64K"}};
+  spec.hang_limit = absl::Seconds(120);
+  JobResult job = RunWithRankOneKilled(spec, 1 << 20);  // 4 MiB: 64 chunks
+  ASSERT_FALSE(job.hung) << job.Summary();
+  EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
+  for (int r : {0, 2, 3}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    ASSERT_TRUE(rr.status_reported) << job.Summary();
+    EXPECT_TRUE(absl::StartsWith(rr.status, "ABORTED")) << r << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "ddp.BlamedRanks='1")) << r << job.Summary();
+  }
+}
+
+TEST(Faults, ARankStoppedDuringThePipelinedHierarchicalAllreduceIsNamedByEverySurvivor) {
+  JobSpec spec;
+  spec.size = 4;
+  spec.hosts = {"hosta", "hosta", "hostb", "hostb"};
+  spec.env = {{"DDP_TIMEOUT_SECONDS", "2"}, {"DDP_HIER_CHUNK_BYTES", "4K"}};
+  spec.hang_limit = absl::Seconds(90);
+  JobResult job = RunWithRankOneStopped(spec, TempPath("pipelined-pid"));  // 64 chunks
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 2, 3}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    ASSERT_TRUE(rr.status_reported) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "ddp.BlamedRanks='1")) << r << job.Summary();
+  }
+}
+
 // ddprun's report channel (common/report.h): every survivor writes one line to DDP_REPORT_FD
 // naming the killed rank first; the killed rank writes nothing.
 TEST(Faults, EverySurvivorReportsTheCulpritOnTheLaunchersPipe) {

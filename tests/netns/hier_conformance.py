@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The conformance matrix over simulated network hosts (benchmarks/netsim): H hosts, L ranks in
 each, the hierarchical allreduce's real shape (shared memory within a host, TCP across links
-limited with tc). Every rank must report OK and all must compute identical allreduce bits.
+limited with tc), in chunks that pipeline its phases. Every rank must report OK and all must
+compute identical allreduce bits.
 
     hier_conformance.py PATH/TO/ddp-conformance [--hosts 2] [--per-host 2] [--rate 5gbit]
 
@@ -48,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
             env = {**os.environ, "DDP_RANK": str(rank), "DDP_SIZE": str(n),
                    "DDP_JOB_TOKEN": token, "DDP_RENDEZVOUS_ADDR": cluster.addresses[0],
                    "DDP_RENDEZVOUS_PORT": str(port), "DDP_HOSTNAME": cluster.hostnames[host],
-                   "DDP_ALGO": "hier", "DDP_TIMEOUT_SECONDS": "120"}
+                   "DDP_ALGO": "hier", "DDP_TIMEOUT_SECONDS": "120",
+                   # Chunks of 16 KiB: from 4K elements on, the pipeline (two threads a rank)
+                   # across the links; ctest's Hosts/Conformance runs the one-chunk path too.
+                   "DDP_HIER_CHUNK_BYTES": "16K"}
             log = open(os.path.join(out, f"rank{rank}.txt"), "w+", encoding="utf-8")
             logs.append(log)
             procs.append(cluster.popen(host, [args.conformance, "--quick"], env=env, stdout=log,

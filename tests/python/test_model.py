@@ -67,6 +67,27 @@ def test_latency_and_cpu_terms():
                                 + 2 * 7 / 8 * 64 * MIB / 300e9)
 
 
+def test_the_hierarchical_pipeline_hides_the_phases_within_the_host_behind_the_links():
+    # libddp's chunks: at least 4 MiB and 512 KiB per rank, 1 to 64 of them.
+    assert model.hier_chunks(64 * MIB, 4) == 16
+    assert model.hier_chunks(64 * MIB, 16) == 8
+    assert model.hier_chunks(3 * MIB, 4) == 1
+    assert model.hier_chunks(64 * MIB, 4, chunk_bytes=0) == 1
+    assert model.hier_chunks(1 << 30, 4, chunk_bytes=4096) == 64
+    p = model.Params(alpha=0.0, eta=1.0, gamma=0.0, gamma_local=1e-9)
+    size, cores = 64 * MIB, 1.0
+    local = 2 * 64 * MIB * 1e-9  # 2(L-1) K gamma_l / P with L = 2
+    links = model.bound("hier", size, 2, 2, 1e9)
+    one = model.predict(p, "hier", size, 2, 2, 1e9, cores, chunk_bytes=0)
+    assert one == pytest.approx(links + local)  # one chunk: the phases add
+    piped = model.predict(p, "hier", size, 2, 2, 1e9, cores)
+    assert piped == pytest.approx(links + local / 16)  # 16 chunks: only 1/16 shows
+    # Where the CPU is the limit, the overlapped work still takes the cores' time.
+    q = model.Params(alpha=0.0, eta=1.0, gamma=1e-8, gamma_local=1e-9)
+    cpu = model.predict(q, "hier", size, 2, 2, 100e9, cores)
+    assert cpu == pytest.approx(local / 16 + size * 1e-8 + 15 / 16 * local)
+
+
 def synthetic(params, cores=2):
     points = []
     for rate in (1e9, 4e9, 10e9):
@@ -78,6 +99,8 @@ def synthetic(params, cores=2):
                                           cores / hosts)
                         points.append({"rate": rate, "hosts": hosts, "per_host": per_host,
                                        "impl": impl, "bytes": size, "seconds": t})
+                        if impl == "hier":  # as scaling.py records libddp's default chunks
+                            points[-1]["hier_chunk_bytes"] = -1
     return points
 
 

@@ -21,11 +21,15 @@ roof is left out; --intra-link gives the rate between the GPUs of a host (NVLink
     recursive     log2(N) alpha + max(log2(H) L K / (eta B),
       doubling                      L K (log2(H) gamma + log2(L) gamma_l) / P)
                     (every step exchanges the whole buffer; L ranks of a host share its link)
-    hierarchical  (2(H-1) + 2(L-1)) alpha + max(2(H-1)/H K / (eta B), 2(H-1)/H K gamma / P)
-                    + 2(L-1) K gamma_l / P
+    hierarchical  (C 2(H-1) + 2(L-1)) alpha + W / C
+                    + max(2(H-1)/H K / (eta B), (2(H-1)/H K gamma + (C-1)/C W_cpu) / P)
                     (reduce-scatter within the host, L rings across hosts on K/L each, then
-                    all-gather within the host: the phases within the host do not overlap the
-                    one across, so they add)
+                    all-gather within the host, in C chunks as a pipeline: the phases within
+                    the host of every chunk but the first's reduce-scatter and the last's
+                    all-gather overlap the phase across hosts, on the same cores.
+                    W = 2(L-1) K gamma_l / P, the phases within the host (on NVLink, the larger
+                    of that and 2(L-1)/L K over its rate); W_cpu its CPU part; C as libddp
+                    chooses it, hier_chunks below)
 
 In the network-namespace cluster (benchmarks/netsim) all hosts share one machine's cores, so the
 fit uses P = cores / H. `fit` finds alpha, eta, gamma and gamma_l from the harness's measurements
@@ -87,9 +91,11 @@ class Params:
 
 
 def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: float,
-            cores_per_host: float | None, intra_rate: float | None = None) -> float:
+            cores_per_host: float | None, intra_rate: float | None = None,
+            chunk_bytes: float | None = None) -> float:
     """Seconds for one allreduce of SIZE bytes; cores_per_host None: no CPU roof (GPUs);
-    intra_rate: bit/s between the ranks of a host (NVLink), None: only the CPU roof counts."""
+    intra_rate: bit/s between the ranks of a host (NVLink), None: only the CPU roof counts;
+    chunk_bytes: DDP_HIER_CHUNK_BYTES (None: libddp's default)."""
     n = hosts * per_host
     if n <= 1:
         return 0.0
@@ -110,21 +116,35 @@ def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: 
         net = math.log2(hosts) * per_host * size if hosts > 1 else 0.0
         work = per_host * size * (math.log2(hosts) * g + math.log2(per_host) * gl)
     elif algo == "hier":
-        # Reduce-scatter within the host, L rings across hosts on K/L each, all-gather within:
-        # the phases within the host come before and after the one across.
-        steps = 2 * (hosts - 1) + 2 * (per_host - 1)
+        # Reduce-scatter within the host, L rings across hosts on K/L each, all-gather within,
+        # in C chunks as a pipeline: only the first chunk's reduce-scatter and the last one's
+        # all-gather are not overlapped by the phase across hosts; the rest share its cores.
+        chunks = hier_chunks(size, n, chunk_bytes)
+        steps = chunks * 2 * (hosts - 1) + 2 * (per_host - 1)
         net = 2 * (hosts - 1) / hosts * size
         work = 2 * (hosts - 1) / hosts * size * g
         if per_host > 1:
             local_phase = (2 * (per_host - 1) / per_host * size / (intra_rate / 8) if intra_rate
                            else 0.0)
             if cores_per_host:
-                local_phase = max(local_phase,
-                                  2 * (per_host - 1) * size * gl / cores_per_host)
+                local_cpu = 2 * (per_host - 1) * size * gl
+                local_phase = max(local_phase, local_cpu / cores_per_host)
+                work += (chunks - 1) / chunks * local_cpu
+            local_phase /= chunks
     else:
         raise ValueError(f"unknown algorithm {algo!r}")
     cpu = work / cores_per_host if cores_per_host else 0.0
     return steps * alpha + max(net / link, cpu) + local_phase
+
+
+def hier_chunks(size: float, ranks: int, chunk_bytes: float | None = None) -> int:
+    """The chunks of libddp's hierarchical allreduce (collectives/allreduce.cc): of
+    DDP_HIER_CHUNK_BYTES, by default at least 4 MiB and 512 KiB per rank; 1 to 64."""
+    if chunk_bytes is None:
+        chunk_bytes = max(4 << 20, ranks * (512 << 10))
+    if chunk_bytes <= 0:
+        return 1
+    return int(min(max(size // chunk_bytes, 1), 64))
 
 
 def bound(algo: str, size: float, hosts: int, per_host: int, rate: float) -> float:
@@ -194,6 +214,13 @@ def _nelder_mead(f, x0: list[float], steps: list[float], iters: int = 4000) -> l
     return simplex[min(range(len(simplex)), key=values.__getitem__)]
 
 
+def _chunk_bytes(pt: dict) -> float | None:
+    """DDP_HIER_CHUNK_BYTES of a measured point: -1 libddp's default; absent, a point from
+    before the pipeline (2026-11-26), which ran in one chunk."""
+    chunk = pt.get("hier_chunk_bytes", 0)
+    return None if chunk == -1 else chunk
+
+
 def _sim_cores(pt: dict, cores: int) -> float:
     return cores / pt["hosts"]
 
@@ -207,7 +234,7 @@ def fit(points: list[dict], cores: int) -> Params:
         total = 0.0
         for pt in points:
             t = predict(p, pt["impl"], pt["bytes"], pt["hosts"], pt["per_host"], pt["rate"],
-                        _sim_cores(pt, cores))
+                        _sim_cores(pt, cores), chunk_bytes=_chunk_bytes(pt))
             total += math.log(t / pt["seconds"]) ** 2
         return total
 
@@ -226,7 +253,7 @@ def errors(p: Params, points: list[dict], cores: int) -> list[tuple[dict, float,
     out = []
     for pt in points:
         t = predict(p, pt["impl"], pt["bytes"], pt["hosts"], pt["per_host"], pt["rate"],
-                    _sim_cores(pt, cores))
+                    _sim_cores(pt, cores), chunk_bytes=_chunk_bytes(pt))
         out.append((pt, t, t / pt["seconds"] - 1))
     return out
 

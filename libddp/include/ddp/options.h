@@ -84,6 +84,11 @@ struct Options {
   // which allreduce uses recursive doubling instead of the ring.
   int64_t segment_bytes = 1 << 20;
   int64_t small_allreduce_bytes = 64 * 1024;
+  // The hierarchical allreduce of a larger message goes through its three phases in chunks of
+  // about this many bytes, so that the phases within a host overlap the one across hosts
+  // (DDP_HIER_CHUNK_BYTES; 0: one chunk, the phases one after the other; -1: chosen by the
+  // number of ranks, see docs/configuration.md).
+  int64_t hier_chunk_bytes = -1;
 
   // Fusion engine. Tensors ready in the same cycle are packed into one buffer of up to
   // fusion_threshold bytes (DDP_FUSION_THRESHOLD, 0 = no fusion) and reduced together; the engine

@@ -1,6 +1,10 @@
 // Allreduce: the pipelined ring for large messages, recursive doubling for small ones.
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
 
 #include "collectives/collectives.h"
 #include "collectives/ring.h"
@@ -148,18 +152,159 @@ namespace {
 // all-gather within each host. Only 1/L of the data crosses the network from each rank, and
 // every host sends over L connections at once. Blocks are reduced by one rank each and copied
 // everywhere, so every rank gets the same bits.
+//
+// A message of several chunks (Tuning::hier_chunk_bytes) goes through the three phases chunk by
+// chunk, as a pipeline: while this thread allreduces chunk c across hosts, a helper thread
+// reduce-scatters chunk c+1 and all-gathers chunk c-1 within the host, so that only the first
+// chunk's reduce-scatter and the last one's all-gather add to the time of the network phase.
+// The helper makes its calls in the same order on every rank (RS0 RS1 AG0 RS2 AG1 ... AG(C-1)),
+// and each level numbers its calls from a range reserved beforehand, so the two threads number
+// alike on every rank whichever runs first.
+class HierarchicalPipeline {
+ public:
+  HierarchicalPipeline(Communicator& comm, const char* send, char* recv, size_t count,
+                       DataType type, ReduceOp op, const Epilogue& epilogue, int chunks)
+      : h_(comm.hierarchy()),
+        send_(send),
+        recv_(recv),
+        type_(type),
+        es_(DataTypeSize(type)),
+        op_(op),
+        epilogue_(epilogue),
+        chunks_(Blocks::Even(count, chunks)) {
+    const int local_size = h_.local->size();
+    size_t mine = 0;
+    for (size_t c = 0; c < static_cast<size_t>(chunks); ++c) {
+      within_.push_back(Blocks::Even(chunks_.count[c], local_size));
+      block_offset_.push_back(mine);
+      mine += within_.back().count[static_cast<size_t>(h_.local->rank())];
+    }
+    block_ = comm.Scratch(7, std::max<size_t>(mine * es_, 1));
+  }
+
+  absl::Status Run() {
+    const int chunks = static_cast<int>(chunks_.count.size());
+    if (chunks == 1) {
+      DDP_RETURN_IF_ERROR(ReduceScatterChunk(0));
+      DDP_RETURN_IF_ERROR(CrossChunk(0));
+      return GatherChunk(0);
+    }
+    const auto calls = static_cast<uint32_t>(chunks);
+    const uint32_t first = h_.local->ReserveCalls(3 * calls);
+    h_.local->NumberCallsFrom(first);
+    h_.cross->NumberCallsFrom(first + 2 * calls);
+    std::thread host([this, chunks] { Finish(HostPhases(chunks)); });
+    for (int c = 0; c < chunks; ++c) {
+      if (!WaitFor(reduced_, c)) break;
+      const absl::Status status = CrossChunk(c);
+      if (!status.ok()) {
+        Finish(status);
+        break;
+      }
+      Publish(crossed_, c + 1);
+    }
+    host.join();
+    h_.local->NumberCallsFromShared();
+    h_.cross->NumberCallsFromShared();
+    return first_error_;
+  }
+
+ private:
+  absl::Status ReduceScatterChunk(int c) {
+    const auto i = static_cast<size_t>(c);
+    return ReduceScatterv(*h_.local, send_ + chunks_.offset[i] * es_,
+                          block_ + block_offset_[i] * es_, within_[i].count, type_, op_,
+                          Epilogue{});
+  }
+  absl::Status CrossChunk(int c) {
+    const auto i = static_cast<size_t>(c);
+    char* block = block_ + block_offset_[i] * es_;
+    return Allreduce(*h_.cross, block, block,
+                     within_[i].count[static_cast<size_t>(h_.local->rank())], type_, op_,
+                     epilogue_);
+  }
+  absl::Status GatherChunk(int c) {
+    const auto i = static_cast<size_t>(c);
+    return Allgatherv(*h_.local, block_ + block_offset_[i] * es_, recv_ + chunks_.offset[i] * es_,
+                      within_[i].count, type_);
+  }
+
+  // The helper thread's calls, one chunk of reduce-scatter ahead of the network phase.
+  absl::Status HostPhases(int chunks) {
+    for (int c = 0; c < chunks; ++c) {
+      DDP_RETURN_IF_ERROR(ReduceScatterChunk(c));
+      Publish(reduced_, c + 1);
+      if (c > 0) {
+        if (!WaitFor(crossed_, c - 1)) return absl::OkStatus();
+        DDP_RETURN_IF_ERROR(GatherChunk(c - 1));
+      }
+    }
+    if (!WaitFor(crossed_, chunks - 1)) return absl::OkStatus();
+    return GatherChunk(chunks - 1);
+  }
+
+  void Publish(int& counter, int value) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      counter = value;
+    }
+    cv_.notify_all();
+  }
+  // Waits until chunk c has passed the phase `counter` counts; false if the other thread failed.
+  bool WaitFor(const int& counter, int c) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return counter > c || failed_; });
+    return !failed_;
+  }
+  // Records the first failure and releases the other thread. A failed collective has aborted
+  // the transport both levels share, so the other thread's call in progress fails too.
+  void Finish(const absl::Status& status) {
+    if (status.ok()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!failed_) first_error_ = status;
+      failed_ = true;
+    }
+    cv_.notify_all();
+  }
+
+  Hierarchy& h_;
+  const char* send_;
+  char* recv_;
+  DataType type_;
+  size_t es_;
+  ReduceOp op_;
+  const Epilogue& epilogue_;
+  Blocks chunks_;                     // the message's chunks
+  std::vector<Blocks> within_;        // each chunk's blocks, one per rank of the host
+  std::vector<size_t> block_offset_;  // where this rank's block of each chunk is kept
+  char* block_ = nullptr;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int reduced_ = 0;  // chunks reduced within the host
+  int crossed_ = 0;  // chunks allreduced across hosts
+  bool failed_ = false;
+  absl::Status first_error_;
+};
+
 absl::Status Hierarchical(Communicator& comm, const void* send, void* recv, size_t count,
                           DataType type, ReduceOp op, const Epilogue& epilogue) {
-  Hierarchy& h = comm.hierarchy();
-  const size_t es = DataTypeSize(type);
-  const int local_size = h.local->size();
-  const Blocks blocks = Blocks::Even(count, local_size);
-  const size_t mine = blocks.count[static_cast<size_t>(h.local->rank())];
-  // Combined within the host, then across hosts, where the block is finished once.
-  char* block = comm.Scratch(7, std::max<size_t>(mine * es, 1));
-  DDP_RETURN_IF_ERROR(ReduceScatterv(*h.local, send, block, blocks.count, type, op, Epilogue{}));
-  DDP_RETURN_IF_ERROR(Allreduce(*h.cross, block, block, mine, type, op, epilogue));
-  return Allgatherv(*h.local, block, recv, blocks.count, type);
+  const size_t bytes = count * DataTypeSize(type);
+  const size_t per_host = static_cast<size_t>(comm.hierarchy().local->size());
+  // By default, chunks of at least 4 MiB, and of at least 512 KiB per rank of the job: each
+  // step of a chunk's ring across hosts then moves at least 512 KiB. On the namespace cluster
+  // (8 hosts x 2 ranks at 1 Gbit/s, 64 MiB) smaller steps lost more to the ring's step-by-step
+  // synchronisation than the overlap gained (docs/scaling.md).
+  const size_t chunk_bytes = comm.tuning().hier_chunk_bytes.value_or(
+      std::max<size_t>(size_t{4} << 20, static_cast<size_t>(comm.size()) * (512 << 10)));
+  // Chunks of at least one element per rank of the host, at most kMaxChunks.
+  constexpr size_t kMaxChunks = 64;
+  size_t chunks = chunk_bytes == 0 ? 1 : bytes / chunk_bytes;
+  chunks = std::clamp<size_t>(std::min(chunks, count / per_host), 1, kMaxChunks);
+  HierarchicalPipeline pipeline(comm, static_cast<const char*>(send), static_cast<char*>(recv),
+                                count, type, op, epilogue, static_cast<int>(chunks));
+  return pipeline.Run();
 }
 
 }  // namespace

@@ -88,11 +88,20 @@ Hierarchy& Communicator::hierarchy() {
   return h;
 }
 
+uint32_t Communicator::ReserveCalls(uint32_t calls) {
+  uint32_t& next = seq_source_ != nullptr ? seq_source_->next_seq_ : next_seq_;
+  const uint32_t first = next;
+  next += calls;
+  return first;
+}
+
 CallId Communicator::Begin(Kind kind, DataType type, ReduceOp op, Algorithm algorithm, int root,
                            uint64_t count) {
   CallId call;
   // Only calls in flight at once must differ: 2^12 is far more than ranks can drift apart.
-  uint32_t& next = seq_source_ != nullptr ? seq_source_->next_seq_ : next_seq_;
+  uint32_t& next = own_next_seq_.has_value() ? *own_next_seq_
+                   : seq_source_ != nullptr  ? seq_source_->next_seq_
+                                             : next_seq_;
   call.seq = Seq(id_, next++);
   auto& b = call.descriptor.bytes;
   b[0] = static_cast<uint8_t>(kind);

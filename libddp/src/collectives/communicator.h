@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,8 @@ struct Tuning {
   size_t segment_bytes = 1 << 20;
   size_t small_allreduce_bytes = 64 * 1024;
   size_t small_broadcast_bytes = 64 * 1024;
+  // The hierarchical allreduce's chunks (0: one; empty: chosen by the number of ranks).
+  std::optional<size_t> hier_chunk_bytes;
   // The host of each rank of the communicator (empty: unknown), for the hierarchical allreduce.
   std::vector<std::string> hosts;
 };
@@ -108,6 +111,15 @@ class Communicator {
   bool HierarchyApplies() const { return hierarchy_applies_; }
   Hierarchy& hierarchy();
 
+  // Takes `calls` numbers from the counter this communicator draws from and returns the first.
+  uint32_t ReserveCalls(uint32_t calls);
+  // Numbers this communicator's next calls from `first` on (numbers from ReserveCalls), instead
+  // of drawing them from the counter it shares; NumberCallsFromShared() goes back. The two
+  // levels of a hierarchy can then call from two threads and still number their calls alike on
+  // every rank.
+  void NumberCallsFrom(uint32_t first) { own_next_seq_ = first; }
+  void NumberCallsFromShared() { own_next_seq_.reset(); }
+
  private:
   int rank_;
   int size_;
@@ -116,7 +128,8 @@ class Communicator {
   CommId id_;
   std::vector<std::unique_ptr<AllreduceBackend>> backends_;
   uint32_t next_seq_ = 0;
-  Communicator* seq_source_ = nullptr;  // a hierarchy level: the communicator it belongs to
+  Communicator* seq_source_ = nullptr;    // a hierarchy level: the communicator it belongs to
+  std::optional<uint32_t> own_next_seq_;  // see NumberCallsFrom
   std::vector<std::vector<char>> scratch_;
   bool hierarchy_applies_ = false;
   std::unique_ptr<Hierarchy> hierarchy_;
