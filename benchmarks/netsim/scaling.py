@@ -19,6 +19,10 @@ every host's link, N = H x L ranks, so T >= 2(N-1)/N x K / B; the hierarchical a
 within a host first and moves 2(H-1)/H x K, so T >= 2(H-1)/H x K / B. Figures are medians of
 --repeats (each the mean of -n calls, max over ranks), reported as the fraction of the bound.
 
+The hierarchical allreduce runs as libddp chooses (one chunk here, where the simulated hosts'
+ranks outnumber the machine's cores); `--hier-chunk-bytes pipelined` gives it the chunks libddp
+chooses where hosts have cores of their own, or a size (DDP_HIER_CHUNK_BYTES).
+
 Writes benchmarks/results/scaling-<date>.json (every figure, with the machine and the command),
 and with --report the markdown table and the plot (scaling_report.py). Needs root.
 """
@@ -102,8 +106,21 @@ class Runner:
                "--rsh", c.rsh, os.path.join(self.build, "ddp-bench"), "--algo", algo,
                *self.bench_args()]
         env = {**os.environ, "DDP_TIMEOUT_SECONDS": "300"}
+        chunk = self.hier_chunk_bytes(hosts * per_host)
+        if algo == "hier" and chunk is not None:
+            env["DDP_HIER_CHUNK_BYTES"] = str(chunk)
         done = c.run(0, cmd, capture_output=True, text=True, timeout=self.args.limit, env=env)
         return parse_table(self._strip_prefix(self._check(f"ddprun ({algo})", done)))
+
+    def hier_chunk_bytes(self, ranks: int) -> int | None:
+        """DDP_HIER_CHUNK_BYTES for the hierarchical runs; None: libddp's default (one chunk
+        here, where the simulated hosts' ranks outnumber the machine's cores)."""
+        how = self.args.hier_chunk_bytes
+        if how == "default":
+            return None
+        if how == "pipelined":  # the chunks libddp chooses where a host has cores of its own
+            return model.hier_chunk_bytes(ranks)
+        return parse_bytes(how)
 
     @staticmethod
     def _strip_prefix(text: str) -> str:
@@ -186,6 +203,10 @@ def main(argv=None) -> int:
     p.add_argument("--rates", default="1gbit,4gbit,10gbit", help="link rates, tc's syntax")
     p.add_argument("--sizes", default="1M,16M,64M", help="allreduce sizes (f32 bytes)")
     p.add_argument("--impls", default=",".join(IMPLS), help=f"of {','.join(IMPLS)}")
+    p.add_argument("--hier-chunk-bytes", default="default",
+                   help="the hierarchical allreduce's chunks: 'default' (libddp's choice: one "
+                        "chunk here, where ranks outnumber cores), 'pipelined' (the chunks it "
+                        "chooses where hosts have cores of their own) or a size (0: one chunk)")
     p.add_argument("-w", dest="warmup", type=int, default=1)
     p.add_argument("-n", dest="iters", type=int, default=3)
     p.add_argument("-r", dest="repeats", type=int, default=3)
@@ -251,9 +272,9 @@ def main(argv=None) -> int:
                                 "bytes": size, "seconds": seconds, "bound_seconds": bound,
                                 "of_bound": bound / seconds if seconds > 0 else None})
                             if impl == "hier":  # for the model: -1, libddp's default
-                                chunk = os.environ.get("DDP_HIER_CHUNK_BYTES")
+                                chunk = runner.hier_chunk_bytes(hosts * per_host)
                                 result["points"][-1]["hier_chunk_bytes"] = (
-                                    parse_bytes(chunk) if chunk else -1)
+                                    -1 if chunk is None else chunk)
                         big = max(times) if times else 0
                         frac = (result["points"][-1]["of_bound"] or 0) if times else 0
                         print(f"scaling: {rate_text} H={hosts} L={per_host} {impl:7s} "

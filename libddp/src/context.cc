@@ -84,6 +84,7 @@ absl::Status ContextImpl::Init() {
     tuning.hier_chunk_bytes = static_cast<size_t>(options.hier_chunk_bytes);
   }
   tuning.hosts = job.hosts;
+  tuning.crowded = job.crowded;
   collectives::BackendResources backends;
   backends.transport = job.transport.get();
   backends.shm = job.shm;

@@ -167,6 +167,19 @@ TEST(Topology, RanksOnAMachineCountByBootIdElseByHostName) {
   EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {"m", "m", "m", "m", "n"}, 2), 4);
   EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {"m", "m", "m", "m", "n"}, 4), 1);
   EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {"", "", "", "", ""}, 2), 2);
+}
+
+// A machine with more of the job's ranks than cores makes the job crowded, on every rank alike:
+// counted by machine where known (each machine's largest figure of cores), else by host.
+TEST(Topology, AJobIsCrowdedWhereSomeMachineHasMoreRanksThanCores) {
+  const std::vector<std::string> hosts = {"a", "a", "b", "b"};
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {2, 2, 2, 2}));
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {2, 2, 2, 2}));  // one machine
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {4, 4, 4, 4}));
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {2, 2, 1, 1}));  // machine n
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {2, 2, 1, 2}));
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"", "", "", ""}, {1, 1, 8, 8}));  // by host: a
+  EXPECT_GE(bootstrap::UsableCores(), 1);
   EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {}, 0), 2);
   const std::string id = bootstrap::MachineId();
   EXPECT_EQ(id.size(), 36u) << id;  // this kernel's boot id, a UUID

@@ -74,9 +74,15 @@ def test_the_hierarchical_pipeline_hides_the_phases_within_the_host_behind_the_l
     assert model.hier_chunks(3 * MIB, 4) == 1
     assert model.hier_chunks(64 * MIB, 4, chunk_bytes=0) == 1
     assert model.hier_chunks(1 << 30, 4, chunk_bytes=4096) == 64
+    # By default at most 256 steps across hosts in all: 8 chunks of 30 steps with 16 hosts, one
+    # of 254 with 128; a size set by hand is taken as it is.
+    assert model.hier_chunks(1 << 30, 128, hosts=16) == 8
+    assert model.hier_chunks(1 << 30, 1024, hosts=128) == 1
+    assert model.hier_chunks(1 << 30, 1024, chunk_bytes=64 * MIB, hosts=128) == 16
+    assert model.hier_chunk_bytes(4) == 4 * MIB and model.hier_chunk_bytes(16) == 8 * MIB
     p = model.Params(alpha=0.0, eta=1.0, gamma=0.0, gamma_local=1e-9)
-    size, cores = 64 * MIB, 1.0
-    local = 2 * 64 * MIB * 1e-9  # 2(L-1) K gamma_l / P with L = 2
+    size, cores = 64 * MIB, 2.0
+    local = 2 * 64 * MIB * 1e-9 / cores  # 2(L-1) K gamma_l / P with L = 2
     links = model.bound("hier", size, 2, 2, 1e9)
     one = model.predict(p, "hier", size, 2, 2, 1e9, cores, chunk_bytes=0)
     assert one == pytest.approx(links + local)  # one chunk: the phases add
@@ -85,7 +91,12 @@ def test_the_hierarchical_pipeline_hides_the_phases_within_the_host_behind_the_l
     # Where the CPU is the limit, the overlapped work still takes the cores' time.
     q = model.Params(alpha=0.0, eta=1.0, gamma=1e-8, gamma_local=1e-9)
     cpu = model.predict(q, "hier", size, 2, 2, 100e9, cores)
-    assert cpu == pytest.approx(local / 16 + size * 1e-8 + 15 / 16 * local)
+    assert cpu == pytest.approx(local / 16 + size * 1e-8 / cores + 15 / 16 * local)
+    # More ranks than cores: libddp runs one chunk unless told otherwise.
+    crowded = model.predict(p, "hier", size, 2, 2, 1e9, 1.0)
+    assert crowded == pytest.approx(links + 2 * local)
+    assert model.predict(p, "hier", size, 2, 2, 1e9, 1.0, chunk_bytes=4 * MIB) == \
+        pytest.approx(links + 2 * local / 16)
 
 
 def synthetic(params, cores=2):

@@ -26,7 +26,9 @@ roof is left out; --intra-link gives the rate between the GPUs of a host (NVLink
                     (reduce-scatter within the host, L rings across hosts on K/L each, then
                     all-gather within the host, in C chunks as a pipeline: the phases within
                     the host of every chunk but the first's reduce-scatter and the last's
-                    all-gather overlap the phase across hosts, on the same cores.
+                    all-gather overlap the phase across hosts, on the same cores. By default
+                    C = 1 where ranks outnumber cores (L > P), and C 2(H-1) <= 256, as
+                    libddp chooses.
                     W = 2(L-1) K gamma_l / P, the phases within the host (on NVLink, the larger
                     of that and 2(L-1)/L K over its rate); W_cpu its CPU part; C as libddp
                     chooses it, hier_chunks below)
@@ -119,7 +121,9 @@ def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: 
         # Reduce-scatter within the host, L rings across hosts on K/L each, all-gather within,
         # in C chunks as a pipeline: only the first chunk's reduce-scatter and the last one's
         # all-gather are not overlapped by the phase across hosts; the rest share its cores.
-        chunks = hier_chunks(size, n, chunk_bytes)
+        if chunk_bytes is None and crowd > 1:
+            chunk_bytes = 0  # libddp's default where ranks outnumber cores: one chunk
+        chunks = hier_chunks(size, n, chunk_bytes, hosts)
         steps = chunks * 2 * (hosts - 1) + 2 * (per_host - 1)
         net = 2 * (hosts - 1) / hosts * size
         work = 2 * (hosts - 1) / hosts * size * g
@@ -137,14 +141,23 @@ def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: 
     return steps * alpha + max(net / link, cpu) + local_phase
 
 
-def hier_chunks(size: float, ranks: int, chunk_bytes: float | None = None) -> int:
-    """The chunks of libddp's hierarchical allreduce (collectives/allreduce.cc): of
-    DDP_HIER_CHUNK_BYTES, by default at least 4 MiB and 512 KiB per rank; 1 to 64."""
+def hier_chunk_bytes(ranks: int) -> int:
+    """libddp's default chunk of the hierarchical allreduce: at least 4 MiB and 512 KiB per rank
+    (collectives/allreduce.cc), where no machine has more ranks than cores."""
+    return max(4 << 20, ranks * (512 << 10))
+
+
+def hier_chunks(size: float, ranks: int, chunk_bytes: float | None = None,
+                hosts: int = 2) -> int:
+    """The chunks of libddp's hierarchical allreduce: of DDP_HIER_CHUNK_BYTES (None: the
+    default, hier_chunk_bytes, and at most 256 steps across the HOSTS in all); 1 to 64."""
+    limit = 64
     if chunk_bytes is None:
-        chunk_bytes = max(4 << 20, ranks * (512 << 10))
+        chunk_bytes = hier_chunk_bytes(ranks)
+        limit = min(limit, 256 // (2 * max(hosts - 1, 1)))
     if chunk_bytes <= 0:
         return 1
-    return int(min(max(size // chunk_bytes, 1), 64))
+    return int(max(min(size // chunk_bytes, limit), 1))
 
 
 def bound(algo: str, size: float, hosts: int, per_host: int, rate: float) -> float:
@@ -341,7 +354,8 @@ def cmd_predict(args) -> int:
             return 2
         hosts = n // args.per_host
         for size in sizes:
-            times = {a: predict(p, a, size, hosts, args.per_host, rate, cores, intra)
+            times = {a: predict(p, a, size, hosts, args.per_host, rate, cores, intra,
+                                chunk_bytes=args.hier_chunk_bytes)
                      for a in args.algos}
             best = min(times, key=times.get)
             t = times[best]
@@ -377,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gpu", action="store_true", help="reduce on the GPU: no CPU roof")
     p.add_argument("--intra-link", help="rate between the ranks of a host (NVLink: 2400gbit)")
     p.add_argument("--cores-per-host", type=float, default=32.0)
+    p.add_argument("--hier-chunk-bytes", type=parse_bytes, default=None,
+                   help="DDP_HIER_CHUNK_BYTES for the hierarchical allreduce (0: one chunk; "
+                        "default: libddp's choice)")
     p.set_defaults(run=cmd_predict)
     args = parser.parse_args(argv)
     if args.command == "predict":

@@ -1,6 +1,7 @@
 // AssembleJob: the plan, the preparation and the connection of this rank's transports.
 #include "bootstrap/job.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "bootstrap/exchange.h"
@@ -112,15 +114,19 @@ absl::StatusOr<Job> Assembler::Run(Options* options) {
     }
     DDP_ASSIGN_OR_RETURN(
         std::vector<std::string> places,
-        exchange->Allgather("host", absl::StrCat(job_.hosts[0], "\n", MachineId()), all));
+        exchange->Allgather(
+            "host", absl::StrCat(job_.hosts[0], "\n", MachineId(), "\n", UsableCores()), all));
     job_.machines.assign(static_cast<size_t>(n), "");
+    std::vector<int> cores(static_cast<size_t>(n), 1);
     for (size_t r = 0; r < places.size(); ++r) {
-      std::pair<std::string, std::string> parts =
-          absl::StrSplit(places[r], absl::MaxSplits('\n', 1));
-      job_.hosts[r] = std::move(parts.first);
-      job_.machines[r] = std::move(parts.second);
+      std::vector<std::string> parts = absl::StrSplit(places[r], absl::MaxSplits('\n', 2));
+      parts.resize(3);
+      job_.hosts[r] = std::move(parts[0]);
+      job_.machines[r] = std::move(parts[1]);
+      if (!absl::SimpleAtoi(parts[2], &cores[r]) || cores[r] < 1) cores[r] = 1;
     }
     ranks_on_machine_ = RanksOnMachine(job_.hosts, job_.machines, options_.rank);
+    job_.crowded = Crowded(job_.hosts, job_.machines, cores);
     plan_ = PlanTransports(options_, job_.hosts);
     if (options_.rejoin && (plan_.shm || options_.transport == TransportKind::kMpi ||
                             options_.transport == TransportKind::kOfi)) {
@@ -334,6 +340,26 @@ int RanksOnMachine(const std::vector<std::string>& hosts, const std::vector<std:
     return static_cast<int>(std::count(machines.begin(), machines.end(), machines[me]));
   }
   return static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[me]));
+}
+
+int UsableCores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+}
+
+bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
+             const std::vector<int>& cores) {
+  std::map<std::string, std::pair<int, int>> places;  // ranks, cores
+  for (size_t r = 0; r < hosts.size(); ++r) {
+    const bool known = r < machines.size() && !machines[r].empty();
+    auto& [ranks, most] = places[known ? "m:" + machines[r] : "h:" + hosts[r]];
+    ++ranks;
+    most = std::max(most, r < cores.size() ? cores[r] : 1);
+  }
+  return std::any_of(places.begin(), places.end(),
+                     [](const auto& p) { return p.second.first > p.second.second; });
 }
 
 std::string HostName(const Options& options) {

@@ -28,6 +28,9 @@ struct Job {
   // Every rank's machine (the kernel's boot id; empty where unknown). Ranks on one machine share
   // its cores whatever their host names say: containers of one node, simulated hosts.
   std::vector<std::string> machines;
+  // Whether on some machine the job has more ranks than that machine has cores (simulated hosts,
+  // an oversubscribed node): the same on every rank.
+  bool crowded = false;
   Topology topology;
   std::unique_ptr<transport::Transport> transport;  // null in a job of one rank
   // This host's shared memory when other ranks of the job share it (null otherwise).
@@ -54,5 +57,13 @@ std::string MachineId();
 // `hosts` are its host.
 int RanksOnMachine(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
                    int rank);
+
+// The cores this process may run on (its CPU affinity), at least 1.
+int UsableCores();
+
+// Whether some machine (by `machines`, else by `hosts`) holds more of the ranks than `cores` (by
+// rank: what each rank may use; a machine counts its ranks' largest figure).
+bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
+             const std::vector<int>& cores);
 
 }  // namespace ddp::bootstrap

@@ -295,12 +295,24 @@ absl::Status Hierarchical(Communicator& comm, const void* send, void* recv, size
   // By default, chunks of at least 4 MiB, and of at least 512 KiB per rank of the job: each
   // step of a chunk's ring across hosts then moves at least 512 KiB. On the namespace cluster
   // (8 hosts x 2 ranks at 1 Gbit/s, 64 MiB) smaller steps lost more to the ring's step-by-step
-  // synchronisation than the overlap gained (docs/scaling.md).
-  const size_t chunk_bytes = comm.tuning().hier_chunk_bytes.value_or(
-      std::max<size_t>(size_t{4} << 20, static_cast<size_t>(comm.size()) * (512 << 10)));
-  // Chunks of at least one element per rank of the host, at most kMaxChunks.
+  // synchronisation than the overlap gained. One chunk where ranks outnumber a machine's cores:
+  // the second thread finds no idle core to overlap on, and every extra step waits for the
+  // scheduler (measured on that cluster at 4 and 10 Gbit/s; docs/scaling.md).
+  const Tuning& tuning = comm.tuning();
+  const size_t chunk_bytes = tuning.hier_chunk_bytes.value_or(
+      tuning.crowded
+          ? 0
+          : std::max<size_t>(size_t{4} << 20, static_cast<size_t>(comm.size()) * (512 << 10)));
+  // Chunks of at least one element per rank of the host, at most kMaxChunks; by default also
+  // at most kMaxSteps steps across hosts in all, 2(H-1) a chunk: with many hosts the steps'
+  // latency would cost more than the overlap hides (the cost model, docs/scaling.md).
   constexpr size_t kMaxChunks = 64;
+  constexpr size_t kMaxSteps = 256;
   size_t chunks = chunk_bytes == 0 ? 1 : bytes / chunk_bytes;
+  if (!tuning.hier_chunk_bytes.has_value()) {
+    const size_t steps = 2 * static_cast<size_t>(comm.hierarchy().cross->size() - 1);
+    chunks = std::min(chunks, kMaxSteps / steps);
+  }
   chunks = std::clamp<size_t>(std::min(chunks, count / per_host), 1, kMaxChunks);
   HierarchicalPipeline pipeline(comm, static_cast<const char*>(send), static_cast<char*>(recv),
                                 count, type, op, epilogue, static_cast<int>(chunks));

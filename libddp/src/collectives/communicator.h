@@ -34,6 +34,8 @@ struct Tuning {
   size_t small_broadcast_bytes = 64 * 1024;
   // The hierarchical allreduce's chunks (0: one; empty: chosen by the number of ranks).
   std::optional<size_t> hier_chunk_bytes;
+  // Some machine of the job runs more of its ranks than it has cores (bootstrap::Job::crowded).
+  bool crowded = false;
   // The host of each rank of the communicator (empty: unknown), for the hierarchical allreduce.
   std::vector<std::string> hosts;
 };
