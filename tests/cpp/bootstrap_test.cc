@@ -169,17 +169,22 @@ TEST(Topology, RanksOnAMachineCountByBootIdElseByHostName) {
   EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {"", "", "", "", ""}, 2), 2);
 }
 
-// A machine with more of the job's ranks than cores makes the job crowded, on every rank alike:
-// counted by machine where known (each machine's largest figure of cores), else by host.
-TEST(Topology, AJobIsCrowdedWhereSomeMachineHasMoreRanksThanCores) {
+// A machine with more of the job's ranks than CPUs makes the job crowded, on every rank alike:
+// counted by machine where known, else by host; a machine's CPUs are the union of its ranks'
+// affinity masks (containers of one node with CPU sets of their own add up).
+TEST(Topology, AJobIsCrowdedWhereSomeMachineHasMoreRanksThanCpus) {
   const std::vector<std::string> hosts = {"a", "a", "b", "b"};
-  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {2, 2, 2, 2}));
-  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {2, 2, 2, 2}));  // one machine
-  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {4, 4, 4, 4}));
-  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {2, 2, 1, 1}));  // machine n
-  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {2, 2, 1, 2}));
-  EXPECT_TRUE(bootstrap::Crowded(hosts, {"", "", "", ""}, {1, 1, 8, 8}));  // by host: a
-  EXPECT_GE(bootstrap::UsableCores(), 1);
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"3", "3", "3", "3"}));
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {"3", "3", "3", "3"}));
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {"3", "3", "c", "c"}));
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {"f", "f", "f", "f"}));
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"3", "3", "1", "1"}));  // n
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"3", "3", "01", "1"}));
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"", "", "", ""}, {"1", "1", "ff", "ff"}));  // host a
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"", "", "?", "3"}));  // 1 CPU
+  const std::string mine = bootstrap::CpuMask();
+  EXPECT_FALSE(mine.empty());
+  EXPECT_EQ(mine.find_first_not_of("0123456789abcdef"), std::string::npos) << mine;
   EXPECT_EQ(bootstrap::RanksOnMachine(hosts, {}, 0), 2);
   const std::string id = bootstrap::MachineId();
   EXPECT_EQ(id.size(), 36u) << id;  // this kernel's boot id, a UUID

@@ -114,19 +114,19 @@ absl::StatusOr<Job> Assembler::Run(Options* options) {
     }
     DDP_ASSIGN_OR_RETURN(
         std::vector<std::string> places,
-        exchange->Allgather(
-            "host", absl::StrCat(job_.hosts[0], "\n", MachineId(), "\n", UsableCores()), all));
+        exchange->Allgather("host", absl::StrCat(job_.hosts[0], "\n", MachineId(), "\n", CpuMask()),
+                            all));
     job_.machines.assign(static_cast<size_t>(n), "");
-    std::vector<int> cores(static_cast<size_t>(n), 1);
+    std::vector<std::string> cpus(static_cast<size_t>(n));
     for (size_t r = 0; r < places.size(); ++r) {
       std::vector<std::string> parts = absl::StrSplit(places[r], absl::MaxSplits('\n', 2));
       parts.resize(3);
       job_.hosts[r] = std::move(parts[0]);
       job_.machines[r] = std::move(parts[1]);
-      if (!absl::SimpleAtoi(parts[2], &cores[r]) || cores[r] < 1) cores[r] = 1;
+      cpus[r] = std::move(parts[2]);
     }
     ranks_on_machine_ = RanksOnMachine(job_.hosts, job_.machines, options_.rank);
-    job_.crowded = Crowded(job_.hosts, job_.machines, cores);
+    job_.crowded = Crowded(job_.hosts, job_.machines, cpus);
     plan_ = PlanTransports(options_, job_.hosts);
     if (options_.rejoin && (plan_.shm || options_.transport == TransportKind::kMpi ||
                             options_.transport == TransportKind::kOfi)) {
@@ -342,24 +342,50 @@ int RanksOnMachine(const std::vector<std::string>& hosts, const std::vector<std:
   return static_cast<int>(std::count(hosts.begin(), hosts.end(), hosts[me]));
 }
 
-int UsableCores() {
+std::string CpuMask() {
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (::sched_getaffinity(0, sizeof(set), &set) != 0) {
+    const long online = std::clamp(::sysconf(_SC_NPROCESSORS_ONLN), 1L, long{CPU_SETSIZE});
+    for (int c = 0; c < online; ++c) CPU_SET(c, &set);
+  }
+  std::string mask;
+  for (int first = 0; first < CPU_SETSIZE; first += 4) {
+    int digit = 0;
+    for (int b = 0; b < 4; ++b) digit |= CPU_ISSET(first + b, &set) ? 1 << b : 0;
+    mask.push_back("0123456789abcdef"[digit]);
+  }
+  mask.erase(mask.find_last_not_of('0') + 1);  // CPUs beyond the last one set
+  return mask;
 }
 
 bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
-             const std::vector<int>& cores) {
-  std::map<std::string, std::pair<int, int>> places;  // ranks, cores
+             const std::vector<std::string>& cpu_masks) {
+  struct Place {
+    int ranks = 0;
+    std::vector<int> cpus;  // the union of its ranks' masks, one hex digit each
+  };
+  std::map<std::string, Place> places;
   for (size_t r = 0; r < hosts.size(); ++r) {
     const bool known = r < machines.size() && !machines[r].empty();
-    auto& [ranks, most] = places[known ? "m:" + machines[r] : "h:" + hosts[r]];
-    ++ranks;
-    most = std::max(most, r < cores.size() ? cores[r] : 1);
+    Place& place = places[known ? "m:" + machines[r] : "h:" + hosts[r]];
+    ++place.ranks;
+    const std::string& mask = r < cpu_masks.size() ? cpu_masks[r] : std::string();
+    if (place.cpus.size() < mask.size()) place.cpus.resize(mask.size());
+    for (size_t i = 0; i < mask.size(); ++i) {
+      int digit = 0;
+      if (!absl::ascii_isxdigit(static_cast<unsigned char>(mask[i]))) continue;
+      digit = absl::ascii_isdigit(static_cast<unsigned char>(mask[i]))
+                  ? mask[i] - '0'
+                  : absl::ascii_tolower(static_cast<unsigned char>(mask[i])) - 'a' + 10;
+      place.cpus[i] |= digit;
+    }
   }
-  return std::any_of(places.begin(), places.end(),
-                     [](const auto& p) { return p.second.first > p.second.second; });
+  return std::any_of(places.begin(), places.end(), [](const auto& p) {
+    int cores = 0;
+    for (int digit : p.second.cpus) cores += __builtin_popcount(static_cast<unsigned>(digit));
+    return p.second.ranks > std::max(cores, 1);
+  });
 }
 
 std::string HostName(const Options& options) {

@@ -58,12 +58,13 @@ std::string MachineId();
 int RanksOnMachine(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
                    int rank);
 
-// The cores this process may run on (its CPU affinity), at least 1.
-int UsableCores();
+// The CPUs this process may run on (its affinity) as hex digits, CPUs 0-3 first, the lowest CPU
+// of each digit its lowest bit: "f3" is CPUs 0-5.
+std::string CpuMask();
 
-// Whether some machine (by `machines`, else by `hosts`) holds more of the ranks than `cores` (by
-// rank: what each rank may use; a machine counts its ranks' largest figure).
+// Whether some machine (by `machines`, else by `hosts`) holds more of the ranks than the CPUs its
+// ranks may run on together (the union of their `cpu_masks`; at least one).
 bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
-             const std::vector<int>& cores);
+             const std::vector<std::string>& cpu_masks);
 
 }  // namespace ddp::bootstrap

@@ -3,6 +3,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -184,16 +185,26 @@ class HierarchicalPipeline {
 
   absl::Status Run() {
     const int chunks = static_cast<int>(chunks_.count.size());
-    if (chunks == 1) {
-      DDP_RETURN_IF_ERROR(ReduceScatterChunk(0));
-      DDP_RETURN_IF_ERROR(CrossChunk(0));
-      return GatherChunk(0);
-    }
+    if (chunks == 1) return InOneThread(1);
     const auto calls = static_cast<uint32_t>(chunks);
     const uint32_t first = h_.local->ReserveCalls(3 * calls);
+    struct Numbering {  // back to the shared counter however Run returns
+      Hierarchy& h;
+      ~Numbering() {
+        h.local->NumberCallsFromShared();
+        h.cross->NumberCallsFromShared();
+      }
+    } numbering{h_};
     h_.local->NumberCallsFrom(first);
     h_.cross->NumberCallsFrom(first + 2 * calls);
-    std::thread host([this, chunks] { Finish(HostPhases(chunks)); });
+    std::thread host;
+    try {
+      host = std::thread([this, chunks] { Finish(HostPhases(chunks)); });
+    } catch (const std::system_error&) {
+      // No thread to be had (a process or container limit): the same calls, in the same order
+      // at each level and with the same numbers, from this thread; peers that pipeline agree.
+      return InOneThread(chunks);
+    }
     for (int c = 0; c < chunks; ++c) {
       if (!WaitFor(reduced_, c)) break;
       const absl::Status status = CrossChunk(c);
@@ -204,12 +215,22 @@ class HierarchicalPipeline {
       Publish(crossed_, c + 1);
     }
     host.join();
-    h_.local->NumberCallsFromShared();
-    h_.cross->NumberCallsFromShared();
     return first_error_;
   }
 
  private:
+  // The pipeline's calls one after the other: RS0 RS1 X0 AG0 RS2 X1 AG1 ... X(C-1) AG(C-1),
+  // each level's in the order HostPhases and Run make them.
+  absl::Status InOneThread(int chunks) {
+    DDP_RETURN_IF_ERROR(ReduceScatterChunk(0));
+    for (int c = 0; c < chunks; ++c) {
+      if (c + 1 < chunks) DDP_RETURN_IF_ERROR(ReduceScatterChunk(c + 1));
+      DDP_RETURN_IF_ERROR(CrossChunk(c));
+      DDP_RETURN_IF_ERROR(GatherChunk(c));
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status ReduceScatterChunk(int c) {
     const auto i = static_cast<size_t>(c);
     return ReduceScatterv(*h_.local, send_ + chunks_.offset[i] * es_,
