@@ -28,6 +28,14 @@
 namespace ddp::bootstrap {
 namespace {
 
+// The CPUs this process may run on.
+int CpuCount() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return 1;
+}
+
 // Which transports this rank needs, from every rank's host: the network one (TCP, MPI or
 // libfabric) unless all ranks share this host and shared memory may carry everything; shared
 // memory when other ranks share this host (DDP_TRANSPORT=auto or shm). `shm_anywhere`: some host
@@ -289,6 +297,7 @@ absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectShm(
   config.waiting_group = waiting_;
   config.inline_bytes = static_cast<size_t>(options_.wire_inline_bytes);
   config.kind = "shm";
+  config.oversubscribed = ranks_on_machine_ > CpuCount();
   DDP_ASSIGN_OR_RETURN(auto t,
                        transport::wire::WireTransport::Create(
                            std::move(config), std::make_unique<transport::shm::ShmWire>(job_.shm)));

@@ -28,6 +28,10 @@ constexpr size_t kPrefix = 16;
 constexpr size_t kMessageHeader = kPrefix + 8 + 16 + 8 + 8;
 // How many polls a settling wire gets to hand over what it already holds.
 constexpr int kSettlePolls = 64;
+// Yields before a waiting caller sleeps, where ranks outnumber CPUs (WireConfig::oversubscribed):
+// between these bounds, by what the last waits found (WireTransport::yield_budget_).
+constexpr int kMinYields = 16;
+constexpr int kMaxYields = 1800;
 // Control messages overtake one another only on a wire without ordering (libfabric RDM), and
 // only by what their sender has in flight at once. A peer this far ahead of its own sequence,
 // or whose early messages hold this much, is broken or hostile: it fails instead of growing the
@@ -585,14 +589,28 @@ absl::Status WireTransport::Wait(Request* request) {
   if (request->Test()) return request->status();
   pollers_.fetch_add(1);
   // Long waits (a peer still computing) cost almost nothing: short sleeps between polls.
-  Backoff backoff({200, 1800, absl::Microseconds(20), absl::Microseconds(500)});
+  // Where ranks outnumber CPUs, a yield gives the core to a rank with work, but a wait for data
+  // that is still far away (across a network) yields thousands of times for nothing, CPU time
+  // the busy ranks need: the yields before sleeping adapt, doubling after a wait that ended while
+  // yielding and shrinking to a quarter after one that had to sleep.
+  const bool adapt = config_.oversubscribed;
+  const int yields = adapt ? yield_budget_.load(std::memory_order_relaxed) : kMaxYields;
+  Backoff backoff({adapt ? 0 : 200, yields, absl::Microseconds(20), absl::Microseconds(500)});
+  bool slept = false;
   while (!request->Test()) {
     if (TryProgress()) {
       backoff.Reset();
       continue;
     }
     const absl::Duration sleep = backoff.Idle();
-    if (sleep > absl::ZeroDuration()) absl::SleepFor(sleep);
+    if (sleep > absl::ZeroDuration()) {
+      slept = true;
+      absl::SleepFor(sleep);
+    }
+  }
+  if (adapt) {
+    yield_budget_.store(slept ? std::max(kMinYields, yields / 4) : std::min(kMaxYields, yields * 2),
+                        std::memory_order_relaxed);
   }
   pollers_.fetch_sub(1);
   Wake();  // the background thread takes over

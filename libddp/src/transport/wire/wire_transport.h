@@ -48,6 +48,9 @@ struct WireConfig {
   std::string kind = "wire";
   // Shared with the job's other transports (core.h).
   WaitingGroup waiting_group;
+  // More of the job's ranks on this machine than CPUs to run them: a waiting caller yields only
+  // briefly before it sleeps, leaving the CPUs to the ranks that have work.
+  bool oversubscribed = false;
   // false: no progress thread and no watchdog; progress happens only in Wait() and Settle().
   // For harnesses that drive the protocol themselves (tests/fuzz/fuzz_wire.cc): every input
   // then costs no thread start.
@@ -188,6 +191,7 @@ class WireTransport final : public PeerTransport {
   bool watchdog_stop_ = false;  // guarded by watchdog_mu_
 
   std::atomic<int> pollers_{0};
+  std::atomic<int> yield_budget_{1800};  // see Wait (oversubscribed)
   std::mutex park_mu_;
   std::condition_variable park_cv_;
   bool kicked_ = false;  // guarded by park_mu_
