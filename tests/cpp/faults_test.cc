@@ -154,6 +154,16 @@ TEST(Faults, StoppedRankTimesOutNamingIt) {
 // host wait on rank 0 over TCP. Rank 0 is alive but blocked, and its TCP heartbeats say it waits
 // (its transports share that: core.h, WaitingGroup), so no one blames it for not taking part:
 // every survivor names rank 1 first, rank 0 at the timeout and the others through its abort.
+// Every rank but 1 reported an error blaming rank 1 first.
+void ExpectTheSurvivorsBlameRankOne(const JobResult& job) {
+  for (size_t r = 0; r < job.ranks.size(); ++r) {
+    if (r == 1) continue;
+    const RankResult& rr = job.ranks[r];
+    ASSERT_TRUE(rr.status_reported) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "ddp.BlamedRanks='1")) << r << job.Summary();
+  }
+}
+
 TEST(Faults, ARankBlockedOnItsHostIsNotBlamedByTheOtherHost) {
   JobSpec spec;
   spec.size = 4;
@@ -162,11 +172,7 @@ TEST(Faults, ARankBlockedOnItsHostIsNotBlamedByTheOtherHost) {
   spec.hang_limit = absl::Seconds(90);
   JobResult job = RunWithRankOneStopped(spec, TempPath("blocked-pid"));
   ASSERT_FALSE(job.hung) << job.Summary();
-  for (int r : {0, 2, 3}) {
-    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
-    ASSERT_TRUE(rr.status_reported) << job.Summary();
-    EXPECT_TRUE(absl::StrContains(rr.status, "ddp.BlamedRanks='1")) << r << job.Summary();
-  }
+  ExpectTheSurvivorsBlameRankOne(job);
 }
 
 // The same two failures during the hierarchical allreduce in chunks, where each rank waits in
@@ -181,11 +187,10 @@ TEST(Faults, ARankKilledDuringThePipelinedHierarchicalAllreduceIsNamedByEverySur
   JobResult job = RunWithRankOneKilled(spec, 1 << 20);  // 4 MiB: 64 chunks
   ASSERT_FALSE(job.hung) << job.Summary();
   EXPECT_EQ(job.ranks[1].signal, SIGKILL) << job.Summary();
+  ExpectTheSurvivorsBlameRankOne(job);
   for (int r : {0, 2, 3}) {
-    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
-    ASSERT_TRUE(rr.status_reported) << job.Summary();
-    EXPECT_TRUE(absl::StartsWith(rr.status, "ABORTED")) << r << job.Summary();
-    EXPECT_TRUE(absl::StrContains(rr.status, "ddp.BlamedRanks='1")) << r << job.Summary();
+    EXPECT_TRUE(absl::StartsWith(job.ranks[static_cast<size_t>(r)].status, "ABORTED"))
+        << r << job.Summary();
   }
 }
 
@@ -197,11 +202,7 @@ TEST(Faults, ARankStoppedDuringThePipelinedHierarchicalAllreduceIsNamedByEverySu
   spec.hang_limit = absl::Seconds(90);
   JobResult job = RunWithRankOneStopped(spec, TempPath("pipelined-pid"));  // 64 chunks
   ASSERT_FALSE(job.hung) << job.Summary();
-  for (int r : {0, 2, 3}) {
-    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
-    ASSERT_TRUE(rr.status_reported) << job.Summary();
-    EXPECT_TRUE(absl::StrContains(rr.status, "ddp.BlamedRanks='1")) << r << job.Summary();
-  }
+  ExpectTheSurvivorsBlameRankOne(job);
 }
 
 // ddprun's report channel (common/report.h): every survivor writes one line to DDP_REPORT_FD

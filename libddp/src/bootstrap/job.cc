@@ -10,9 +10,9 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "bootstrap/exchange.h"
 #include "common/log.h"
 #include "common/socket.h"
@@ -28,12 +28,19 @@
 namespace ddp::bootstrap {
 namespace {
 
-// The CPUs this process may run on.
-int CpuCount() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return 1;
+constexpr absl::string_view kHexDigits = "0123456789abcdef";
+
+// The value of one digit of a CpuMask; 0 for anything that is not a hex digit.
+int HexDigit(char c) {
+  const size_t d = kHexDigits.find(absl::ascii_tolower(static_cast<unsigned char>(c)));
+  return d == absl::string_view::npos ? 0 : static_cast<int>(d);
+}
+
+// How many CPUs a CpuMask names.
+int CpusIn(absl::string_view mask) {
+  int cpus = 0;
+  for (char c : mask) cpus += __builtin_popcount(static_cast<unsigned>(HexDigit(c)));
+  return cpus;
 }
 
 // Which transports this rank needs, from every rank's host: the network one (TCP, MPI or
@@ -297,7 +304,7 @@ absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectShm(
   config.waiting_group = waiting_;
   config.inline_bytes = static_cast<size_t>(options_.wire_inline_bytes);
   config.kind = "shm";
-  config.oversubscribed = ranks_on_machine_ > CpuCount();
+  config.oversubscribed = ranks_on_machine_ > std::max(1, CpusIn(CpuMask()));
   DDP_ASSIGN_OR_RETURN(auto t,
                        transport::wire::WireTransport::Create(
                            std::move(config), std::make_unique<transport::shm::ShmWire>(job_.shm)));
@@ -362,7 +369,7 @@ std::string CpuMask() {
   for (int first = 0; first < CPU_SETSIZE; first += 4) {
     int digit = 0;
     for (int b = 0; b < 4; ++b) digit |= CPU_ISSET(first + b, &set) ? 1 << b : 0;
-    mask.push_back("0123456789abcdef"[digit]);
+    mask.push_back(kHexDigits[static_cast<size_t>(digit)]);
   }
   mask.erase(mask.find_last_not_of('0') + 1);  // CPUs beyond the last one set
   return mask;
@@ -372,7 +379,7 @@ bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::strin
              const std::vector<std::string>& cpu_masks) {
   struct Place {
     int ranks = 0;
-    std::vector<int> cpus;  // the union of its ranks' masks, one hex digit each
+    std::string cpus;  // the union of its ranks' masks
   };
   std::map<std::string, Place> places;
   for (size_t r = 0; r < hosts.size(); ++r) {
@@ -380,20 +387,13 @@ bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::strin
     Place& place = places[known ? "m:" + machines[r] : "h:" + hosts[r]];
     ++place.ranks;
     const std::string& mask = r < cpu_masks.size() ? cpu_masks[r] : std::string();
-    if (place.cpus.size() < mask.size()) place.cpus.resize(mask.size());
+    if (place.cpus.size() < mask.size()) place.cpus.resize(mask.size(), '0');
     for (size_t i = 0; i < mask.size(); ++i) {
-      int digit = 0;
-      if (!absl::ascii_isxdigit(static_cast<unsigned char>(mask[i]))) continue;
-      digit = absl::ascii_isdigit(static_cast<unsigned char>(mask[i]))
-                  ? mask[i] - '0'
-                  : absl::ascii_tolower(static_cast<unsigned char>(mask[i])) - 'a' + 10;
-      place.cpus[i] |= digit;
+      place.cpus[i] = kHexDigits[static_cast<size_t>(HexDigit(place.cpus[i]) | HexDigit(mask[i]))];
     }
   }
   return std::any_of(places.begin(), places.end(), [](const auto& p) {
-    int cores = 0;
-    for (int digit : p.second.cpus) cores += __builtin_popcount(static_cast<unsigned>(digit));
-    return p.second.ranks > std::max(cores, 1);
+    return p.second.ranks > std::max(CpusIn(p.second.cpus), 1);
   });
 }
 
