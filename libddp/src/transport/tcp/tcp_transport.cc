@@ -35,8 +35,13 @@ constexpr absl::Duration kSpinBeforeSleep = absl::Microseconds(200);
 // 127 us with 256 rounds, 38 us with 8).
 constexpr int kPollRoundsBeforeYield = 8;
 // With more ranks than cores, polling yields the core each round, so it can afford to go on
-// longer: sleeping would hand the next event to a thread that must first be scheduled.
-constexpr absl::Duration kSpinOversubscribed = absl::Milliseconds(1);
+// longer: sleeping would hand the next event to a thread that must first be scheduled. But a
+// wait for data still far away (a slow link, a peer computing) yields for nothing, CPU time
+// the busy ranks need: the polling time adapts between these bounds, doubling after a wait that
+// ended while polling and falling to a quarter after one that had to sleep (as the shared-memory
+// transport's yields, wire_transport.cc).
+constexpr absl::Duration kMinSpinOversubscribed = absl::Microseconds(50);
+constexpr absl::Duration kMaxSpinOversubscribed = absl::Milliseconds(1);
 // After a caller stops polling (without going to sleep) the background thread stays parked this
 // long, so that a loop of short collectives never has it wake up for their events.
 constexpr absl::Duration kLinger = absl::Milliseconds(1);
@@ -164,8 +169,9 @@ absl::Status TcpTransport::Wait(Request* request) {
   // ranks than cores the peer we wait for may need this core: yield at once.
   pollers_.fetch_add(1);
   caller_sleeping_.store(false);
-  const absl::Time spin_until =
-      absl::Now() + (oversubscribed_ ? kSpinOversubscribed : kSpinBeforeSleep);
+  const int64_t spin_ns = oversubscribed_ ? spin_budget_ns_.load(std::memory_order_relaxed)
+                                          : absl::ToInt64Nanoseconds(kSpinBeforeSleep);
+  const absl::Time spin_until = absl::Now() + absl::Nanoseconds(spin_ns);
   Backoff backoff({oversubscribed_ ? 0 : kPollRoundsBeforeYield, 1 << 30});
   epoll_event events[kMaxEvents];
   while (!request->Test()) {
@@ -176,10 +182,19 @@ absl::Status TcpTransport::Wait(Request* request) {
       if (n > 0) backoff.Reset();
     }
     if (request->Test()) break;
-    if ((backoff.idle_rounds() & 63) == 63 && absl::Now() > spin_until) break;
+    // Oversubscribed, every round: each yields the core, which may come back a time slice later.
+    if ((oversubscribed_ || (backoff.idle_rounds() & 63) == 63) && absl::Now() > spin_until) {
+      break;
+    }
     backoff.Idle();
   }
   const bool done = request->Test();
+  if (oversubscribed_) {
+    spin_budget_ns_.store(
+        done ? std::min(absl::ToInt64Nanoseconds(kMaxSpinOversubscribed), spin_ns * 2)
+             : std::max(absl::ToInt64Nanoseconds(kMinSpinOversubscribed), spin_ns / 4),
+        std::memory_order_relaxed);
+  }
   last_poll_end_ns_.store(absl::GetCurrentTimeNanos());
   if (!done) caller_sleeping_.store(true);
   if (pollers_.fetch_sub(1) == 1 && !done) {

@@ -190,7 +190,9 @@ class TcpTransport final : public PeerTransport {
   std::atomic<int> pollers_{0};
   std::atomic<int64_t> last_poll_end_ns_{0};
   std::atomic<bool> caller_sleeping_{true};
-  bool oversubscribed_ = false;  // more ranks on this host than cores: spin less
+  bool oversubscribed_ = false;  // more ranks on this machine than cores: yield while polling
+  // Oversubscribed: how long Wait polls before sleeping (adapts, see Wait).
+  std::atomic<int64_t> spin_budget_ns_{1'000'000};
   bool CallerActive() const;
   std::mutex park_mu_;
   std::condition_variable park_cv_;
