@@ -32,7 +32,8 @@ def main(argv: list[str]) -> int:
     pts = [p for p in data["points"] if "seconds" in p]
     failed = [p for p in data["points"] if "error" in p]
     cores = data["machine"]["cores"]
-    fitted, _ = model.load_points([path])
+    runs, _ = model.load_points([path])
+    fitted = model.aggregate(runs, cores)  # a configuration measured twice counts once
     params = model.fit(fitted, cores)
     rows_model = model.errors(params, fitted, cores)
     worst = max(abs(e) for _, _, e in rows_model)
@@ -90,7 +91,7 @@ def main(argv: list[str]) -> int:
         lines += ["", "Runs that failed:", ""]
         lines += [f"- {p['impl']} H={p['hosts']} L={p['per_host']} "
                   f"{p['rate'] / 1e9:g} Gbit/s: {p['error'].splitlines()[0]}" for p in failed]
-    lines += ["", f"Cost model fitted to the {len(fitted)} libddp points of at least 1 MiB: "
+    lines += ["", f"Cost model fitted to the {len(fitted)} libddp configurations of at least 1 MiB: "
               f"{params}; largest error {worst:.1%}, {within} of {len(rows_model)} within 15%."]
     text = "\n".join(lines) + "\n"
     with open(stem + ".md", "w", encoding="utf-8") as f:

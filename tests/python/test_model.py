@@ -116,13 +116,23 @@ def synthetic(params, cores=2):
 
 
 def test_the_fit_recovers_the_parameters_that_made_the_points():
-    truth = model.Params(alpha=80e-6, eta=0.95, gamma=2e-9, gamma_local=0.5e-9)
+    truth = model.Params(alpha=80e-6, eta=0.95, gamma=2e-9, gamma_local=0.5e-9, crowding=1.8)
     got = model.fit(synthetic(truth), 2)
+    assert got.crowding == pytest.approx(truth.crowding, rel=0.02)
     assert got.alpha == pytest.approx(truth.alpha, rel=0.02)
     assert got.eta == pytest.approx(truth.eta, rel=0.01)
     assert got.gamma == pytest.approx(truth.gamma, rel=0.01)
     assert got.gamma_local == pytest.approx(truth.gamma_local, rel=0.02)
     assert max(abs(e) for _, _, e in model.errors(got, synthetic(truth), 2)) < 0.01
+
+
+def test_repeated_runs_count_once_as_their_median():
+    runs = [{"impl": "hier", "rate": 1e9, "hosts": 2, "per_host": 2, "bytes": 64 * MIB,
+             "seconds": s} for s in (1.0, 3.0, 2.0)]
+    runs.append({**runs[0], "hier_chunk_bytes": 4 * MIB, "seconds": 5.0})  # pipelined: another
+    out = sorted(model.aggregate(runs, 4), key=lambda pt: pt["seconds"])
+    assert [(pt["seconds"], pt["runs"], pt["spread"]) for pt in out] == [(2.0, 3, 3.0),
+                                                                         (5.0, 1, 1.0)]
 
 
 def test_command_line_fit_then_predict(tmp_path):
@@ -134,6 +144,16 @@ def test_command_line_fit_then_predict(tmp_path):
                          capture_output=True, text=True, check=True)
     assert "largest error 0.0%" in fit.stdout, fit.stdout
     assert json.loads(params.read_text())["eta"] == pytest.approx(0.9, rel=0.01)
+    # A second file measuring the same configurations: each counts once, as its median, and
+    # runs further apart than 1.35x are named.
+    slower = [{**pt, "seconds": pt["seconds"] * (2.0 if pt["bytes"] == MIB else 1.0)}
+              for pt in synthetic(truth)]
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps({"machine": {"cores": 2}, "points": slower}))
+    both = subprocess.run([sys.executable, str(MODEL), "fit", str(results), str(again)],
+                          capture_output=True, text=True, check=True).stdout
+    assert "fitted on 81 configurations (162 runs" in both, both
+    assert "the runs of 27 configurations differ by more than 1.35x" in both, both
     pred = subprocess.run([sys.executable, str(MODEL), "predict", "--params", str(params),
                            "--ranks", "16,1024", "--per-host", "8", "--link", "400gbit",
                            "--bytes", "64M", "--gpu", "--intra-link", "2400gbit"],

@@ -11,8 +11,9 @@ plus the larger of two times: the bytes on the busiest link at eta x B (eta: the
 link's rate that carries payload, after framing, headers and acknowledgements), and the work of
 the host's processes spread over its P cores: gamma seconds per byte a rank sends across hosts
 (copies, the kernel's TCP, the reduction), gamma_l per byte it moves within the host (shared
-memory). With more ranks on a host than cores, a step also waits for its sender to be scheduled:
-alpha counts L/P times. On GPUs (--gpu) the reduction and the copies run on the device and the CPU
+memory). With more ranks on a host than cores, a step also waits for its sender to be scheduled,
+and the more ranks contend for each core the longer: alpha counts (L/P)^k times, k fitted
+(the crowding exponent). On GPUs (--gpu) the reduction and the copies run on the device and the CPU
 roof is left out; --intra-link gives the rate between the GPUs of a host (NVLink).
 
     ring          2(N-1) alpha + max(2(N-1)/N K / (eta B),
@@ -36,7 +37,8 @@ roof is left out; --intra-link gives the rate between the GPUs of a host (NVLink
 In the network-namespace cluster (benchmarks/netsim) all hosts share one machine's cores, so the
 fit uses P = cores / H. `fit` finds alpha, eta, gamma and gamma_l from the harness's measurements
 (benchmarks/netsim/scaling.py) by least squares on the log of the time, prints the prediction
-error at every point and can plot predicted against measured. The parameter server is not
+error at every measured configuration (the median of its runs where several files measured it,
+with their spread) and can plot predicted against measured. The parameter server is not
 modelled yet: it does not exist yet.
 """
 from __future__ import annotations
@@ -70,18 +72,21 @@ def parse_rate(text: str) -> float:
 
 
 class Params:
-    def __init__(self, alpha: float, eta: float, gamma: float, gamma_local: float | None = None):
+    def __init__(self, alpha: float, eta: float, gamma: float, gamma_local: float | None = None,
+                 crowding: float = 1.0):
         self.alpha, self.eta, self.gamma = alpha, eta, gamma
         self.gamma_local = gamma if gamma_local is None else gamma_local
+        self.crowding = crowding  # k: a step costs alpha (ranks per core)^k where they crowd
 
     def as_dict(self) -> dict:
         return {"alpha_seconds": self.alpha, "eta": self.eta, "gamma_seconds_per_byte": self.gamma,
-                "gamma_local_seconds_per_byte": self.gamma_local}
+                "gamma_local_seconds_per_byte": self.gamma_local,
+                "crowding_exponent": self.crowding}
 
     @staticmethod
     def from_dict(d: dict) -> "Params":
         return Params(d["alpha_seconds"], d["eta"], d["gamma_seconds_per_byte"],
-                      d.get("gamma_local_seconds_per_byte"))
+                      d.get("gamma_local_seconds_per_byte"), d.get("crowding_exponent", 1.0))
 
     def __str__(self) -> str:
         def rate(g):
@@ -89,7 +94,7 @@ class Params:
         return (f"alpha = {self.alpha * 1e6:.1f} us per step, eta = {self.eta:.3f} of the link, "
                 f"gamma = {self.gamma * 1e9:.3f} ns per byte across hosts ({rate(self.gamma)} "
                 f"per core), {self.gamma_local * 1e9:.3f} ns per byte within a host "
-                f"({rate(self.gamma_local)} per core)")
+                f"({rate(self.gamma_local)} per core), crowding exponent k = {self.crowding:.2f}")
 
 
 def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: float,
@@ -102,9 +107,10 @@ def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: 
     if n <= 1:
         return 0.0
     link = p.eta * rate / 8  # payload bytes per second on one link, each direction
-    # More ranks than cores: a step waits for its sender to be scheduled.
+    # More ranks than cores: a step waits for its sender to be scheduled, longer the more ranks
+    # contend for each core.
     crowd = max(1.0, per_host / cores_per_host) if cores_per_host else 1.0
-    alpha = p.alpha * crowd
+    alpha = p.alpha * crowd ** p.crowding
     g, gl = p.gamma, p.gamma_local
     local_phase = 0.0
     if algo == "ring":
@@ -238,9 +244,38 @@ def _sim_cores(pt: dict, cores: int) -> float:
     return cores / pt["hosts"]
 
 
+def configuration(pt: dict, cores: int) -> tuple:
+    """What a point measured: algorithm, link, hosts, ranks per host, size and, for the
+    hierarchical allreduce, its chunks. Runs of one configuration are repeats."""
+    chunks = 0
+    if pt["impl"] == "hier":
+        chunk = _chunk_bytes(pt)
+        if chunk is None and pt["per_host"] > _sim_cores(pt, cores):
+            chunk = 0  # libddp's default where ranks outnumber cores: one chunk
+        chunks = hier_chunks(pt["bytes"], pt["hosts"] * pt["per_host"], chunk, pt["hosts"])
+    return (pt["impl"], pt["rate"], pt["hosts"], pt["per_host"], pt["bytes"], chunks)
+
+
+def aggregate(points: list[dict], cores: int) -> list[dict]:
+    """One point per configuration: the median of its runs (each run itself a median of
+    repeats, scaling.py), with `runs` and `spread` (slowest over fastest run)."""
+    groups: dict[tuple, list[dict]] = {}
+    for pt in points:
+        groups.setdefault(configuration(pt, cores), []).append(pt)
+    out = []
+    for runs in groups.values():
+        times = sorted(pt["seconds"] for pt in runs)
+        mid = len(times) // 2
+        median = times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2
+        out.append({**runs[0], "seconds": median, "runs": len(times),
+                    "spread": times[-1] / times[0]})
+    return out
+
+
 def fit(points: list[dict], cores: int) -> Params:
     def unpack(x):  # log-space keeps every parameter positive; eta in (0, 1]
-        return Params(math.exp(x[0]), 1 / (1 + math.exp(-x[1])), math.exp(x[2]), math.exp(x[3]))
+        return Params(math.exp(x[0]), 1 / (1 + math.exp(-x[1])), math.exp(x[2]), math.exp(x[3]),
+                      math.exp(x[4]))
 
     def loss(x):
         p = unpack(x)
@@ -254,9 +289,9 @@ def fit(points: list[dict], cores: int) -> Params:
     best = None
     for a0 in (1e-5, 1e-4, 1e-3):
         for g0 in (1e-10, 1e-9):
-            x = _nelder_mead(loss, [math.log(a0), 3.0, math.log(g0), math.log(g0)],
-                             [1.0, 1.0, 1.0, 1.0])
-            x = _nelder_mead(loss, x, [0.3, 0.3, 0.3, 0.3])  # restarted: NM stalls
+            x = _nelder_mead(loss, [math.log(a0), 3.0, math.log(g0), math.log(g0), 0.0],
+                             [1.0, 1.0, 1.0, 1.0, 0.5])
+            x = _nelder_mead(loss, x, [0.3, 0.3, 0.3, 0.3, 0.2])  # restarted: NM stalls
             if best is None or loss(x) < loss(best):
                 best = x
     return unpack(best)
@@ -299,29 +334,38 @@ def plot(rows, path: str) -> None:
 # ---- commands -----------------------------------------------------------------------------
 
 def cmd_fit(args) -> int:
-    points, cores = load_points(args.results, min_bytes=args.min_bytes)
+    runs, cores = load_points(args.results, min_bytes=args.min_bytes)
     if args.cores:
         cores = args.cores
+    # Runs of one configuration (in several files) count once, as their median: the fit weighs
+    # every configuration alike, and the check is against the figure a rerun would reproduce.
+    points = aggregate(runs, cores)
     if len(points) < 3:
-        print("ddp-model: fewer than 3 measured points of ring or hier", file=sys.stderr)
+        print("ddp-model: fewer than 3 measured configurations of ring or hier", file=sys.stderr)
         return 1
     p = fit(points, cores)
     rows = errors(p, points, cores)
-    print(f"# fitted on {len(points)} points (ring, hier; >= {args.min_bytes} bytes; "
-          f"{cores} cores shared by the simulated hosts)\n# {p}")
+    print(f"# fitted on {len(points)} configurations ({len(runs)} runs; ring, hier; "
+          f">= {args.min_bytes} bytes; {cores} cores shared by the simulated hosts)\n# {p}")
     print(f"# {'algo':5s} {'rate':>6s} {'H':>2s} {'L':>2s} {'bytes':>9s} {'measured ms':>12s} "
-          f"{'predicted ms':>13s} {'error':>7s}")
+          f"{'runs':>4s} {'spread':>6s} {'predicted ms':>13s} {'error':>7s}")
     for pt, t, err in sorted(rows, key=lambda r: (r[0]["impl"], r[0]["rate"], r[0]["hosts"],
                                                   r[0]["per_host"], r[0]["bytes"])):
         print(f"  {pt['impl']:5s} {pt['rate'] / 1e9:5g}G {pt['hosts']:2d} {pt['per_host']:2d} "
-              f"{pt['bytes']:9d} {pt['seconds'] * 1e3:12.2f} {t * 1e3:13.2f} {err:+7.1%}")
+              f"{pt['bytes']:9d} {pt['seconds'] * 1e3:12.2f} {pt['runs']:4d} "
+              f"{pt['spread']:5.2f}x {t * 1e3:13.2f} {err:+7.1%}")
     worst = max(abs(e) for _, _, e in rows)
     within = sum(abs(e) <= 0.15 for _, _, e in rows)
-    print(f"# largest error {worst:.1%}; {within} of {len(rows)} points within 15%")
+    # Runs further apart than 1.15/0.85 cannot all lie within 15% of any one prediction.
+    scattered = sum(pt["spread"] > 1.15 / 0.85 for pt, _, _ in rows)
+    print(f"# largest error {worst:.1%}; {within} of {len(rows)} configurations within 15%"
+          + (f"; the runs of {scattered} configurations differ by more than 1.35x"
+             if scattered else ""))
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             json.dump({**p.as_dict(), "fitted_on": args.results, "cores": cores,
-                       "points": len(points), "largest_error": worst}, f, indent=1)
+                       "configurations": len(points), "runs": len(runs),
+                       "largest_error": worst}, f, indent=1)
     if args.plot:
         plot(rows, args.plot)
     return 0
