@@ -9,6 +9,7 @@ scaling-DATE-model.png (predicted against measured) beside the JSON; prints the 
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
@@ -34,10 +35,20 @@ def main(argv: list[str]) -> int:
     cores = data["machine"]["cores"]
     runs, _ = model.load_points([path])
     fitted = model.aggregate(runs, cores)  # a configuration measured twice counts once
-    params = model.fit(fitted, cores)
-    rows_model = model.errors(params, fitted, cores)
-    worst = max(abs(e) for _, _, e in rows_model)
-    within = sum(abs(e) <= 0.15 for _, _, e in rows_model)
+    # The model has 5 parameters: fitted to fewer configurations it would match any data.
+    rows_model, reference = [], None
+    if len(fitted) > 2 * 5:
+        params = model.fit(fitted, cores)
+        rows_model = model.errors(params, fitted, cores)
+    else:  # the verdict on what limits each configuration from the latest committed fit
+        saved = sorted(glob.glob(os.path.join(os.path.dirname(path), "model-params-*.json")))
+        if not saved:
+            print("scaling_report: too few configurations to fit the cost model and no "
+                  "model-params-*.json beside the results", file=sys.stderr)
+            return 1
+        reference = saved[-1]
+        with open(reference, encoding="utf-8") as f:
+            params = model.Params.from_dict(json.load(f))
     big = max(p["bytes"] for p in pts)
     configs = sorted({(p["rate"], p["hosts"], p["per_host"]) for p in pts})
     impls = [i for i in NAMES if any(p["impl"] == i for p in pts)]
@@ -91,8 +102,16 @@ def main(argv: list[str]) -> int:
         lines += ["", "Runs that failed:", ""]
         lines += [f"- {p['impl']} H={p['hosts']} L={p['per_host']} "
                   f"{p['rate'] / 1e9:g} Gbit/s: {p['error'].splitlines()[0]}" for p in failed]
-    lines += ["", f"Cost model fitted to the {len(fitted)} libddp configurations of at least 1 MiB: "
-              f"{params}; largest error {worst:.1%}, {within} of {len(rows_model)} within 15%."]
+    if rows_model:
+        worst = max(abs(e) for _, _, e in rows_model)
+        within = sum(abs(e) <= 0.15 for _, _, e in rows_model)
+        lines += ["", f"Cost model fitted to the {len(fitted)} libddp configurations of at least "
+                  f"1 MiB: {params}; largest error {worst:.1%}, {within} of {len(rows_model)} "
+                  f"within 15%."]
+    else:
+        lines += ["", f"Too few libddp configurations ({len(fitted)}) to fit the cost model's 5 "
+                  f"parameters (`ddp-model fit` this file with others); the limit column uses "
+                  f"{os.path.basename(reference)}."]
     text = "\n".join(lines) + "\n"
     with open(stem + ".md", "w", encoding="utf-8") as f:
         f.write(text)
@@ -127,7 +146,8 @@ def main(argv: list[str]) -> int:
     fig.legend(handles=handles, loc="lower center", ncol=len(impls), fontsize=8)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(stem + ".png", dpi=100)
-    model.plot(rows_model, stem + "-model.png")
+    if rows_model:
+        model.plot(rows_model, stem + "-model.png")
     return 0
 
 
