@@ -164,3 +164,31 @@ def test_command_line_fit_then_predict(tmp_path):
     bad = subprocess.run([sys.executable, str(MODEL), "predict", "--ranks", "12", "--per-host",
                           "8"], capture_output=True, text=True)
     assert bad.returncode == 2 and "not a multiple of 8" in bad.stderr
+
+
+def test_scaling_report_fits_only_enough_configurations(tmp_path):
+    """benchmarks/netsim/scaling_report.py: the model's fit below its tables only where the file
+    has enough configurations for 5 parameters; else the limit column from a saved fit."""
+    report = ROOT / "benchmarks" / "netsim" / "scaling_report.py"
+    truth = model.Params(alpha=50e-6, eta=0.9, gamma=1.5e-9, crowding=1.5)
+    points = synthetic(truth)
+    for pt in points:
+        pt["of_bound"] = model.bound(pt["impl"], pt["bytes"], pt["hosts"], pt["per_host"],
+                                     pt["rate"]) / pt["seconds"]
+    full = tmp_path / "scaling-full.json"
+    head = {"date": "2026-01-01", "command": "scaling.py",
+            "machine": {"cores": 2, "host": "vm", "cpu": "test", "kernel": "6"}}
+    full.write_text(json.dumps({**head, "points": points}))
+    out = subprocess.run([sys.executable, str(report), str(full)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "Cost model fitted to the 81 libddp configurations" in out, out
+    assert "largest error 0.0%, 81 of 81 within 15%" in out, out
+    few = tmp_path / "scaling-few.json"
+    few.write_text(json.dumps({**head, "points": points[:3]}))
+    bad = subprocess.run([sys.executable, str(report), str(few)], capture_output=True, text=True)
+    assert bad.returncode == 1 and "no model-params" in bad.stderr, bad.stderr
+    (tmp_path / "model-params-2026-01-01.json").write_text(json.dumps(truth.as_dict()))
+    out = subprocess.run([sys.executable, str(report), str(few)], capture_output=True,
+                         text=True, check=True).stdout
+    assert "Too few libddp configurations (3)" in out and "model-params-2026-01-01.json" in out
+    assert (tmp_path / "scaling-few.md").read_text() in out + "\n"
