@@ -127,9 +127,7 @@ def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: 
         # Reduce-scatter within the host, L rings across hosts on K/L each, all-gather within,
         # in C chunks as a pipeline: only the first chunk's reduce-scatter and the last one's
         # all-gather are not overlapped by the phase across hosts; the rest share its cores.
-        if chunk_bytes is None and crowd > 1:
-            chunk_bytes = 0  # libddp's default where ranks outnumber cores: one chunk
-        chunks = hier_chunks(size, n, chunk_bytes, hosts)
+        chunks = hier_chunks(size, n, chunk_bytes, hosts, crowded=crowd > 1)
         steps = chunks * 2 * (hosts - 1) + 2 * (per_host - 1)
         net = 2 * (hosts - 1) / hosts * size
         work = 2 * (hosts - 1) / hosts * size * g
@@ -154,10 +152,13 @@ def hier_chunk_bytes(ranks: int) -> int:
 
 
 def hier_chunks(size: float, ranks: int, chunk_bytes: float | None = None,
-                hosts: int = 2) -> int:
+                hosts: int = 2, crowded: bool = False) -> int:
     """The chunks of libddp's hierarchical allreduce: of DDP_HIER_CHUNK_BYTES (None: the
-    default, hier_chunk_bytes, and at most 256 steps across the HOSTS in all); 1 to 64."""
+    default, hier_chunk_bytes, and at most 256 steps across the HOSTS in all; one chunk where
+    ranks outnumber cores, CROWDED); 1 to 64."""
     limit = 64
+    if chunk_bytes is None and crowded:
+        return 1
     if chunk_bytes is None:
         chunk_bytes = hier_chunk_bytes(ranks)
         limit = min(limit, 256 // (2 * max(hosts - 1, 1)))
@@ -249,10 +250,8 @@ def configuration(pt: dict, cores: int) -> tuple:
     hierarchical allreduce, its chunks. Runs of one configuration are repeats."""
     chunks = 0
     if pt["impl"] == "hier":
-        chunk = _chunk_bytes(pt)
-        if chunk is None and pt["per_host"] > _sim_cores(pt, cores):
-            chunk = 0  # libddp's default where ranks outnumber cores: one chunk
-        chunks = hier_chunks(pt["bytes"], pt["hosts"] * pt["per_host"], chunk, pt["hosts"])
+        chunks = hier_chunks(pt["bytes"], pt["hosts"] * pt["per_host"], _chunk_bytes(pt),
+                             pt["hosts"], crowded=pt["per_host"] > _sim_cores(pt, cores))
     return (pt["impl"], pt["rate"], pt["hosts"], pt["per_host"], pt["bytes"], chunks)
 
 

@@ -304,7 +304,7 @@ absl::StatusOr<std::unique_ptr<transport::Transport>> Assembler::ConnectShm(
   config.waiting_group = waiting_;
   config.inline_bytes = static_cast<size_t>(options_.wire_inline_bytes);
   config.kind = "shm";
-  config.oversubscribed = ranks_on_machine_ > std::max(1, CpusIn(CpuMask()));
+  config.oversubscribed = shm.oversubscribed();
   DDP_ASSIGN_OR_RETURN(auto t,
                        transport::wire::WireTransport::Create(
                            std::move(config), std::make_unique<transport::shm::ShmWire>(job_.shm)));

@@ -9,6 +9,7 @@
 // seconds, so sleep, and let the one who completes the wait wake us.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 
@@ -49,6 +50,26 @@ class Backoff {
  private:
   Policy policy_;
   int idle_ = 0;
+};
+
+// How long (or how many rounds) a waiter polls before it sleeps, following what the waits find
+// where ranks outnumber CPUs: twice the last budget after a wait that ended while polling, a
+// quarter of it after one that had to sleep, within [min, max]; it starts at max. Shared by
+// concurrent waiters (a lost update only delays the adaptation).
+class AdaptiveBudget {
+ public:
+  AdaptiveBudget(int64_t min, int64_t max) : min_(min), max_(max), value_(max) {}
+  int64_t value() const { return value_.load(std::memory_order_relaxed); }
+  // A wait that started with budget `used` ended: while polling, or after sleeping.
+  void Update(int64_t used, bool slept) {
+    value_.store(slept ? std::max(min_, used / 4) : std::min(max_, used * 2),
+                 std::memory_order_relaxed);
+  }
+
+ private:
+  const int64_t min_;
+  const int64_t max_;
+  std::atomic<int64_t> value_;
 };
 
 // Sleeps while *word == seen, at most `max` (infinite: until woken). `shared`: the word is in

@@ -90,9 +90,10 @@ absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const int sharing = std::max(d->config_.local_size, d->config_.ranks_on_machine);
-  spin_iterations.store(sharing > cores ? kMinSpin : kMaxSpin);
-  adaptive_spin.store(sharing <= cores);
-  yield_rounds.store(sharing > cores ? 4 : 0);
+  d->oversubscribed_ = sharing > cores;
+  spin_iterations.store(d->oversubscribed_ ? kMinSpin : kMaxSpin);
+  adaptive_spin.store(!d->oversubscribed_);
+  yield_rounds.store(d->oversubscribed_ ? 4 : 0);
   d->pids_[static_cast<size_t>(me)] = getpid();
   return d;
 }

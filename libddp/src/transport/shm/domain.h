@@ -92,6 +92,8 @@ class ShmDomain {
   const ShmConfig& config() const { return config_; }
   int local_rank() const { return config_.local_rank; }
   int local_size() const { return config_.local_size; }
+  // More ranks on this machine than CPUs this process may run on (the waits spin less).
+  bool oversubscribed() const { return oversubscribed_; }
   int64_t pid(int local) const { return pids_[static_cast<size_t>(local)]; }
   // Whether the process of local peer `local` still runs.
   bool Alive(int local) const;
@@ -127,6 +129,7 @@ class ShmDomain {
   std::vector<Segment> peers_;  // by local index; own slot empty
   std::vector<char*> bases_;
   std::vector<int64_t> pids_;
+  bool oversubscribed_ = false;
 };
 
 // Waits until `ready()` (wait.h): spins briefly, then may yield, then sleeps on `control`'s futex

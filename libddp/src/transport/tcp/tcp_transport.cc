@@ -38,8 +38,8 @@ constexpr int kPollRoundsBeforeYield = 8;
 // longer: sleeping would hand the next event to a thread that must first be scheduled. But a
 // wait for data still far away (a slow link, a peer computing) yields for nothing, CPU time
 // the busy ranks need: the polling time adapts between these bounds, doubling after a wait that
-// ended while polling and falling to a quarter after one that had to sleep (as the shared-memory
-// transport's yields, wire_transport.cc).
+// ended while polling and falling to a quarter after one that had to sleep (AdaptiveBudget, as the
+// shared-memory transport's yields).
 constexpr absl::Duration kMinSpinOversubscribed = absl::Microseconds(50);
 constexpr absl::Duration kMaxSpinOversubscribed = absl::Milliseconds(1);
 // After a caller stops polling (without going to sleep) the background thread stays parked this
@@ -65,7 +65,11 @@ CoreConfig Core(const TcpConfig& c) {
 
 // ---- construction, public API -------------------------------------------------------------
 
-TcpTransport::TcpTransport(TcpConfig config) : PeerTransport(Core(config)), config_(config) {}
+TcpTransport::TcpTransport(TcpConfig config)
+    : PeerTransport(Core(config)),
+      config_(config),
+      spin_budget_ns_(absl::ToInt64Nanoseconds(kMinSpinOversubscribed),
+                      absl::ToInt64Nanoseconds(kMaxSpinOversubscribed)) {}
 
 absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Create(TcpConfig config) {
   if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
@@ -169,8 +173,8 @@ absl::Status TcpTransport::Wait(Request* request) {
   // ranks than cores the peer we wait for may need this core: yield at once.
   pollers_.fetch_add(1);
   caller_sleeping_.store(false);
-  const int64_t spin_ns = oversubscribed_ ? spin_budget_ns_.load(std::memory_order_relaxed)
-                                          : absl::ToInt64Nanoseconds(kSpinBeforeSleep);
+  const int64_t spin_ns =
+      oversubscribed_ ? spin_budget_ns_.value() : absl::ToInt64Nanoseconds(kSpinBeforeSleep);
   const absl::Time spin_until = absl::Now() + absl::Nanoseconds(spin_ns);
   Backoff backoff({oversubscribed_ ? 0 : kPollRoundsBeforeYield, 1 << 30});
   epoll_event events[kMaxEvents];
@@ -189,12 +193,7 @@ absl::Status TcpTransport::Wait(Request* request) {
     backoff.Idle();
   }
   const bool done = request->Test();
-  if (oversubscribed_) {
-    spin_budget_ns_.store(
-        done ? std::min(absl::ToInt64Nanoseconds(kMaxSpinOversubscribed), spin_ns * 2)
-             : std::max(absl::ToInt64Nanoseconds(kMinSpinOversubscribed), spin_ns / 4),
-        std::memory_order_relaxed);
-  }
+  if (oversubscribed_) spin_budget_ns_.Update(spin_ns, /*slept=*/!done);
   last_poll_end_ns_.store(absl::GetCurrentTimeNanos());
   if (!done) caller_sleeping_.store(true);
   if (pollers_.fetch_sub(1) == 1 && !done) {

@@ -29,6 +29,7 @@
 #include "common/socket.h"
 #include "transport/core.h"
 #include "transport/tcp/frame.h"
+#include "transport/wait.h"
 
 namespace ddp::transport::tcp {
 
@@ -191,8 +192,8 @@ class TcpTransport final : public PeerTransport {
   std::atomic<int64_t> last_poll_end_ns_{0};
   std::atomic<bool> caller_sleeping_{true};
   bool oversubscribed_ = false;  // more ranks on this machine than cores: yield while polling
-  // Oversubscribed: how long Wait polls before sleeping (adapts, see Wait).
-  std::atomic<int64_t> spin_budget_ns_{1'000'000};
+  // Oversubscribed: how long Wait polls before sleeping (see Wait).
+  AdaptiveBudget spin_budget_ns_;  // nanoseconds
   bool CallerActive() const;
   std::mutex park_mu_;
   std::condition_variable park_cv_;

@@ -118,7 +118,8 @@ WireTransport::WireTransport(WireConfig config, std::unique_ptr<Wire> wire)
       wire_name_(wire->Name()),
       wire_(std::move(wire)),
       peers_(static_cast<size_t>(config_.size)),
-      heard_ns_(new std::atomic<int64_t>[static_cast<size_t>(config_.size)]) {
+      heard_ns_(new std::atomic<int64_t>[static_cast<size_t>(config_.size)]),
+      yield_budget_(kMinYields, kMaxYields) {
   for (int r = 0; r < config_.size; ++r) heard_ns_[static_cast<size_t>(r)].store(NowNs());
 }
 
@@ -594,7 +595,7 @@ absl::Status WireTransport::Wait(Request* request) {
   // the busy ranks need: the yields before sleeping adapt, doubling after a wait that ended while
   // yielding and shrinking to a quarter after one that had to sleep.
   const bool adapt = config_.oversubscribed;
-  const int yields = adapt ? yield_budget_.load(std::memory_order_relaxed) : kMaxYields;
+  const auto yields = static_cast<int>(adapt ? yield_budget_.value() : kMaxYields);
   Backoff backoff({adapt ? 0 : 200, yields, absl::Microseconds(20), absl::Microseconds(500)});
   bool slept = false;
   while (!request->Test()) {
@@ -608,10 +609,7 @@ absl::Status WireTransport::Wait(Request* request) {
       absl::SleepFor(sleep);
     }
   }
-  if (adapt) {
-    yield_budget_.store(slept ? std::max(kMinYields, yields / 4) : std::min(kMaxYields, yields * 2),
-                        std::memory_order_relaxed);
-  }
+  if (adapt) yield_budget_.Update(yields, slept);
   pollers_.fetch_sub(1);
   Wake();  // the background thread takes over
   return request->status();

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "transport/core.h"
+#include "transport/wait.h"
 #include "transport/wire/wire.h"
 
 namespace ddp::transport::wire {
@@ -191,7 +192,7 @@ class WireTransport final : public PeerTransport {
   bool watchdog_stop_ = false;  // guarded by watchdog_mu_
 
   std::atomic<int> pollers_{0};
-  std::atomic<int> yield_budget_{1800};  // see Wait (oversubscribed)
+  AdaptiveBudget yield_budget_;  // yields before sleeping, oversubscribed (see Wait)
   std::mutex park_mu_;
   std::condition_variable park_cv_;
   bool kicked_ = false;  // guarded by park_mu_
