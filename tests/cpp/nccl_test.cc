@@ -263,6 +263,54 @@ TEST(Nccl, ScaleFactorsGroupsAndMixedCpuAndCudaTensors) {
   }));
 }
 
+// Device::stream_ordered (ddp.torch's way): the handle finishes once the collective is enqueued;
+// WaitOnStream orders a stream after it, DoneOnDevice says when the GPU is through. Fused and
+// alone; the handle of a plain CUDA submission has nothing to order.
+TEST(Nccl, StreamOrderedAllreducesFinishWhenEnqueuedAndOrderTheStream) {
+  SKIP_WITHOUT_GPU();
+  JobSpec spec;
+  spec.size = GpuRanks();
+  ExpectJobOk(RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const int r = ctx.rank();
+    const int n = ctx.size();
+    const Device ordered = Device::Cuda(r, nullptr, /*stream_ordered=*/true);
+    for (int round = 0; round < 3; ++round) {
+      std::vector<Handle> handles;
+      std::vector<DeviceArray> arrays;
+      for (int t = 0; t < 4; ++t) {  // submitted together: fused
+        std::vector<float> x(1 << 18, static_cast<float>(r + 1 + t));
+        DDP_ASSIGN_OR_RETURN(DeviceArray d, Upload(r, x.data(), x.size() * 4));
+        handles.push_back(e.AllreduceAsync(absl::StrCat("ordered.", round, ".", t), d.get(),
+                                           d.get(), DataType::kFloat32, {1 << 18}, ReduceOp::kSum,
+                                           1.0, 1.0, Engine::kWorld, ordered));
+        arrays.push_back(std::move(d));
+      }
+      for (size_t t = 0; t < handles.size(); ++t) {
+        // The legacy default stream, on which Download copies, waits for the result.
+        CHECK_OK(handles[t].WaitOnStream(nullptr));
+        CHECK_OK(Expect(handles[t].stream_ordered_device() == r, "the handle's device"));
+        DDP_ASSIGN_OR_RETURN(std::vector<char> got, Download(arrays[t].get(), 4 << 18));
+        const float* f = reinterpret_cast<const float*>(got.data());
+        const float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(t));
+        CHECK_OK(Expect(f[0] == want && f[(1 << 18) - 1] == want,
+                        absl::StrCat("ordered[", t, "] = ", f[0], ", want ", want)));
+        CHECK_OK(Expect(handles[t].DoneOnDevice(), "done on the device after the copy"));
+      }
+    }
+    std::vector<float> y(100, 1.0f);
+    DDP_ASSIGN_OR_RETURN(DeviceArray dy, Upload(r, y.data(), y.size() * 4));
+    Handle plain = e.AllreduceAsync("not.ordered", dy.get(), dy.get(), DataType::kFloat32, {100},
+                                    ReduceOp::kSum, 1.0, 1.0, Engine::kWorld, Device::Cuda(r));
+    CHECK_OK(plain.Wait());
+    CHECK_OK(Expect(plain.stream_ordered_device() == -1 && plain.DoneOnDevice(),
+                    "a plain CUDA allreduce is done when finished"));
+    DDP_ASSIGN_OR_RETURN(std::vector<char> got, Download(dy.get(), 400));
+    return Expect(reinterpret_cast<const float*>(got.data())[99] == static_cast<float>(n),
+                  "the plain allreduce's result");
+  }));
+}
+
 TEST(Nccl, BroadcastAllgatherAlltoallReduceScatter) {
   SKIP_WITHOUT_GPU();
   JobSpec spec;

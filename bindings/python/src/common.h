@@ -39,10 +39,16 @@ ddp::ReduceOp ToOp(int code);
 inline const void* Ptr(uintptr_t address) { return reinterpret_cast<const void*>(address); }
 inline void* MutablePtr(uintptr_t address) { return reinterpret_cast<void*>(address); }
 // -1: CPU memory; else a CUDA device ordinal and the stream (cudaStream_t) it was produced on.
+// CUDA allreduces are stream-ordered: wait() makes the caller's current stream wait for the
+// result instead of blocking the host (PyHandle::Wait).
 inline ddp::Device ToDevice(int device, uintptr_t stream) {
   if (device < 0) return ddp::Device::Cpu();
-  return ddp::Device::Cuda(device, reinterpret_cast<void*>(stream));
+  return ddp::Device::Cuda(device, reinterpret_cast<void*>(stream), /*stream_ordered=*/true);
 }
+
+// torch's current CUDA stream on `device` (torch._C._cuda_getCurrentRawStream); false when torch
+// or that function is missing. Needs the GIL.
+bool CurrentCudaStream(int device, void** stream);
 
 // Horovod's rule for unnamed calls: "<kind>.noname.<n>", counted per kind and process set in
 // call order, so that the ranks of a set agree as long as they make their unnamed calls in the
@@ -74,11 +80,14 @@ class PyHandle {
     check_address_ = address;
   }
 
-  bool Poll() const { return done_ || handle_.Poll(); }
+  // Finished, and for a stream-ordered CUDA allreduce done on the GPU too (as torch's
+  // Work.is_completed()).
+  bool Poll() const { return handle_.DoneOnDevice(); }
   // Waits (without the GIL; Ctrl-C interrupts it) and returns the result; raises DDPError if the
   // operation failed, or TimeoutError if `timeout` seconds passed first (it goes on; wait again).
   py::object Wait(std::optional<double> timeout);
-  // Drops the references to the buffers once the operation has finished.
+  // Drops the references to the buffers once the operation has finished (to the orphan list
+  // while a stream-ordered one still runs on the GPU).
   void Release();
 
   std::string name() const { return handle_.name(); }
@@ -98,6 +107,10 @@ class PyHandle {
   std::string Repr() const;
 
  private:
+  // A stream-ordered CUDA allreduce: torch's current stream waits for the result (the host does
+  // not; without torch's stream, the host waits for the GPU).
+  void OrderOnCurrentStream();
+
   ddp::Handle handle_;
   py::object keep_;
   std::shared_ptr<ddp::Context> context_;  // the engine must outlive its handles

@@ -78,7 +78,7 @@ class PyOutput {
 }  // namespace
 
 PyHandle::~PyHandle() {
-  if (handle_.valid() && !handle_.Poll()) {
+  if (handle_.valid() && !handle_.DoneOnDevice()) {
     // The result too: ddp.torch's fast path allocates the output of allreduce_async itself, and
     // the engine writes it until the operation finishes, whoever still holds the handle.
     g_orphans->push_back(
@@ -90,12 +90,29 @@ void SweepOrphans() {
   auto& orphans = *g_orphans;
   if (orphans.empty()) return;
   orphans.erase(std::remove_if(orphans.begin(), orphans.end(),
-                               [](const Orphan& o) { return o.handle.Poll(); }),
+                               [](const Orphan& o) { return o.handle.DoneOnDevice(); }),
                 orphans.end());
 }
 
+void PyHandle::OrderOnCurrentStream() {
+  const int device = handle_.stream_ordered_device();
+  if (device < 0) return;
+  void* stream = nullptr;
+  if (CurrentCudaStream(device, &stream)) {
+    ThrowIfError(handle_.WaitOnStream(stream));
+    return;
+  }
+  while (!handle_.DoneOnDevice()) {
+    py::gil_scoped_release release;
+    absl::SleepFor(absl::Microseconds(50));
+  }
+}
+
 py::object PyHandle::Wait(std::optional<double> timeout) {
-  if (done_) return result_;
+  if (done_) {
+    OrderOnCurrentStream();  // again: this call's stream may be another
+    return result_;
+  }
   std::optional<absl::Status> status = WaitInterruptibly(handle_, timeout ? *timeout : -1);
   if (!status) {
     PyErr_SetString(PyExc_TimeoutError,
@@ -105,6 +122,7 @@ py::object PyHandle::Wait(std::optional<double> timeout) {
     throw py::error_already_set();
   }
   ThrowIfError(*status);
+  OrderOnCurrentStream();
   if (check_tensor_) {
     const auto address = check_tensor_.attr("data_ptr")().cast<uintptr_t>();
     if (address != check_address_) {
@@ -123,10 +141,13 @@ py::object PyHandle::Wait(std::optional<double> timeout) {
 }
 
 void PyHandle::Release() {
-  if (handle_.Poll()) {
-    keep_ = py::none();
-    context_.reset();  // an output may outlive the context; it belongs to the handle's state
+  if (!handle_.Poll()) return;
+  if (!handle_.DoneOnDevice()) {
+    // Still running on the GPU: its buffers stay alive until it is done there.
+    g_orphans->push_back({handle_, keep_, result_, context_});
   }
+  keep_ = py::none();
+  context_.reset();  // an output may outlive the context; it belongs to the handle's state
 }
 
 py::buffer_info PyHandle::OutputBuffer() {

@@ -1,5 +1,5 @@
-// ddp._ddp.torch_allreduce: ddp.torch's allreduce_async(_) of a dense, contiguous CPU tensor in
-// one call from Python to the engine.
+// ddp._ddp.torch_allreduce: ddp.torch's allreduce_async(_) of a dense, contiguous CPU or CUDA
+// tensor in one call from Python to the engine.
 //
 // A training step submits every gradient from a backward hook, one call each: what a call costs
 // is paid hundreds of times a step, on the thread that runs backward. The general path (_ops.py:
@@ -10,10 +10,16 @@
 // set: no Python frame, object or closure is made. It needs no torch headers, so it works with
 // whatever torch the process imported.
 //
-// Anything it does not handle -- another type, a tensor not in CPU memory (CUDA tensors need the
-// stream the Python path asks torch for), a sparse or non-contiguous tensor, an unknown dtype or
-// op, an argument of an unusual type, a call before init -- returns NotImplemented, and the caller
-// takes the general path, which raises the same errors it always did. The automatic names come from
+// A CUDA tensor's collective must start after the work queued on the stream that produced it:
+// that is torch's current stream of the tensor's device, which torch._C._cuda_getCurrentRawStream
+// gives as a plain integer (the general path makes a torch.cuda.Stream object for it, several
+// microseconds a gradient). Where that function is missing (a torch without CUDA, or one that
+// renamed it) CUDA tensors take the general path.
+//
+// Anything it does not handle -- another type, a tensor in other memory (meta, MPS...), a sparse
+// or non-contiguous tensor, an unknown dtype or op, an argument of an unusual type, a call before
+// init -- returns NotImplemented, and the caller takes the general path, which raises the same
+// errors it always did. The automatic names come from
 // the same counters (AutoName), so a job may mix both paths freely.
 #include <Python.h>
 
@@ -35,9 +41,12 @@ struct TorchObjects {
   PyObject* tensor_type = nullptr;
   PyObject* strided = nullptr;
   PyObject* empty_like = nullptr;
+  PyObject* raw_stream = nullptr;  // torch._C._cuda_getCurrentRawStream, or null
   std::array<PyObject*, ddp::kNumDataTypes> dtypes{};  // by libddp's dtype code
   // Attribute names, interned.
   PyObject* is_cpu = nullptr;
+  PyObject* is_cuda = nullptr;
+  PyObject* get_device = nullptr;
   PyObject* layout = nullptr;
   PyObject* dtype = nullptr;
   PyObject* is_contiguous = nullptr;
@@ -67,6 +76,8 @@ TorchObjects& Torch() {
     ok = ok && t->dtypes[static_cast<size_t>(i)] != nullptr;
   }
   t->is_cpu = PyUnicode_InternFromString("is_cpu");
+  t->is_cuda = PyUnicode_InternFromString("is_cuda");
+  t->get_device = PyUnicode_InternFromString("get_device");
   t->layout = PyUnicode_InternFromString("layout");
   t->dtype = PyUnicode_InternFromString("dtype");
   t->is_contiguous = PyUnicode_InternFromString("is_contiguous");
@@ -78,6 +89,13 @@ TorchObjects& Torch() {
     t->storage = PyUnicode_InternFromString("_storage");
   }
   t->usable = ok && t->storage != nullptr && PyObject_HasAttrString(t->tensor_type, "is_cpu");
+  if (PyObject* c = PyObject_GetAttrString(torch, "_C")) {
+    t->raw_stream = PyObject_GetAttrString(c, "_cuda_getCurrentRawStream");
+    if (t->raw_stream != nullptr && !PyCallable_Check(t->raw_stream)) {
+      Py_CLEAR(t->raw_stream);
+    }
+    Py_DECREF(c);
+  }
   PyErr_Clear();
   return *t;
 }
@@ -120,20 +138,47 @@ bool AsDouble(PyObject* o, double* out) {
   return true;
 }
 
-// What the general path needs to know of a tensor, read without leaving C.
-struct CpuTensor {
+// What the engine needs to know of a tensor, read without leaving C.
+struct TorchTensor {
   uintptr_t address = 0;
   ddp::DataType type = ddp::DataType::kFloat32;
   std::vector<int64_t> shape;
+  ddp::Device device;
   py::object storage;
 };
 
-// Whether `o` is a dense, contiguous CPU tensor of a dtype libddp reduces; fills *t if so.
-bool ReadCpuTensor(const TorchObjects& torch, PyObject* o, CpuTensor* t) {
+// The CUDA device of tensor `o` and its current stream there; false if either cannot be read.
+bool ReadCudaDevice(const TorchObjects& torch, PyObject* o, ddp::Device* device) {
+  if (torch.raw_stream == nullptr) return false;
+  py::object index = CallMethod(o, torch.get_device);
+  int64_t i = -1;
+  if (!index || !AsInt64(index.ptr(), &i) || i < 0 || i > INT32_MAX) return false;
+  py::object stream =
+      py::reinterpret_steal<py::object>(PyObject_CallOneArg(torch.raw_stream, index.ptr()));
+  if (!stream) {
+    PyErr_Clear();
+    return false;
+  }
+  int64_t raw = 0;
+  if (!AsInt64(stream.ptr(), &raw)) return false;
+  *device =
+      ddp::Device::Cuda(static_cast<int>(i), reinterpret_cast<void*>(static_cast<uintptr_t>(raw)),
+                        /*stream_ordered=*/true);
+  return true;
+}
+
+// Whether `o` is a dense, contiguous CPU or CUDA tensor of a dtype libddp reduces; fills *t if so.
+bool ReadTensor(const TorchObjects& torch, PyObject* o, TorchTensor* t) {
   if (!PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(torch.tensor_type))) return false;
-  // CPU memory only: CUDA tensors need their stream, meta tensors have no memory at all.
+  // CPU or CUDA memory only: meta tensors have no memory at all, others no transport here.
   py::object is_cpu = Attr(o, torch.is_cpu);
-  if (!is_cpu || is_cpu.ptr() != Py_True) return false;
+  if (!is_cpu) return false;
+  if (is_cpu.ptr() != Py_True) {
+    py::object is_cuda = Attr(o, torch.is_cuda);
+    if (!is_cuda || is_cuda.ptr() != Py_True || !ReadCudaDevice(torch, o, &t->device)) {
+      return false;
+    }
+  }
   py::object layout = Attr(o, torch.layout);
   if (!layout || layout.ptr() != torch.strided) return false;
   py::object dtype = Attr(o, torch.dtype);
@@ -173,10 +218,10 @@ py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py:
                           py::handle postscale, py::handle process_set, bool inplace) {
   const TorchObjects& torch = Torch();
   if (!torch.usable) return NotImplemented();
-  CpuTensor in;
+  TorchTensor in;
   int64_t op_code = 0, set = 0;
   double pre = 1, post = 1;
-  if (!ReadCpuTensor(torch, tensor.ptr(), &in) || !AsInt64(op.ptr(), &op_code) || op_code < 0 ||
+  if (!ReadTensor(torch, tensor.ptr(), &in) || !AsInt64(op.ptr(), &op_code) || op_code < 0 ||
       op_code > 255 || !ddp::IsValid(static_cast<ddp::ReduceOp>(op_code)) ||
       !AsDouble(prescale.ptr(), &pre) || !AsDouble(postscale.ptr(), &post) ||
       !AsInt64(process_set.ptr(), &set) || set < 0 || set > INT32_MAX) {
@@ -209,7 +254,7 @@ py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py:
   if (name.is_none()) label = AutoName("allreduce", static_cast<int>(set));
   ddp::Handle handle = context->engine().AllreduceAsync(
       std::move(label), Ptr(in.address), MutablePtr(out_address), in.type, std::move(in.shape),
-      static_cast<ddp::ReduceOp>(op_code), pre, post, static_cast<int>(set), ddp::Device::Cpu());
+      static_cast<ddp::ReduceOp>(op_code), pre, post, static_cast<int>(set), in.device);
   HandlePtr wrapped =
       Wrap(std::move(handle), py::make_tuple(tensor, std::move(in.storage)), std::move(context));
   wrapped->SetResult(output);
@@ -219,11 +264,30 @@ py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py:
 
 }  // namespace
 
+bool CurrentCudaStream(int device, void** stream) {
+  const TorchObjects& torch = Torch();
+  if (torch.raw_stream == nullptr) return false;
+  py::object index = py::reinterpret_steal<py::object>(PyLong_FromLong(device));
+  if (!index) {
+    PyErr_Clear();
+    return false;
+  }
+  py::object raw =
+      py::reinterpret_steal<py::object>(PyObject_CallOneArg(torch.raw_stream, index.ptr()));
+  int64_t value = 0;
+  if (!raw || !AsInt64(raw.ptr(), &value)) {
+    PyErr_Clear();
+    return false;
+  }
+  *stream = reinterpret_cast<void*>(static_cast<uintptr_t>(value));
+  return true;
+}
+
 void DefineTensorPath(py::module_& m) {
   m.def("torch_allreduce", &TorchAllreduce, py::arg("tensor"), py::arg("name"), py::arg("op"),
         py::arg("prescale"), py::arg("postscale"), py::arg("process_set"), py::arg("inplace"),
-        "ddp.torch's allreduce_async(_) of a dense contiguous CPU tensor; NotImplemented for "
-        "anything else (the general path then handles it).");
+        "ddp.torch's allreduce_async(_) of a dense contiguous CPU or CUDA tensor; NotImplemented "
+        "for anything else (the general path then handles it).");
 }
 
 }  // namespace ddp_python

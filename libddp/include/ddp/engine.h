@@ -52,6 +52,19 @@ class Handle {
   // is, otherwise in the engine's thread (keep it short; it must not wait on another handle).
   void OnComplete(std::function<void(const absl::Status&)> callback) const;
 
+  // A CUDA allreduce submitted with Device::stream_ordered finishes (Poll, Wait, OnComplete) once
+  // it is enqueued on the GPU. These give its result to the GPU work that needs it:
+  // The CUDA device whose streams can wait for the result, or -1 (the result is in memory once
+  // finished: CPU tensors, other collectives, CUDA tensors submitted without stream_ordered).
+  int stream_ordered_device() const;
+  // Waits as Wait does, then makes `stream` (a cudaStream_t; null: the legacy default stream)
+  // wait on the GPU for the result; work queued there afterwards sees it. Without a
+  // stream-ordered result, Wait alone.
+  absl::Status WaitOnStream(void* stream) const;
+  // True once finished and, for a stream-ordered result, done on the GPU too (then its memory
+  // may be reused: never blocks).
+  bool DoneOnDevice() const;
+
   const std::string& name() const;
   // Allgather, alltoall and reduce-scatter allocate their output: valid once finished OK.
   const std::vector<int64_t>& output_shape() const;

@@ -65,10 +65,17 @@ struct Device {
   // CUDA: the stream (a cudaStream_t) on which the inputs were produced; the collective starts
   // once the work queued there so far is done. Null: the legacy default stream.
   void* stream = nullptr;
+  // CUDA allreduces: false (the default): the handle finishes once the result is in memory.
+  // true: once the collective is enqueued on the GPU, and Handle::WaitOnStream makes a stream
+  // wait for the result (as torch.distributed's NCCL work does; ddp.torch submits this way), so
+  // that the host never waits for the GPU. Other collectives finish as with false.
+  bool stream_ordered = false;
 
   bool is_cuda() const { return index >= 0; }
   static Device Cpu() { return {}; }
-  static Device Cuda(int index, void* stream = nullptr) { return {index, stream}; }
+  static Device Cuda(int index, void* stream = nullptr, bool stream_ordered = false) {
+    return {index, stream, stream_ordered};
+  }
 };
 
 }  // namespace ddp

@@ -27,7 +27,8 @@ absl::StatusOr<std::shared_ptr<nccl::Backend>> CudaBackend::Get() {
 
 absl::Status CudaBackend::Prepare(LocalOp& op, const Device& device) {
   DDP_ASSIGN_OR_RETURN(std::shared_ptr<nccl::Backend> backend, Get());
-  DDP_ASSIGN_OR_RETURN(op.ready, backend->RecordReady(device.index, device.stream));
+  DDP_ASSIGN_OR_RETURN(op.ready,
+                       backend->RecordReady(device.index, device.stream, device.stream_ordered));
   op.meta.device = kCudaMemory;
   return absl::OkStatus();
 }
@@ -110,11 +111,18 @@ absl::Status CudaOperations::Allreduce(ProcessSet& set, const std::vector<Respon
     }
   }
   const int64_t t0 = executor_.Now();
-  DDP_RETURN_IF_ERROR(Annotate((*backend)->Allreduce(set.id, pieces, type, op, active), what));
-  const int64_t t1 = executor_.Now();
+  absl::StatusOr<nccl::DonePtr> done = (*backend)->Allreduce(set.id, pieces, type, op, active);
+  if (!done.ok()) return Annotate(done.status(), what);
+  const int64_t t1 = executor_.Now();  // stream-ordered: enqueued, not done
   const uint64_t bytes = total * DataTypeSize(type);
   for (size_t b = 0; b < batch.size(); ++b) {
-    if (ops[b] != nullptr) executor_.Waited(*ops[b], *batch[b], t0);
+    if (ops[b] != nullptr) {
+      executor_.Waited(*ops[b], *batch[b], t0);
+      if (*done != nullptr) {
+        ops[b]->handle->device_done = *done;
+        ops[b]->handle->done_device = (*backend)->device();
+      }
+    }
     executor_.Phase(batch[b]->name, "NCCL_ALLREDUCE", t0, t1,
                     {{"transport", "nccl"},
                      {"fused_tensors", absl::StrCat(batch.size())},

@@ -1,6 +1,7 @@
 // Handle: waiting on, polling and chaining callbacks to an asynchronous engine operation.
 #include "ddp/engine.h"
 #include "engine/handle_state.h"
+#include "nccl/device.h"
 
 namespace ddp {
 namespace engine {
@@ -95,5 +96,19 @@ size_t Handle::output_bytes() const {
 }
 int Handle::output_device() const { return state_ ? state_->output_device : Device::kCpu; }
 int Handle::join_last_rank() const { return state_ ? state_->int_result : -1; }
+
+int Handle::stream_ordered_device() const {
+  return Poll() && state_ != nullptr && state_->device_done != nullptr ? state_->done_device : -1;
+}
+
+absl::Status Handle::WaitOnStream(void* stream) const {
+  absl::Status s = Wait();
+  if (!s.ok() || state_->device_done == nullptr) return s;
+  return nccl::StreamWait(state_->device_done, stream);
+}
+
+bool Handle::DoneOnDevice() const {
+  return Poll() && (state_ == nullptr || nccl::DoneOnDevice(state_->device_done));
+}
 
 }  // namespace ddp

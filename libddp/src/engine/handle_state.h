@@ -11,6 +11,10 @@
 
 #include "absl/status/status.h"
 
+namespace ddp::nccl {
+struct DoneEvent;  // nccl/device.h
+}  // namespace ddp::nccl
+
 namespace ddp::engine {
 
 struct HandleState {
@@ -35,6 +39,10 @@ struct HandleState {
   int output_device = -1;
   std::vector<int64_t> output_shape;
   int int_result = -1;  // join: the last rank to join; add_process_set: the id
+  // A stream-ordered CUDA allreduce (Device::stream_ordered): the event that completes with it
+  // on the GPU, and its device. Set before Finish.
+  std::shared_ptr<nccl::DoneEvent> device_done;
+  int done_device = -1;
 };
 
 }  // namespace ddp::engine

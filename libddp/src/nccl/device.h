@@ -5,12 +5,20 @@
 // loader.cc (in libddp) opens on first use; without it every function below answers a clear
 // error (Unimplemented), so libddp never depends on CUDA at run time and callers never #ifdef.
 //
-// Threads: RecordReady may be called from any thread (the submitting one); everything else is
-// called from one thread, the engine's. Every collective enqueues its work on the backend's
-// stream after the inputs' ready events, then waits for it to finish while polling NCCL's
-// asynchronous error, the job's health and a deadline; on any of those it aborts the
-// communicators (ncclCommAbort) and that error, naming the operation, becomes the backend's for
-// good (a NCCL communicator cannot be reused after an abort).
+// Threads: RecordReady may be called from any thread (the submitting one); the collectives from
+// one thread, the engine's. Every collective enqueues its work on the backend's stream after the
+// inputs' ready events, then waits for it to finish while polling NCCL's asynchronous error, the
+// job's health and a deadline; on any of those it aborts the communicators (ncclCommAbort) and
+// that error, naming the operation, becomes the backend's for good (a NCCL communicator cannot
+// be reused after an abort).
+//
+// Stream-ordered allreduces (every input submitted with Device::stream_ordered, as ddp.torch
+// does) do not wait: Allreduce returns once the work is enqueued, with an event that completes
+// with it, and the caller makes its own stream wait for that event (StreamWait) when it needs
+// the result, as torch.distributed's NCCL work does. The host never blocks on the GPU then, so
+// it can queue the next step's kernels while the last gradients are reduced. A watcher thread
+// keeps polling those in flight (NCCL's asynchronous error, the job's health, the deadline) and
+// aborts as above; the error is logged at once and answers the backend's next call.
 #pragma once
 
 #include <cstddef>
@@ -36,6 +44,9 @@ std::string VersionString();
 // Marks the moment a tensor was submitted on its producer's stream; opaque outside nccl/.
 struct ReadyEvent;
 using ReadyPtr = std::shared_ptr<ReadyEvent>;
+// Completes when a stream-ordered collective's results are in; opaque outside nccl/.
+struct DoneEvent;
+using DonePtr = std::shared_ptr<DoneEvent>;
 
 struct BackendOptions {
   absl::Duration timeout = absl::Seconds(300);  // a collective taking longer is aborted
@@ -51,7 +62,8 @@ class Backend {
 
   // Any thread. Checks that `device` is this rank's device (the first CUDA device submitted
   // fixes it) and records an event on `stream` (a cudaStream_t, null: the legacy default one).
-  virtual absl::StatusOr<ReadyPtr> RecordReady(int device, void* stream) = 0;
+  // `stream_ordered`: the caller waits for the result on a stream (see above), not the host.
+  virtual absl::StatusOr<ReadyPtr> RecordReady(int device, void* stream, bool stream_ordered) = 0;
 
   // --- engine thread ---
   // Sends `bytes` at `data` from the set's first member to the others (over the CPU transport).
@@ -70,9 +82,11 @@ class Backend {
   };
   // Every output = op over ranks of its input (Average: the sum divided by `active`, with the
   // postscale; for integers truncated). One piece goes in place without a copy; several are
-  // packed into the device fusion buffer and reduced by one NCCL call.
-  virtual absl::Status Allreduce(int set, const std::vector<Piece>& pieces, DataType type,
-                                 ReduceOp op, int active) = 0;
+  // packed into the device fusion buffer and reduced by one NCCL call. Returns once the results
+  // are in (null), or, when every piece with an input is stream-ordered, once the work is
+  // enqueued, with the event that completes with it.
+  virtual absl::StatusOr<DonePtr> Allreduce(int set, const std::vector<Piece>& pieces,
+                                            DataType type, ReduceOp op, int active) = 0;
   virtual absl::Status Broadcast(int set, void* buffer, size_t count, DataType type, int root,
                                  const ReadyPtr& ready) = 0;
   // Device memory owned by the returned pointer (null when empty).
@@ -96,6 +110,11 @@ class Backend {
 
 // A backend, or Unimplemented (built without NCCL) / FailedPrecondition (no usable GPU).
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& options);
+
+// Whether the collective behind `done` has finished on the GPU (true for null).
+bool DoneOnDevice(const DonePtr& done);
+// Makes `stream` (a cudaStream_t; null: the legacy default one) wait for `done` (no-op for null).
+absl::Status StreamWait(const DonePtr& done, void* stream);
 
 // For tests and benchmarks: plain device memory and copies (synchronous).
 absl::StatusOr<std::shared_ptr<void>> DeviceAlloc(int device, size_t bytes);

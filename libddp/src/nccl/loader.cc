@@ -34,6 +34,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
   return Plugin().api->create(options);
 }
 
+bool DoneOnDevice(const DonePtr& done) {
+  return done == nullptr || !Built() || Plugin().api->done_on_device(*done);
+}
+
+absl::Status StreamWait(const DonePtr& done, void* stream) {
+  if (done == nullptr) return absl::OkStatus();
+  if (!Built()) return Missing();
+  return Plugin().api->stream_wait(*done, stream);
+}
+
 absl::StatusOr<std::shared_ptr<void>> DeviceAlloc(int device, size_t bytes) {
   if (!Built()) return Missing();
   return Plugin().api->alloc(device, bytes);

@@ -6,18 +6,23 @@
 // events on the stream, pack / scale with our kernels, the NCCL call(s), unpack / finish, record
 // the done event, then poll it together with ncclCommGetAsyncError, the job's health and the
 // deadline. Non-blocking communicators make init and every call return at once, so no NCCL call
-// can hang the engine thread; an error or timeout aborts every communicator.
+// can hang the engine thread; an error or timeout aborts every communicator. Stream-ordered
+// allreduces (device.h) return once enqueued; the watcher thread polls them instead.
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <map>
+#include <mutex>
 #include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/status.h"
 #include "nccl/device.h"
 #include "nccl/errors.h"
@@ -30,8 +35,17 @@ namespace ddp::nccl {
 struct ReadyEvent {
   cudaEvent_t event = nullptr;
   int device = -1;
+  bool stream_ordered = false;
   ~ReadyEvent() {
     if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
+struct DoneEvent {
+  cudaEvent_t event = nullptr;
+  int device = -1;
+  ~DoneEvent() {
+    if (event != nullptr) cudaEventDestroy(event);  // CUDA frees it once it has completed
   }
 };
 
@@ -129,19 +143,27 @@ struct Comm {
   int set = 0;
 };
 
-// Polls with a short spin, then sleeps growing to 1 ms: cheap for short collectives, and no
-// core burnt on long ones (ranks may outnumber cores).
+// Polls a GPU event and NCCL's state: yields the core for the first 100 us, then sleeps from
+// 20 us doubling to 200 us. A collective's end is seen at most ~200 us late (plus the kernel's
+// timer slack): the engine's next collective and the caller's synchronize wait on it, so a
+// coarser sleep (it grew to 1 ms before) delays every step by up to that much, while 200 us
+// sleeps cost a waiting thread next to nothing.
 class Backoff {
  public:
   void Pause() {
-    if (++rounds_ < 64) return;
+    const absl::Time now = absl::Now();
+    if (start_ == absl::InfinitePast()) start_ = now;
+    if (now - start_ < absl::Microseconds(100)) {
+      std::this_thread::yield();
+      return;
+    }
     std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
-    sleep_us_ = std::min(sleep_us_ * 2, 1000);
+    sleep_us_ = std::min(sleep_us_ * 2, 200);
   }
 
  private:
-  int rounds_ = 0;
-  int sleep_us_ = 10;
+  absl::Time start_ = absl::InfinitePast();
+  int sleep_us_ = 20;
 };
 
 class NcclBackend final : public Backend {
@@ -149,10 +171,10 @@ class NcclBackend final : public Backend {
   explicit NcclBackend(BackendOptions options) : options_(std::move(options)) {}
   ~NcclBackend() override;
 
-  absl::StatusOr<ReadyPtr> RecordReady(int device, void* stream) override;
+  absl::StatusOr<ReadyPtr> RecordReady(int device, void* stream, bool stream_ordered) override;
   absl::Status EnsureComm(int set, int size, int index, const IdBroadcast& broadcast) override;
-  absl::Status Allreduce(int set, const std::vector<Piece>& pieces, DataType type, ReduceOp op,
-                         int active) override;
+  absl::StatusOr<DonePtr> Allreduce(int set, const std::vector<Piece>& pieces, DataType type,
+                                    ReduceOp op, int active) override;
   absl::Status Broadcast(int set, void* buffer, size_t count, DataType type, int root,
                          const ReadyPtr& ready) override;
   absl::StatusOr<DeviceBuffer> Allgatherv(int set, const void* input,
@@ -175,6 +197,11 @@ class NcclBackend final : public Backend {
   absl::Status Issue(Comm& c, ncclResult_t r, absl::string_view what);
   // Records the done event and waits for it (and for nothing else to go wrong).
   absl::Status Complete(Comm& c, absl::string_view what);
+  // An allreduce's end: Complete, or for stream-ordered pieces an event handed to the watcher.
+  absl::StatusOr<DonePtr> Finished(Comm& c, const std::vector<Piece>& pieces,
+                                   absl::string_view what);
+  // The watcher thread: polls the stream-ordered collectives in flight, aborts on trouble.
+  void Watch();
   // Checks the job's health and the deadline while polling; an error from here aborts.
   absl::Status Check(Comm& c, absl::Time deadline, absl::string_view what);
   absl::Status Fail(absl::Status status);
@@ -191,7 +218,18 @@ class NcclBackend final : public Backend {
 
   const BackendOptions options_;
   std::atomic<int> device_{-1};
-  // Engine thread only.
+  // Held by the engine thread in every call and by the watcher while it polls: everything below.
+  std::mutex mu_;
+  struct InFlight {
+    DonePtr done;
+    absl::Time deadline;
+    int set = 0;
+    std::string what;
+  };
+  std::deque<InFlight> in_flight_;  // stream-ordered collectives, in stream order
+  std::condition_variable watch_cv_;
+  std::thread watcher_;  // started with the first stream-ordered collective
+  bool stop_ = false;
   bool prepared_ = false;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
@@ -202,6 +240,12 @@ class NcclBackend final : public Backend {
 };
 
 NcclBackend::~NcclBackend() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  watch_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
   const int device = device_.load();
   if (device < 0) return;
   DeviceScope scope(device);
@@ -227,7 +271,7 @@ NcclBackend::~NcclBackend() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-absl::StatusOr<ReadyPtr> NcclBackend::RecordReady(int device, void* stream) {
+absl::StatusOr<ReadyPtr> NcclBackend::RecordReady(int device, void* stream, bool stream_ordered) {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
   if (device < 0 || device >= count) {
@@ -243,6 +287,7 @@ absl::StatusOr<ReadyPtr> NcclBackend::RecordReady(int device, void* stream) {
   DeviceScope scope(device);
   auto ready = std::make_shared<ReadyEvent>();
   ready->device = device;
+  ready->stream_ordered = stream_ordered;
   DDP_CUDA_CHECK(cudaEventCreateWithFlags(&ready->event, cudaEventDisableTiming),
                  "creating an event");
   DDP_CUDA_CHECK(cudaEventRecord(ready->event, static_cast<cudaStream_t>(stream)),
@@ -339,6 +384,7 @@ absl::Status NcclBackend::Complete(Comm& c, absl::string_view what) {
 }
 
 absl::Status NcclBackend::EnsureComm(int set, int size, int index, const IdBroadcast& broadcast) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (!failed_.ok()) return failed_;
   if (comms_.count(set) != 0) return absl::OkStatus();
   DDP_RETURN_IF_ERROR(Prepare());
@@ -429,8 +475,9 @@ absl::Status NcclBackend::FinishOutput(DataType type, ReduceOp op, void* out, si
   return absl::OkStatus();
 }
 
-absl::Status NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces, DataType type,
-                                    ReduceOp op, int active) {
+absl::StatusOr<DonePtr> NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces,
+                                               DataType type, ReduceOp op, int active) {
+  std::lock_guard<std::mutex> lock(mu_);
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "allreduce"));
   const size_t es = DataTypeSize(type);
   size_t total = 0;
@@ -438,7 +485,7 @@ absl::Status NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces, D
     total += p.count;
     DDP_RETURN_OR_FAIL(WaitReady(p.ready));
   }
-  if (total == 0) return absl::OkStatus();
+  if (total == 0) return DonePtr();
   if (pieces.size() == 1 && pieces[0].input != nullptr) {
     // Alone: in place on the caller's memory, no copy.
     const Piece& p = pieces[0];
@@ -452,7 +499,7 @@ absl::Status NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces, D
         *c, ncclAllReduce(in, p.output, p.count, NcclType(type), NcclOp(op), c->comm, stream_),
         "allreduce"));
     DDP_RETURN_OR_FAIL(FinishOutput(type, op, p.output, p.count, p.postscale, active));
-    return Complete(*c, "allreduce");
+    return Finished(*c, pieces, "allreduce");
   }
   DDP_RETURN_OR_FAIL(ReserveFusion(total * es));
   char* buffer = static_cast<char*>(fusion_);
@@ -484,11 +531,77 @@ absl::Status NcclBackend::Allreduce(int set, const std::vector<Piece>& pieces, D
     }
     offset += p.count;
   }
-  return Complete(*c, "allreduce of the fusion buffer");
+  return Finished(*c, pieces, "allreduce of the fusion buffer");
+}
+
+absl::StatusOr<DonePtr> NcclBackend::Finished(Comm& c, const std::vector<Piece>& pieces,
+                                              absl::string_view what) {
+  const bool ordered = std::all_of(pieces.begin(), pieces.end(), [](const Piece& p) {
+    return p.input == nullptr || (p.ready != nullptr && p.ready->stream_ordered);
+  });
+  if (!ordered) {
+    DDP_RETURN_IF_ERROR(Complete(c, what));
+    return DonePtr();
+  }
+  auto done = std::make_shared<DoneEvent>();
+  done->device = device_.load();
+  DDP_CUDA_FAIL(cudaEventCreateWithFlags(&done->event, cudaEventDisableTiming),
+                "creating an event");
+  DDP_CUDA_FAIL(cudaEventRecord(done->event, stream_), "recording the done event");
+  in_flight_.push_back({done, absl::Now() + options_.timeout, c.set, std::string(what)});
+  if (!watcher_.joinable()) watcher_ = std::thread([this] { Watch(); });
+  watch_cv_.notify_one();
+  return done;
+}
+
+void NcclBackend::Watch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  DeviceScope scope(device_.load());
+  while (!stop_) {
+    absl::Status trouble;
+    while (!in_flight_.empty()) {
+      const cudaError_t q = cudaEventQuery(in_flight_.front().done->event);
+      if (q == cudaErrorNotReady) break;
+      if (q != cudaSuccess) {
+        trouble = CudaError(q, absl::StrCat("NCCL ", in_flight_.front().what));
+        break;
+      }
+      in_flight_.pop_front();
+    }
+    if (in_flight_.empty()) {
+      watch_cv_.wait(lock, [&] { return stop_ || !in_flight_.empty(); });
+      continue;
+    }
+    // The oldest collective still running: its communicator's asynchronous error, the job's
+    // health, its deadline.
+    const InFlight& oldest = in_flight_.front();
+    auto it = comms_.find(oldest.set);
+    if (trouble.ok() && it != comms_.end()) {
+      ncclResult_t state = ncclSuccess;
+      const ncclResult_t polled = ncclCommGetAsyncError(it->second.comm, &state);
+      if (polled != ncclSuccess) {
+        trouble = NcclError(it->second, polled, oldest.what);
+      } else if (state != ncclSuccess && state != ncclInProgress) {
+        trouble = NcclError(it->second, state, oldest.what);
+      } else {
+        trouble = Check(it->second, oldest.deadline, oldest.what);
+      }
+    }
+    if (!trouble.ok()) {
+      // Nobody waits on the host for these collectives: say it now; the backend's next call
+      // (the next submission's collective) answers with the same error.
+      DDP_LOG(kError, "%s", trouble.message());
+      Fail(trouble).IgnoreError();  // now the backend's error for good
+      in_flight_.clear();
+      continue;
+    }
+    watch_cv_.wait_for(lock, std::chrono::microseconds(500), [&] { return stop_; });
+  }
 }
 
 absl::Status NcclBackend::Broadcast(int set, void* buffer, size_t count, DataType type, int root,
                                     const ReadyPtr& ready) {
+  std::lock_guard<std::mutex> lock(mu_);
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "broadcast"));
   DDP_RETURN_OR_FAIL(WaitReady(ready));
   if (count == 0) return absl::OkStatus();
@@ -502,6 +615,7 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::Allgatherv(int set, const voi
                                                               const std::vector<size_t>& counts,
                                                               DataType type,
                                                               const ReadyPtr& ready) {
+  std::lock_guard<std::mutex> lock(mu_);
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "allgather"));
   DDP_RETURN_OR_FAIL(WaitReady(ready));
   const size_t es = DataTypeSize(type);
@@ -537,6 +651,7 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::Allgatherv(int set, const voi
 absl::StatusOr<Backend::DeviceBuffer> NcclBackend::Alltoall(int set, const void* input,
                                                             size_t count, DataType type,
                                                             const ReadyPtr& ready) {
+  std::lock_guard<std::mutex> lock(mu_);
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "alltoall"));
   DDP_RETURN_OR_FAIL(WaitReady(ready));
   const size_t block = count * DataTypeSize(type);
@@ -567,6 +682,7 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::Alltoall(int set, const void*
 absl::StatusOr<Backend::DeviceBuffer> NcclBackend::ReduceScatterv(
     int set, const void* input, const std::vector<size_t>& counts, DataType type, ReduceOp op,
     double prescale, double postscale, int active, const ReadyPtr& ready) {
+  std::lock_guard<std::mutex> lock(mu_);
   DDP_ASSIGN_OR_RETURN(Comm * c, Begin(set, "reducescatter"));
   DDP_RETURN_OR_FAIL(WaitReady(ready));
   const size_t es = DataTypeSize(type);
@@ -662,7 +778,17 @@ absl::Status ToHost(void* dst, const void* src, size_t bytes) {
   return absl::OkStatus();
 }
 
-constexpr PluginApi kApi = {kPluginAbi, CountDevices, Version, Create, Alloc, ToDevice, ToHost};
+bool DoneOnDevice(const DoneEvent& done) { return cudaEventQuery(done.event) != cudaErrorNotReady; }
+
+absl::Status StreamWait(const DoneEvent& done, void* stream) {
+  DeviceScope scope(done.device);
+  DDP_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done.event, 0),
+                 "making the stream wait for the collective");
+  return absl::OkStatus();
+}
+
+constexpr PluginApi kApi = {kPluginAbi, CountDevices, Version,      Create,    Alloc,
+                            ToDevice,   ToHost,       DoneOnDevice, StreamWait};
 
 }  // namespace
 }  // namespace ddp::nccl

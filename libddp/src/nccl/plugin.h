@@ -12,7 +12,7 @@
 
 namespace ddp::nccl {
 
-inline constexpr int kPluginAbi = 1;
+inline constexpr int kPluginAbi = 2;
 
 struct PluginApi {
   int abi;
@@ -22,6 +22,8 @@ struct PluginApi {
   absl::StatusOr<std::shared_ptr<void>> (*alloc)(int device, size_t bytes);
   absl::Status (*to_device)(void* dst, const void* src, size_t bytes);
   absl::Status (*to_host)(void* dst, const void* src, size_t bytes);
+  bool (*done_on_device)(const DoneEvent& done);
+  absl::Status (*stream_wait)(const DoneEvent& done, void* stream);
 };
 
 }  // namespace ddp::nccl

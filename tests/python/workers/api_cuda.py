@@ -5,6 +5,7 @@ per GPU (NCCL allows no more)."""
 import torch
 
 import ddp.torch as ddp
+from ddp import _ddp
 from api_torch import DTYPES, OPS, TOL, data  # the same inputs as the CPU test
 
 
@@ -41,6 +42,43 @@ def main():
                                 want, dtype, f"allreduce_ {dtype} {op} {count}"))
     for h, want, dtype, what in handles:
         same(ddp.synchronize(h), want, dtype, what)
+
+    # allreduce_async(_) of a CUDA tensor takes the C++ submission path (tensor_path.cc), not the
+    # general one, and starts after the work queued on the current stream: the tensor is filled
+    # on a side stream behind a long kernel and submitted while that stream is current. The
+    # handle finishes once the collective is enqueued (stream-ordered): synchronize() on another
+    # stream (the default one here) makes that stream wait for the result, not the host.
+    side = torch.cuda.Stream(dev)
+    for inplace in (True, False):
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(50_000_000)  # tens of milliseconds of GPU time on `side`
+            late = torch.full((1 << 20,), float(rank + 1), device=dev)
+            h = _ddp.torch_allreduce(late, f"fast.{inplace}", int(ddp.Sum), 1.0, 1.0, 0, inplace)
+            assert h is not NotImplemented, "a CUDA tensor took the general submission path"
+        out = ddp.synchronize(h)
+        assert (out is late) == inplace
+        want = torch.full((1 << 20,), float(size * (size + 1) // 2))
+        same(out, want, torch.float32, f"allreduce on a side stream (in place: {inplace})")
+    # Through the public functions and the general path (a grouped allreduce) too.
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)
+        late = torch.full((4096,), 2.0, device=dev)
+        h = ddp.allreduce_async_(late, op=ddp.Sum, name="fast.public")
+        group = [torch.full((n,), 3.0, device=dev) for n in (5, 50000)]
+        hg = ddp.grouped_allreduce_async_(group, op=ddp.Sum, name="general.group")
+    same(h.wait(), torch.full((4096,), 2.0 * size), torch.float32, "allreduce_async_, side stream")
+    for g, n in zip(ddp.synchronize(hg), (5, 50000)):
+        same(g, torch.full((n,), 3.0 * size), torch.float32, "grouped allreduce on a side stream")
+    # poll() says done only once the GPU is through (torch's Work.is_completed()).
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)
+        slow = torch.ones(8, device=dev)
+        h = ddp.allreduce_async_(slow, op=ddp.Sum, name="poll.gpu")
+    ddp.synchronize(h)
+    polled_early = ddp.poll(h)
+    torch.cuda.synchronize()
+    assert ddp.poll(h), "poll() is False after the GPU finished"
+    print(f"rank {rank}: poll right after synchronize: {polled_early} (the GPU was still busy)")
 
     # Scale factors, grouped, broadcast, allgather (uneven), alltoall, reducescatter (uneven).
     x = data(rank, torch.float32, ddp.Sum, 777)
