@@ -255,3 +255,9 @@ def test_torch_cuda_tensors_through_nccl(run_job):
     """One rank per GPU (NCCL allows no more): a 1-GPU machine runs it as a 1-rank job."""
     result = run_job(min(_gpus(), 4), "api_cuda.py", timeout=600)
     assert "cuda api ok" in result.stdout
+
+
+@pytest.mark.skipif(_gpus() == 0, reason="no GPU here (CUDA tensors go through NCCL on a GPU)")
+def test_a_stream_ordered_failure_reaches_its_handle_and_the_next_call(run_job):
+    result = run_job(1, "api_cuda_watch.py", env={"DDP_TIMEOUT_SECONDS": "1"}, timeout=120)
+    assert "cuda watcher ok" in result.stdout

@@ -119,6 +119,7 @@ class PyHandle {
   py::object check_tensor_;
   uintptr_t check_address_ = 0;
   bool done_ = false;
+  bool orphaned_ = false;  // its buffers are on the orphan list already (Release)
 };
 
 using HandlePtr = std::unique_ptr<PyHandle>;

@@ -78,7 +78,7 @@ class PyOutput {
 }  // namespace
 
 PyHandle::~PyHandle() {
-  if (handle_.valid() && !handle_.DoneOnDevice()) {
+  if (handle_.valid() && !orphaned_ && !handle_.DoneOnDevice()) {
     // The result too: ddp.torch's fast path allocates the output of allreduce_async itself, and
     // the engine writes it until the operation finishes, whoever still holds the handle.
     g_orphans->push_back(
@@ -102,10 +102,16 @@ void PyHandle::OrderOnCurrentStream() {
     ThrowIfError(handle_.WaitOnStream(stream));
     return;
   }
+  // No torch stream to order: the host waits for the GPU (Ctrl-C interrupts it; a failed
+  // backend marks the collective done, and the error is the handle's).
   while (!handle_.DoneOnDevice()) {
-    py::gil_scoped_release release;
-    absl::SleepFor(absl::Microseconds(50));
+    {
+      py::gil_scoped_release release;
+      absl::SleepFor(absl::Microseconds(50));
+    }
+    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
+  ThrowIfError(handle_.WaitOnStream(nullptr));  // done: orders nothing, answers a failure
 }
 
 py::object PyHandle::Wait(std::optional<double> timeout) {
@@ -142,9 +148,10 @@ py::object PyHandle::Wait(std::optional<double> timeout) {
 
 void PyHandle::Release() {
   if (!handle_.Poll()) return;
-  if (!handle_.DoneOnDevice()) {
-    // Still running on the GPU: its buffers stay alive until it is done there.
+  if (!orphaned_ && !handle_.DoneOnDevice()) {
+    // Still running on the GPU: its buffers stay alive until it is done there (once).
     g_orphans->push_back({handle_, keep_, result_, context_});
+    orphaned_ = true;
   }
   keep_ = py::none();
   context_.reset();  // an output may outlive the context; it belongs to the handle's state

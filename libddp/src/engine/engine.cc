@@ -66,7 +66,10 @@ nccl::BackendOptions CudaOptions(const Options& options, transport::Transport* t
   nccl::BackendOptions o;
   o.timeout = options.timeout;
   o.default_device = std::max(options.local_rank, 0);
-  if (transport != nullptr) o.health = [transport] { return transport->health(); };
+  if (transport != nullptr) {
+    o.health = [transport] { return transport->health(); };
+    o.on_failure = [transport](const absl::Status& s) { transport->Abort(s); };
+  }
   return o;
 }
 

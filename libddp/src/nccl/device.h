@@ -54,6 +54,9 @@ struct BackendOptions {
   // The job's CPU-side health (e.g. the transport's): an error aborts the GPU collective in flight
   // instead of letting it wait on a peer that is gone.
   std::function<absl::Status()> health;
+  // Called (from the watcher thread, no lock held) when a stream-ordered collective failed after
+  // its handle finished: breaks the job (the transport's Abort), so that nobody waits for it.
+  std::function<void(const absl::Status&)> on_failure;
 };
 
 class Backend {

@@ -18,6 +18,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -44,6 +45,10 @@ struct ReadyEvent {
 struct DoneEvent {
   cudaEvent_t event = nullptr;
   int device = -1;
+  // Set (error first, then the flag) when the backend failed while the collective was in
+  // flight: its result is not to be trusted, and waiting for it answers the error.
+  absl::Status error;
+  std::atomic<bool> failed{false};
   ~DoneEvent() {
     if (event != nullptr) cudaEventDestroy(event);  // CUDA frees it once it has completed
   }
@@ -206,7 +211,9 @@ class NcclBackend final : public Backend {
   absl::Status Check(Comm& c, absl::Time deadline, absl::string_view what);
   absl::Status Fail(absl::Status status);
   absl::Status NcclError(Comm& c, ncclResult_t r, absl::string_view what);
-  absl::Status ReserveFusion(size_t bytes);
+  // The fusion buffer, grown if needed (after the stream's work that may still read the old one,
+  // polled as Complete does: stream-ordered collectives may still be running).
+  absl::Status ReserveFusion(Comm& c, size_t bytes);
   absl::StatusOr<DeviceBuffer> Allocate(size_t bytes);
   absl::StatusOr<DeviceBuffer> AllocateOrFail(size_t bytes) {
     auto b = Allocate(bytes);
@@ -324,6 +331,12 @@ absl::Status NcclBackend::Fail(absl::Status status) {
     }
   }
   if (failed_.ok()) failed_ = status;
+  // Stream-ordered collectives in flight ran on aborted communicators: their waiters get this.
+  for (InFlight& f : in_flight_) {
+    f.done->error = status;
+    f.done->failed.store(true, std::memory_order_release);
+  }
+  in_flight_.clear();
   return status;
 }
 
@@ -426,11 +439,12 @@ absl::Status NcclBackend::WaitReady(const ReadyPtr& ready) {
   return absl::OkStatus();
 }
 
-absl::Status NcclBackend::ReserveFusion(size_t bytes) {
+absl::Status NcclBackend::ReserveFusion(Comm& c, size_t bytes) {
   if (bytes <= fusion_bytes_) return absl::OkStatus();
   if (fusion_ != nullptr) {
-    // The stream may still read the old buffer (an earlier operation's pack).
-    DDP_CUDA_FAIL(cudaStreamSynchronize(stream_), "draining the stream");
+    // The stream may still use the old buffer (an earlier operation, stream-ordered ones still
+    // running): wait for it while watching for trouble, never blindly.
+    DDP_RETURN_IF_ERROR(Complete(c, "growing the fusion buffer"));
     cudaFree(fusion_);
     fusion_ = nullptr;
     fusion_bytes_ = 0;
@@ -501,7 +515,7 @@ absl::StatusOr<DonePtr> NcclBackend::Allreduce(int set, const std::vector<Piece>
     DDP_RETURN_OR_FAIL(FinishOutput(type, op, p.output, p.count, p.postscale, active));
     return Finished(*c, pieces, "allreduce");
   }
-  DDP_RETURN_OR_FAIL(ReserveFusion(total * es));
+  DDP_RETURN_OR_FAIL(ReserveFusion(*c, total * es));
   char* buffer = static_cast<char*>(fusion_);
   size_t offset = 0;
   for (const Piece& p : pieces) {
@@ -588,11 +602,16 @@ void NcclBackend::Watch() {
       }
     }
     if (!trouble.ok()) {
-      // Nobody waits on the host for these collectives: say it now; the backend's next call
-      // (the next submission's collective) answers with the same error.
+      // Nobody waits on the host for these collectives: say it now, fail their handles' waits
+      // (Fail), and break the job (on_failure: the transport's abort), so that this rank's
+      // engine and the peers fail at once instead of at the next CUDA collective.
       DDP_LOG(kError, "%s", trouble.message());
       Fail(trouble).IgnoreError();  // now the backend's error for good
-      in_flight_.clear();
+      if (options_.on_failure) {
+        lock.unlock();
+        options_.on_failure(trouble);
+        lock.lock();
+      }
       continue;
     }
     watch_cv_.wait_for(lock, std::chrono::microseconds(500), [&] { return stop_; });
@@ -693,7 +712,7 @@ absl::StatusOr<Backend::DeviceBuffer> NcclBackend::ReduceScatterv(
   if (total == 0) return out;
   const char* in = static_cast<const char*>(input);
   if (prescale != 1.0) {
-    DDP_RETURN_OR_FAIL(ReserveFusion(total * es));
+    DDP_RETURN_OR_FAIL(ReserveFusion(*c, total * es));
     DDP_RETURN_IF_ERROR(
         KernelStatus(kernels::Scale(type, fusion_, input, total, prescale, stream_), "prescaling"));
     in = static_cast<const char*>(fusion_);
@@ -766,21 +785,42 @@ absl::StatusOr<std::shared_ptr<void>> Alloc(int device, size_t bytes) {
   });
 }
 
+// The device that owns `p` (copies on the legacy default stream of that device are ordered after
+// the work queued there, e.g. a Handle::WaitOnStream(nullptr)).
+int DeviceOf(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();  // not sticky, but not ours to leave behind
+    return -1;
+  }
+  return a.type == cudaMemoryTypeDevice ? a.device : -1;
+}
+
 absl::Status ToDevice(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
+  const int device = DeviceOf(dst);
+  std::optional<DeviceScope> scope;
+  if (device >= 0) scope.emplace(device);
   DDP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copying to the device");
   return absl::OkStatus();
 }
 
 absl::Status ToHost(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
+  const int device = DeviceOf(src);
+  std::optional<DeviceScope> scope;
+  if (device >= 0) scope.emplace(device);
   DDP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copying to the host");
   return absl::OkStatus();
 }
 
-bool DoneOnDevice(const DoneEvent& done) { return cudaEventQuery(done.event) != cudaErrorNotReady; }
+bool DoneOnDevice(const DoneEvent& done) {
+  return done.failed.load(std::memory_order_acquire) ||
+         cudaEventQuery(done.event) != cudaErrorNotReady;
+}
 
 absl::Status StreamWait(const DoneEvent& done, void* stream) {
+  if (done.failed.load(std::memory_order_acquire)) return done.error;
   DeviceScope scope(done.device);
   DDP_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), done.event, 0),
                  "making the stream wait for the collective");

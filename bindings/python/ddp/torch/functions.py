@@ -154,7 +154,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         op = _op_of(average, op, "allreduce_async")
     if process_set.__class__ is not int:
         process_set = _ops.set_id(process_set)
-    # A dense contiguous CPU tensor goes straight to the engine (bindings/python/src/
+    # A dense contiguous CPU or CUDA tensor goes straight to the engine (bindings/python/src/
     # tensor_path.cc); anything else, and every error, takes the general path.
     handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
                              False)
