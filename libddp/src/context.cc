@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/report.h"
 #include "common/status.h"
+#include "common/thread_priority.h"
 #include "engine/engine_impl.h"
 
 namespace ddp {
@@ -75,6 +76,7 @@ absl::Status ContextImpl::Init() {
   DDP_RETURN_IF_ERROR(options.Validate());
   log::SetLevel(options.log_level);
   log::SetRank(options.rank);
+  SetCommThreadNice(options.comm_thread_nice);  // before any of libddp's threads starts
   DDP_ASSIGN_OR_RETURN(job, bootstrap::AssembleJob(&options, collectives::kBackendSlots));
   collectives::Tuning tuning;
   tuning.algorithm = options.algorithm;

@@ -120,6 +120,8 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   DDP_ASSIGN_OR_RETURN(auto level, env::GetChoice("DDP_LOG_LEVEL", {"trace", "debug", "info",
                                                                     "warning", "error", "off"}));
   if (level) o.log_level = static_cast<LogLevel>(*level);
+  DDP_ASSIGN_OR_RETURN(auto nice, env::GetInt("DDP_COMM_THREAD_NICE", 0, 19));
+  if (nice) o.comm_thread_nice = static_cast<int>(*nice);
   DDP_ASSIGN_OR_RETURN(auto streams, env::GetInt("DDP_TCP_STREAMS", 1, 16));
   if (streams) o.tcp_streams = static_cast<int>(*streams);
   DDP_ASSIGN_OR_RETURN(auto sockbuf, env::GetBytes("DDP_SOCKET_BUFFER_BYTES", 0, 1LL << 30));
@@ -173,6 +175,10 @@ absl::Status Options::Validate() const {
   if (rendezvous_port < 1 || rendezvous_port > 65535) {
     return absl::InvalidArgumentError(
         absl::StrCat("DDP_RENDEZVOUS_PORT=", rendezvous_port, " is out of range [1, 65535]"));
+  }
+  if (comm_thread_nice < 0 || comm_thread_nice > 19) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("DDP_COMM_THREAD_NICE=", comm_thread_nice, " is out of range [0, 19]"));
   }
   if (tcp_streams < 1 || tcp_streams > 16) {
     return absl::InvalidArgumentError(

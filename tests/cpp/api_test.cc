@@ -1,13 +1,20 @@
 // The public C++ API: bad input gives clear errors and corrupts nothing, topology from host
 // names, shutdown semantics, and one collective above 2^31 bytes (slow label).
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "ddp/ddp.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
@@ -168,6 +175,53 @@ TEST(ApiSlow, AllreduceAndBroadcastAbove2GiB) {
   });
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// The nice values of this process's threads (field 19 of /proc/self/task/<tid>/stat).
+std::vector<int> ThreadNices() {
+  std::vector<int> nices;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return nices;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(absl::StrCat("/proc/self/task/", e->d_name, "/stat"));
+    std::string stat;
+    std::getline(in, stat);
+    // After the command name's closing parenthesis: state is field 3, nice field 19.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+    int nice = 0;
+    if (fields.size() > 16 && absl::SimpleAtoi(fields[16], &nice)) nices.push_back(nice);
+  }
+  closedir(dir);
+  return nices;
+}
+
+// DDP_COMM_THREAD_NICE: the engine's and the transports' threads run at that nice value, the
+// application's own threads keep theirs.
+TEST(Api, CommunicationThreadsTakeTheirNiceValue) {
+  for (const char* transport : {"tcp", "shm"}) {
+    JobSpec spec;
+    spec.size = 2;
+    spec.env = {{"DDP_COMM_THREAD_NICE", "7"}, {"DDP_TRANSPORT", transport}};
+    JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+      std::vector<float> v(1024, 1.0f);
+      CHECK_OK(ctx.engine()
+                   .AllreduceAsync("nice", v.data(), v.data(), DataType::kFloat32, {1024},
+                                   ReduceOp::kSum)
+                   .Wait());
+      const std::vector<int> nices = ThreadNices();
+      int at_seven = 0;
+      for (int n : nices) at_seven += n == 7 ? 1 : 0;
+      CHECK_OK(Expect(at_seven >= 2,
+                      absl::StrCat(at_seven, " of ", nices.size(), " [", absl::StrJoin(nices, ","),
+                                   "]", " threads at nice 7 (engine, transport)")));
+      // On Linux, PRIO_PROCESS 0 is the calling thread: the application's, untouched.
+      return Expect(getpriority(PRIO_PROCESS, 0) == 0, "the calling thread's nice value changed");
+    });
+    for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << transport << job.Summary();
+  }
 }
 
 }  // namespace

@@ -64,6 +64,7 @@ TEST(Options, ReadsEveryVariable) {
                  {"DDP_SEGMENT_BYTES", "1M"},
                  {"DDP_HIER_CHUNK_BYTES", "8M"},
                  {"DDP_TCP_STREAMS", "2"},
+                 {"DDP_COMM_THREAD_NICE", "7"},
                  {"DDP_LOG_LEVEL", "debug"}});
   auto o = Options::FromEnvironment();
   ASSERT_TRUE(o.ok()) << o.status();
@@ -77,6 +78,7 @@ TEST(Options, ReadsEveryVariable) {
   EXPECT_EQ(o->segment_bytes, 1 << 20);
   EXPECT_EQ(o->hier_chunk_bytes, 8 << 20);
   EXPECT_EQ(o->tcp_streams, 2);
+  EXPECT_EQ(o->comm_thread_nice, 7);
   EXPECT_EQ(o->log_level, LogLevel::kDebug);
 }
 
@@ -108,6 +110,8 @@ TEST(Options, BadValuesNameTheVariable) {
       {"DDP_HIER_CHUNK_BYTES", "100"},  // 0 (one chunk) or at least 4096
       {"DDP_LOG_LEVEL", "loud"},
       {"DDP_TCP_STREAMS", "0"},
+      {"DDP_COMM_THREAD_NICE", "20"},
+      {"DDP_COMM_THREAD_NICE", "-5"},
       {"DDP_RENDEZVOUS_EXTERNAL", "maybe"}};
   for (const auto& [name, value] : bad) {
     ScopedEnv env({{name, value}});

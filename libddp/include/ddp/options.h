@@ -77,6 +77,10 @@ struct Options {
 
   LogLevel log_level = LogLevel::kWarning;
 
+  // The nice value (0..19) of libddp's engine and transport threads (DDP_COMM_THREAD_NICE; see
+  // docs/configuration.md: for CPU training on one machine whose cores the training keeps busy).
+  int comm_thread_nice = 0;
+
   // TCP tuning: parallel connections per peer, and socket buffer size (0 = kernel autotuning).
   int tcp_streams = 1;
   int socket_buffer_bytes = 0;

@@ -9,6 +9,7 @@
 #include "collectives/collectives.h"
 #include "common/report.h"
 #include "common/status.h"
+#include "common/thread_priority.h"
 #include "ddp/errors.h"
 #include "engine/engine_impl.h"
 
@@ -22,6 +23,7 @@ double SteadySeconds() {
 }  // namespace
 
 void EngineImpl::Loop() {
+  ApplyCommThreadNice();
   if (size_ > 1) PostDoorbells();
   while (WaitForWork()) {
     absl::Status s = RunCycle();

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/thread_priority.h"
 #include "ddp/errors.h"
 #include "transport/tcp/tcp_state.h"
 #include "transport/wait.h"
@@ -252,6 +253,7 @@ void TcpTransport::HandleEvents(const epoll_event* events, int n) {
 }
 
 void TcpTransport::Run() {
+  ApplyCommThreadNice();
   epoll_event events[kMaxEvents];
   absl::Time next_tick = absl::Now() + kTick;
   absl::Time flush_deadline = absl::InfiniteFuture();

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/thread_priority.h"
 #include "transport/wait.h"
 
 namespace ddp::transport::wire {
@@ -616,6 +617,7 @@ absl::Status WireTransport::Wait(Request* request) {
 }
 
 void WireTransport::Run() {
+  ApplyCommThreadNice();
   // Backs off to at most 0.5 ms between polls (doorbells and unwaited sends complete here).
   Backoff backoff({0, 4, absl::Microseconds(10), absl::Microseconds(500)});
   for (;;) {

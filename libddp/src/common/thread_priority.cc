@@ -1,0 +1,35 @@
+#include "common/thread_priority.h"
+
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace ddp {
+namespace {
+
+std::atomic<int> comm_thread_nice{0};
+
+}  // namespace
+
+void SetCommThreadNice(int nice) { comm_thread_nice.store(nice, std::memory_order_relaxed); }
+
+void ApplyCommThreadNice() {
+  const int nice = comm_thread_nice.load(std::memory_order_relaxed);
+  if (nice == 0) return;
+  // On Linux, niceness is per thread: PRIO_PROCESS with a thread id sets that thread's alone.
+  const auto tid = static_cast<id_t>(syscall(SYS_gettid));
+  if (setpriority(PRIO_PROCESS, tid, nice) != 0) {
+    DDP_LOG(kWarning,
+            "DDP_COMM_THREAD_NICE=%d: setpriority failed (%s); the thread keeps its "
+            "priority",
+            nice, std::strerror(errno));
+  }
+}
+
+}  // namespace ddp
