@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "ddp/ddp.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
@@ -211,12 +213,20 @@ TEST(Api, CommunicationThreadsTakeTheirNiceValue) {
                    .AllreduceAsync("nice", v.data(), v.data(), DataType::kFloat32, {1024},
                                    ReduceOp::kSum)
                    .Wait());
-      const std::vector<int> nices = ThreadNices();
+      // Each thread sets its value first thing when it runs; on a busy machine a thread may
+      // not have run yet, so look again for a while. The engine's thread always runs by now;
+      // the transports start theirs when they need them (and the wire watchdog keeps 0).
+      std::vector<int> nices;
       int at_seven = 0;
-      for (int n : nices) at_seven += n == 7 ? 1 : 0;
-      CHECK_OK(Expect(at_seven >= 2,
+      for (int attempt = 0; attempt < 100 && at_seven < 1; ++attempt) {
+        if (attempt > 0) absl::SleepFor(absl::Milliseconds(50));
+        nices = ThreadNices();
+        at_seven = static_cast<int>(std::count(nices.begin(), nices.end(), 7));
+      }
+      CHECK_OK(Expect(at_seven >= 1 && std::all_of(nices.begin(), nices.end(),
+                                                   [](int n) { return n == 0 || n == 7; }),
                       absl::StrCat(at_seven, " of ", nices.size(), " [", absl::StrJoin(nices, ","),
-                                   "]", " threads at nice 7 (engine, transport)")));
+                                   "] threads at nice 7, the others at 0")));
       // On Linux, PRIO_PROCESS 0 is the calling thread: the application's, untouched.
       return Expect(getpriority(PRIO_PROCESS, 0) == 0, "the calling thread's nice value changed");
     });
