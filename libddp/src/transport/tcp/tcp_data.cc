@@ -269,6 +269,9 @@ absl::Status TcpTransport::MatchMessage(Stream* s) {
       absl::Status err = op->descriptor != h.descriptor
                              ? Disagreement(s->peer, op->descriptor, h.descriptor)
                              : LengthMismatch(s->peer, h.length, op->bytes, op->descriptor);
+      // The transport's failure first, then the request: its waiter may look at health() at
+      // once and must find the failure (the caller's PeerFailedLocked is then a no-op).
+      PeerFailedLocked(s->peer, err);
       op->request->Complete(err);
       return err;
     }
@@ -362,8 +365,8 @@ void TcpTransport::Claim(int peer, Early early, PostedRecv op) {
     absl::Status err = op.descriptor != h.descriptor
                            ? Disagreement(peer, op.descriptor, h.descriptor)
                            : LengthMismatch(peer, h.length, op.bytes, op.descriptor);
+    PeerFailedLocked(peer, err);  // first: the request's waiter may check health() at once
     op.request->Complete(err);
-    PeerFailedLocked(peer, err);
     return;
   }
   // 1. It arrived early and was buffered: completely, or it is still arriving.

@@ -280,8 +280,8 @@ void WireTransport::Match(int peer, PostedRecv op, Header h) {
                                  " (set DDP_OFI_MAX_MESSAGE_BYTES alike on every rank)"));
   }
   if (!bad.ok()) {
+    PeerFailedLocked(peer, bad);  // first: the request's waiter may check health() at once
     CompleteRecv(peer, op.request, bad);
-    PeerFailedLocked(peer, bad);
     return;
   }
   if (h.has_inline) {
