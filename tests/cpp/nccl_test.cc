@@ -127,6 +127,13 @@ TEST(Nccl, WithoutAGpuCudaTensorsFailClearly) {
 
 int GpuRanks() { return std::min(GpuCount(), 4); }
 
+// A job of GpuRanks() ranks, one per GPU, each running `body`; every rank must succeed.
+void ExpectOkOnEveryGpu(const ContextBody& body) {
+  JobSpec spec;
+  spec.size = GpuRanks();
+  ExpectJobOk(RunWithContext(spec, body));
+}
+
 #define SKIP_WITHOUT_GPU()                                                    \
   do {                                                                        \
     if (GpuCount() == 0) GTEST_SKIP() << "no GPU here (NCCL tests need one)"; \
@@ -215,9 +222,7 @@ TEST(Nccl, AllreduceEveryDtypeOpAndSizeFusedAloneAndInPlace) {
 
 TEST(Nccl, ScaleFactorsGroupsAndMixedCpuAndCudaTensors) {
   SKIP_WITHOUT_GPU();
-  JobSpec spec;
-  spec.size = GpuRanks();
-  ExpectJobOk(RunWithContext(spec, [](Context& ctx) -> absl::Status {
+  ExpectOkOnEveryGpu([](Context& ctx) -> absl::Status {
     Engine& e = ctx.engine();
     const int r = ctx.rank();
     const int n = ctx.size();
@@ -260,7 +265,7 @@ TEST(Nccl, ScaleFactorsGroupsAndMixedCpuAndCudaTensors) {
     DDP_ASSIGN_OR_RETURN(got, Download(d2.get(), 3 * 8));
     CHECK_OK(Expect(reinterpret_cast<int64_t*>(got.data())[0] == 10 * n, "group member c"));
     return Expect(cpu[32] == 1.5f * static_cast<float>(n), "the CPU tensor beside them");
-  }));
+  });
 }
 
 // Device::stream_ordered (ddp.torch's way): the handle finishes once the collective is enqueued;
@@ -268,9 +273,7 @@ TEST(Nccl, ScaleFactorsGroupsAndMixedCpuAndCudaTensors) {
 // alone; the handle of a plain CUDA submission has nothing to order.
 TEST(Nccl, StreamOrderedAllreducesFinishWhenEnqueuedAndOrderTheStream) {
   SKIP_WITHOUT_GPU();
-  JobSpec spec;
-  spec.size = GpuRanks();
-  ExpectJobOk(RunWithContext(spec, [](Context& ctx) -> absl::Status {
+  ExpectOkOnEveryGpu([](Context& ctx) -> absl::Status {
     Engine& e = ctx.engine();
     const int r = ctx.rank();
     const int n = ctx.size();
@@ -308,14 +311,12 @@ TEST(Nccl, StreamOrderedAllreducesFinishWhenEnqueuedAndOrderTheStream) {
     DDP_ASSIGN_OR_RETURN(std::vector<char> got, Download(dy.get(), 400));
     return Expect(reinterpret_cast<const float*>(got.data())[99] == static_cast<float>(n),
                   "the plain allreduce's result");
-  }));
+  });
 }
 
 TEST(Nccl, BroadcastAllgatherAlltoallReduceScatter) {
   SKIP_WITHOUT_GPU();
-  JobSpec spec;
-  spec.size = GpuRanks();
-  ExpectJobOk(RunWithContext(spec, [](Context& ctx) -> absl::Status {
+  ExpectOkOnEveryGpu([](Context& ctx) -> absl::Status {
     Engine& e = ctx.engine();
     const int r = ctx.rank();
     const int n = ctx.size();
@@ -396,14 +397,12 @@ TEST(Nccl, BroadcastAllgatherAlltoallReduceScatter) {
     DDP_ASSIGN_OR_RETURN(got, Download(hrs2.output(), hrs2.output_bytes()));
     const float v = reinterpret_cast<const float*>(got.data())[1];
     return Expect(v == static_cast<float>(r * 2 + 1 + (n - 1)), absl::StrCat("even rs ", v));
-  }));
+  });
 }
 
 TEST(Nccl, BadDevicesAreRefusedAndTheEngineGoesOn) {
   SKIP_WITHOUT_GPU();
-  JobSpec spec;
-  spec.size = GpuRanks();
-  ExpectJobOk(RunWithContext(spec, [](Context& ctx) -> absl::Status {
+  ExpectOkOnEveryGpu([](Context& ctx) -> absl::Status {
     Engine& e = ctx.engine();
     const int r = ctx.rank();
     std::vector<float> x(8, 1.0f);
@@ -423,15 +422,13 @@ TEST(Nccl, BadDevicesAreRefusedAndTheEngineGoesOn) {
     DDP_ASSIGN_OR_RETURN(std::vector<char> got, Download(dx.get(), 32));
     return Expect(reinterpret_cast<float*>(got.data())[7] == static_cast<float>(ctx.size()),
                   "the good allreduce after a refused one");
-  }));
+  });
 }
 
 TEST(Nccl, JoinedRanksContributeTheIdentityOnTheGpu) {
   SKIP_WITHOUT_GPU();
   if (GpuRanks() < 2) GTEST_SKIP() << "needs 2 GPUs";
-  JobSpec spec;
-  spec.size = GpuRanks();
-  ExpectJobOk(RunWithContext(spec, [](Context& ctx) -> absl::Status {
+  ExpectOkOnEveryGpu([](Context& ctx) -> absl::Status {
     Engine& e = ctx.engine();
     const int r = ctx.rank();
     const int n = ctx.size();
@@ -446,7 +443,7 @@ TEST(Nccl, JoinedRanksContributeTheIdentityOnTheGpu) {
     const double want = (n * (n - 1) / 2.0) / n;  // ranks 1..n-1's sum; rank 0 counts with 0
     const float v = reinterpret_cast<float*>(got.data())[99];
     return Expect(std::abs(v - want) < 1e-5, absl::StrCat("joined average ", v));
-  }));
+  });
 }
 
 }  // namespace

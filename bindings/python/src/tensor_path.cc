@@ -149,21 +149,12 @@ struct TorchTensor {
 
 // The CUDA device of tensor `o` and its current stream there; false if either cannot be read.
 bool ReadCudaDevice(const TorchObjects& torch, PyObject* o, ddp::Device* device) {
-  if (torch.raw_stream == nullptr) return false;
   py::object index = CallMethod(o, torch.get_device);
   int64_t i = -1;
   if (!index || !AsInt64(index.ptr(), &i) || i < 0 || i > INT32_MAX) return false;
-  py::object stream =
-      py::reinterpret_steal<py::object>(PyObject_CallOneArg(torch.raw_stream, index.ptr()));
-  if (!stream) {
-    PyErr_Clear();
-    return false;
-  }
-  int64_t raw = 0;
-  if (!AsInt64(stream.ptr(), &raw)) return false;
-  *device =
-      ddp::Device::Cuda(static_cast<int>(i), reinterpret_cast<void*>(static_cast<uintptr_t>(raw)),
-                        /*stream_ordered=*/true);
+  void* stream = nullptr;
+  if (!CurrentCudaStream(static_cast<int>(i), &stream)) return false;
+  *device = ddp::Device::Cuda(static_cast<int>(i), stream, /*stream_ordered=*/true);
   return true;
 }
 

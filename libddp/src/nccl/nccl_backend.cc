@@ -209,6 +209,8 @@ class NcclBackend final : public Backend {
   void Watch();
   // Checks the job's health and the deadline while polling; an error from here aborts.
   absl::Status Check(Comm& c, absl::Time deadline, absl::string_view what);
+  // While a collective on `c` runs on the GPU: NCCL's asynchronous error, then Check.
+  absl::Status StillRunning(Comm& c, absl::Time deadline, absl::string_view what);
   absl::Status Fail(absl::Status status);
   absl::Status NcclError(Comm& c, ncclResult_t r, absl::string_view what);
   // The fusion buffer, grown if needed (after the stream's work that may still read the old one,
@@ -387,13 +389,17 @@ absl::Status NcclBackend::Complete(Comm& c, absl::string_view what) {
     const cudaError_t q = cudaEventQuery(done_);
     if (q == cudaSuccess) return absl::OkStatus();
     if (q != cudaErrorNotReady) return Fail(CudaError(q, absl::StrCat("NCCL ", what)));
-    ncclResult_t state = ncclSuccess;
-    const ncclResult_t polled = ncclCommGetAsyncError(c.comm, &state);
-    if (polled != ncclSuccess) return Fail(NcclError(c, polled, what));
-    if (state != ncclSuccess && state != ncclInProgress) return Fail(NcclError(c, state, what));
-    if (absl::Status s = Check(c, deadline, what); !s.ok()) return Fail(s);
+    if (absl::Status s = StillRunning(c, deadline, what); !s.ok()) return Fail(s);
     backoff.Pause();
   }
+}
+
+absl::Status NcclBackend::StillRunning(Comm& c, absl::Time deadline, absl::string_view what) {
+  ncclResult_t state = ncclSuccess;
+  const ncclResult_t polled = ncclCommGetAsyncError(c.comm, &state);
+  if (polled != ncclSuccess) return NcclError(c, polled, what);
+  if (state != ncclSuccess && state != ncclInProgress) return NcclError(c, state, what);
+  return Check(c, deadline, what);
 }
 
 absl::Status NcclBackend::EnsureComm(int set, int size, int index, const IdBroadcast& broadcast) {
@@ -591,15 +597,7 @@ void NcclBackend::Watch() {
     const InFlight& oldest = in_flight_.front();
     auto it = comms_.find(oldest.set);
     if (trouble.ok() && it != comms_.end()) {
-      ncclResult_t state = ncclSuccess;
-      const ncclResult_t polled = ncclCommGetAsyncError(it->second.comm, &state);
-      if (polled != ncclSuccess) {
-        trouble = NcclError(it->second, polled, oldest.what);
-      } else if (state != ncclSuccess && state != ncclInProgress) {
-        trouble = NcclError(it->second, state, oldest.what);
-      } else {
-        trouble = Check(it->second, oldest.deadline, oldest.what);
-      }
+      trouble = StillRunning(it->second, oldest.deadline, oldest.what);
     }
     if (!trouble.ok()) {
       // Nobody waits on the host for these collectives: say it now, fail their handles' waits
@@ -796,22 +794,23 @@ int DeviceOf(const void* p) {
   return a.type == cudaMemoryTypeDevice ? a.device : -1;
 }
 
-absl::Status ToDevice(void* dst, const void* src, size_t bytes) {
+// A synchronous copy on the legacy default stream of the device that owns `on_device`.
+absl::Status Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                  const void* on_device, const char* what) {
   if (bytes == 0) return absl::OkStatus();
-  const int device = DeviceOf(dst);
+  const int device = DeviceOf(on_device);
   std::optional<DeviceScope> scope;
   if (device >= 0) scope.emplace(device);
-  DDP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copying to the device");
+  DDP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind), what);
   return absl::OkStatus();
 }
 
+absl::Status ToDevice(void* dst, const void* src, size_t bytes) {
+  return Copy(dst, src, bytes, cudaMemcpyHostToDevice, dst, "copying to the device");
+}
+
 absl::Status ToHost(void* dst, const void* src, size_t bytes) {
-  if (bytes == 0) return absl::OkStatus();
-  const int device = DeviceOf(src);
-  std::optional<DeviceScope> scope;
-  if (device >= 0) scope.emplace(device);
-  DDP_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "copying to the host");
-  return absl::OkStatus();
+  return Copy(dst, src, bytes, cudaMemcpyDeviceToHost, src, "copying to the host");
 }
 
 bool DoneOnDevice(const DoneEvent& done) {
