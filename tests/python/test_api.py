@@ -40,6 +40,41 @@ def test_ddp_tensorflow_without_tensorflow_says_how_to_get_it(ddp_env):
     assert numpy.stdout.startswith("1."), numpy.stdout
 
 
+PAGES = (48 << 20) // 4096  # tests/python/workers/freed_memory.py's block, in pages
+
+
+@pytest.mark.parametrize("env, outcome", [
+    ({}, "kept"),
+    ({"DDP_KEEP_FREED_MEMORY": "0"}, "off"),
+    ({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}, "user settings"),
+    ({"MALLOC_TRIM_THRESHOLD_": "65536"}, "user settings"),
+])
+def test_init_keeps_freed_memory_unless_told_otherwise(ddp_env, env, outcome):
+    # A step's freed temporaries stay in the process for the next step (ddp/memory.h): after
+    # ddp.init() a freed 48 MiB block comes back without faulting its pages in again, unless
+    # DDP_KEEP_FREED_MEMORY=0 or the user's own malloc settings say otherwise.
+    env = dict({k: v for k, v in ddp_env.items()
+                if not k.startswith(("DDP_", "MALLOC_", "GLIBC_TUNABLES"))}, DDP_SIZE="1", **env)
+    result = subprocess.run([sys.executable, str(WORKERS / "freed_memory.py")], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout.strip().splitlines()[-1])
+    assert seen["outcome"] == outcome, seen
+    assert seen["before"] >= 5 * PAGES, seen  # glibc's default: every round faults
+    if outcome == "kept":
+        assert seen["after"] <= 1.5 * PAGES, seen  # the first round only
+    else:
+        assert seen["after"] >= 5 * PAGES, seen
+
+
+def test_a_malformed_keep_freed_memory_is_an_error_naming_it(ddp_env):
+    env = dict(ddp_env, DDP_SIZE="1", DDP_KEEP_FREED_MEMORY="maybe")
+    result = subprocess.run([sys.executable, "-c", "import ddp; ddp.init()"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "DDP_KEEP_FREED_MEMORY='maybe' is not a boolean" in result.stderr, result.stderr
+
+
 def test_a_rank_that_left_is_named_as_data(run_job):
     # DDPError carries the status code, the blamed ranks and the tensor (ddp/errors.h).
     result = run_job(3, "left.py")

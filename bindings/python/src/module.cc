@@ -20,6 +20,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -34,6 +35,7 @@
 #include "ddp/engine.h"
 #include "ddp/errors.h"
 #include "ddp/info.h"
+#include "ddp/memory.h"
 #include "ddp/options.h"
 #include "ddp/rendezvous.h"
 #include "ddp/types.h"
@@ -79,6 +81,8 @@ namespace {
 std::mutex g_mu;
 std::shared_ptr<ddp::Context> g_context;
 std::mutex g_init_mu;  // one init() at a time, held across the rendezvous (without the GIL)
+// What the first init() did with the allocator (ddp/memory.h); unset before it.
+std::optional<std::string> g_freed_memory;
 
 }  // namespace
 
@@ -121,6 +125,10 @@ void Init() {
     std::lock_guard<std::mutex> lock(g_mu);
     if (g_context != nullptr) return;
   }
+  // Before the job: a training process keeps what it frees for its next step (ddp/memory.h).
+  absl::StatusOr<ddp::FreedMemory> kept = ddp::KeepFreedMemory();
+  ThrowIfError(kept.status());
+  g_freed_memory = ddp::ToString(*kept);
   absl::StatusOr<std::unique_ptr<ddp::Context>> created;
   {
     py::gil_scoped_release release;
@@ -281,6 +289,10 @@ PYBIND11_MODULE(_ddp, m) {
 
   m.def("init", &Init, "Joins the job described by the DDP_* (or Open MPI/PMI) variables.");
   m.def("shutdown", &Shutdown, "Leaves the job; safe to call twice.");
+  m.def(
+      "freed_memory", [] { return g_freed_memory; },
+      "What init() did with glibc's malloc (DDP_KEEP_FREED_MEMORY, ddp/memory.h): 'kept', "
+      "'off', 'user settings' or 'not glibc'; None before the first init().");
   m.def("is_initialized", [] {
     std::lock_guard<std::mutex> lock(g_mu);
     return g_context != nullptr;
