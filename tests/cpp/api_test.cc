@@ -200,6 +200,54 @@ std::vector<int> ThreadNices() {
   return nices;
 }
 
+// The names of this process's threads (/proc/self/task/<tid>/comm).
+std::vector<std::string> ThreadNames() {
+  std::vector<std::string> names;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return names;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(absl::StrCat("/proc/self/task/", e->d_name, "/comm"));
+    std::string name;
+    if (std::getline(in, name)) names.push_back(name);
+  }
+  closedir(dir);
+  return names;
+}
+
+// libddp's threads carry names (top -H, perf, gdb, py-spy): the engine's, and the transport's
+// progress thread once it has one.
+TEST(Api, LibddpsThreadsAreNamed) {
+  for (const char* transport : {"tcp", "shm"}) {
+    JobSpec spec;
+    spec.size = 2;
+    spec.env = {{"DDP_TRANSPORT", transport}};
+    const std::string progress = absl::StrCat("ddp-", transport);
+    JobResult job = RunWithContext(spec, [&progress](Context& ctx) -> absl::Status {
+      std::vector<float> v(1 << 20, 1.0f);  // 4 MiB: the transport's own thread carries it
+      for (int i = 0; i < 3; ++i) {
+        CHECK_OK(ctx.engine()
+                     .AllreduceAsync(absl::StrCat("named.", i), v.data(), v.data(),
+                                     DataType::kFloat32, {1 << 20}, ReduceOp::kSum)
+                     .Wait());
+      }
+      // A thread names itself first thing when it runs: on a busy machine look again a while.
+      std::vector<std::string> names;
+      auto has = [&names](const std::string& n) {
+        return std::find(names.begin(), names.end(), n) != names.end();
+      };
+      for (int attempt = 0; attempt < 100 && !(has("ddp-engine") && has(progress)); ++attempt) {
+        if (attempt > 0) absl::SleepFor(absl::Milliseconds(50));
+        names = ThreadNames();
+      }
+      return Expect(has("ddp-engine") && has(progress),
+                    absl::StrCat("threads [", absl::StrJoin(names, ","), "]: want ddp-engine and ",
+                                 progress));
+    });
+    for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << transport << job.Summary();
+  }
+}
+
 // DDP_COMM_THREAD_NICE: the engine's and the transports' threads run at that nice value, the
 // application's own threads keep theirs.
 TEST(Api, CommunicationThreadsTakeTheirNiceValue) {

@@ -14,6 +14,7 @@
 #include "common/auth.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/thread_priority.h"
 
 namespace ddp::bootstrap {
 namespace {
@@ -87,7 +88,10 @@ absl::StatusOr<std::unique_ptr<TcpStoreServer>> TcpStoreServer::Start(absl::stri
   if (::pipe2(pipe_fds, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoError("pipe2");
   server->wake_read_ = net::Fd(pipe_fds[0]);
   server->wake_write_ = net::Fd(pipe_fds[1]);
-  server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  server->accept_thread_ = std::thread([s = server.get()] {
+    NameThisThread("ddp-store");
+    s->AcceptLoop();
+  });
   return server;
 }
 
@@ -145,6 +149,7 @@ void TcpStoreServer::AcceptLoop() {
     Client& c = clients_.emplace_back();
     c.fd = fd;
     c.thread = std::thread([this, fd, client = &c] {
+      NameThisThread("ddp-store-peer");
       Serve(fd, client);
       served_.fetch_add(1);  // after Serve's locals are gone
     });

@@ -10,6 +10,7 @@
 #include "collectives/collectives.h"
 #include "collectives/ring.h"
 #include "common/status.h"
+#include "common/thread_priority.h"
 #include "reduce/epilogue.h"
 #include "reduce/reduce.h"
 
@@ -199,7 +200,10 @@ class HierarchicalPipeline {
     h_.cross->NumberCallsFrom(first + 2 * calls);
     std::thread host;
     try {
-      host = std::thread([this, chunks] { Finish(HostPhases(chunks)); });
+      host = std::thread([this, chunks] {
+        NameThisThread("ddp-hier-host");
+        Finish(HostPhases(chunks));
+      });
     } catch (const std::system_error&) {
       // No thread to be had (a process or container limit): the same calls, in the same order
       // at each level and with the same numbers, from this thread; peers that pipeline agree.

@@ -1,5 +1,6 @@
 #include "common/thread_priority.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -16,6 +17,13 @@ namespace {
 std::atomic<int> comm_thread_nice{0};
 
 }  // namespace
+
+void NameThisThread(const char* name) {
+  char truncated[16];
+  std::strncpy(truncated, name, sizeof(truncated) - 1);
+  truncated[sizeof(truncated) - 1] = '\0';
+  pthread_setname_np(pthread_self(), truncated);  // a name is a convenience: failure is fine
+}
 
 void SetCommThreadNice(int nice) { comm_thread_nice.store(nice, std::memory_order_relaxed); }
 

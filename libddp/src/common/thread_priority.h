@@ -1,5 +1,5 @@
-// DDP_COMM_THREAD_NICE: the niceness of libddp's own threads (the engine's and the transports'
-// progress threads), set process-wide by the context before it starts any of them.
+// libddp's own threads: their names, and DDP_COMM_THREAD_NICE, the niceness of the engine's and
+// the transports' progress threads, set process-wide by the context before it starts any of them.
 //
 // On one machine whose cores the training threads keep busy (CPU training, a rank per core), the
 // communication threads preempt them; at a higher nice value they mostly run when a training
@@ -9,6 +9,10 @@
 #pragma once
 
 namespace ddp {
+
+// Names the calling thread as `top -H`, `ps -L`, perf, gdb and py-spy show it ("ddp-engine",
+// "ddp-tcp", "ddp-shm", ...): Linux keeps the first 15 characters.
+void NameThisThread(const char* name);
 
 // Remembers the value (0..19) for the threads started from now on.
 void SetCommThreadNice(int nice);

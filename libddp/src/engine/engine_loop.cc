@@ -23,6 +23,7 @@ double SteadySeconds() {
 }  // namespace
 
 void EngineImpl::Loop() {
+  NameThisThread("ddp-engine");
   ApplyCommThreadNice();
   if (size_ > 1) PostDoorbells();
   while (WaitForWork()) {

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/thread_priority.h"
 #include "nccl/device.h"
 #include "nccl/errors.h"
 #include "nccl/kernels.h"
@@ -575,6 +576,7 @@ absl::StatusOr<DonePtr> NcclBackend::Finished(Comm& c, const std::vector<Piece>&
 }
 
 void NcclBackend::Watch() {
+  NameThisThread("ddp-nccl-watch");
   std::unique_lock<std::mutex> lock(mu_);
   DeviceScope scope(device_.load());
   while (!stop_) {

@@ -17,6 +17,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/thread_priority.h"
 #include "ddp/errors.h"
 #include "ps/protocol.h"
 #include "ps/server.h"
@@ -311,13 +312,21 @@ absl::Status ParameterServerImpl::Init() {
   down.assign(static_cast<size_t>(servers), false);
   parked.resize(static_cast<size_t>(servers));
   lost_server.resize(static_cast<size_t>(servers));
-  if (restarts) recoverer = std::thread([this] { Recover(); });
+  if (restarts) {
+    recoverer = std::thread([this] {
+      NameThisThread("ddp-ps-recover");
+      Recover();
+    });
+  }
   if (worker && std::any_of(credit.begin(), credit.end(), [](int64_t c) { return c > 0; })) {
     std::lock_guard<std::mutex> lock(mu);
     for (int s = 0; s < servers; ++s) {
       if (credit[static_cast<size_t>(s)] > 0 && !Local(s)) PostNoticeReceive(s);
     }
-    pacer = std::thread([this] { Pace(); });
+    pacer = std::thread([this] {
+      NameThisThread("ddp-ps-pacer");
+      Pace();
+    });
   }
   if (server) {
     CoreConfig c;
@@ -334,6 +343,7 @@ absl::Status ParameterServerImpl::Init() {
     loop = std::make_unique<ServerLoop>(std::move(c), job.transport.get(), worker ? Rank() : -1);
     if (worker) {
       loop_thread = std::thread([this] {
+        NameThisThread("ddp-ps-server");
         loop_status = loop->Run();
         if (!loop_status.ok()) {
           DDP_LOG(kError, "parameter server %d: %s", ServerIndex(), loop_status.message());

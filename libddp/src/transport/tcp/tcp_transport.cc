@@ -253,6 +253,7 @@ void TcpTransport::HandleEvents(const epoll_event* events, int n) {
 }
 
 void TcpTransport::Run() {
+  NameThisThread("ddp-tcp");
   ApplyCommThreadNice();
   epoll_event events[kMaxEvents];
   absl::Time next_tick = absl::Now() + kTick;

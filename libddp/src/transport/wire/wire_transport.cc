@@ -104,6 +104,7 @@ absl::StatusOr<std::unique_ptr<WireTransport>> WireTransport::Create(WireConfig 
   t->thread_ = std::thread([p = t.get()] { p->Run(); });
   // Its own thread: the progress thread may be the one stuck inside the library.
   t->watchdog_ = std::thread([p = t.get()] {
+    NameThisThread("ddp-watchdog");
     std::unique_lock<std::mutex> lock(p->watchdog_mu_);
     while (!p->watchdog_stop_) {
       p->watchdog_cv_.wait_for(lock, std::chrono::milliseconds(500));
@@ -617,6 +618,8 @@ absl::Status WireTransport::Wait(Request* request) {
 }
 
 void WireTransport::Run() {
+  // "ddp-shm", "ddp-mpi", "ddp-ofi": the wire's name up to its details.
+  NameThisThread(absl::StrCat("ddp-", wire_name_.substr(0, wire_name_.find(' '))).c_str());
   ApplyCommThreadNice();
   // Backs off to at most 0.5 ms between polls (doorbells and unwaited sends complete here).
   Backoff backoff({0, 4, absl::Microseconds(10), absl::Microseconds(500)});
