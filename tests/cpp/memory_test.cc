@@ -14,7 +14,17 @@
 
 namespace {
 
+// GCC says so with __SANITIZE_*__, clang with __has_feature.
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+#define DDP_TEST_SANITIZER_MALLOC 1
+#endif
+#endif
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define DDP_TEST_SANITIZER_MALLOC 1
+#endif
+#ifdef DDP_TEST_SANITIZER_MALLOC
 constexpr bool kSanitizerMalloc = true;  // its own allocator: KeepFreedMemory leaves it
 #else
 constexpr bool kSanitizerMalloc = false;
