@@ -95,3 +95,12 @@ def load_average():
 def machine():
     return (f"{platform.machine()}, {os.cpu_count()} cores, {cpu_name()}, {platform.system()} "
             f"{platform.release()}")
+
+
+# The training comparisons' allocator variants (ddp/memory.h): libddp with freed memory returned
+# to the kernel as glibc does by default, and a run without libddp with glibc told what libddp's
+# KeepFreedMemory tells it (no mmap for large blocks, no trimming), through its tunables.
+MEMORY_VARIANT_ENV = {
+    "ddp-returned": {"DDP_KEEP_FREED_MEMORY": "0"},
+    "floor-kept": {"GLIBC_TUNABLES":
+                   "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=4611686018427387904"}}

@@ -179,16 +179,25 @@ TEST(ApiSlow, AllreduceAndBroadcastAbove2GiB) {
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
+// The first line of /proc/self/task/<tid>/<file> for each of this process's threads.
+std::vector<std::string> PerThread(const char* file) {
+  std::vector<std::string> lines;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return lines;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    std::ifstream in(absl::StrCat("/proc/self/task/", e->d_name, "/", file));
+    std::string line;
+    if (std::getline(in, line)) lines.push_back(line);
+  }
+  closedir(dir);
+  return lines;
+}
+
 // The nice values of this process's threads (field 19 of /proc/self/task/<tid>/stat).
 std::vector<int> ThreadNices() {
   std::vector<int> nices;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return nices;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream in(absl::StrCat("/proc/self/task/", e->d_name, "/stat"));
-    std::string stat;
-    std::getline(in, stat);
+  for (const std::string& stat : PerThread("stat")) {
     // After the command name's closing parenthesis: state is field 3, nice field 19.
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
@@ -196,23 +205,7 @@ std::vector<int> ThreadNices() {
     int nice = 0;
     if (fields.size() > 16 && absl::SimpleAtoi(fields[16], &nice)) nices.push_back(nice);
   }
-  closedir(dir);
   return nices;
-}
-
-// The names of this process's threads (/proc/self/task/<tid>/comm).
-std::vector<std::string> ThreadNames() {
-  std::vector<std::string> names;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return names;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] == '.') continue;
-    std::ifstream in(absl::StrCat("/proc/self/task/", e->d_name, "/comm"));
-    std::string name;
-    if (std::getline(in, name)) names.push_back(name);
-  }
-  closedir(dir);
-  return names;
 }
 
 // libddp's threads carry names (top -H, perf, gdb, py-spy): the engine's, and the transport's
@@ -238,7 +231,7 @@ TEST(Api, LibddpsThreadsAreNamed) {
       };
       for (int attempt = 0; attempt < 100 && !(has("ddp-engine") && has(progress)); ++attempt) {
         if (attempt > 0) absl::SleepFor(absl::Milliseconds(50));
-        names = ThreadNames();
+        names = PerThread("comm");
       }
       return Expect(has("ddp-engine") && has(progress),
                     absl::StrCat("threads [", absl::StrJoin(names, ","), "]: want ddp-engine and ",

@@ -56,6 +56,13 @@ void ClearMallocEnvironment() {
   }
 }
 
+// KeepFreedMemory with only `name`=`value` set of the variables that steer it.
+absl::StatusOr<ddp::FreedMemory> KeepFreedMemoryWith(const char* name, const char* value) {
+  ClearMallocEnvironment();
+  setenv(name, value, 1);
+  return ddp::KeepFreedMemory();
+}
+
 [[noreturn]] void Fail(const char* what, long value = 0) {
   std::fprintf(stderr, "check failed: %s (%ld)\n", what, value);
   std::_Exit(1);
@@ -91,9 +98,8 @@ TEST(FreedMemory, KeptBlocksComeBackWithoutFaultingTheirPagesInAgain) {
 TEST(FreedMemory, OffOrTheUsersOwnSettingsLeaveTheAllocatorAlone) {
   EXPECT_EXIT(
       {
-        ClearMallocEnvironment();
-        setenv("DDP_KEEP_FREED_MEMORY", "off", 1);
-        absl::StatusOr<ddp::FreedMemory> outcome = ddp::KeepFreedMemory();
+        absl::StatusOr<ddp::FreedMemory> outcome =
+            KeepFreedMemoryWith("DDP_KEEP_FREED_MEMORY", "off");
         if (!outcome.ok() || *outcome != ddp::FreedMemory::kOff) Fail("off");
         if (!kSanitizerMalloc && FaultsOfSixRounds() < 5 * kPages) Fail("off changes nothing");
         std::_Exit(0);
@@ -101,9 +107,8 @@ TEST(FreedMemory, OffOrTheUsersOwnSettingsLeaveTheAllocatorAlone) {
       ::testing::ExitedWithCode(0), "");
   EXPECT_EXIT(
       {
-        ClearMallocEnvironment();
-        setenv("MALLOC_TRIM_THRESHOLD_", "131072", 1);
-        absl::StatusOr<ddp::FreedMemory> outcome = ddp::KeepFreedMemory();
+        absl::StatusOr<ddp::FreedMemory> outcome =
+            KeepFreedMemoryWith("MALLOC_TRIM_THRESHOLD_", "131072");
         if (!outcome.ok() || *outcome != ddp::FreedMemory::kUserSettings) Fail("user settings");
         std::_Exit(0);
       },
@@ -113,9 +118,8 @@ TEST(FreedMemory, OffOrTheUsersOwnSettingsLeaveTheAllocatorAlone) {
 TEST(FreedMemory, AMalformedValueIsAnErrorNamingTheVariableAndChangesNothing) {
   EXPECT_EXIT(
       {
-        ClearMallocEnvironment();
-        setenv("DDP_KEEP_FREED_MEMORY", "maybe", 1);
-        absl::StatusOr<ddp::FreedMemory> outcome = ddp::KeepFreedMemory();
+        absl::StatusOr<ddp::FreedMemory> outcome =
+            KeepFreedMemoryWith("DDP_KEEP_FREED_MEMORY", "maybe");
         if (outcome.ok() || outcome.status().code() != absl::StatusCode::kInvalidArgument ||
             outcome.status().message().find("DDP_KEEP_FREED_MEMORY='maybe'") ==
                 absl::string_view::npos) {
