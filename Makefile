@@ -97,13 +97,22 @@ demo-ps: build
 # then ASan/UBSan (built
 # with clang, so a second compiler's warnings stop the build too) and TSan builds of the fast
 # label.
+# Each part says when it starts (CI's log then shows where the time goes).
+STAMP = @date -u +'== %H:%M:%S UTC: make $(1)'
 test: build
+	$(call STAMP,test: ctest)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|slow'
+	$(call STAMP,test-python)
 	$(MAKE) test-python
+	$(call STAMP,test-tf)
 	$(MAKE) test-tf
+	$(call STAMP,test-deploy)
 	$(MAKE) test-deploy
+	$(call STAMP,test-pip)
 	$(MAKE) test-pip
+	$(call STAMP,sanitize)
 	$(MAKE) sanitize
+	$(call STAMP,test: done)
 
 # Everything `make test` runs, and the whole conformance matrix (N = 1..8 on every transport,
 # every fake-host layout).

@@ -401,6 +401,7 @@ std::string CheckTimeline(const std::string& path, const std::vector<std::string
   char buf[512];
   while (pipe != nullptr && std::fgets(buf, sizeof(buf), pipe) != nullptr) output += buf;
   const int rc = pipe == nullptr ? -1 : ::pclose(pipe);
+  std::remove(script.c_str());
   return rc == 0 ? "" : absl::StrCat("timeline check failed (", rc, "): ", output);
 }
 
@@ -533,6 +534,7 @@ TEST(Engine, FusionOverTcpCopiesThroughTheBuffer) {
   EXPECT_EQ(CheckTimeline(base + ".0.json",
                           {"MEMCPY_IN_FUSION_BUFFER", "ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"}),
             "");
+  std::remove((base + ".0.json").c_str());
 }
 
 // Scale factors on integers (Horovod's rule): each product in f64, truncated toward zero,

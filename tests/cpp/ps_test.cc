@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <random>
 #include <set>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -268,14 +270,33 @@ TEST(PsCore, BadRequestsAreAnsweredWithErrorsAndTheServerGoesOn) {
   EXPECT_EQ(Floats(out[0]), (std::vector<float>{1, 2, 3, 4}));
 }
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/ddp-ps-test-XXXXXX";
-  const char* d = ::mkdtemp(tmpl);
-  return d == nullptr ? std::string("/tmp") : std::string(d);
-}
+// A directory of the test's own, removed with everything in it when the test ends.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char tmpl[] = "/tmp/ddp-ps-test-XXXXXX";
+    const char* d = ::mkdtemp(tmpl);
+    if (d == nullptr) {
+      std::perror("mkdtemp");
+      std::abort();
+    }
+    path_ = d;
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 TEST(PsCore, ARestoredServerEqualsTheCheckpointedOne) {
-  const std::string dir = TempDir();
+  const ScratchDir scratch;
+  const std::string& dir = scratch.path();
   ps::CoreConfig c = Config(2);
   c.checkpoint_dir = dir;
   ServerCore a(c);
@@ -633,7 +654,8 @@ TEST(PsFaults, AKilledServerIsNamed) {
 // the server died while answering it), fails DATA_LOSS.
 TEST(PsRestart, AKilledServerRejoinsFromItsCheckpointAndTrainingGoesOn) {
   JobSpec spec = PsSpec(Layout{"", "tcp", 4, 2});
-  spec.env["DDP_PS_CHECKPOINT_DIR"] = TempDir();
+  const ScratchDir scratch;
+  spec.env["DDP_PS_CHECKPOINT_DIR"] = scratch.path();
   spec.env["DDP_PS_CHECKPOINT_STEPS"] = "4";
   spec.env["DDP_PS_SERVER_RESTART_SECONDS"] = "60";
   constexpr int kSteps = 60;
@@ -710,7 +732,8 @@ TEST(PsRestart, AKilledServerRejoinsFromItsCheckpointAndTrainingGoesOn) {
 // the version and the optimizer's state (the same further pushes give the same bits as one
 // uninterrupted job).
 TEST(PsCheckpoint, ANewJobRestoresTheServersShards) {
-  const std::string dir = TempDir();
+  const ScratchDir scratch;
+  const std::string& dir = scratch.path();
   const auto run = [&](int pushes, const std::string& report) {
     JobSpec spec = PsSpec(Layout{"", "tcp", 4, 2});
     spec.env["DDP_PS_CHECKPOINT_DIR"] = dir;
