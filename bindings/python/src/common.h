@@ -85,7 +85,7 @@ class PyHandle {
   bool Poll() const { return handle_.DoneOnDevice(); }
   // Waits (without the GIL; Ctrl-C interrupts it) and returns the result; raises DDPError if the
   // operation failed, or TimeoutError if `timeout` seconds passed first (it goes on; wait again).
-  py::object Wait(std::optional<double> timeout);
+  py::object Wait(py::handle self, std::optional<double> timeout);  // self: its ddp.Handle
   // Drops the references to the buffers once the operation has finished (to the orphan list
   // while a stream-ordered one still runs on the GPU).
   void Release();
@@ -124,11 +124,42 @@ class PyHandle {
 
 using HandlePtr = std::unique_ptr<PyHandle>;
 HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context);
+// For functions CPython calls directly: runs `body` (returning a py::object) and hands its result
+// to CPython; a C++ or Python error becomes the Python exception and null.
+template <typename F>
+PyObject* Guarded(F&& body) {
+  try {
+    return body().release().ptr();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+// The ddp._ddp.Handle object owning `handle`.
+py::object ToPython(HandlePtr handle);
 // Forgets the orphaned handles whose operations have finished (their buffers go).
 void SweepOrphans();
 
+// Defines ddp._ddp.Handle (and Output); ToPython needs it.
 void DefineHandle(py::module_& m);
 void DefinePs(py::module_& m);
 void DefineTensorPath(py::module_& m);
 
 }  // namespace ddp_python
+
+// Functions bound with pybind11 that return a HandlePtr give Python a ddp._ddp.Handle (a plain
+// CPython type: handle.cc).
+namespace pybind11::detail {
+template <>
+class type_caster<ddp_python::HandlePtr> {
+ public:
+  static constexpr auto name = const_name("ddp._ddp.Handle");
+  static handle cast(ddp_python::HandlePtr&& src, return_value_policy /*policy*/,
+                     handle /*parent*/) {
+    return ddp_python::ToPython(std::move(src)).release();
+  }
+};
+}  // namespace pybind11::detail

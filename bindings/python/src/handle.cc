@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common.h"
+#include "structmember.h"
 
 namespace ddp_python {
 namespace {
@@ -114,7 +115,7 @@ void PyHandle::OrderOnCurrentStream() {
   ThrowIfError(handle_.WaitOnStream(nullptr));  // done: orders nothing, answers a failure
 }
 
-py::object PyHandle::Wait(std::optional<double> timeout) {
+py::object PyHandle::Wait(py::handle self, std::optional<double> timeout) {
   if (done_) {
     OrderOnCurrentStream();  // again: this call's stream may be another
     return result_;
@@ -138,7 +139,7 @@ py::object PyHandle::Wait(std::optional<double> timeout) {
           "memory")));
     }
   }
-  if (finish_) result_ = finish_(py::cast(this, py::return_value_policy::reference));
+  if (finish_) result_ = finish_(self);
   done_ = true;
   finish_ = py::object();
   check_tensor_ = py::object();
@@ -178,6 +179,170 @@ HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context
   return std::make_unique<PyHandle>(std::move(handle), std::move(keep), std::move(context));
 }
 
+// ddp._ddp.Handle is a plain CPython type, not a pybind11 class: every gradient makes one (and
+// waits on it), and a pybind11 instance costs a type lookup, an entry in pybind's table of
+// instances (looked up twice and removed again) and a dispatcher per method call -- a fifth of
+// the per-tensor submission measured (perf, benchmarks/api_bench.py --what submit).
+namespace {
+
+struct HandleObject {
+  PyObject_HEAD PyHandle* handle;  // owned
+  PyObject* weakrefs;
+};
+
+PyTypeObject* g_handle_type = nullptr;  // made by DefineHandle, never freed
+
+PyHandle& Of(PyObject* self) { return *reinterpret_cast<HandleObject*>(self)->handle; }
+
+void HandleDealloc(PyObject* self) {
+  auto* o = reinterpret_cast<HandleObject*>(self);
+  if (o->weakrefs != nullptr) PyObject_ClearWeakRefs(self);
+  delete o->handle;  // hands a running operation's buffers to the orphans
+  PyTypeObject* type = Py_TYPE(self);
+  type->tp_free(self);
+  Py_DECREF(type);  // a heap type: its instances hold a reference
+}
+
+PyObject* HandlePoll(PyObject* self, PyObject* /*unused*/) {
+  return PyBool_FromLong(Of(self).Poll() ? 1 : 0);
+}
+
+PyObject* HandleWait(PyObject* self, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  PyObject* timeout = nargs > 0 ? args[0] : nullptr;
+  const Py_ssize_t nkw = kwnames != nullptr ? PyTuple_GET_SIZE(kwnames) : 0;
+  if (nargs + nkw > 1) {
+    PyErr_SetString(PyExc_TypeError, "wait() takes at most one argument (timeout)");
+    return nullptr;
+  }
+  if (nkw == 1) {
+    if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames, 0), "timeout") != 0) {
+      PyErr_Format(PyExc_TypeError, "wait() got an unexpected keyword argument '%U'",
+                   PyTuple_GET_ITEM(kwnames, 0));
+      return nullptr;
+    }
+    timeout = args[0];
+  }
+  std::optional<double> seconds;
+  if (timeout != nullptr && timeout != Py_None) {
+    const double t = PyFloat_AsDouble(timeout);
+    if (t == -1.0 && PyErr_Occurred()) return nullptr;
+    seconds = t;
+  }
+  return Guarded([&] { return Of(self).Wait(self, seconds); });
+}
+
+PyObject* HandleRelease(PyObject* self, PyObject* /*unused*/) {
+  return Guarded([&] {
+    Of(self).Release();
+    return py::none();
+  });
+}
+
+PyObject* HandleSetFinish(PyObject* self, PyObject* finish) {
+  Of(self).SetFinish(py::reinterpret_borrow<py::object>(finish));
+  Py_RETURN_NONE;
+}
+
+PyObject* HandleSetResult(PyObject* self, PyObject* result) {
+  Of(self).SetResult(py::reinterpret_borrow<py::object>(result));
+  Py_RETURN_NONE;
+}
+
+PyObject* HandleRepr(PyObject* self) {
+  return Guarded([&] { return py::str(Of(self).Repr()); });
+}
+
+PyObject* HandleName(PyObject* self, void* /*unused*/) {
+  return Guarded([&] { return py::str(Of(self).name()); });
+}
+PyObject* HandleOutputShape(PyObject* self, void* /*unused*/) {
+  return Guarded([&] { return py::cast(Of(self).output_shape()); });
+}
+PyObject* HandleJoinLastRank(PyObject* self, void* /*unused*/) {
+  return PyLong_FromLong(Of(self).join_last_rank());
+}
+PyObject* HandleOutputDevice(PyObject* self, void* /*unused*/) {
+  return PyLong_FromLong(Of(self).output_device());
+}
+PyObject* HandleOutputAddress(PyObject* self, void* /*unused*/) {
+  return PyLong_FromUnsignedLongLong(Of(self).output_address());
+}
+PyObject* HandleOutputBytes(PyObject* self, void* /*unused*/) {
+  return PyLong_FromSize_t(Of(self).output_bytes());
+}
+PyObject* HandleOutput(PyObject* self, void* /*unused*/) {
+  return Guarded([&] {
+    const PyHandle& h = Of(self);
+    if (!h.Poll()) {
+      Raise(absl::FailedPreconditionError(
+          absl::StrCat("the output of '", h.name(), "' is not ready: synchronize first")));
+    }
+    return py::cast(PyOutput(h.engine_handle()));
+  });
+}
+
+// numpy.frombuffer(handle): the engine-allocated output as writable bytes, kept alive by the view.
+int HandleGetBuffer(PyObject* self, Py_buffer* view, int flags) {
+  try {
+    py::buffer_info info = Of(self).OutputBuffer();
+    return PyBuffer_FillInfo(view, self, info.ptr, info.size, /*readonly=*/0, flags);
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  view->obj = nullptr;
+  return -1;
+}
+
+PyMethodDef g_handle_methods[] = {
+    {"poll", HandlePoll, METH_NOARGS, "True once finished (successfully or not); never blocks."},
+    {"wait", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&HandleWait)),
+     METH_FASTCALL | METH_KEYWORDS,
+     "wait(timeout=None): blocks (without the GIL; Ctrl-C interrupts it) until finished and "
+     "returns the result. Raises DDPError with the engine's message if the operation failed, or "
+     "TimeoutError if `timeout` seconds pass first (the operation goes on; wait again)."},
+    {"release", HandleRelease, METH_NOARGS,
+     "Drops the references to the buffers once the operation has finished."},
+    {"set_finish", HandleSetFinish, METH_O,
+     "wait() returns finish(handle), called once after the operation succeeded."},
+    {"set_result", HandleSetResult, METH_O, "wait() returns this object."},
+    {nullptr, nullptr, 0, nullptr}};
+
+PyGetSetDef g_handle_getset[] = {
+    {"name", HandleName, nullptr, "The operation's name.", nullptr},
+    {"output_shape", HandleOutputShape, nullptr, "The shape of the engine-allocated output.",
+     nullptr},
+    {"join_last_rank", HandleJoinLastRank, nullptr, "join(): the last rank to join.", nullptr},
+    {"output_device", HandleOutputDevice, nullptr, "-1 (host) or the output's CUDA device.",
+     nullptr},
+    {"output_address", HandleOutputAddress, nullptr, "The output's address once finished.",
+     nullptr},
+    {"output_bytes", HandleOutputBytes, nullptr, "The output's size once finished.", nullptr},
+    {"output", HandleOutput, nullptr, "The engine-allocated output (ddp._ddp.Output).", nullptr},
+    {nullptr, nullptr, nullptr, nullptr, nullptr}};
+
+PyMemberDef g_handle_members[] = {
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(HandleObject, weakrefs), READONLY, nullptr},
+    {nullptr, 0, 0, 0, nullptr}};
+
+constexpr const char* kHandleDoc = R"(An operation in flight.
+
+ddp.synchronize(handle) or handle.wait() returns its result; ddp.poll(handle) or handle.poll()
+says whether it has finished. Dropping a handle does not cancel the operation: its buffers stay
+alive until it finishes.)";
+
+}  // namespace
+
+py::object ToPython(HandlePtr handle) {
+  PyObject* self = g_handle_type->tp_alloc(g_handle_type, 0);
+  if (self == nullptr) throw py::error_already_set();
+  auto* o = reinterpret_cast<HandleObject*>(self);
+  o->handle = handle.release();
+  o->weakrefs = nullptr;
+  return py::reinterpret_steal<py::object>(self);
+}
+
 void DefineHandle(py::module_& m) {
   py::class_<PyOutput>(m, "Output", py::buffer_protocol())
       .def_property_readonly("device", &PyOutput::device)
@@ -185,36 +350,21 @@ void DefineHandle(py::module_& m) {
       .def_property_readonly("bytes", &PyOutput::bytes)
       .def_buffer(&PyOutput::Buffer);
 
-  py::class_<PyHandle>(m, "Handle", py::buffer_protocol(), R"(An operation in flight.
-
-ddp.synchronize(handle) or handle.wait() returns its result; ddp.poll(handle) or handle.poll()
-says whether it has finished. Dropping a handle does not cancel the operation: its buffers stay
-alive until it finishes.)")
-      .def("poll", &PyHandle::Poll, "True once finished (successfully or not); never blocks.")
-      .def("wait", &PyHandle::Wait, py::arg("timeout") = py::none(),
-           "Blocks (without the GIL; Ctrl-C interrupts it) until finished and returns the "
-           "result. Raises DDPError with the engine's message if the operation failed, or "
-           "TimeoutError if `timeout` seconds pass first (the operation goes on; wait again).")
-      .def("release", &PyHandle::Release)
-      .def("set_finish", &PyHandle::SetFinish)
-      .def("set_result", &PyHandle::SetResult)
-      .def("__repr__", &PyHandle::Repr)
-      .def_property_readonly("name", &PyHandle::name)
-      .def_property_readonly("output_shape", &PyHandle::output_shape)
-      .def_property_readonly("join_last_rank", &PyHandle::join_last_rank)
-      .def_property_readonly("output_device", &PyHandle::output_device)
-      .def_property_readonly("output_address", &PyHandle::output_address)
-      .def_property_readonly("output_bytes", &PyHandle::output_bytes)
-      .def_property_readonly(
-          "output",
-          [](const PyHandle& h) {
-            if (!h.Poll()) {
-              Raise(absl::FailedPreconditionError(
-                  absl::StrCat("the output of '", h.name(), "' is not ready: synchronize first")));
-            }
-            return PyOutput(h.engine_handle());
-          })
-      .def_buffer(&PyHandle::OutputBuffer);
+  PyType_Slot slots[] = {{Py_tp_dealloc, reinterpret_cast<void*>(&HandleDealloc)},
+                         {Py_tp_repr, reinterpret_cast<void*>(&HandleRepr)},
+                         {Py_tp_methods, g_handle_methods},
+                         {Py_tp_getset, g_handle_getset},
+                         {Py_tp_members, g_handle_members},
+                         {Py_tp_doc, const_cast<char*>(kHandleDoc)},
+                         {Py_bf_getbuffer, reinterpret_cast<void*>(&HandleGetBuffer)},
+                         {0, nullptr}};
+  PyType_Spec spec = {"ddp._ddp.Handle", static_cast<int>(sizeof(HandleObject)), 0,
+                      Py_TPFLAGS_DEFAULT, slots};
+  PyObject* type = PyType_FromSpec(&spec);
+  if (type == nullptr) throw py::error_already_set();
+  g_handle_type = reinterpret_cast<PyTypeObject*>(type);  // the module's reference below keeps it
+  Py_INCREF(type);  // and this one, for g_handle_type, for the life of the process
+  m.add_object("Handle", py::reinterpret_steal<py::object>(type));
 }
 
 }  // namespace ddp_python

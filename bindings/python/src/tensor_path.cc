@@ -246,12 +246,37 @@ py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py:
   ddp::Handle handle = context->engine().AllreduceAsync(
       std::move(label), Ptr(in.address), MutablePtr(out_address), in.type, std::move(in.shape),
       static_cast<ddp::ReduceOp>(op_code), pre, post, static_cast<int>(set), in.device);
-  HandlePtr wrapped =
-      Wrap(std::move(handle), py::make_tuple(tensor, std::move(in.storage)), std::move(context));
+  // The storage keeps the memory alive (the tensor itself is the result, or held for the check
+  // until wait()); the handle is a ddp._ddp.Handle, a plain CPython type (handle.cc).
+  HandlePtr wrapped = Wrap(std::move(handle), std::move(in.storage), std::move(context));
   wrapped->SetResult(output);
   wrapped->SetCheck(py::reinterpret_borrow<py::object>(tensor), in.address);
-  return py::cast(std::move(wrapped));
+  return ToPython(std::move(wrapped));
 }
+
+// torch_allreduce(tensor, name, op, prescale, postscale, process_set, inplace), positional
+// only, called by CPython directly (METH_FASTCALL): pybind's dispatcher would build its argument
+// vectors and try its casters on every gradient.
+PyObject* TorchAllreduceEntry(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs) {
+  if (nargs != 7) {
+    PyErr_Format(PyExc_TypeError, "torch_allreduce() takes 7 positional arguments (%zd given)",
+                 nargs);
+    return nullptr;
+  }
+  const int inplace = PyObject_IsTrue(args[6]);
+  if (inplace < 0) return nullptr;
+  return Guarded([&] {
+    return TorchAllreduce(args[0], args[1], args[2], args[3], args[4], args[5], inplace != 0);
+  });
+}
+
+PyMethodDef g_torch_allreduce_def = {
+    "torch_allreduce",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&TorchAllreduceEntry)),
+    METH_FASTCALL,
+    "torch_allreduce(tensor, name, op, prescale, postscale, process_set, inplace): ddp.torch's "
+    "allreduce_async(_) of a dense contiguous CPU or CUDA tensor; NotImplemented for anything "
+    "else (the general path then handles it)."};
 
 }  // namespace
 
@@ -275,10 +300,10 @@ bool CurrentCudaStream(int device, void** stream) {
 }
 
 void DefineTensorPath(py::module_& m) {
-  m.def("torch_allreduce", &TorchAllreduce, py::arg("tensor"), py::arg("name"), py::arg("op"),
-        py::arg("prescale"), py::arg("postscale"), py::arg("process_set"), py::arg("inplace"),
-        "ddp.torch's allreduce_async(_) of a dense contiguous CPU or CUDA tensor; NotImplemented "
-        "for anything else (the general path then handles it).");
+  py::object function = py::reinterpret_steal<py::object>(
+      PyCFunction_NewEx(&g_torch_allreduce_def, nullptr, m.attr("__name__").ptr()));
+  if (!function) throw py::error_already_set();
+  m.add_object("torch_allreduce", function);
 }
 
 }  // namespace ddp_python

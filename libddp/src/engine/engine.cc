@@ -301,12 +301,13 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   auto local = std::make_unique<LocalOp>();
   local->name = std::move(name);
   local->process_set = process_set;
-  local->meta =
-      TensorMeta{kind, type, op, root, kCpuMemory, prescale, postscale, {std::move(shape)}};
-  local->inputs = {input};
+  local->meta = TensorMeta{kind, type, op, root, kCpuMemory, prescale, postscale, {}};
+  local->meta.shapes.reserve(1);
+  local->meta.shapes.push_back(std::move(shape));  // (moved: a braced list would copy it)
+  local->inputs.assign(1, input);
   // Allreduce and broadcast write to the caller's buffer (which may be null when it is empty);
   // the other kinds get an output allocated by the engine.
-  if (kind == OpKind::kAllreduce || kind == OpKind::kBroadcast) local->outputs = {output};
+  if (kind == OpKind::kAllreduce || kind == OpKind::kBroadcast) local->outputs.assign(1, output);
   if (device.is_cuda()) {
     if (absl::Status d = cuda_.Prepare(*local, device); !d.ok()) {
       return Failed(local->name,

@@ -4,15 +4,58 @@ paths for the same call."""
 
 import sys
 import time
+import weakref
 
 import numpy as np
 import torch
 
+import ddp as ddp_numpy
 import ddp.torch as ddp
 
 
 def fail(what):
     sys.exit(f"rank {ddp.rank()}: {what}")
+
+
+def check_handle_type(rank):
+    """ddp.Handle (a plain CPython type) as its users see it: wait's arguments, a timeout that
+    expires and a wait that then succeeds, weak references, and the buffer protocol over an
+    engine-allocated output."""
+    if rank != 0:
+        time.sleep(0.5)  # rank 0's short wait below times out, naming the operation
+    h = ddp.allreduce_async_(torch.ones(10), name="fast.late", op=ddp.Sum)
+    for bad, args, kwargs in (("two arguments", (1, 2), {}), ("unknown keyword", (), {"t": 1}),
+                              ("both ways", (1,), {"timeout": 1}), ("not a number", ("x",), {})):
+        try:
+            h.wait(*args, **kwargs)
+            fail(f"wait with {bad}: no error")
+        except TypeError:
+            pass
+    if rank == 0:
+        try:
+            h.wait(0.05)
+            fail("no TimeoutError")
+        except TimeoutError as e:
+            if "fast.late" not in str(e):
+                fail(f"timeout message: {e}")
+        if h.poll():
+            fail("finished before rank 1 submitted")
+    result = h.wait(timeout=None)
+    if not torch.all(result == ddp.size()):
+        fail(f"late sum {result}")
+    ref = weakref.ref(h)
+    if ref() is not h:
+        fail("weak reference")
+    del h
+    if ref() is not None:
+        fail("a finished handle outlived its last reference")
+    # An engine-allocated output (allgather), read through the handle's own buffer.
+    g = ddp_numpy.allgather_async(np.full((2,), float(rank), np.float32), name="fast.gather")
+    gathered = g.wait()
+    raw = np.frombuffer(g, dtype=np.float32)
+    if not np.array_equal(raw, gathered) or not np.array_equal(
+            raw, np.repeat(np.arange(ddp.size(), dtype=np.float32), 2)):
+        fail(f"handle buffer {raw} against {gathered}")
 
 
 def main():
@@ -32,6 +75,7 @@ def main():
     total = size * (size + 1) / 2
     if not torch.all(t == total):
         fail(f"in-place sum {t[:3]}")
+    check_handle_type(rank)
     x = torch.full((3, 5), 2.0)
     out = ddp.synchronize(ddp.allreduce_async(x, name="fast.out"))  # Average
     if out is x or out.shape != (3, 5) or not torch.all(out == 2.0) or not torch.all(x == 2.0):
