@@ -574,56 +574,60 @@ TEST(Engine, IntegerScaleFactorsTruncateAndSaturate) {
   }
 }
 
-// Over shared memory a fused group is reduced where its tensors lie: members in place and out of
-// place, sizes that cross the pipeline's steps and its ranks' slices, the prescale applied on a
-// copy (the input stays as it was), each member finished with the group's average and postscale.
-TEST(Engine, FusedInPlaceOverShmHonoursScalesAndAverages) {
-  JobSpec spec;
-  spec.size = 3;
-  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
-    Engine& e = ctx.engine();
-    const std::vector<size_t> counts = {1, 7, 1000, 300007, 0, 65537, 3};
-    for (double prescale : {1.0, 3.0}) {
-      std::vector<std::vector<double>> in(counts.size()), out(counts.size());
-      std::vector<GroupMember> members;
-      for (size_t i = 0; i < counts.size(); ++i) {
-        in[i].resize(counts[i]);
-        for (size_t j = 0; j < counts[i]; ++j) {
-          in[i][j] = static_cast<double>(ctx.rank() + 1) * static_cast<double>(j % 97 + i);
-        }
-        out[i].assign(counts[i], -1.0);
-        double* result = i % 2 == 0 ? in[i].data() : out[i].data();
-        members.push_back(
-            {absl::StrCat("m", i), in[i].data(), result, {static_cast<int64_t>(counts[i])}});
-      }
-      CHECK_OK(e.GroupedAllreduceAsync(absl::StrCat("g", prescale), std::move(members),
-                                       DataType::kFloat64, ReduceOp::kAverage, prescale, 0.5)
-                   .Wait());
-      // Average over 3 ranks of (r + 1) * v, scaled: (1 + 2 + 3) / 3 * v * prescale * 0.5.
-      for (size_t i = 0; i < counts.size(); ++i) {
-        const std::vector<double>& got = i % 2 == 0 ? in[i] : out[i];
-        for (size_t j = 0; j < counts[i]; ++j) {
-          const double want = 2.0 * static_cast<double>(j % 97 + i) * prescale * 0.5;
-          // The epilogue multiplies by postscale / ranks: exact to the last bit or two.
-          if (std::abs(got[j] - want) > 1e-12 * std::max(1.0, std::abs(want))) {
-            return absl::InternalError(absl::StrCat("member ", i, " element ", j, ": ", got[j],
-                                                    " instead of ", want, " (prescale ", prescale,
-                                                    ")"));
-          }
-        }
-        if (i % 2 == 1) {  // out of place: the input is untouched
+// Over shared memory (3 ranks) and on one rank a fused group is reduced where its tensors lie:
+// members in place and out of place, sizes that cross the pipeline's steps and its ranks' slices,
+// the prescale applied on a copy (the input stays as it was), each member finished with the
+// group's average and postscale.
+TEST(Engine, FusedInPlaceHonoursScalesAndAverages) {
+  for (const int size : {3, 1}) {
+    JobSpec spec;
+    spec.size = size;
+    JobResult job = RunWithContext(spec, [size](Context& ctx) -> absl::Status {
+      Engine& e = ctx.engine();
+      const std::vector<size_t> counts = {1, 7, 1000, 300007, 0, 65537, 3};
+      for (double prescale : {1.0, 3.0}) {
+        std::vector<std::vector<double>> in(counts.size()), out(counts.size());
+        std::vector<GroupMember> members;
+        for (size_t i = 0; i < counts.size(); ++i) {
+          in[i].resize(counts[i]);
           for (size_t j = 0; j < counts[i]; ++j) {
-            if (in[i][j] != static_cast<double>(ctx.rank() + 1) * static_cast<double>(j % 97 + i)) {
-              return absl::InternalError(absl::StrCat("member ", i, "'s input changed"));
+            in[i][j] = static_cast<double>(ctx.rank() + 1) * static_cast<double>(j % 97 + i);
+          }
+          out[i].assign(counts[i], -1.0);
+          double* result = i % 2 == 0 ? in[i].data() : out[i].data();
+          members.push_back(
+              {absl::StrCat("m", i), in[i].data(), result, {static_cast<int64_t>(counts[i])}});
+        }
+        CHECK_OK(e.GroupedAllreduceAsync(absl::StrCat("g", prescale), std::move(members),
+                                         DataType::kFloat64, ReduceOp::kAverage, prescale, 0.5)
+                     .Wait());
+        // Average over the ranks of (r + 1) * v, scaled: (size + 1) / 2 * v * prescale * 0.5.
+        for (size_t i = 0; i < counts.size(); ++i) {
+          const std::vector<double>& got = i % 2 == 0 ? in[i] : out[i];
+          for (size_t j = 0; j < counts[i]; ++j) {
+            const double want = (size + 1) / 2.0 * static_cast<double>(j % 97 + i) * prescale * 0.5;
+            // The epilogue multiplies by postscale / ranks: exact to the last bit or two.
+            if (std::abs(got[j] - want) > 1e-12 * std::max(1.0, std::abs(want))) {
+              return absl::InternalError(absl::StrCat("member ", i, " element ", j, ": ", got[j],
+                                                      " instead of ", want, " (prescale ", prescale,
+                                                      ")"));
+            }
+          }
+          if (i % 2 == 1) {  // out of place: the input is untouched
+            for (size_t j = 0; j < counts[i]; ++j) {
+              if (in[i][j] !=
+                  static_cast<double>(ctx.rank() + 1) * static_cast<double>(j % 97 + i)) {
+                return absl::InternalError(absl::StrCat("member ", i, "'s input changed"));
+              }
             }
           }
         }
       }
-    }
-    return absl::OkStatus();
-  });
-  ASSERT_FALSE(job.hung) << job.Summary();
-  for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+      return absl::OkStatus();
+    });
+    ASSERT_FALSE(job.hung) << size << " ranks: " << job.Summary();
+    for (const auto& r : job.ranks) EXPECT_TRUE(r.ok()) << size << " ranks: " << job.Summary();
+  }
 }
 
 // A joined rank counts in an Average with its zeros (Horovod's and torch.distributed's rule), or,

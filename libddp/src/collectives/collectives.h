@@ -35,7 +35,7 @@ absl::Status Barrier(Communicator& comm);
 
 // Whether `comm` runs an allreduce of `count` elements straight from and into a fused call's
 // tensors (backend.h's Piece), without a fusion buffer: a backend that moves each byte where it
-// lies (shared memory). The same answer on every rank.
+// lies (shared memory), or any communicator of one rank. The same answer on every rank.
 bool TakesPieces(const Communicator& comm, size_t count, DataType type, ReduceOp op);
 // The allreduce of `pieces` laid end to end (`count` elements in all), each finished with its own
 // epilogue; `op` is what the ranks agree on. Only where TakesPieces.
