@@ -92,17 +92,32 @@ def rate_bits(text: str) -> float:
     return float(m.group(1)) * 1000 ** "_kmgt".index(m.group(2) or "_")
 
 
+def frame_efficiency(mtu: int | None = None) -> float:
+    """The most of a link's rate that TCP payload gets with this MTU (1500 if None): each
+    Ethernet frame carries MTU - 52 bytes of it (20 of IPv4 header, 20 of TCP header and 12 of
+    the timestamps option Linux sends) and takes MTU + 14 bytes of the link (its Ethernet
+    header, which tc's rate counts on a veth). 1500: 95.6%; 9001: 99.3%."""
+    mtu = mtu or 1500
+    return (mtu - 52) / (mtu + 14)
+
+
 class Cluster:
     """H hosts at SUBNET.1 .. SUBNET.H. RATE (tc's syntax: 1gbit, 400mbit) limits every link in
     both directions; DELAY (e.g. 100us) needs sch_netem. CONGESTION sets every host's TCP
     congestion control (net.ipv4.tcp_congestion_control in its namespace; one of the machine's
-    tcp_allowed_congestion_control); None keeps what a new namespace gets (the machine's)."""
+    tcp_allowed_congestion_control); None keeps what a new namespace gets (the machine's).
+    MTU sets every link's (veth ends and bridge), e.g. 9001 as AWS's VPC networks (EFA, ENA)
+    use; None keeps veth's 1500. The link's rate counts whole frames, so framing takes a share
+    of it: frame_efficiency(mtu) is what TCP payload can get of it at most."""
 
     def __init__(self, hosts: int, rate: str | None = None, delay: str | None = None,
                  names: list[str] | None = None, domain: str | None = None,
-                 sshd_env: bool = False, congestion: str | None = None):
+                 sshd_env: bool = False, congestion: str | None = None,
+                 mtu: int | None = None):
         if not 1 <= hosts <= 200:
             raise ValueError(f"hosts must be 1..200, not {hosts}")
+        if mtu is not None and not 1280 <= mtu <= 65535:
+            raise ValueError(f"mtu must be 1280..65535, not {mtu}")
         if rate is not None:
             rate_bits(rate)  # refuses what tc would not take, before anything is made
         if names is not None and (len(names) != hosts or len(set(names)) != hosts or not all(
@@ -115,7 +130,7 @@ class Cluster:
                              f"choose here (net.ipv4.tcp_allowed_congestion_control: "
                              f"{' '.join(allowed_congestion())})")
         self.size, self.rate, self.delay = hosts, rate, delay
-        self.congestion = congestion
+        self.congestion, self.mtu = congestion, mtu
         self.tag = f"ns{os.getpid() % 100000}{secrets.token_hex(2)}"
         self.bridge = f"{self.tag}br"
         self.namespaces = list(names) if names else [f"{self.tag}h{i}" for i in range(hosts)]
@@ -163,6 +178,9 @@ class Cluster:
             _ip("-n", namespace, "link", "add", "eth0", "type", "veth", "peer", "name", port,
                 "netns", self.bridge)
             _ip("-n", self.bridge, "link", "set", port, "master", "br0", "up")
+            if self.mtu:
+                _ip("-n", namespace, "link", "set", "eth0", "mtu", str(self.mtu))
+                _ip("-n", self.bridge, "link", "set", port, "mtu", str(self.mtu))
             _ip("-n", namespace, "addr", "add", f"{address}/24", "dev", "eth0")
             _ip("-n", namespace, "link", "set", "eth0", "up")
             _ip("-n", namespace, "link", "set", "lo", "up")

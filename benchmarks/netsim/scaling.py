@@ -202,6 +202,8 @@ def main(argv=None) -> int:
     p.add_argument("--per-host", default="1,2", help="ranks per host (default 1,2)")
     p.add_argument("--rates", default="1gbit,4gbit,10gbit", help="link rates, tc's syntax")
     p.add_argument("--sizes", default="1M,16M,64M", help="allreduce sizes (f32 bytes)")
+    p.add_argument("--mtu", type=int, help="every link's MTU (default: veth's 1500; AWS's VPC "
+                   "networks use 9001)")
     p.add_argument("--impls", default=",".join(IMPLS),
                    help=f"of {','.join(IMPLS)}, and ceiling (ddp-tcp-ceiling: measured at 10 "
                         f"Gbit/s and more anyway)")
@@ -232,7 +234,8 @@ def main(argv=None) -> int:
     out = args.out or os.path.join(ROOT, "benchmarks", "results", f"scaling-{stamp}.json")
     runner = Runner(args)
     result = {"date": stamp, "machine": machine(), "command": " ".join(sys.argv),
-              "sizes": args.sizes, "points": []}
+              "sizes": args.sizes, "mtu": args.mtu or 1500,
+              "frame_efficiency": netsim.frame_efficiency(args.mtu), "points": []}
 
     def save():
         with open(out, "w", encoding="utf-8") as f:
@@ -241,7 +244,7 @@ def main(argv=None) -> int:
     for rate_text in args.rates.split(","):
         rate = rate_bits(rate_text)
         for hosts in (int(h) for h in args.hosts.split(",")):
-            with netsim.Cluster(hosts, rate=rate_text) as cluster:
+            with netsim.Cluster(hosts, rate=rate_text, mtu=args.mtu) as cluster:
                 for per_host in (int(x) for x in args.per_host.split(",")):
                     todo = [i for i in impls if not (i == "hier" and per_host == 1)]
                     if rate >= 10e9 and "ceiling" not in todo:

@@ -219,3 +219,54 @@ def test_the_cluster_sets_every_hosts_congestion_control_and_refuses_one_not_all
         assert [netsim.congestion_in(ns) for ns in c.namespaces] == [choice, choice]
     with pytest.raises(ValueError, match="tcp_allowed_congestion_control"):
         netsim.Cluster(2, congestion="no-such-control")
+
+
+UDP_RECEIVE = """
+import socket, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind((sys.argv[1], 9999))
+s.settimeout(20)
+print(len(s.recv(65536)))
+"""
+# Sends until the receiver is up (a few tries), with IP_PMTUDISC_DO: too large a datagram for
+# the path fails here (EMSGSIZE) instead of being fragmented.
+UDP_SEND_DONT_FRAGMENT = """
+import socket, sys, time
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER, IP_PMTUDISC_DO (linux/in.h)
+for _ in range(20):
+    s.sendto(b"x" * 8000, (sys.argv[1], 9999))
+    time.sleep(0.1)
+"""
+
+
+def test_the_cluster_sets_every_links_mtu_and_says_what_framing_leaves_of_the_rate():
+    why = netsim.available()
+    if why:
+        pytest.skip(f"network namespaces: {why}")
+
+    def mtu_of(namespace, dev):
+        shown = subprocess.run(["ip", "-n", namespace, "-o", "link", "show", dev],
+                               capture_output=True, text=True, check=True).stdout
+        return int(shown.split(" mtu ")[1].split()[0])
+
+    with netsim.Cluster(2, mtu=9001) as c:
+        assert [mtu_of(ns, "eth0") for ns in c.namespaces] == [9001, 9001]
+        assert [mtu_of(c.bridge, p) for p in ("p0", "p1")] == [9001, 9001]
+        # An 8,000-byte datagram, not to be fragmented, crosses whole: the path is 9001.
+        receive = c.popen(1, [sys.executable, "-c", UDP_RECEIVE, c.addresses[1]],
+                          stdout=subprocess.PIPE, text=True)
+        try:
+            sent = c.run(0, [sys.executable, "-c", UDP_SEND_DONT_FRAGMENT, c.addresses[1]],
+                         capture_output=True, text=True, timeout=30)
+            assert sent.returncode == 0, sent.stderr
+            assert receive.communicate(timeout=30)[0].strip() == "8000"
+        finally:
+            receive.kill()
+            receive.wait()
+    with netsim.Cluster(1) as c:
+        assert mtu_of(c.namespaces[0], "eth0") == 1500
+    with pytest.raises(ValueError, match="mtu"):
+        netsim.Cluster(2, mtu=100)
+    assert abs(netsim.frame_efficiency() - 1448 / 1514) < 1e-12
+    assert abs(netsim.frame_efficiency(9001) - 8949 / 9015) < 1e-12
