@@ -65,6 +65,9 @@ def main(argv: list[str]) -> int:
              "2(N-1)/N K/B, hier bound 2(H-1)/H K/B; the others against the ring's bound), "
              "and what limits the configuration by the cost model (the larger of its link and "
              "CPU terms for the ring).", "",
+             f"Links of MTU {data.get('mtu', 1500)}: framing leaves TCP payload at most "
+             f"{data.get('frame_efficiency', 1448 / 1514):.1%} of the link's rate (the bounds "
+             "are of the whole rate).", "",
              "| link | H | L | " + " | ".join(NAMES[i] for i in impls)
              + " | libddp / MPI | libddp / Gloo | limit |",
              "|---|---|---|" + "---|" * (len(impls) + 3)]
