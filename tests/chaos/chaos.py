@@ -14,7 +14,11 @@ Each trial is judged on five counts, all of which must hold:
 
 - ends:    every launcher still alive exits within the limit: DDP_TIMEOUT_SECONDS (or, for a
            fault before the ranks have met, DDP_START_TIMEOUT_SECONDS) plus MARGIN after the
-           fault; a launcher still running at twice that is killed and the trial counts as a hang;
+           fault, and for a throttled link one more DDP_TIMEOUT_SECONDS (what proves the link
+           at fault, the heartbeat saying data is on the way, queues behind that data on the
+           throttled link: a CI run saw it arrive 10 s after the timeout, 19.7 s after the
+           fault); a launcher still running at twice the limit is killed and the trial counts
+           as a hang;
 - blames:  every error a surviving rank reports names the culprit as its first blamed rank: the
            faulty rank; for a link, a rank across the cut (a survivor on the cut-off host names
            one outside it, one outside names one on it); for the rendezvous host, one of its ranks
@@ -262,6 +266,8 @@ class Trial:
 
     def limit(self, during_start: bool) -> float:
         base = self.args.start_timeout if during_start else self.args.timeout
+        if self.fault == "throttle" and not during_start:
+            base += self.args.timeout  # its evidence crosses the throttled link (docstring)
         return base + self.args.margin
 
     def _wait(self, cluster, launchers) -> dict:

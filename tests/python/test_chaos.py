@@ -4,7 +4,8 @@ rendezvous host killed during start-up), each on a fresh cluster of network name
 trial must end within its limit, with every survivor's error and the launcher naming the
 culprit, nothing left in /dev/shm and no process left. Skipped where namespaces cannot be made.
 A second run of throttled links alone: the fault whose blame rests on the network rules
-(heartbeats' kSendingFlag, TCP_INFO), on one rank per host as well as several."""
+(heartbeats' kSendingFlag, TCP_INFO), on one rank per host as well as several; its limit is one
+timeout longer (the heartbeats that prove the link at fault cross it: docs/reliability.md)."""
 import pathlib
 import re
 import subprocess
@@ -33,5 +34,5 @@ def test_throttled_links_are_named_within_the_timeout(ddp_env):
     if done.returncode == 77:
         pytest.skip(done.stderr.strip())
     assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(r"^\| throttle \| 3 \| 3 \| [\d.]+ / [\d.]+ \| 18 \| 0 of \d+ \|",
+    assert re.search(r"^\| throttle \| 3 \| 3 \| [\d.]+ / [\d.]+ \| 26 \| 0 of \d+ \|",
                      done.stdout, re.M), done.stdout
