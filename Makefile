@@ -101,7 +101,7 @@ demo-ps: build
 STAMP = @date -u +'== %H:%M:%S UTC: make $(1)'
 test: build
 	$(call STAMP,test: ctest)
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|slow'
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|wide|slow'
 	$(call STAMP,test-python)
 	$(MAKE) test-python
 	$(call STAMP,test-tf)
@@ -123,7 +123,7 @@ test-matrix: build
 
 # The Python package, ddp.torch, ddprun and the demo: real multi-process jobs (pytest).
 test-python: build
-	$(VENV)/bin/python -m pytest -q tests/python
+	$(VENV)/bin/python -m pytest -q --durations=12 tests/python
 
 # ddp.tensorflow in TensorFlow's environment: ops x dtypes, gradients, tf.function, errors.
 test-tf: build-tf
@@ -140,12 +140,13 @@ test-pip: deps
 	tests/pip_install_test.sh
 
 test-fast: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L 'fast|wide'
 
 test-slow: build
 	cd $(BUILD) && ctest --output-on-failure -L slow
 
-# Sanitizer builds run the fast label with smaller payloads (DDP_TEST_QUICK=1). They leave out
+# Sanitizer builds run the fast label with smaller payloads (DDP_TEST_QUICK=1), not the 8-rank
+# conformance layouts (label wide: the paths of the 3- to 6-rank ones, 7 minutes). They leave out
 # the NCCL plugin (its CUDA runtime is not instrumented and needs a GPU to run); the tests then
 # cover libddp's side of it: CUDA submissions refused with the reason.
 sanitize: asan tsan fuzz-smoke
@@ -166,7 +167,7 @@ asan: deps
 # FUZZ_RUNS inputs (e.g. 10000000; default no limit), one after the other (FUZZ_HARNESSES picks),
 # keeping what earlier runs found (build-fuzz/tests/fuzz/corpus/); a finding stops it, the input
 # saved under build-fuzz/tests/fuzz/artifacts/. Both print each harness's executions.
-FUZZ_SMOKE_SECONDS ?= 30
+FUZZ_SMOKE_SECONDS ?= 15
 FUZZ_MINUTES ?= 10
 FUZZ_RUNS ?= -1
 FUZZ_HARNESSES ?= frame handshake negotiation options ps store wire shm_segment
