@@ -6,10 +6,12 @@ import importlib.util
 import os
 import platform
 import re
+import shlex
 import signal
 import socket
 import subprocess
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -39,10 +41,56 @@ def free_loopback_port():
         return s.getsockname()[1]
 
 
-def run_one(cmd, env, timeout, pattern=r"RESULT (.*)"):
+def cpu_times():
+    """(busy, total) jiffies of all CPUs together, from /proc/stat (None where there is none)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user time
+    return total - idle, total
+
+
+def cpu_busy(seconds=0.5):
+    """The fraction of the machine's CPU time that was busy over the next `seconds`."""
+    before = cpu_times()
+    time.sleep(seconds)
+    after = cpu_times()
+    if before is None or after is None or after[1] <= before[1]:
+        return 0.0
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
+# Before each launch the machine must be quiet: a launch that shares 2 cores with another job
+# measures the other job (a CI run beside a benchmark once made a 2-rank step 2-3x slower for
+# whole launches). QUIET_LIMIT of all CPUs busy at most; waiting QUIET_MAX_WAIT s at most, then
+# the launch goes on and its values say how busy the machine was ("busy_before").
+QUIET_LIMIT = 0.25
+QUIET_MAX_WAIT = 120.0
+
+
+def wait_until_quiet(limit=QUIET_LIMIT, max_wait=QUIET_MAX_WAIT, sample=0.5):
+    """Samples the machine's CPU use until it is at most `limit`, or `max_wait` s have passed.
+    Returns (the last sample's busy fraction, seconds waited)."""
+    start = time.monotonic()
+    busy = cpu_busy(sample)
+    while busy > limit and time.monotonic() - start < max_wait:
+        busy = cpu_busy(sample)
+    return busy, time.monotonic() - start
+
+
+def run_one(cmd, env, timeout, pattern=r"RESULT (.*)", quiet=True):
     """(values from the last line matching `pattern`, None) or (None, why it failed with the
     output's tail). The launch runs in a session of its own, so that a timeout stops the
-    launcher and every rank it started."""
+    launcher and every rank it started. With `quiet`, it starts once the machine is quiet
+    (wait_until_quiet); every value set then has "busy_before" (the CPUs' busy fraction just
+    before the launch) and "quiet_wait_s"."""
+    busy, waited = wait_until_quiet() if quiet else (None, 0.0)
+    if busy is not None and busy > QUIET_LIMIT:
+        print(f"runner: the machine is still busy ({busy:.0%} of its CPUs) after {waited:.0f} s; "
+              f"launching anyway: {shlex.join(cmd)[:120]}", file=sys.stderr, flush=True)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, start_new_session=True)
     try:
@@ -65,7 +113,32 @@ def run_one(cmd, env, timeout, pattern=r"RESULT (.*)"):
     if proc.returncode != 0 or not matches:
         tail = "\n".join(out.splitlines()[-15:])
         return None, f"exit status {proc.returncode}\n{tail}"
-    return [parse_result(m) for m in matches], None
+    values = [parse_result(m) for m in matches]
+    if busy is not None:
+        for v in values:
+            v["busy_before"] = f"{busy:.3f}"
+            v["quiet_wait_s"] = f"{waited:.1f}"
+    return values, None
+
+
+def busy_note(values):
+    """A note for a value set that started on a busy machine (how busy), else nothing."""
+    busy = float(values.get("busy_before", 0))
+    return f" (CPUs {busy:.0%} busy before it)" if busy > QUIET_LIMIT else ""
+
+
+def quiet_line(values):
+    """The report's line on how quiet the machine was, over the value sets run_one returned."""
+    busy = [float(v["busy_before"]) for v in values if "busy_before" in v]
+    noisy = sum(1 for b in busy if b > QUIET_LIMIT)
+    rule = (f"each launch waited (up to {QUIET_MAX_WAIT:.0f} s) for the CPUs to be at most "
+            f"{QUIET_LIMIT:.0%} busy over 0.5 s")
+    if not busy:
+        return "- quiet machine: not checked"
+    if noisy == 0:
+        return f"- quiet machine: {rule}; all {len(busy)} measurements started so"
+    return (f"- quiet machine: {rule}; **{noisy} of {len(busy)} measurements started on a busy "
+            f"machine** (up to {max(busy):.0%}): their numbers are suspect")
 
 
 def parse_result(text):
