@@ -82,7 +82,7 @@ def main(argv: list[str]) -> int:
                    default=None)
         ratio = lambda peer: f"{peer['seconds'] / best['seconds']:.2f}x" if best and peer else "-"
         n = hosts * per_host
-        net = 2 * (n - 1) / n * big / (params.eta * rate / 8)
+        net = 2 * (n - 1) / n * big / params.link(rate, data.get("mtu"))
         cpu = (2 * (n - 1) / n * big * (params.gamma + (per_host - 1) * params.gamma_local)
                / (cores / hosts))
         limit = "links" if net >= cpu else "CPU"

@@ -16,20 +16,50 @@ model = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(model)
 
 MIB = 1 << 20
+FRAMED = model.frame_share()  # TCP payload's share of a link of MTU 1500: 95.6%
 
 
 def test_with_free_steps_perfect_links_and_no_cpu_each_algorithm_meets_its_bound():
+    # The bound is of the whole rate; TCP payload has the share that framing leaves at the MTU.
+    assert FRAMED == pytest.approx(1448 / 1514)
+    assert model.frame_share(9001) == pytest.approx(8949 / 9015)
     p = model.Params(alpha=0.0, eta=1.0, gamma=0.0)
-    for hosts, per_host in ((2, 1), (4, 2), (8, 2), (128, 8)):
-        n = hosts * per_host
-        ring = model.predict(p, "ring", 64 * MIB, hosts, per_host, 1e9, None)
-        assert ring == pytest.approx(2 * (n - 1) / n * 64 * MIB / 125e6)
-        assert ring == pytest.approx(model.bound("ring", 64 * MIB, hosts, per_host, 1e9))
-        hier = model.predict(p, "hier", 64 * MIB, hosts, per_host, 1e9, None)
-        assert hier == pytest.approx(model.bound("hier", 64 * MIB, hosts, per_host, 1e9))
-        assert hier <= ring  # it moves 2(H-1)/H, not 2(N-1)/N, of the buffer over a link
-        rd = model.predict(p, "rd", 64 * MIB, hosts, per_host, 1e9, None)
-        assert rd == pytest.approx(math.log2(hosts) * per_host * 64 * MIB / 125e6)
+    for mtu in (None, 1500, 9001):
+        share = model.frame_share(mtu)
+        for hosts, per_host in ((2, 1), (4, 2), (8, 2), (128, 8)):
+            n = hosts * per_host
+            ring = model.predict(p, "ring", 64 * MIB, hosts, per_host, 1e9, None, mtu=mtu)
+            assert ring == pytest.approx(2 * (n - 1) / n * 64 * MIB / (125e6 * share))
+            assert ring * share == pytest.approx(model.bound("ring", 64 * MIB, hosts, per_host,
+                                                             1e9))
+            hier = model.predict(p, "hier", 64 * MIB, hosts, per_host, 1e9, None, mtu=mtu)
+            assert hier * share == pytest.approx(model.bound("hier", 64 * MIB, hosts, per_host,
+                                                             1e9))
+            assert hier <= ring  # it moves 2(H-1)/H, not 2(N-1)/N, of the buffer over a link
+            rd = model.predict(p, "rd", 64 * MIB, hosts, per_host, 1e9, None, mtu=mtu)
+            assert rd == pytest.approx(math.log2(hosts) * per_host * 64 * MIB / (125e6 * share))
+    # Jumbo frames: a link-bound allreduce 3.8% faster than at 1500, a CPU-bound one no faster.
+    q = model.Params(alpha=20e-6, eta=0.97, gamma=1e-9)
+    at = {mtu: model.predict(q, "ring", 64 * MIB, 4, 1, 1e9, 8, mtu=mtu) for mtu in (1500, 9001)}
+    assert at[1500] / at[9001] == pytest.approx(model.frame_share(9001) / FRAMED, rel=1e-3)
+    cpu = {mtu: model.predict(q, "ring", 64 * MIB, 4, 1, 100e9, 0.25, mtu=mtu)
+           for mtu in (1500, 9001)}
+    assert cpu[1500] == cpu[9001]
+
+
+def test_saved_parameters_keep_their_meaning():
+    p = model.Params(alpha=50e-6, eta=0.97, gamma=1e-9, gamma_local=2e-10, crowding=1.5)
+    again = model.Params.from_dict(json.loads(json.dumps(p.as_dict())))
+    assert again.as_dict() == p.as_dict()
+    assert again.link(1e9, 9001) == pytest.approx(0.97 * 8949 / 9015 * 125e6)
+    # Saved before the framing term, from links of MTU 1500: eta was of the whole rate, so a link
+    # at MTU 1500 predicts what it did then.
+    old = {k: v for k, v in p.as_dict().items() if k != "eta_after_framing"}
+    old["eta"] = 0.9
+    assert model.Params.from_dict(old).eta == pytest.approx(0.9 / FRAMED)
+    assert model.Params.from_dict(old).link(1e9, 1500) == pytest.approx(0.9 * 125e6)
+    old["eta"] = 0.99  # more than framing leaves: the whole of what it leaves
+    assert model.Params.from_dict(old).eta == 1.0
 
 
 def test_parameter_server_bound_against_the_ring():
@@ -63,7 +93,7 @@ def test_latency_and_cpu_terms():
     assert slow == pytest.approx(6 * 10e-6 * 4 + 1.5 * 64 * MIB * (1e-9 + 1e-9) / 0.5)
     # NVLink within the host adds the hierarchical allreduce's two local phases.
     gpu = model.predict(p, "hier", 64 * MIB, 128, 8, 400e9, None, intra_rate=2400e9)
-    assert gpu == pytest.approx(268 * 10e-6 + 2 * 127 / 128 * 64 * MIB / 50e9
+    assert gpu == pytest.approx(268 * 10e-6 + 2 * 127 / 128 * 64 * MIB / (50e9 * FRAMED)
                                 + 2 * 7 / 8 * 64 * MIB / 300e9)
 
 
@@ -83,7 +113,7 @@ def test_the_hierarchical_pipeline_hides_the_phases_within_the_host_behind_the_l
     p = model.Params(alpha=0.0, eta=1.0, gamma=0.0, gamma_local=1e-9)
     size, cores = 64 * MIB, 2.0
     local = 2 * 64 * MIB * 1e-9 / cores  # 2(L-1) K gamma_l / P with L = 2
-    links = model.bound("hier", size, 2, 2, 1e9)
+    links = model.bound("hier", size, 2, 2, 1e9) / FRAMED
     one = model.predict(p, "hier", size, 2, 2, 1e9, cores, chunk_bytes=0)
     assert one == pytest.approx(links + local)  # one chunk: the phases add
     piped = model.predict(p, "hier", size, 2, 2, 1e9, cores)
@@ -99,7 +129,7 @@ def test_the_hierarchical_pipeline_hides_the_phases_within_the_host_behind_the_l
         pytest.approx(links + 2 * local / 16)
 
 
-def synthetic(params, cores=2):
+def synthetic(params, cores=2, mtu=None):
     points = []
     for rate in (1e9, 4e9, 10e9):
         for hosts in (2, 4, 8):
@@ -107,7 +137,7 @@ def synthetic(params, cores=2):
                 for impl in ("ring", "hier") if per_host > 1 else ("ring",):
                     for size in (MIB, 16 * MIB, 64 * MIB):
                         t = model.predict(params, impl, size, hosts, per_host, rate,
-                                          cores / hosts)
+                                          cores / hosts, mtu=mtu)
                         points.append({"rate": rate, "hosts": hosts, "per_host": per_host,
                                        "impl": impl, "bytes": size, "seconds": t})
                         if impl == "hier":  # as scaling.py records libddp's default chunks
@@ -133,6 +163,37 @@ def test_repeated_runs_count_once_as_their_median():
     out = sorted(model.aggregate(runs, 4), key=lambda pt: pt["seconds"])
     assert [(pt["seconds"], pt["runs"], pt["spread"]) for pt in out] == [(2.0, 3, 3.0),
                                                                          (5.0, 1, 1.0)]
+
+
+def test_files_measured_at_other_mtus_are_other_configurations(tmp_path):
+    truth = model.Params(alpha=40e-6, eta=0.98, gamma=1e-9, gamma_local=0.4e-9, crowding=1.3)
+    paths = []
+    for mtu in (None, 9001):  # a file from before scaling.py recorded the MTU: 1500
+        path = tmp_path / f"scaling-{mtu}.json"
+        head = {"machine": {"cores": 2}, **({"mtu": mtu} if mtu else {})}
+        path.write_text(json.dumps({**head, "points": synthetic(truth, mtu=mtu)}))
+        paths.append(str(path))
+    runs, cores = model.load_points(paths)
+    assert sorted({pt["mtu"] for pt in runs}) == [1500, 9001]
+    points = model.aggregate(runs, cores)
+    assert len(points) == len(runs) == 162 and all(pt["runs"] == 1 for pt in points)
+    got = model.fit(points, cores)
+    assert got.eta == pytest.approx(truth.eta, rel=0.01)
+    assert max(abs(e) for _, _, e in model.errors(got, points, cores)) < 0.01
+    fit = subprocess.run([sys.executable, str(MODEL), "fit", *paths], capture_output=True,
+                         text=True, check=True).stdout
+    assert "fitted on 162 configurations (162 runs" in fit, fit
+    assert " 9001 " in fit and " 1500 " in fit
+    pred = {mtu: subprocess.run([sys.executable, str(MODEL), "predict", "--ranks", "2",
+                                 "--per-host", "1", "--link", "1gbit", "--bytes", "64M",
+                                 "--algos", "ring", "--alpha", "0", "--gamma", "0",
+                                 "--mtu", str(mtu)],
+                                capture_output=True, text=True, check=True).stdout
+            for mtu in (1500, 9001)}
+    assert "of MTU 9001 (99.3% of it for TCP payload)" in pred[9001], pred[9001]
+    ms = {mtu: float(next(line for line in out.splitlines()
+                          if not line.startswith("#")).split()[2]) for mtu, out in pred.items()}
+    assert ms[1500] / ms[9001] == pytest.approx(model.frame_share(9001) / FRAMED, rel=1e-3)
 
 
 def test_command_line_fit_then_predict(tmp_path):

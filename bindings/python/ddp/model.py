@@ -7,8 +7,10 @@
 
 An allreduce of K bytes over N = H x L ranks (H hosts, L ranks per host, links of B bit/s in each
 direction) costs the steps it takes times alpha (one message's latency and software overhead),
-plus the larger of two times: the bytes on the busiest link at eta x B (eta: the share of the
-link's rate that carries payload, after framing, headers and acknowledgements), and the work of
+plus the larger of two times: the bytes on the busiest link at eta x f x B (f: the share of the
+link's rate that TCP payload can have at the link's MTU, (MTU - 52) / (MTU + 14): 95.6% at 1500,
+99.3% at 9001, AWS's; eta: the share of that the transfer reaches, after acknowledgements, the
+congestion window and the gaps between messages), and the work of
 the host's processes spread over its P cores: gamma seconds per byte a rank sends across hosts
 (copies, the kernel's TCP, the reduction), gamma_l per byte it moves within the host (shared
 memory). With more ranks on a host than cores, a step also waits for its sender to be scheduled,
@@ -16,14 +18,14 @@ and the more ranks contend for each core the longer: alpha counts (L/P)^k times,
 (the crowding exponent). On GPUs (--gpu) the reduction and the copies run on the device and the CPU
 roof is left out; --intra-link gives the rate between the GPUs of a host (NVLink).
 
-    ring          2(N-1) alpha + max(2(N-1)/N K / (eta B),
+    ring          2(N-1) alpha + max(2(N-1)/N K / (eta f B),
                                      2(N-1)/N K (gamma + (L-1) gamma_l) / P)
                     (the ranks of a host adjacent in the ring: one of its L edges crosses)
-    recursive     log2(N) alpha + max(log2(H) L K / (eta B),
+    recursive     log2(N) alpha + max(log2(H) L K / (eta f B),
       doubling                      L K (log2(H) gamma + log2(L) gamma_l) / P)
                     (every step exchanges the whole buffer; L ranks of a host share its link)
     hierarchical  (C 2(H-1) + 2(L-1)) alpha + W / C
-                    + max(2(H-1)/H K / (eta B), (2(H-1)/H K gamma + (C-1)/C W_cpu) / P)
+                    + max(2(H-1)/H K / (eta f B), (2(H-1)/H K gamma + (C-1)/C W_cpu) / P)
                     (reduce-scatter within the host, L rings across hosts on K/L each, then
                     all-gather within the host, in C chunks as a pipeline: the phases within
                     the host of every chunk but the first's reduce-scatter and the last's
@@ -36,7 +38,8 @@ roof is left out; --intra-link gives the rate between the GPUs of a host (NVLink
 
 In the network-namespace cluster (benchmarks/netsim) all hosts share one machine's cores, so the
 fit uses P = cores / H. `fit` finds alpha, eta, gamma and gamma_l from the harness's measurements
-(benchmarks/netsim/scaling.py) by least squares on the log of the time, prints the prediction
+(benchmarks/netsim/scaling.py, each file's links at the MTU it records) by least squares on the
+log of the time, prints the prediction
 error at every measured configuration (the median of its runs where several files measured it,
 with their spread) and can plot predicted against measured. The parameter server is not
 modelled yet: it does not exist yet.
@@ -50,6 +53,7 @@ import re
 import sys
 
 ALGOS = ("ring", "rd", "hier")
+DEFAULT_MTU = 1500
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
 
 
@@ -71,6 +75,14 @@ def parse_rate(text: str) -> float:
         raise argparse.ArgumentTypeError(f"bad rate {text!r} (say 400gbit)") from None
 
 
+def frame_share(mtu: int | None = None) -> float:
+    """The most of a link's rate that TCP payload can have at this MTU (None: 1500): a frame
+    carries MTU - 52 bytes of it (IPv4 and TCP headers, the timestamps option) and takes MTU + 14
+    of the link (its Ethernet header). 1500: 95.6%; 9001: 99.3%."""
+    mtu = mtu or DEFAULT_MTU
+    return (mtu - 52) / (mtu + 14)
+
+
 class Params:
     def __init__(self, alpha: float, eta: float, gamma: float, gamma_local: float | None = None,
                  crowding: float = 1.0):
@@ -79,19 +91,30 @@ class Params:
         self.crowding = crowding  # k: a step costs alpha (ranks per core)^k where they crowd
 
     def as_dict(self) -> dict:
-        return {"alpha_seconds": self.alpha, "eta": self.eta, "gamma_seconds_per_byte": self.gamma,
+        return {"alpha_seconds": self.alpha, "eta": self.eta, "eta_after_framing": True,
+                "gamma_seconds_per_byte": self.gamma,
                 "gamma_local_seconds_per_byte": self.gamma_local,
                 "crowding_exponent": self.crowding}
 
     @staticmethod
     def from_dict(d: dict) -> "Params":
-        return Params(d["alpha_seconds"], d["eta"], d["gamma_seconds_per_byte"],
+        eta = d["eta"]
+        if not d.get("eta_after_framing"):
+            # Saved before the framing term (2026-11-27), from links of MTU 1500: eta was the
+            # share of the whole rate, framing included.
+            eta = min(1.0, eta / frame_share(DEFAULT_MTU))
+        return Params(d["alpha_seconds"], eta, d["gamma_seconds_per_byte"],
                       d.get("gamma_local_seconds_per_byte"), d.get("crowding_exponent", 1.0))
+
+    def link(self, rate: float, mtu: int | None = None) -> float:
+        """Payload bytes per second on one link of RATE bit/s at MTU, each direction."""
+        return self.eta * frame_share(mtu) * rate / 8
 
     def __str__(self) -> str:
         def rate(g):
             return f"{1 / g / 1e9:.2f} GB/s" if g > 0 else "free"
-        return (f"alpha = {self.alpha * 1e6:.1f} us per step, eta = {self.eta:.3f} of the link, "
+        return (f"alpha = {self.alpha * 1e6:.1f} us per step, eta = {self.eta:.3f} of the "
+                f"link's rate after framing, "
                 f"gamma = {self.gamma * 1e9:.3f} ns per byte across hosts ({rate(self.gamma)} "
                 f"per core), {self.gamma_local * 1e9:.3f} ns per byte within a host "
                 f"({rate(self.gamma_local)} per core), crowding exponent k = {self.crowding:.2f}")
@@ -99,14 +122,14 @@ class Params:
 
 def predict(p: Params, algo: str, size: float, hosts: int, per_host: int, rate: float,
             cores_per_host: float | None, intra_rate: float | None = None,
-            chunk_bytes: float | None = None) -> float:
+            chunk_bytes: float | None = None, mtu: int | None = None) -> float:
     """Seconds for one allreduce of SIZE bytes; cores_per_host None: no CPU roof (GPUs);
     intra_rate: bit/s between the ranks of a host (NVLink), None: only the CPU roof counts;
-    chunk_bytes: DDP_HIER_CHUNK_BYTES (None: libddp's default)."""
+    chunk_bytes: DDP_HIER_CHUNK_BYTES (None: libddp's default); mtu: the links' (None: 1500)."""
     n = hosts * per_host
     if n <= 1:
         return 0.0
-    link = p.eta * rate / 8  # payload bytes per second on one link, each direction
+    link = p.link(rate, mtu)  # payload bytes per second on one link, each direction
     # More ranks than cores: a step waits for its sender to be scheduled, longer the more ranks
     # contend for each core.
     crowd = max(1.0, per_host / cores_per_host) if cores_per_host else 1.0
@@ -198,7 +221,7 @@ def load_points(paths: list[str], impls=("ring", "hier"), min_bytes: int = 1 << 
         cores = cores or data.get("machine", {}).get("cores")
         for pt in data["points"]:
             if "seconds" in pt and pt["impl"] in impls and pt["bytes"] >= min_bytes:
-                points.append(pt)
+                points.append({**pt, "mtu": pt.get("mtu", data.get("mtu") or DEFAULT_MTU)})
     return points, cores or 2
 
 
@@ -246,13 +269,14 @@ def _sim_cores(pt: dict, cores: int) -> float:
 
 
 def configuration(pt: dict, cores: int) -> tuple:
-    """What a point measured: algorithm, link, hosts, ranks per host, size and, for the
-    hierarchical allreduce, its chunks. Runs of one configuration are repeats."""
+    """What a point measured: algorithm, link (rate and MTU), hosts, ranks per host, size and,
+    for the hierarchical allreduce, its chunks. Runs of one configuration are repeats."""
     chunks = 0
     if pt["impl"] == "hier":
         chunks = hier_chunks(pt["bytes"], pt["hosts"] * pt["per_host"], _chunk_bytes(pt),
                              pt["hosts"], crowded=pt["per_host"] > _sim_cores(pt, cores))
-    return (pt["impl"], pt["rate"], pt["hosts"], pt["per_host"], pt["bytes"], chunks)
+    return (pt["impl"], pt["rate"], pt.get("mtu", DEFAULT_MTU), pt["hosts"], pt["per_host"],
+            pt["bytes"], chunks)
 
 
 def aggregate(points: list[dict], cores: int) -> list[dict]:
@@ -281,7 +305,7 @@ def fit(points: list[dict], cores: int) -> Params:
         total = 0.0
         for pt in points:
             t = predict(p, pt["impl"], pt["bytes"], pt["hosts"], pt["per_host"], pt["rate"],
-                        _sim_cores(pt, cores), chunk_bytes=_chunk_bytes(pt))
+                        _sim_cores(pt, cores), chunk_bytes=_chunk_bytes(pt), mtu=pt.get("mtu"))
             total += math.log(t / pt["seconds"]) ** 2
         return total
 
@@ -300,7 +324,7 @@ def errors(p: Params, points: list[dict], cores: int) -> list[tuple[dict, float,
     out = []
     for pt in points:
         t = predict(p, pt["impl"], pt["bytes"], pt["hosts"], pt["per_host"], pt["rate"],
-                    _sim_cores(pt, cores), chunk_bytes=_chunk_bytes(pt))
+                    _sim_cores(pt, cores), chunk_bytes=_chunk_bytes(pt), mtu=pt.get("mtu"))
         out.append((pt, t, t / pt["seconds"] - 1))
     return out
 
@@ -346,11 +370,11 @@ def cmd_fit(args) -> int:
     rows = errors(p, points, cores)
     print(f"# fitted on {len(points)} configurations ({len(runs)} runs; ring, hier; "
           f">= {args.min_bytes} bytes; {cores} cores shared by the simulated hosts)\n# {p}")
-    print(f"# {'algo':5s} {'rate':>6s} {'H':>2s} {'L':>2s} {'bytes':>9s} {'measured ms':>12s} "
-          f"{'runs':>4s} {'spread':>6s} {'predicted ms':>13s} {'error':>7s}")
-    for pt, t, err in sorted(rows, key=lambda r: (r[0]["impl"], r[0]["rate"], r[0]["hosts"],
-                                                  r[0]["per_host"], r[0]["bytes"])):
-        print(f"  {pt['impl']:5s} {pt['rate'] / 1e9:5g}G {pt['hosts']:2d} {pt['per_host']:2d} "
+    print(f"# {'algo':5s} {'rate':>6s} {'mtu':>5s} {'H':>2s} {'L':>2s} {'bytes':>9s} "
+          f"{'measured ms':>12s} {'runs':>4s} {'spread':>6s} {'predicted ms':>13s} {'error':>7s}")
+    for pt, t, err in sorted(rows, key=lambda r: configuration(r[0], cores)):
+        print(f"  {pt['impl']:5s} {pt['rate'] / 1e9:5g}G {pt.get('mtu', DEFAULT_MTU):5d} "
+              f"{pt['hosts']:2d} {pt['per_host']:2d} "
               f"{pt['bytes']:9d} {pt['seconds'] * 1e3:12.2f} {pt['runs']:4d} "
               f"{pt['spread']:5.2f}x {t * 1e3:13.2f} {err:+7.1%}")
     worst = max(abs(e) for _, _, e in rows)
@@ -384,7 +408,8 @@ def cmd_predict(args) -> int:
     cores = None if args.gpu else args.cores_per_host
     ranks = [int(r) for r in args.ranks.split(",")]
     sizes = [parse_bytes(s) for s in args.bytes.split(",")]
-    print(f"# {p}\n# links {rate / 1e9:g} Gbit/s, {args.per_host} ranks per host, "
+    print(f"# {p}\n# links {rate / 1e9:g} Gbit/s of MTU {args.mtu} ({frame_share(args.mtu):.1%} "
+          f"of it for TCP payload), {args.per_host} ranks per host, "
           + ("reduction on the GPU (no CPU roof)" if cores is None
              else f"{cores:g} cores per host")
           + (f", {intra / 1e9:g} Gbit/s within a host" if intra else ""))
@@ -398,7 +423,7 @@ def cmd_predict(args) -> int:
         hosts = n // args.per_host
         for size in sizes:
             times = {a: predict(p, a, size, hosts, args.per_host, rate, cores, intra,
-                                chunk_bytes=args.hier_chunk_bytes)
+                                chunk_bytes=args.hier_chunk_bytes, mtu=args.mtu)
                      for a in args.algos}
             best = min(times, key=times.get)
             t = times[best]
@@ -423,11 +448,13 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("predict", help="allreduce time for given ranks, sizes and links")
     p.add_argument("--params", help="parameters from fit --out (else --alpha, --eta, --gamma)")
     p.add_argument("--alpha", type=float, default=20.0, help="microseconds per step")
-    p.add_argument("--eta", type=float, default=0.95, help="payload share of the link rate")
+    p.add_argument("--eta", type=float, default=0.95, help="share of the link's rate after framing")
     p.add_argument("--gamma", type=float, default=0.3, help="ns of CPU per byte across hosts")
     p.add_argument("--ranks", default="8,64,128,512,1024", help="rank counts (comma-separated)")
     p.add_argument("--per-host", type=int, default=8, help="ranks per host (default 8)")
     p.add_argument("--link", default="400gbit", help="each host's link, each direction")
+    p.add_argument("--mtu", type=int, default=DEFAULT_MTU,
+                   help="the links' MTU (default 1500; 9001 in AWS's VPCs)")
     p.add_argument("--bytes", default="1M,64M,1G", help="allreduce sizes")
     p.add_argument("--algos", type=lambda s: s.split(","), default=list(ALGOS),
                    help="of ring,rd,hier")
