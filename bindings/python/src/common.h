@@ -91,7 +91,6 @@ class PyHandle {
   void Release();
 
   std::string name() const { return handle_.name(); }
-  const ddp::Handle& engine_handle() const { return handle_; }
   std::vector<int64_t> output_shape() const { return handle_.output_shape(); }
   // Engine-allocated outputs of CUDA tensors live on the GPU: where, and at which address (for
   // __cuda_array_interface__; the memory belongs to this handle).
@@ -104,6 +103,9 @@ class PyHandle {
   // The engine-allocated output (allgather, alltoall, reduce-scatter) as a writable byte buffer;
   // numpy.frombuffer(handle) views it without a copy and keeps the handle alive.
   py::buffer_info OutputBuffer();
+  // The engine's handle once the operation has finished; raises (FAILED_PRECONDITION, naming
+  // it) before.
+  const ddp::Handle& Finished() const;
   std::string Repr() const;
 
  private:
@@ -124,18 +126,23 @@ class PyHandle {
 
 using HandlePtr = std::unique_ptr<PyHandle>;
 HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context> context);
-// For functions CPython calls directly: runs `body` (returning a py::object) and hands its result
-// to CPython; a C++ or Python error becomes the Python exception and null.
-template <typename F>
-PyObject* Guarded(F&& body) {
+// For functions CPython calls directly: returns what `body` returns, or, where it throws, sets the
+// Python exception (a C++ error becomes RuntimeError) and returns `on_error`.
+template <typename R, typename F>
+R GuardedOr(R on_error, F&& body) {
   try {
-    return body().release().ptr();
+    return body();
   } catch (py::error_already_set& e) {
     e.restore();
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
   }
-  return nullptr;
+  return on_error;
+}
+// The same for a body returning a py::object: its reference goes to CPython; null on an error.
+template <typename F>
+PyObject* Guarded(F&& body) {
+  return GuardedOr<PyObject*>(nullptr, [&] { return body().release().ptr(); });
 }
 
 // The ddp._ddp.Handle object owning `handle`.

@@ -158,13 +158,15 @@ void PyHandle::Release() {
   context_.reset();  // an output may outlive the context; it belongs to the handle's state
 }
 
-py::buffer_info PyHandle::OutputBuffer() {
+const ddp::Handle& PyHandle::Finished() const {
   if (!handle_.Poll()) {
     Raise(absl::FailedPreconditionError(
         absl::StrCat("the output of '", handle_.name(), "' is not ready: synchronize first")));
   }
-  return PyOutput(handle_).Buffer();
+  return handle_;
 }
+
+py::buffer_info PyHandle::OutputBuffer() { return PyOutput(Finished()).Buffer(); }
 
 std::string PyHandle::Repr() const {
   return absl::StrCat("<ddp.Handle '", handle_.name(), "' ", Poll() ? "done" : "pending", ">");
@@ -271,28 +273,16 @@ PyObject* HandleOutputBytes(PyObject* self, void* /*unused*/) {
   return PyLong_FromSize_t(Of(self).output_bytes());
 }
 PyObject* HandleOutput(PyObject* self, void* /*unused*/) {
-  return Guarded([&] {
-    const PyHandle& h = Of(self);
-    if (!h.Poll()) {
-      Raise(absl::FailedPreconditionError(
-          absl::StrCat("the output of '", h.name(), "' is not ready: synchronize first")));
-    }
-    return py::cast(PyOutput(h.engine_handle()));
-  });
+  return Guarded([&] { return py::cast(PyOutput(Of(self).Finished())); });
 }
 
 // numpy.frombuffer(handle): the engine-allocated output as writable bytes, kept alive by the view.
 int HandleGetBuffer(PyObject* self, Py_buffer* view, int flags) {
-  try {
+  view->obj = nullptr;  // what a failed request leaves
+  return GuardedOr(-1, [&] {
     py::buffer_info info = Of(self).OutputBuffer();
     return PyBuffer_FillInfo(view, self, info.ptr, info.size, /*readonly=*/0, flags);
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  view->obj = nullptr;
-  return -1;
+  });
 }
 
 PyMethodDef g_handle_methods[] = {

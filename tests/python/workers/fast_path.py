@@ -40,6 +40,15 @@ def check_handle_type(rank):
                 fail(f"timeout message: {e}")
         if h.poll():
             fail("finished before rank 1 submitted")
+        # Its output before it is done: an error naming it, through the buffer protocol too.
+        for what, read in (("buffer", lambda: np.frombuffer(h, dtype=np.float32)),
+                           ("output", lambda: h.output)):
+            try:
+                read()
+                fail(f"the {what} of an unfinished handle: no error")
+            except ddp.DDPError as e:
+                if "fast.late" not in str(e) or "not ready" not in str(e):
+                    fail(f"the {what} of an unfinished handle: {e}")
     result = h.wait(timeout=None)
     if not torch.all(result == ddp.size()):
         fail(f"late sum {result}")
