@@ -3,6 +3,7 @@ in their reports which measurements did not (a benchmark beside another job meas
 job)."""
 import pathlib
 import sys
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -14,8 +15,12 @@ def test_cpu_times_count_busy_within_total():
     assert first is not None
     busy, total = first
     assert 0 <= busy <= total
-    sum(i * i for i in range(200000))  # some CPU time of our own
+    # The counters move in clock ticks (10 ms): spend CPU time of our own until they do.
+    deadline = time.monotonic() + 5.0
     later = runner.cpu_times()
+    while later[1] <= total and time.monotonic() < deadline:
+        sum(i * i for i in range(100000))
+        later = runner.cpu_times()
     assert later[1] > total and later[0] >= busy
     assert 0.0 <= runner.cpu_busy(0.05) <= 1.0
 
