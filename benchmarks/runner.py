@@ -69,9 +69,10 @@ def cpu_busy(seconds=0.5):
 # the launch goes on and its values say how busy the machine was ("busy_before").
 QUIET_LIMIT = 0.25
 QUIET_MAX_WAIT = 120.0
+QUIET_SAMPLE = 0.5  # seconds of each sample
 
 
-def wait_until_quiet(limit=QUIET_LIMIT, max_wait=QUIET_MAX_WAIT, sample=0.5):
+def wait_until_quiet(limit=QUIET_LIMIT, max_wait=QUIET_MAX_WAIT, sample=QUIET_SAMPLE):
     """Samples the machine's CPU use until it is at most `limit`, or `max_wait` s have passed.
     Returns (the last sample's busy fraction, seconds waited)."""
     start = time.monotonic()
@@ -132,7 +133,7 @@ def quiet_line(values):
     busy = [float(v["busy_before"]) for v in values if "busy_before" in v]
     noisy = sum(1 for b in busy if b > QUIET_LIMIT)
     rule = (f"each launch waited (up to {QUIET_MAX_WAIT:.0f} s) for the CPUs to be at most "
-            f"{QUIET_LIMIT:.0%} busy over 0.5 s")
+            f"{QUIET_LIMIT:.0%} busy over {QUIET_SAMPLE:g} s")
     if not busy:
         return "- quiet machine: not checked"
     if noisy == 0:
