@@ -5,20 +5,38 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/env.h"
+#include "common/log.h"
 #include "common/status.h"
+#include "ddp/launch.h"
 #include "mpi/mpi.h"
 
 namespace ddp {
 namespace {
 
-// Reads an int variable, falling back to launcher-specific names (Open MPI, PMI/MPICH, Slurm).
-absl::Status ReadRankVar(const std::vector<const char*>& names, int64_t min, int* out) {
-  for (const char* name : names) {
-    DDP_ASSIGN_OR_RETURN(auto value, env::GetInt(name, min, INT_MAX));
-    if (value) {
-      *out = static_cast<int>(*value);
-      return absl::OkStatus();
-    }
+// The place in the job: the launcher's (ddp/launch.h), then DDP_LOCAL_*/DDP_CROSS_* on top, and
+// the launcher's rendezvous address where DDP_RENDEZVOUS_* do not say.
+absl::Status ReadPlace(Options* o) {
+  DDP_ASSIGN_OR_RETURN(LaunchEnvironment launch, ReadLaunchEnvironment());
+  o->launcher = launch.launcher;
+  o->rank = launch.rank;
+  o->size = launch.size;
+  o->local_rank = launch.local_rank;
+  o->local_size = launch.local_size;
+  if (!launch.rendezvous_addr.empty()) o->rendezvous_addr = launch.rendezvous_addr;
+  if (launch.rendezvous_port > 0) o->rendezvous_port = launch.rendezvous_port;
+  for (const std::string& note : launch.notes) DDP_LOG(kInfo, "%s", note);
+  for (const std::string& warning : launch.warnings) DDP_LOG(kWarning, "%s", warning);
+  struct Override {
+    const char* name;
+    int64_t min;
+    int* out;
+  };
+  for (const Override& v : {Override{"DDP_LOCAL_RANK", 0, &o->local_rank},
+                            Override{"DDP_LOCAL_SIZE", 1, &o->local_size},
+                            Override{"DDP_CROSS_RANK", 0, &o->cross_rank},
+                            Override{"DDP_CROSS_SIZE", 1, &o->cross_size}}) {
+    DDP_ASSIGN_OR_RETURN(auto value, env::GetInt(v.name, v.min, INT_MAX));
+    if (value) *v.out = static_cast<int>(*value);
   }
   return absl::OkStatus();
 }
@@ -45,6 +63,31 @@ absl::Status ReadEngineVariables(Options* o) {
   return absl::OkStatus();
 }
 
+// Why a job needs DDP_JOB_TOKEN, and how to give it one under the launcher that started it.
+std::string MissingTokenMessage(Launcher launcher) {
+  constexpr absl::string_view kMake =
+      "export DDP_JOB_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')";
+  switch (launcher) {
+    case Launcher::kTorchrun:
+      return absl::StrCat(
+          "DDP_JOB_TOKEN is not set. Under torchrun, ddp.init() takes one from the store that "
+          "torchrun's agent hosts (TORCHELASTIC_USE_AGENT_STORE); here there is none (torchrun's "
+          "variables set without torchrun: torch's env://, a PyTorchJob) or libddp was started "
+          "without ddp.init() (the C/C++ API). Give every rank the same secret, e.g. ",
+          kMake, " before starting them (docs/launching.md, docs/security.md)");
+    case Launcher::kSlurm:
+      return absl::StrCat(
+          "DDP_JOB_TOKEN is not set: srun's tasks share no secret, so every task needs the same "
+          "one in its environment: ",
+          kMake, " in the batch script before srun (srun passes it on; docs/launching.md)");
+    default:
+      return absl::StrCat(
+          "DDP_JOB_TOKEN is not set: every rank of a job of more than one rank needs the same "
+          "secret token (ddprun makes one; by hand: ",
+          kMake, ")");
+  }
+}
+
 }  // namespace
 
 absl::string_view TransportKindName(TransportKind kind) {
@@ -63,16 +106,15 @@ absl::string_view TransportKindName(TransportKind kind) {
   return "?";
 }
 
+absl::StatusOr<Options> Options::FromEnvironment(
+    const std::map<std::string, std::string>& overrides) {
+  env::ScopedOverrides scope(&overrides);
+  return FromEnvironment();
+}
+
 absl::StatusOr<Options> Options::FromEnvironment() {
   Options o;
-  DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}, 0, &o.rank));
-  DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE"}, 1, &o.size));
-  DDP_RETURN_IF_ERROR(ReadRankVar(
-      {"DDP_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID"}, 0, &o.local_rank));
-  DDP_RETURN_IF_ERROR(ReadRankVar(
-      {"DDP_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}, 1, &o.local_size));
-  DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_CROSS_RANK"}, 0, &o.cross_rank));
-  DDP_RETURN_IF_ERROR(ReadRankVar({"DDP_CROSS_SIZE"}, 1, &o.cross_size));
+  DDP_RETURN_IF_ERROR(ReadPlace(&o));
   if (auto v = env::Get("DDP_HOSTNAME")) o.hostname = *v;
   if (auto v = env::Get("DDP_RENDEZVOUS_ADDR")) o.rendezvous_addr = *v;
   DDP_ASSIGN_OR_RETURN(auto port, env::GetInt("DDP_RENDEZVOUS_PORT", 1, 65535));
@@ -85,8 +127,10 @@ absl::StatusOr<Options> Options::FromEnvironment() {
   DDP_ASSIGN_OR_RETURN(auto bootstrap, env::GetChoice("DDP_BOOTSTRAP", {"auto", "store", "mpi"}));
   if (bootstrap) o.bootstrap = static_cast<BootstrapKind>(*bootstrap);
   if (o.bootstrap == BootstrapKind::kAuto) {
-    const bool mpi =
-        o.size > 1 && mpi::LaunchedByMpi() && !env::Get("DDP_RENDEZVOUS_ADDR") && mpi::Available();
+    // Only where MPI's numbering is this process's (not torchrun's workers under mpirun).
+    const bool mpi_place = o.launcher == Launcher::kMpi || o.launcher == Launcher::kSlurm;
+    const bool mpi = o.size > 1 && mpi_place && mpi::LaunchedByMpi() &&
+                     !env::Get("DDP_RENDEZVOUS_ADDR") && mpi::Available();
     o.bootstrap = mpi ? BootstrapKind::kMpi : BootstrapKind::kStore;
   }
   DDP_ASSIGN_OR_RETURN(auto transport,
@@ -152,10 +196,7 @@ absl::Status Options::Validate() const {
         "DDP_CROSS_RANK=", cross_rank, " is out of range for DDP_CROSS_SIZE=", cross_size));
   }
   if (size > 1 && job_token.empty() && bootstrap != BootstrapKind::kMpi) {
-    return absl::InvalidArgumentError(
-        "DDP_JOB_TOKEN is not set: every rank of a job with DDP_SIZE > 1 needs the same secret "
-        "token (ddprun makes one; by hand: export DDP_JOB_TOKEN=$(head -c 16 /dev/urandom | "
-        "od -An -tx1 | tr -d ' \\n'))");
+    return absl::InvalidArgumentError(MissingTokenMessage(launcher));
   }
   if (size > 1 && !job_token.empty() && job_token.size() < 8) {
     return absl::InvalidArgumentError("DDP_JOB_TOKEN is too short: use at least 8 characters");

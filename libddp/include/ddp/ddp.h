@@ -4,6 +4,7 @@
 #include "ddp/context.h"     // IWYU pragma: export
 #include "ddp/errors.h"      // IWYU pragma: export
 #include "ddp/info.h"        // IWYU pragma: export
+#include "ddp/launch.h"      // IWYU pragma: export
 #include "ddp/memory.h"      // IWYU pragma: export
 #include "ddp/options.h"     // IWYU pragma: export
 #include "ddp/ps.h"          // IWYU pragma: export

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -15,6 +16,8 @@ enum class TransportKind { kAuto, kTcp, kShm, kMpi, kOfi };
 // or MPI collectives under mpirun (DDP_BOOTSTRAP; auto picks MPI when an MPI launcher started
 // the job, no DDP_RENDEZVOUS_ADDR is given and libddp was built with MPI).
 enum class BootstrapKind { kAuto, kStore, kMpi };
+// Which launcher's variables gave this process its place in the job (ddp/launch.h).
+enum class Launcher { kNone, kDdp, kTorchrun, kMpi, kSlurm };
 
 struct Options {
   // Identity. rank/size are required when size > 1; the local/cross values are derived from host
@@ -26,6 +29,7 @@ struct Options {
   int cross_rank = -1;
   int cross_size = -1;
   std::string hostname;  // DDP_HOSTNAME; empty = gethostname(). Tests fake hosts with it.
+  Launcher launcher = Launcher::kNone;  // whose variables rank/size came from
 
   // Rendezvous store. Rank 0 hosts it at rendezvous_addr:rendezvous_port unless a launcher
   // already does (rendezvous_external, DDP_RENDEZVOUS_EXTERNAL=1).
@@ -121,9 +125,14 @@ struct Options {
   // divides by the ranks that contributed data instead.
   bool join_average_contributors = false;
 
-  // Reads DDP_* variables on top of the defaults above (and Open MPI's OMPI_COMM_WORLD_* when
-  // DDP_RANK/DDP_SIZE are absent). A malformed value is an error naming the variable.
+  // Reads DDP_* variables on top of the defaults above, and the place in the job from whichever
+  // launcher started the process (ddp/launch.h: ddprun, torchrun, mpirun, srun). A malformed
+  // value, or a partial or contradictory launcher environment, is an error naming the variables.
   static absl::StatusOr<Options> FromEnvironment();
+  // The same, with `overrides` read in place of the environment's variables of those names (an
+  // empty value: as if unset). ddp.init() passes what it took from torchrun's store this way.
+  static absl::StatusOr<Options> FromEnvironment(
+      const std::map<std::string, std::string>& overrides);
 
   // Checks ranges and consistency (rank < size, token present when size > 1, ...).
   absl::Status Validate() const;

@@ -10,7 +10,24 @@
 
 namespace ddp::env {
 
+namespace {
+thread_local const std::map<std::string, std::string>* t_overrides = nullptr;
+}  // namespace
+
+ScopedOverrides::ScopedOverrides(const std::map<std::string, std::string>* overrides)
+    : previous_(t_overrides) {
+  t_overrides = overrides;
+}
+
+ScopedOverrides::~ScopedOverrides() { t_overrides = previous_; }
+
 std::optional<std::string> Get(const char* name) {
+  if (t_overrides != nullptr) {
+    if (auto it = t_overrides->find(name); it != t_overrides->end()) {
+      if (it->second.empty()) return std::nullopt;
+      return it->second;
+    }
+  }
   const char* value = std::getenv(name);
   if (value == nullptr || *value == '\0') return std::nullopt;
   return std::string(value);

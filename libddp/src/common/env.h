@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -14,6 +15,19 @@
 namespace ddp::env {
 
 std::optional<std::string> Get(const char* name);
+
+// While one lives, Get() on this thread reads `overrides` before the environment (an empty value
+// there reads as unset): Options::FromEnvironment(overrides).
+class ScopedOverrides {
+ public:
+  explicit ScopedOverrides(const std::map<std::string, std::string>* overrides);
+  ~ScopedOverrides();
+  ScopedOverrides(const ScopedOverrides&) = delete;
+  ScopedOverrides& operator=(const ScopedOverrides&) = delete;
+
+ private:
+  const std::map<std::string, std::string>* previous_;
+};
 
 // Integer in [min, max]; nullopt when unset or empty.
 absl::StatusOr<std::optional<int64_t>> GetInt(const char* name, int64_t min, int64_t max);
