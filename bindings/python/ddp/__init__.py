@@ -1,7 +1,7 @@
 """libddp for Python: collectives on numpy arrays and any buffer, without copies.
 
     import ddp
-    ddp.init()                        # reads DDP_* (set by ddprun) or Open MPI/PMI variables
+    ddp.init()                        # the job ddprun, torchrun, mpirun or srun started
     g = ddp.allreduce(grad)           # average over ranks (a new array)
     ddp.allreduce_(grad, op=ddp.Sum)  # in place
     h = ddp.allreduce_async(grad, name="layer1.grad"); ...; ddp.synchronize(h)
@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from . import _ddp, _ops, elastic
+from . import _ddp, _launch, _ops, elastic
 from ._ddp import DDPError, DDPValueError
 from ._ops import Handle, ReduceOp, error, poll, synchronize
 
@@ -182,7 +182,8 @@ remove_process_set = _ops.remove_process_set
 
 
 def init(comm=None, process_sets=None):
-    """Joins the job described by the DDP_* (or Open MPI/PMI) variables. `process_sets`
+    """Joins the job that the launcher's variables describe: ddprun's DDP_*, torchrun's, mpirun's
+    or srun's (docs/launching.md has the table and the order of precedence). `process_sets`
     (Horovod's): ProcessSet objects (or lists of ranks) to add at once, the same on every rank.
     `comm` (Horovod's MPI communicator) is not supported: libddp's job is the whole launch.
     A worker of an elastic job (ddprun --min-np/--max-np/--host-discovery-script) joins the newest
@@ -192,8 +193,8 @@ def init(comm=None, process_sets=None):
                     "rank the launcher started (use process sets for subsets)")
     if elastic.enabled() and not _ddp.is_initialized():
         elastic.join_and_init()
-    else:
-        _ddp.init()
+    elif not _ddp.is_initialized():
+        _ddp.init(_launch.overrides())
     if process_sets is not None:
         for ps in process_sets:
             add_process_set(ps)
@@ -209,6 +210,7 @@ def shutdown():
         hook()
     _ops.forget_process_sets()
     _ddp.shutdown()
+    _launch.close()
 
 
 # What this installation and job have, under Horovod's names (its scripts branch on them).

@@ -139,6 +139,12 @@ class _Membership:
             os.environ[name] = str(value)
             os.environ["HOROVOD_" + name[4:]] = str(value)
         os.environ.pop("HOROVOD_RENDEZVOUS_PORT", None)
+        # torchrun's names too, as ddprun sets them: libddp requires them to agree with DDP_*,
+        # and scripts that read them see this generation's place.
+        for name, value in (("RANK", rank), ("WORLD_SIZE", len(hosts)),
+                            ("LOCAL_RANK", local.index(rank)), ("LOCAL_WORLD_SIZE", len(local)),
+                            ("GROUP_RANK", order.index(host)), ("GROUP_WORLD_SIZE", len(order))):
+            os.environ[name] = str(value)
         self.generation, self.member, self.updates = generation, True, int(plan["updates"])
 
     def pending(self):

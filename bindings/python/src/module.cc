@@ -35,6 +35,7 @@
 #include "ddp/engine.h"
 #include "ddp/errors.h"
 #include "ddp/info.h"
+#include "ddp/launch.h"
 #include "ddp/memory.h"
 #include "ddp/options.h"
 #include "ddp/rendezvous.h"
@@ -115,7 +116,7 @@ std::string AutoName(const std::string& kind, int process_set) {
 
 namespace {
 
-void Init() {
+void Init(const std::map<std::string, std::string>& overrides) {
   std::unique_lock<std::mutex> init_lock(g_init_mu, std::defer_lock);
   {
     py::gil_scoped_release release;
@@ -129,10 +130,12 @@ void Init() {
   absl::StatusOr<ddp::FreedMemory> kept = ddp::KeepFreedMemory();
   ThrowIfError(kept.status());
   g_freed_memory = ddp::ToString(*kept);
+  absl::StatusOr<ddp::Options> options = ddp::Options::FromEnvironment(overrides);
+  ThrowIfError(options.status());
   absl::StatusOr<std::unique_ptr<ddp::Context>> created;
   {
     py::gil_scoped_release release;
-    created = ddp::Context::CreateFromEnvironment();
+    created = ddp::Context::Create(*options);
   }
   ThrowIfError(created.status());
   AutoNameCounters().clear();
@@ -159,6 +162,29 @@ void Shutdown() {
   SweepOrphans();
   py::gil_scoped_release release;
   context.reset();  // joins the engine thread and closes connections without the GIL
+}
+
+py::dict LaunchEnvironmentDict() {
+  absl::StatusOr<ddp::LaunchEnvironment> read = ddp::ReadLaunchEnvironment();
+  ThrowIfError(read.status());
+  const ddp::LaunchEnvironment& e = *read;
+  py::dict d;
+  d["launcher"] = std::string(ddp::LauncherName(e.launcher));
+  d["rank"] = e.rank;
+  d["size"] = e.size;
+  d["local_rank"] = e.local_rank;
+  d["local_size"] = e.local_size;
+  d["variables"] = e.variables;
+  d["rendezvous_addr"] = e.rendezvous_addr;
+  d["rendezvous_port"] = e.rendezvous_port;
+  d["torch_agent_store"] = e.torch_agent_store;
+  d["torch_store_addr"] = e.torch_store_addr;
+  d["torch_store_port"] = e.torch_store_port;
+  d["torch_run_id"] = e.torch_run_id;
+  d["torch_restart"] = e.torch_restart;
+  d["notes"] = e.notes;
+  d["warnings"] = e.warnings;
+  return d;
 }
 
 class PyStoreServer {
@@ -287,7 +313,14 @@ PYBIND11_MODULE(_ddp, m) {
   }
   m.attr("value_error_codes") = py::tuple(value_error_codes);
 
-  m.def("init", &Init, "Joins the job described by the DDP_* (or Open MPI/PMI) variables.");
+  m.def("init", &Init, py::arg("overrides") = std::map<std::string, std::string>(),
+        "Joins the job described by the launcher's variables (ddp/launch.h); `overrides` are "
+        "read in place of the environment's variables of those names (empty: unset).");
+  m.def("launch_environment", &LaunchEnvironmentDict,
+        "What the launcher's variables say (ddp/launch.h): launcher, rank, size, local_rank, "
+        "local_size, variables, rendezvous_addr/port, torch_agent_store, torch_store_addr/port, "
+        "torch_run_id, torch_restart, notes, warnings. Raises DDPError for a partial or "
+        "contradictory launcher environment.");
   m.def("shutdown", &Shutdown, "Leaves the job; safe to call twice.");
   m.def(
       "freed_memory", [] { return g_freed_memory; },

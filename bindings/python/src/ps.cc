@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common.h"
+#include "ddp/options.h"
 
 namespace ddp_python {
 namespace {
@@ -29,15 +31,19 @@ std::shared_ptr<ddp::ps::ParameterServer> CurrentPs(const char* what) {
   return g_ps;
 }
 
-void PsInit() {
+void PsInit(const std::map<std::string, std::string>& overrides) {
   {
     std::lock_guard<std::mutex> lock(g_ps_mu);
     if (g_ps != nullptr) return;
   }
+  absl::StatusOr<ddp::Options> options = ddp::Options::FromEnvironment(overrides);
+  ThrowIfError(options.status());
+  absl::StatusOr<ddp::ps::PsOptions> ps_options = ddp::ps::PsOptions::FromEnvironment();
+  ThrowIfError(ps_options.status());
   absl::StatusOr<std::unique_ptr<ddp::ps::ParameterServer>> created;
   {
     py::gil_scoped_release release;
-    created = ddp::ps::ParameterServer::CreateFromEnvironment();
+    created = ddp::ps::ParameterServer::Create(*options, *ps_options);
   }
   ThrowIfError(created.status());
   std::lock_guard<std::mutex> lock(g_ps_mu);
@@ -109,7 +115,7 @@ void PsFinish() {
 }  // namespace
 
 void DefinePs(py::module_& m) {
-  m.def("ps_init", &PsInit);
+  m.def("ps_init", &PsInit, py::arg("overrides") = std::map<std::string, std::string>());
   m.def("ps_finish", &PsFinish);
   m.def("ps_is_initialized", [] {
     std::lock_guard<std::mutex> lock(g_ps_mu);

@@ -52,7 +52,8 @@ def init(serve_and_exit=True):
     has finished or died and then exits the process (status 0, or 1 on an error), so that one
     script can run on every rank as under mpirun. With serve_and_exit=False it returns, and the
     caller calls serve()."""
-    _ddp.ps_init()
+    from .. import _launch
+    _ddp.ps_init(_launch.overrides())
     if serve_and_exit and is_server() and not is_worker():
         try:
             serve()

@@ -1,0 +1,118 @@
+"""What ddp.init() adds to the launcher's variables before libddp reads them (ddp/launch.h).
+
+Under torchrun, libddp's rendezvous and its job token go through torchrun's own store: its agent
+hosts a torch.distributed TCPStore at MASTER_ADDR:MASTER_PORT for its workers
+(TORCHELASTIC_USE_AGENT_STORE=True). Rank 0 hosts libddp's store on a free port of its own and
+puts its address there, with a fresh random token unless DDP_JOB_TOKEN is set; the other ranks
+read both. Nothing is exported: the values reach libddp as overrides of this one init. A token
+taken from torchrun's store protects the job no more than that store does (it authenticates
+nobody): docs/security.md says what that means and when to set DDP_JOB_TOKEN instead.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import socket
+from datetime import timedelta
+
+from . import _ddp
+from ._ops import error
+
+# Rank 0's libddp store under torchrun: kept until shutdown, so that late ranks can still read it.
+_server = None
+
+
+def overrides() -> dict:
+    """The variables this init() reads in place of the environment's ({} when none)."""
+    env = _ddp.launch_environment()  # a partial or contradictory launcher environment raises
+    if env["launcher"] != "torchrun" or env["size"] == 1 or not env["torch_agent_store"]:
+        return {}
+    have_token = bool(os.environ.get("DDP_JOB_TOKEN", "").strip())
+    have_rendezvous = bool(os.environ.get("DDP_RENDEZVOUS_ADDR", "").strip())
+    if have_token and have_rendezvous:
+        return {}
+    found = _through_torch_store(env, os.environ.get("DDP_JOB_TOKEN", "").strip() or None,
+                                 host=not have_rendezvous)
+    result = {"DDP_JOB_TOKEN": found["token"]}
+    if not have_rendezvous:
+        result.update(DDP_RENDEZVOUS_ADDR=found["addr"], DDP_RENDEZVOUS_PORT=str(found["port"]),
+                      DDP_RENDEZVOUS_EXTERNAL="1")
+    return result
+
+
+def close() -> None:
+    """At shutdown: rank 0 stops the store it hosted for torchrun's job."""
+    global _server
+    if _server is not None:
+        _server.close()
+        _server = None
+
+
+def _start_timeout() -> float:
+    try:
+        return float(os.environ.get("DDP_START_TIMEOUT_SECONDS", "") or 120)
+    except ValueError:
+        return 120.0  # libddp names the malformed value when it reads the options
+
+
+def _through_torch_store(env: dict, token: str | None, host: bool) -> dict:
+    """Rank 0 publishes {token, addr, port} in torchrun's store; the others read it."""
+    try:
+        from torch.distributed import TCPStore
+    except ImportError as e:
+        raise error(
+            f"ddp.init(): torchrun's variables say its agent hosts a store at "
+            f"{env['torch_store_addr']}:{env['torch_store_port']}, but torch.distributed cannot "
+            f"be imported here to reach it ({e}); set DDP_JOB_TOKEN on every rank instead",
+            "FAILED_PRECONDITION") from e
+    timeout = _start_timeout()
+    where = f"{env['torch_store_addr']}:{env['torch_store_port']}"
+    try:
+        store = TCPStore(env["torch_store_addr"], env["torch_store_port"], None, False,
+                         timedelta(seconds=timeout))
+    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError or its own subclasses
+        raise error(f"ddp.init(): cannot reach torchrun's store at {where} "
+                    f"(MASTER_ADDR/MASTER_PORT): {e}", "UNAVAILABLE") from e
+    # One key space per torchrun run, restart and init() of this process.
+    prefix = f"ddp/{env['torch_run_id'] or 'run'}/{env['torch_restart']}"
+    generation = store.add(f"{prefix}/init/{env['rank']}", 1)
+    key = f"{prefix}/{generation}/rendezvous"
+    if env["rank"] == 0:
+        found = {"token": token or secrets.token_hex(16)}
+        if host:
+            found.update(_host_store(found["token"], env["torch_store_addr"]))
+        store.set(key, json.dumps(found))
+        return found
+    try:
+        store.wait([key], timedelta(seconds=timeout))
+        return json.loads(store.get(key))
+    except Exception as e:  # noqa: BLE001
+        raise error(
+            f"ddp.init(): rank 0 did not publish libddp's rendezvous in torchrun's store at "
+            f"{where} within {timeout:g} s (DDP_START_TIMEOUT_SECONDS): {e}",
+            "DEADLINE_EXCEEDED") from e
+
+
+def _host_store(token: str, toward: str) -> dict:
+    """Rank 0: hosts libddp's store on a free port of the address that the others reach it at."""
+    global _server
+    close()
+    addr = _address_toward(toward)
+    _server = _ddp.StoreServer(addr, 0, token)
+    return {"addr": addr, "port": _server.port}
+
+
+def _address_toward(host: str) -> str:
+    """This machine's address on the route to `host` (torchrun's MASTER_ADDR, where the other
+    ranks reach torchrun's store): loopback when that is this machine's loopback."""
+    try:
+        infos = socket.getaddrinfo(host, 1, socket.AF_INET, socket.SOCK_DGRAM)
+    except OSError as e:
+        raise error(f"ddp.init(): MASTER_ADDR={host!r} does not resolve: {e}") from e
+    target = infos[0][4][0]
+    if target.startswith("127."):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((target, 1))  # no packet is sent: this only asks the kernel for the route
+        return probe.getsockname()[0]
