@@ -89,9 +89,9 @@ def test_elastic_arguments_are_checked(argv, message, capsys):
 
 
 def test_the_discovery_script_output_is_parsed():
-    from ddp import _elastic_driver
+    from ddp.run.discovery import parse_discovery
 
     text = "# hosts\nnode-a:4\nnode-b\n\n[fe80::1]:2  # six\n"
-    assert _elastic_driver.parse_discovery(text, 3) == {"node-a": 4, "node-b": 3, "fe80::1": 2}
+    assert parse_discovery(text, 3) == {"node-a": 4, "node-b": 3, "fe80::1": 2}
     with pytest.raises(ValueError):
-        _elastic_driver.parse_discovery("node-a:0\n", 1)
+        parse_discovery("node-a:0\n", 1)

@@ -1,8 +1,8 @@
-"""Tests of the ddprun launcher (ddp/run.py) with real processes.
+"""Tests of the ddprun launcher (the ddp/run/ package) with real processes.
 
 Subprocess tests run `python -m ddp.run` and need the compiled store (ddp._ddp.StoreServer); they
-are skipped, with that reason, where it is not built. The in-process tests load run.py from its
-file and replace only the store, so they run everywhere.
+are skipped, with that reason, where it is not built. The in-process tests load ddp/run/ from its
+folder, as a package of its own, and replace only the store, so they run everywhere.
 """
 import importlib.util
 import json
@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-RUN_PY = pathlib.Path(__file__).resolve().parents[2] / "bindings" / "python" / "ddp" / "run.py"
+RUN_DIR = pathlib.Path(__file__).resolve().parents[2] / "bindings" / "python" / "ddp" / "run"
 HANG = 60  # seconds a test would take if the launcher hung; every job must end well before
 QUICK = 20  # ...and within this
 
@@ -89,11 +89,19 @@ def ddp_cli_env(ddp_env):
 
 @pytest.fixture(scope="module")
 def run_mod():
-    """run.py itself, loaded from its file: no package, no extension needed."""
-    spec = importlib.util.spec_from_file_location("ddp_run_under_test", RUN_PY)
+    """ddp/run/ itself, loaded from its folder as a package of its own (as the agent on another
+    host loads it): no `ddp`, no extension needed. Its modules are attributes (run_mod.job)."""
+    name = "ddp_run_under_test"
+    spec = importlib.util.spec_from_file_location(name, RUN_DIR / "__init__.py",
+                                                  submodule_search_locations=[str(RUN_DIR)])
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
-    return module
+    for part in ("agent", "args", "env", "job", "launch", "output"):
+        importlib.import_module(f"{name}.{part}")
+    yield module
+    for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
+        del sys.modules[key]
 
 
 # --- output -----------------------------------------------------------------------------------
@@ -390,7 +398,7 @@ def test_help_documents_the_timeline_rule(ddp_cli_env):
 
 
 def test_prefixer_cuts_lines_at_newlines_and_carriage_returns(run_mod):
-    p = run_mod._Prefixer(b"[7] ")
+    p = run_mod.output.Prefixer(b"[7] ")
     assert p.feed(b"a\nb") == [b"[7] a\n"]
     assert p.feed(b"c") == []
     assert p.feed(b"d\r") == [b"[7] bcd\r"]
@@ -403,12 +411,12 @@ def test_prefixer_cuts_lines_at_newlines_and_carriage_returns(run_mod):
 
 
 def test_rank_env_maps_flags(run_mod):
-    args = run_mod._parse_args(["-np", "4", "--fusion-threshold-mb", "0.5", "--cycle-time-ms",
+    args = run_mod.args.parse_args(["-np", "4", "--fusion-threshold-mb", "0.5", "--cycle-time-ms",
                                 "5", "--timeline-filename", "t.json", "--", "prog", "-np", "9"])
     assert args.command == ["prog", "-np", "9"]
     base = {"DDP_TIMELINE": "inherited.json", "OMPI_COMM_WORLD_SIZE": "8", "PATH": "/bin"}
-    env0 = run_mod._rank_env(base, 0, args, "127.0.0.1", 1234, "t" * 32)
-    env3 = run_mod._rank_env(base, 3, args, "127.0.0.1", 1234, "t" * 32)
+    env0 = run_mod.env.rank_env(base, 0, args, "127.0.0.1", 1234, "t" * 32)
+    env3 = run_mod.env.rank_env(base, 3, args, "127.0.0.1", 1234, "t" * 32)
     assert env0["DDP_FUSION_THRESHOLD"] == "524288" and env0["DDP_CYCLE_TIME_MS"] == "5"
     assert env0["DDP_TIMELINE"] == "t.json" and "DDP_TIMELINE" not in env3
     assert env3["DDP_RANK"] == "3" and env3["DDP_LOCAL_SIZE"] == "4"
@@ -449,21 +457,21 @@ def test_ranks_fill_hosts_in_order_with_horovods_local_and_cross_ranks(run_mod):
 
 
 def test_rank_env_on_several_hosts_names_the_host(run_mod):
-    args = run_mod._parse_args(["-np", "3", "-H", "a:2,b:1", "prog"])
-    env = run_mod._rank_env({}, 2, args, "10.0.0.1", 99, "t" * 32, args.places[2])
+    args = run_mod.args.parse_args(["-np", "3", "-H", "a:2,b:1", "prog"])
+    env = run_mod.env.rank_env({}, 2, args, "10.0.0.1", 99, "t" * 32, args.places[2])
     assert (env["DDP_HOSTNAME"], env["DDP_LOCAL_RANK"], env["DDP_LOCAL_SIZE"],
             env["DDP_CROSS_RANK"], env["DDP_CROSS_SIZE"]) == ("b", "0", "1", "1", "2")
     assert (env["DDP_RENDEZVOUS_ADDR"], env["DDP_RENDEZVOUS_PORT"]) == ("10.0.0.1", "99")
 
 
 def test_remote_shell_commands_carry_no_secret(run_mod):
-    args = run_mod._parse_args(["-np", "2", "-H", "a,b", "--ssh-port", "2222",
+    args = run_mod.args.parse_args(["-np", "2", "-H", "a,b", "--ssh-port", "2222",
                                 "--ssh-identity-file", "/k/id", "prog"])
-    argv = run_mod._remote_command(args, "b")
+    argv = run_mod.agent.remote_command(args, "b")
     assert argv[:7] == ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-p", "2222"]
-    assert argv[7:10] == ["-i", "/k/id", "b"] and argv[10].endswith("run.py --_agent")
-    args = run_mod._parse_args(["-np", "2", "-H", "a,b", "--rsh", "my-rsh --flag", "prog"])
-    assert run_mod._remote_command(args, "b")[:3] == ["my-rsh", "--flag", "b"]
+    assert argv[7:10] == ["-i", "/k/id", "b"] and argv[10].endswith("/ddp/run/__main__.py --_agent")
+    args = run_mod.args.parse_args(["-np", "2", "-H", "a,b", "--rsh", "my-rsh --flag", "prog"])
+    assert run_mod.agent.remote_command(args, "b")[:3] == ["my-rsh", "--flag", "b"]
 
 
 def test_several_host_arguments_are_checked(run_mod, capsys, tmp_path):
@@ -502,7 +510,7 @@ def fake_store(run_mod, monkeypatch):
         sock = socket.create_server(("127.0.0.1", 0))
         return sock.getsockname()[1], lambda: closed.append(sock.close())
 
-    monkeypatch.setattr(run_mod, "_start_store", start)
+    monkeypatch.setattr(run_mod.launch, "start_store", start)
     return closed
 
 
@@ -520,7 +528,7 @@ def test_in_process_job_runs_and_closes_the_store(run_mod, fake_store, capsysbin
 
 def test_in_process_failure_kills_a_rank_that_ignores_sigterm(
         run_mod, fake_store, capsysbinary, tmp_path, monkeypatch):
-    monkeypatch.setattr(run_mod, "GRACE_SECONDS", 0.5)
+    monkeypatch.setattr(run_mod.job, "GRACE_SECONDS", 0.5)
     start = time.monotonic()
     code = run_mod.main(["-np", "3", *child("""
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -548,7 +556,8 @@ def test_in_process_missing_command(run_mod, fake_store, capsysbinary):
 
 def test_in_process_second_interrupt_kills_at_once(run_mod, fake_store, capsysbinary, tmp_path,
                                                     monkeypatch):
-    monkeypatch.setattr(run_mod, "GRACE_SECONDS", HANG)  # only the second Ctrl-C can end it soon
+    # Only the second Ctrl-C can end it soon.
+    monkeypatch.setattr(run_mod.job, "GRACE_SECONDS", HANG)
 
     def press_ctrl_c_twice():
         marks = [tmp_path / f"sigint.{r}" for r in range(2)]

@@ -28,10 +28,13 @@ import subprocess
 import threading
 import time
 
-from . import run as _run
-
-DISCOVERY_SECONDS = 1.0  # between runs of the host discovery script (Horovod's)
-_DISCOVERY_TIMEOUT = 30.0
+from .agent import remote_command
+from .discovery import DISCOVERY_SECONDS, discover
+from .env import decimal, forwarded_env, server_command, worker_env
+from .hosts import LOOPBACK, address_toward, is_local
+from .job import GRACE_SECONDS
+from .output import copy_lines
+from .procs import describe, sweep_shm
 
 
 class Worker:
@@ -54,19 +57,6 @@ def _workers(count: int) -> str:
     return f"{count} worker" if count == 1 else f"{count} workers"
 
 
-def parse_discovery(text: str, default_slots: int) -> dict[str, int]:
-    """The discovery script's output: one host a line, 'HOST:SLOTS' or 'HOST' (then
-    --slots-per-host)."""
-    hosts: dict[str, int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        host = _run._host(line, f"discovery line {number}")
-        hosts[host.name] = host.slots if ":" in line else default_slots
-    return hosts
-
-
 class Driver:
     def __init__(self, args, out, err, token: str):
         self.args, self.out, self.err, self.token = args, out, err, token
@@ -84,7 +74,7 @@ class Driver:
         self.failure_code: int | None = None  # of a failure after the job began to end
         self.last_failure: int | None = None  # the status of the last failed worker
         self.servers: dict[int, object] = {}  # generation -> its rendezvous store
-        self.bind, self.addr = _run._ADDR, _run._ADDR
+        self.bind, self.addr = LOOPBACK, LOOPBACK
         self.short_since: float | None = None  # when the workers fell below --min-np
         self.store = None
         self.client = None
@@ -100,28 +90,13 @@ class Driver:
         """The hosts there are now; None when the script failed (said; the last answer holds)."""
         if not self.args.host_discovery_script:
             return dict(self.hosts)
-        try:
-            done = subprocess.run(self.args.host_discovery_script, shell=True, text=True,
-                                  capture_output=True, timeout=_DISCOVERY_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.say(f"the host discovery script took more than {_DISCOVERY_TIMEOUT:g} s; "
-                     "keeping the hosts it last gave")
-            return None
-        if done.returncode != 0:
-            self.say(f"the host discovery script exited with status {done.returncode}: "
-                     f"{done.stderr.strip()[-300:]}; keeping the hosts it last gave")
-            return None
-        try:
-            return parse_discovery(done.stdout, self.args.slots or 1)
-        except ValueError as e:
-            self.say(f"the host discovery script printed {e}; keeping the hosts it last gave")
-            return None
+        return discover(self.args.host_discovery_script, self.args.slots or 1, self.say)
 
     def _note_host(self, host: str) -> None:
-        if host in self.local_hosts or _run.is_local(host):
+        if host in self.local_hosts or is_local(host):
             self.local_hosts.add(host)
-        elif self.addr == _run._ADDR:  # the first other host: the address they reach us at
-            self.addr = self.args.rendezvous_addr or _run._address_toward(host)
+        elif self.addr == LOOPBACK:  # the first other host: the address they reach us at
+            self.addr = self.args.rendezvous_addr or address_toward(host)
 
     def running(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.status is None]
@@ -152,21 +127,17 @@ class Driver:
     # ---- processes ----------------------------------------------------------------------------
 
     def _env(self, worker: Worker, base: dict) -> dict:
-        env = _run._rank_env(base, 0, self.args, self.addr, 0, self.token)
-        for name in ("DDP_RANK", "DDP_SIZE", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_CROSS_RANK",
-                     "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE",
-                     *_run._HOROVOD_PLACE):
-            env.pop(name, None)
+        env = worker_env(base, self.args, self.addr, self.token)
         env.update(DDP_ELASTIC="1", DDP_ELASTIC_ID=worker.id,
                    DDP_ELASTIC_PORT=str(self.store.port),
                    # Longer than the driver's own wait: the driver decides, and says so.
-                   DDP_ELASTIC_TIMEOUT=_run._decimal(self.args.elastic_timeout + 30))
+                   DDP_ELASTIC_TIMEOUT=decimal(self.args.elastic_timeout + 30))
         if self.args.host_discovery_script or self.args.host_list:
             env["DDP_HOSTNAME"] = worker.host
         # A new worker waits in its first generation's start-up for the running ones to reach
         # their next commit: as long as the driver waits for hosts, unless the user said.
         if self.args.start_timeout is None and "DDP_START_TIMEOUT_SECONDS" not in base:
-            env["DDP_START_TIMEOUT_SECONDS"] = _run._decimal(self.args.elastic_timeout)
+            env["DDP_START_TIMEOUT_SECONDS"] = decimal(self.args.elastic_timeout)
         timeline = self.args.timeline_filename
         if timeline:
             env["DDP_TIMELINE"] = timeline.replace("{rank}", worker.id.replace(":", "-"))
@@ -183,9 +154,9 @@ class Driver:
         try:
             if remote:
                 spec = {"host": host, "cwd": os.getcwd(), "command": self.args.command,
-                        "server_command": _run.server_command(), "first_server": 1 << 30,
-                        "ranks": {str(slot): self._env(worker, _run._forwarded_env())}}
-                proc = subprocess.Popen(_run._remote_command(self.args, host),
+                        "server_command": server_command(), "first_server": 1 << 30,
+                        "ranks": {str(slot): self._env(worker, forwarded_env())}}
+                proc = subprocess.Popen(remote_command(self.args, host),
                                         start_new_session=True, bufsize=0,
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE)
@@ -208,7 +179,7 @@ class Driver:
         worker.proc, worker.remote = proc, remote
         self.workers[wid] = worker
         for pipe, sink in ((proc.stdout, self.out), (proc.stderr, self.err)):
-            threading.Thread(target=_copy, args=(pipe, prefix, sink), daemon=True,
+            threading.Thread(target=copy_lines, args=(pipe, prefix, sink), daemon=True,
                              name=f"ddprun-output-{wid}").start()
         threading.Thread(target=lambda: self.events.put(("exit", wid, proc.wait())),
                          name=f"ddprun-wait-{wid}", daemon=True).start()
@@ -306,6 +277,29 @@ class Driver:
                 self.store.close()
 
     def _run(self) -> int:
+        self._first_hosts()
+        self.store = _ddp().StoreServer(self.bind, 0, self.token)
+        self.client = _ddp().StoreClient(LOOPBACK, self.store.port, self.token, 30.0)
+        self.client.add("elastic/updates", 0)
+        code = self._wait_to_start()
+        if code is not None:
+            return code
+        self.fill()
+        if len(self.members()) < self.args.min_np:
+            self.end(f"{_workers(len(self.members()))} started, fewer than --min-np "
+                     f"{self.args.min_np}")
+        else:
+            self.form("the start")
+        self._supervise()
+        if self.code is not None:
+            return self.code
+        if not self.finishing:  # every worker ended, none by finishing training
+            self.say("no worker is left")
+            return self.last_failure or 1
+        return self.failure_code or 0
+
+    def _first_hosts(self) -> None:
+        """The hosts to start with, and where the store listens for them."""
         args = self.args
         if args.host_discovery_script:
             found = self.discover()
@@ -319,12 +313,13 @@ class Driver:
             self.hosts = {"localhost": args.max_np or args.np}
         for host in self.hosts:
             self._note_host(host)
-        if self.addr != _run._ADDR:
+        if self.addr != LOOPBACK:
             self.bind = "0.0.0.0"
-        self.store = _ddp().StoreServer(self.bind, 0, self.token)
-        self.client = _ddp().StoreClient(_run._ADDR, self.store.port, self.token, 30.0)
-        self.client.add("elastic/updates", 0)
-        # Start once -np workers can run (Horovod's rule), waiting for hosts up to the timeout.
+
+    def _wait_to_start(self) -> int | None:
+        """Waits until -np workers can run (Horovod's rule), for hosts up to the timeout;
+        returns the exit status when the job ends before it starts."""
+        args = self.args
         waited_from = time.monotonic()
         next_discovery = time.monotonic()
         while True:
@@ -332,7 +327,7 @@ class Driver:
             if args.max_np is not None:
                 free = min(free, args.max_np)
             if free >= args.np:
-                break
+                return None
             if time.monotonic() - waited_from > args.elastic_timeout:
                 self.say(f"{free} slots within --elastic-timeout {args.elastic_timeout:g} s, "
                          f"fewer than the {args.np} needed to start")
@@ -345,14 +340,12 @@ class Driver:
                 found = self.discover()
                 if found is not None:
                     self.hosts = found
-        self.fill()
-        if len(self.members()) < args.min_np:
-            self.end(f"{_workers(len(self.members()))} started, fewer than --min-np {args.min_np}")
-        else:
-            self.form("the start")
+
+    def _supervise(self) -> None:
+        """Until every worker has ended, and while none runs, for as long as hosts may still
+        come: events, discovery, and the grace of workers asked to stop."""
         next_discovery = time.monotonic() + DISCOVERY_SECONDS
         grace_until = None
-        # Until every worker has ended, and while none runs, for as long as hosts may still come.
         while self.running() or (self.code is None and not self.finishing and
                                  self.short_since is not None):
             timeout_at = next_discovery if grace_until is None else min(next_discovery,
@@ -363,7 +356,7 @@ class Driver:
                     self.stop(worker, signal.SIGKILL)
                 grace_until = None
             if kind == "signal" and grace_until is None:
-                grace_until = time.monotonic() + _run.GRACE_SECONDS
+                grace_until = time.monotonic() + GRACE_SECONDS
                 continue
             if time.monotonic() >= next_discovery:
                 next_discovery = time.monotonic() + DISCOVERY_SECONDS
@@ -372,13 +365,7 @@ class Driver:
             if self.code is None and not self.finishing and self.short_since is not None:
                 self._wait_for_hosts()
             if self.code is not None and grace_until is None and self.running():
-                grace_until = time.monotonic() + _run.GRACE_SECONDS
-        if self.code is not None:
-            return self.code
-        if not self.finishing:  # every worker ended, none by finishing training
-            self.say("no worker is left")
-            return self.last_failure or 1
-        return self.failure_code or 0
+                grace_until = time.monotonic() + GRACE_SECONDS
 
     def _next_event(self, until: float) -> str | None:
         """Handles the events that come before UNTIL; returns the kind of the last one."""
@@ -403,7 +390,7 @@ class Driver:
 
     def _exited(self, worker: Worker, status: int) -> None:
         worker.status = status
-        _run.sweep_shm()
+        sweep_shm()
         if status == 0:
             if not self.finishing:
                 self.finishing = True
@@ -414,12 +401,12 @@ class Driver:
         self.last_failure = 128 - status if status < 0 else status
         if self.finishing:
             self.failure_code = self.failure_code or self.last_failure
-            self.say(f"{worker.describe()} {_run._describe(status)} after the job began to end")
+            self.say(f"{worker.describe()} {describe(status)} after the job began to end")
             return
         self.blacklist.add(worker.host)
-        self.say(f"{worker.describe()} {_run._describe(status)}; host {worker.host} gets no new "
+        self.say(f"{worker.describe()} {describe(status)}; host {worker.host} gets no new "
                  f"workers")
-        self._reform(f"{worker.describe()} {_run._describe(status)}")
+        self._reform(f"{worker.describe()} {describe(status)}")
 
     def _finish(self, worker: Worker) -> None:
         """A worker returned: training is over. The workers of its generation finish too; one
@@ -485,22 +472,9 @@ class Driver:
 
 
 def _ddp():
-    from . import _ddp as module
+    from ddp import _ddp as module
 
     return module
-
-
-def _copy(pipe, prefix: bytes, sink) -> None:
-    """Copies a worker's (or its agent's) output, prefixed, leaving out an agent's control
-    lines."""
-    prefixer = _run._Prefixer(prefix)
-    while True:
-        data = os.read(pipe.fileno(), 1 << 16)
-        lines = prefixer.feed(data) if data else prefixer.close()
-        sink.write([line for line in lines if not line.startswith(_run._CONTROL)])
-        if not data:
-            pipe.close()
-            return
 
 
 def main(args, out, err, token: str) -> int:

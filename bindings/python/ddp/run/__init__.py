@@ -1,0 +1,50 @@
+"""ddprun: runs N ranks of a command as one libddp job, on this machine or on several hosts.
+
+    ddprun -np 4 python train.py                         (or: python -m ddp.run ...)
+    ddprun -np 8 -H host1:4,host2:4 python train.py      (--hostfile FILE: "host slots=N" lines)
+    ddprun --nnodes 2 --node-rank 0 --rendezvous HOST:PORT -np 8 python train.py   (per node)
+    ddprun -np 4 --servers 2 python train_ps.py          (parameter server: 2 more ranks serve)
+    ddprun -np 2 --min-np 2 --max-np 8 --host-discovery-script ./hosts.sh python train.py
+                                                         (elastic: ddp.elastic, ddp.torch.elastic)
+
+The launcher hosts the store the ranks meet at, gives each rank its DDP_* environment, copies
+their output line by line with "[rank] " (several hosts: "[host:rank] ") in front, and, when one
+rank fails, stops the others so that a job never hangs on a dead peer. Its exit status is the
+first failing rank's. On other hosts it starts one agent per host over ssh (or --rsh CMD): this
+package's __main__.py run with --_agent, which reads the job (token included) from its standard
+input, so that no secret is ever on a command line, and stops its ranks when that input closes.
+
+The rooms: args (the command line), hosts (-H, hostfiles, placement), env (each rank's
+environment), output (lines, prefixes, sinks), job (the supervisor), launch (a static job's
+store and units), agent (a host's part), elastic and discovery (elastic mode), procs (exit
+statuses, /dev/shm).
+"""
+from __future__ import annotations
+
+import secrets
+import sys
+
+from .hosts import Host, Place, is_local, parse_hostfile, parse_hosts, place  # noqa: F401
+from .procs import sweep_shm  # noqa: F401
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs ddprun with `argv` (default: sys.argv[1:]); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--_agent"]:
+        from .agent import agent_main
+
+        return agent_main()
+    from . import args as cli, launch
+    from .output import Sink
+
+    try:
+        args = cli.parse_args(argv)
+    except SystemExit as e:  # argparse's --help and usage errors
+        return e.code if isinstance(e.code, int) else 2
+    out, err = Sink(sys.stdout.buffer), Sink(sys.stderr.buffer)
+    if args.elastic:
+        from . import elastic
+
+        return elastic.main(args, out, err, secrets.token_hex(16))
+    return launch.run(args, out, err)

@@ -1,0 +1,107 @@
+"""ddprun's ranks' environments: what each rank is told (DDP_* and horovodrun's names), what of
+the launcher's environment it keeps, and what it runs."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from .hosts import Place
+
+# Inherited variables that would tell a rank it belongs to some other job.
+_SCRUBBED_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "DDP_LOCAL_", "DDP_CROSS_", "DDP_RENDEZVOUS_")
+# Horovod's names for a rank's place (what horovodrun sets), set again for this job: scripts
+# written for Horovod read them (the local rank picks the GPU before init()).
+HOROVOD_PLACE = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
+                 "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")
+_SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "DDP_REJOIN", "DDP_REPORT_FD",
+                   "MPI_LOCALRANKID", "MPI_LOCALNRANKS", *HOROVOD_PLACE}
+# What the ranks of an elastic job are not told by the launcher: they learn their place from
+# each generation (ddp/elastic.py).
+ELASTIC_UNSET = ("DDP_RANK", "DDP_SIZE", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_CROSS_RANK",
+                 "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE", *HOROVOD_PLACE)
+
+# Variables of the launcher's session that say nothing about the job; every other one goes to
+# the ranks on other hosts too (as horovodrun does), so that PATH, a virtual environment,
+# PYTHONPATH and the user's DDP_* settings hold there as here.
+_LOCAL_ONLY_NAMES = {"HOSTNAME", "HOST", "PWD", "OLDPWD", "SHLVL", "_", "DISPLAY", "XAUTHORITY",
+                     "TERM", "TERMCAP", "COLUMNS", "LINES"}
+_LOCAL_ONLY_PREFIXES = ("SSH_", "BASH_FUNC_", "XDG_")
+
+
+def decimal(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def server_command() -> list[str]:
+    """What a parameter-server rank runs."""
+    return [sys.executable, "-m", "ddp.ps.server"]
+
+
+def scrubbed(base) -> dict:
+    """BASE less the variables that would place a process in some other job."""
+    return {k: v for k, v in base.items()
+            if k not in _SCRUBBED_NAMES and not k.startswith(_SCRUBBED_PREFIXES)}
+
+
+def forwarded_env() -> dict:
+    """The launcher's environment as the ranks on other hosts get it."""
+    return {k: v for k, v in os.environ.items()
+            if k not in _LOCAL_ONLY_NAMES and not k.startswith(_LOCAL_ONLY_PREFIXES)}
+
+
+def _settings(env: dict, args: argparse.Namespace) -> None:
+    """The job's settings from ddprun's flags, the same for every rank."""
+    if args.servers:
+        env["DDP_PS_SERVERS"] = str(args.servers)
+    if args.restart_servers:
+        env["DDP_TRANSPORT"] = "tcp"
+        env.setdefault("DDP_PS_SERVER_RESTART_SECONDS", "120")
+    if args.fusion_threshold_mb is not None:
+        env["DDP_FUSION_THRESHOLD"] = str(int(args.fusion_threshold_mb * 1048576))
+    if args.cycle_time_ms is not None:
+        env["DDP_CYCLE_TIME_MS"] = decimal(args.cycle_time_ms)
+    if args.autotune:
+        env["DDP_AUTOTUNE"] = "1"
+    if args.start_timeout is not None:
+        env["DDP_START_TIMEOUT_SECONDS"] = decimal(args.start_timeout)
+
+
+def _timeline(env: dict, args: argparse.Namespace, rank: int) -> None:
+    timeline = args.timeline_filename
+    if timeline and "{rank}" in timeline:
+        env["DDP_TIMELINE"] = timeline.replace("{rank}", str(rank))
+    elif timeline:
+        if rank == 0:
+            env["DDP_TIMELINE"] = timeline
+        else:  # an inherited one would have every rank write rank 0's file
+            env.pop("DDP_TIMELINE", None)
+
+
+def rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, token: str,
+             where: Place | None = None) -> dict:
+    """The environment of one rank: the launcher's, less other jobs' ranks, plus this job's."""
+    env = scrubbed(base)
+    where = where or Place("", rank, args.np, 0, 1)
+    env.update(DDP_RANK=str(rank), DDP_SIZE=str(args.np), DDP_LOCAL_RANK=str(where.local_rank),
+               DDP_LOCAL_SIZE=str(where.local_size), DDP_CROSS_RANK=str(where.cross_rank),
+               DDP_CROSS_SIZE=str(where.cross_size), DDP_RENDEZVOUS_ADDR=addr,
+               DDP_RENDEZVOUS_PORT=str(port), DDP_RENDEZVOUS_EXTERNAL="1", DDP_JOB_TOKEN=token,
+               PYTHONUNBUFFERED="1")
+    env.update(zip(HOROVOD_PLACE, (env["DDP_RANK"], env["DDP_SIZE"], env["DDP_LOCAL_RANK"],
+                                   env["DDP_LOCAL_SIZE"], env["DDP_CROSS_RANK"],
+                                   env["DDP_CROSS_SIZE"])))
+    if where.host and args.places:  # the host as the launcher knows it: what libddp groups by
+        env["DDP_HOSTNAME"] = where.host
+    _settings(env, args)
+    _timeline(env, args, rank)
+    return env
+
+
+def worker_env(base, args: argparse.Namespace, addr: str, token: str) -> dict:
+    """The environment of an elastic worker before the driver says where it meets: the job's
+    settings, and no place (each generation gives it one)."""
+    env = rank_env(base, 0, args, addr, 0, token)
+    for name in ELASTIC_UNSET:
+        env.pop(name, None)
+    return env
