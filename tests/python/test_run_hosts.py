@@ -129,12 +129,15 @@ def test_an_elastic_job_across_hosts_goes_on_without_a_failed_host(cluster, ddp_
     assert f"worker {c}:0 (rank 2, host {c}) exited with status 1" in done.stderr, done.stderr
 
 
-def test_one_ddprun_per_node_as_torchrun(cluster, ddp_env):
+@pytest.mark.parametrize("form", ["ddprun", "torchrun"])
+def test_one_ddprun_per_node_as_torchrun(cluster, ddp_env, form):
+    """The same job in ddprun's words and in torchrun's (the store then on --master-port + 1)."""
     a = cluster.addresses[0]
     token = os.urandom(16).hex()  # in the environment: a scheduler's secret
+    where = (["--rendezvous", f"{a}:29517", "-np", "4"] if form == "ddprun" else
+             ["--nproc-per-node", "2", "--master-addr", a, "--master-port", "29520"])
     nodes = [cluster.popen(i, [sys.executable, "-m", "ddp.run", "--nnodes", "2", "--node-rank",
-                               str(i), "--rendezvous", f"{a}:29517", "-np", "4", sys.executable,
-                               str(WORKER)],
+                               str(i), *where, sys.executable, str(WORKER)],
                            env={**ddp_env, "DDP_JOB_TOKEN": token, "DDP_HOSTNAME": f"node{i}"},
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in (1, 0)]  # node 1 first: its ranks wait for node 0's store

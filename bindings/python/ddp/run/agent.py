@@ -11,7 +11,7 @@ import sys
 
 from .env import scrubbed
 from .job import Job, Unit
-from .output import Sink
+from .output import Sink, rank_prefix
 
 # The file the agent runs: by its path, so that the other host needs this same file at the same
 # path, and nothing on its sys.path (its login shell's environment is not the job's).
@@ -57,7 +57,7 @@ def agent_main() -> int:
     base = scrubbed(os.environ)
     first_server = int(spec.get("first_server", 1 << 30))
     units = [Unit([int(r)], spec["server_command"] if int(r) >= first_server else command,
-                  {**base, **env}, f"[{host}:{r}] ", host)
+                  {**base, **env}, rank_prefix(int(r), host), host)
              for r, env in sorted(ranks.items(), key=lambda item: int(item[0]))]
     return Job(units, out, err, agent=True, host=host,
                tolerated=frozenset(spec.get("tolerated", [])),

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import sys
 
 from .hosts import parse_hostfile, parse_hosts, place
+from .nodes import add_node_flags, check_nodes, resolve_count, torchrun_flags
 
 
 def _number(minimum: float, strict: bool = False):
@@ -30,28 +32,19 @@ def _add_host_flags(parser: argparse.ArgumentParser) -> None:
     hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
                        help="hosts and how many ranks each takes, filled in order "
                        "(HOST alone: 1 slot); hosts of this machine are started directly")
-    hosts.add_argument("--hostfile", metavar="FILE",
+    hosts.add_argument("-hostfile", "--hostfile", dest="hostfile", metavar="FILE",
                        help="one host per line: 'HOST slots=N' (as the MPI operator writes "
                        "it), 'HOST:N' or 'HOST'; '#' starts a comment")
-    hosts.add_argument("--ssh-port", type=int, metavar="PORT", help="ssh's port on the hosts")
-    hosts.add_argument("--ssh-identity-file", metavar="FILE", help="ssh's private key")
+    hosts.add_argument("-p", "--ssh-port", dest="ssh_port", type=int, metavar="PORT",
+                       help="ssh's port on the hosts")
+    hosts.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file", metavar="FILE",
+                       help="ssh's private key")
     hosts.add_argument("--rsh", metavar="CMD",
                        help="replaces ssh: run as CMD HOST COMMAND, COMMAND one shell command "
                        "line, as ssh takes it (e.g. a script running `ip netns exec`)")
     hosts.add_argument("--rendezvous-addr", metavar="ADDR",
                        help="the address of this machine the other hosts reach its store at "
                        "(default: the one the route to the first other host leaves from)")
-
-
-def _add_node_flags(parser: argparse.ArgumentParser) -> None:
-    nodes = parser.add_argument_group("one ddprun per node (as torchrun)")
-    nodes.add_argument("--nnodes", type=int, metavar="K", help="number of nodes in the job")
-    nodes.add_argument("--node-rank", type=int, metavar="I",
-                       help="this node's index, 0..K-1; node 0 hosts the rendezvous store")
-    nodes.add_argument("--rendezvous", metavar="HOST:PORT",
-                       help="node 0's address and the port its store listens on")
-    nodes.add_argument("--token-file", metavar="FILE",
-                       help="the job's secret, the same on every node (default: $DDP_JOB_TOKEN)")
 
 
 def _add_elastic_flags(parser: argparse.ArgumentParser) -> None:
@@ -104,11 +97,83 @@ def _add_engine_flags(add) -> None:
         help="seconds the ranks wait for each other at start (DDP_START_TIMEOUT_SECONDS)")
 
 
+# horovodrun's --log-level names, as DDP_LOG_LEVEL takes them (libddp has no "fatal": its errors).
+LOG_LEVELS = {"trace": "trace", "debug": "debug", "info": "info", "warning": "warning",
+              "error": "error", "fatal": "error", "off": "off"}
+
+
+def _log_level(text: str) -> str:
+    level = LOG_LEVELS.get(text.lower())
+    if level is None:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one of {', '.join(n.upper() for n in LOG_LEVELS)}")
+    return level
+
+
+def _interface(text: str) -> str:
+    """--network-interfaces: horovodrun takes a comma-separated list; libddp listens on one."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if len(names) != 1:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give one interface; libddp listens and connects on one (DDP_IFACE)")
+    return names[0]
+
+
+def version() -> str:
+    """ddp's version: its extension's (the CMake project's), else the installed package's."""
+    try:
+        from ddp import __version__
+
+        return __version__
+    except ImportError:
+        from importlib import metadata
+
+        try:
+            return metadata.version("libddp")
+        except metadata.PackageNotFoundError:
+            return "unknown (ddp is neither importable nor installed)"
+
+
+class _Version(argparse.Action):
+    """--version, as horovodrun's: the version alone on standard output, then exit 0."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stdout.write(version() + "\n")
+        sys.stdout.flush()
+        parser.exit()
+
+
+def _add_output_flags(parser: argparse.ArgumentParser) -> None:
+    output = parser.add_argument_group("output, logging and the network (as horovodrun's)")
+    output.add_argument("--output-filename", metavar="DIR",
+                        help="also write each rank's stdout and stderr to DIR/rank.N/stdout and "
+                        "DIR/rank.N/stderr (N zero-padded to the width of the last rank), as "
+                        "horovodrun does; the terminal still gets every line")
+    output.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp",
+                        dest="prefix_timestamp", action="store_true",
+                        help="put the time before every line ddprun prints (and writes to "
+                        "--output-filename's files), as horovodrun does: 'Fri Nov 27 16:41:22 "
+                        "2026 [0] ...'")
+    output.add_argument("--log-level", type=_log_level, metavar="LEVEL",
+                        help="libddp's log level (DDP_LOG_LEVEL): TRACE, DEBUG, INFO, WARNING, "
+                        "ERROR, FATAL (as ERROR) or OFF, any case")
+    output.add_argument("--network-interfaces", "--network-interface", dest="iface",
+                        type=_interface, metavar="IFACE",
+                        help="the network interface the ranks listen and connect on "
+                        "(DDP_IFACE, and NCCL_SOCKET_IFNAME for NCCL's own sockets); one name")
+    output.add_argument("--version", action=_Version, help="print ddp's version and exit")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ddprun",
         usage="%(prog)s -np N [-H HOST:SLOTS,... | --hostfile FILE | --nnodes K --node-rank I "
-        "--rendezvous HOST:PORT]\n              [options] COMMAND...",
+        "--rendezvous HOST:PORT]\n              [options] COMMAND...\n"
+        "       %(prog)s --nproc-per-node L [--nnodes K --node-rank I --master-addr HOST "
+        "[--master-port PORT] | --standalone]\n              [options] COMMAND...",
         description="Run N ranks of COMMAND as one libddp job: on this machine, on the hosts "
         "given (started over ssh), or, run once per node, on the node it runs on.",
         epilog="Every output line is prefixed with its rank ([host:rank] on several hosts). If a "
@@ -119,10 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="number of ranks to start (in all); in elastic mode, how many workers must be able "
         "to run before the job starts (default: --min-np)")
     _add_host_flags(parser)
-    _add_node_flags(parser)
+    add_node_flags(parser)
     _add_elastic_flags(parser)
     _add_server_flags(add)
     _add_engine_flags(add)
+    _add_output_flags(parser)
     add("--verbose", action="store_true", help="print the store's port and the ranks' statuses")
     add("command", nargs=argparse.REMAINDER, metavar="COMMAND...",
         help="the program every rank runs, with its arguments")
@@ -141,8 +207,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     bool(args.host_discovery_script))
     if args.elastic:
         _check_elastic(parser, args)
-    elif args.np is None:
-        parser.error("-np N is required (the number of ranks)")
+    else:
+        resolve_count(parser, args)
     if args.slots is not None or args.elastic_timeout != 600.0 or args.reset_limit is not None:
         if not args.elastic:
             parser.error("--slots-per-host, --elastic-timeout and --reset-limit are for elastic "
@@ -151,30 +217,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"-np must be at least 1 (got {args.np})")
     if args.hosts and args.hostfile:
         parser.error("give -H or --hostfile, not both")
-    _check_nodes(parser, args)
+    check_nodes(parser, args)
     _check_servers(parser, args)
+    if args.output_filename and args.elastic:
+        parser.error("--output-filename names each rank's files, and an elastic job's ranks "
+                     "change: it is for a static job")
     args.workers = args.np
     args.np += args.servers  # every rank of the job: the workers, then the servers
     _read_hosts(parser, args)
     return args
-
-
-def _check_nodes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    node_flags = [args.nnodes is not None, args.node_rank is not None, bool(args.rendezvous)]
-    if not any(node_flags):
-        return
-    if not all(node_flags):
-        parser.error("--nnodes, --node-rank and --rendezvous go together")
-    if args.hosts or args.hostfile:
-        parser.error("--nnodes runs once per node: it takes no -H or --hostfile")
-    if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
-        parser.error(f"--node-rank {args.node_rank} is not in 0..{args.nnodes - 1}")
-    if args.np % args.nnodes:
-        parser.error(f"-np {args.np} ranks do not split evenly over {args.nnodes} nodes")
-    host, colon, port = args.rendezvous.rpartition(":")
-    if not colon or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        parser.error(f"--rendezvous {args.rendezvous!r} is not HOST:PORT")
-    args.rendezvous_host, args.rendezvous_port = host.strip("[]"), int(port)
 
 
 def _check_servers(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -232,6 +283,9 @@ def _check_elastic(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     if args.nnodes is not None or args.servers:
         parser.error("elastic mode runs the job from one ddprun: it takes no --nnodes and no "
                      "--servers")
+    per_node = torchrun_flags(args) + (["--node-rank"] if args.node_rank is not None else [])
+    if per_node:
+        parser.error(f"elastic mode runs the job from one ddprun: it takes no {per_node[0]}")
     if args.timeline_filename and "{rank}" not in args.timeline_filename:
         parser.error("in elastic mode ranks change: give --timeline-filename with {rank} (each "
                      "worker writes its own file, {rank} replaced by its worker id)")

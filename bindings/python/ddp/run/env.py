@@ -9,17 +9,25 @@ import sys
 from .hosts import Place
 
 # Inherited variables that would tell a rank it belongs to some other job.
-_SCRUBBED_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "DDP_LOCAL_", "DDP_CROSS_", "DDP_RENDEZVOUS_")
+_SCRUBBED_PREFIXES = ("OMPI_", "PMI_", "PMIX_", "DDP_LOCAL_", "DDP_CROSS_", "DDP_RENDEZVOUS_",
+                      "TORCHELASTIC_")
 # Horovod's names for a rank's place (what horovodrun sets), set again for this job: scripts
 # written for Horovod read them (the local rank picks the GPU before init()).
 HOROVOD_PLACE = ("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK", "HOROVOD_LOCAL_SIZE",
                  "HOROVOD_CROSS_RANK", "HOROVOD_CROSS_SIZE")
+# torchrun's names for a rank's place (torch.distributed's env:// reads RANK, WORLD_SIZE,
+# MASTER_ADDR and MASTER_PORT; scripts read LOCAL_RANK), set again for this job. torchrun's
+# agent's own (TORCHELASTIC_*: its store, its restarts) are never set: there is no such agent.
+TORCHRUN_PLACE = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                  "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME")
+_TORCHRUN_NAMES = (*TORCHRUN_PLACE, "MASTER_ADDR", "MASTER_PORT")
 _SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "DDP_REJOIN", "DDP_REPORT_FD",
-                   "MPI_LOCALRANKID", "MPI_LOCALNRANKS", *HOROVOD_PLACE}
+                   "MPI_LOCALRANKID", "MPI_LOCALNRANKS", *HOROVOD_PLACE, *_TORCHRUN_NAMES}
 # What the ranks of an elastic job are not told by the launcher: they learn their place from
 # each generation (ddp/elastic.py).
 ELASTIC_UNSET = ("DDP_RANK", "DDP_SIZE", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_CROSS_RANK",
-                 "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE", *HOROVOD_PLACE)
+                 "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE", *HOROVOD_PLACE,
+                 *_TORCHRUN_NAMES)
 
 # Variables of the launcher's session that say nothing about the job; every other one goes to
 # the ranks on other hosts too (as horovodrun does), so that PATH, a virtual environment,
@@ -65,6 +73,10 @@ def _settings(env: dict, args: argparse.Namespace) -> None:
         env["DDP_AUTOTUNE"] = "1"
     if args.start_timeout is not None:
         env["DDP_START_TIMEOUT_SECONDS"] = decimal(args.start_timeout)
+    if args.log_level is not None:
+        env["DDP_LOG_LEVEL"] = args.log_level
+    if args.iface is not None:  # NCCL's own sockets too, as horovodrun's --network-interfaces
+        env["DDP_IFACE"] = env["NCCL_SOCKET_IFNAME"] = args.iface
 
 
 def _timeline(env: dict, args: argparse.Namespace, rank: int) -> None:
@@ -78,9 +90,30 @@ def _timeline(env: dict, args: argparse.Namespace, rank: int) -> None:
             env.pop("DDP_TIMELINE", None)
 
 
+def _group(args: argparse.Namespace, where: Place) -> tuple[int, int]:
+    """torchrun's GROUP_RANK and GROUP_WORLD_SIZE: the index of the rank's node (host) among the
+    job's, and how many there are. Horovod's cross rank differs where hosts have unequal slots."""
+    if not args.places:  # one machine (0 of 1), or once per node (its node rank of K)
+        return where.cross_rank, where.cross_size
+    hosts = list(dict.fromkeys(p.host for p in args.places))
+    return hosts.index(where.host), len(hosts)
+
+
+def _torchrun(env: dict, rank: int, args: argparse.Namespace, where: Place,
+              master: tuple[str, int]) -> None:
+    """torchrun's variables, from the same place as the DDP_* ones (one role, "default")."""
+    group, groups = _group(args, where)
+    env.update(zip(TORCHRUN_PLACE, (str(rank), str(args.np), str(where.local_rank),
+                                    str(where.local_size), str(group), str(groups), str(rank),
+                                    str(args.np), "default")))
+    env.update(MASTER_ADDR=master[0], MASTER_PORT=str(master[1]))
+
+
 def rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, token: str,
-             where: Place | None = None) -> dict:
-    """The environment of one rank: the launcher's, less other jobs' ranks, plus this job's."""
+             where: Place | None = None, master: tuple[str, int] | None = None) -> dict:
+    """The environment of one rank: the launcher's, less other jobs' ranks, plus this job's.
+    MASTER: torch.distributed's store, (MASTER_ADDR, MASTER_PORT); with it the rank gets
+    torchrun's variables too."""
     env = scrubbed(base)
     where = where or Place("", rank, args.np, 0, 1)
     env.update(DDP_RANK=str(rank), DDP_SIZE=str(args.np), DDP_LOCAL_RANK=str(where.local_rank),
@@ -93,6 +126,8 @@ def rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, to
                                    env["DDP_CROSS_SIZE"])))
     if where.host and args.places:  # the host as the launcher knows it: what libddp groups by
         env["DDP_HOSTNAME"] = where.host
+    if master is not None:
+        _torchrun(env, rank, args, where, master)
     _settings(env, args)
     _timeline(env, args, rank)
     return env

@@ -12,7 +12,7 @@ import subprocess
 import threading
 import time
 
-from .output import CONTROL, OutputPump, Sink, copy_lines
+from .output import CONTROL, OutputPump, RankFiles, Sink, copy_lines, rank_prefix
 from .procs import count_ranks, describe, sweep_shm
 
 GRACE_SECONDS = 5.0  # between asking ranks to stop (SIGTERM/SIGINT) and SIGKILL
@@ -31,6 +31,12 @@ class Unit:
         self.started = spec is None  # an agent has started once it says so
         self.proc: subprocess.Popen | None = None
 
+    def prefixes(self) -> dict[bytes, int]:
+        """The prefix of each of its ranks' lines (an agent's come prefixed by the agent)."""
+        if self.spec is None:
+            return {self.prefix: self.ranks[0]}
+        return {rank_prefix(r, self.host).encode(): r for r in self.ranks}
+
     def describe(self) -> str:
         first, last = self.ranks[0], self.ranks[-1]
         what = f"rank {first}" if first == last else f"ranks {first}-{last}"
@@ -44,8 +50,10 @@ class Job:
 
     def __init__(self, units: list[Unit], out: Sink, err: Sink, agent: bool = False,
                  host: str = "", tolerated: frozenset = frozenset(),
-                 restartable: frozenset = frozenset(), max_restarts: int = 0):
+                 restartable: frozenset = frozenset(), max_restarts: int = 0,
+                 files: RankFiles | None = None):
         self._units = units
+        self._files = files  # --output-filename's, beside the launcher's streams
         # Ranks started again when they fail (--restart-servers: parameter servers, which
         # rejoin the running job with DDP_REJOIN=1), and how often each was.
         self._restartable = restartable
@@ -59,7 +67,7 @@ class Job:
         self._err = err
         self._agent = agent
         self._host_of = {r: u.host for u in units for r in u.ranks}
-        self._pump = OutputPump(out, err)
+        self._pump = OutputPump(out, err, files)
         self._events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in signal handlers
         self._alive: set[int] = set()
         self._stdin_closed: set[int] = set()
@@ -336,8 +344,9 @@ class Job:
             return False
         unit.proc = proc
         self._alive.add(index)
-        for pipe, sink in ((proc.stdout, self._out), (proc.stderr, self._err)):
-            threading.Thread(target=copy_lines, args=(pipe, unit.prefix, sink),
+        for stream, pipe, sink in ((0, proc.stdout, self._out), (1, proc.stderr, self._err)):
+            threading.Thread(target=copy_lines,
+                             args=(pipe, unit.prefix, sink, self._files, stream),
                              name=f"ddprun-output-{index}", daemon=True).start()
         self._watch(index, proc)
         return True

@@ -12,7 +12,7 @@ from .agent import remote_command
 from .env import forwarded_env, rank_env, server_command
 from .hosts import LOOPBACK, Place, address_toward, is_local
 from .job import Job, Unit
-from .output import Sink
+from .output import RankFiles, Sink, rank_prefix
 from .procs import count_ranks, describe
 
 
@@ -38,7 +38,27 @@ def start_store(token: str, addr: str = LOOPBACK, port: int = 0):
     return server.port, server.close
 
 
-def _host_units(args: argparse.Namespace, addr: str, port: int, token: str) -> list[Unit]:
+def _free_port() -> int:
+    """A port free on this machine now, for torch.distributed's store (as torchrun's
+    --standalone picks one): rank 0 binds it when the script calls init_process_group."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
+
+
+def _torch_master(args: argparse.Namespace, addr: str) -> tuple[str, int]:
+    """MASTER_ADDR and MASTER_PORT: rank 0's host as the ranks reach it, and a port for
+    torch.distributed's store there (never the rendezvous store's)."""
+    if args.nnodes:
+        return args.master_addr, args.master_port  # nodes.py: --master-* or after --rendezvous
+    host = addr  # this machine, as every rank reaches it
+    if args.places and args.places[0].host not in args.local_hosts:
+        host = args.places[0].host  # rank 0 is on another host: by the name it was given
+    return args.master_addr or host, args.master_port or _free_port()
+
+
+def _host_units(args: argparse.Namespace, addr: str, port: int, token: str,
+                master: tuple[str, int]) -> list[Unit]:
     """A unit per rank on this machine's hosts, one agent per other host."""
     by_host: dict[str, list[int]] = {}
     for rank, where in enumerate(args.places):
@@ -47,9 +67,9 @@ def _host_units(args: argparse.Namespace, addr: str, port: int, token: str) -> l
     units = []
     for host, ranks in by_host.items():
         if host in args.local_hosts:
-            units += [Unit([r], _command(args, r), rank_env(os.environ, r, args, addr, port, token,
-                                                            args.places[r]), f"[{host}:{r}] ",
-                           host)
+            units += [Unit([r], _command(args, r),
+                           rank_env(os.environ, r, args, addr, port, token, args.places[r],
+                                    master), rank_prefix(r, host), host)
                       for r in ranks]
             continue
         spec = {"host": host, "cwd": os.getcwd(), "command": args.command,
@@ -57,7 +77,7 @@ def _host_units(args: argparse.Namespace, addr: str, port: int, token: str) -> l
                 "tolerated": sorted(_tolerated(args)),
                 "restartable": sorted(_restartable(args)), "max_restarts": args.max_restarts,
                 "ranks": {str(r): rank_env(forwarded, r, args, addr, port, token,
-                                           args.places[r]) for r in ranks}}
+                                           args.places[r], master) for r in ranks}}
         units.append(Unit(ranks, remote_command(args, host), dict(os.environ), "", host, spec))
     return units
 
@@ -74,15 +94,15 @@ def _read_token(args: argparse.Namespace) -> str:
     return token
 
 
-def _node_units(args: argparse.Namespace, token: str) -> list[Unit]:
+def _node_units(args: argparse.Namespace, token: str, master: tuple[str, int]) -> list[Unit]:
     """This node's ranks: node I of K runs ranks I*L .. I*L+L-1, L = N/K."""
     per_node = args.np // args.nnodes
     host = os.environ.get("DDP_HOSTNAME") or socket.gethostname()
     first = args.node_rank * per_node
     return [Unit([r], args.command,
                  rank_env(os.environ, r, args, args.rendezvous_host, args.rendezvous_port, token,
-                          Place(host, r - first, per_node, args.node_rank, args.nnodes)),
-                 f"[{host}:{r}] ") for r in range(first, first + per_node)]
+                          Place(host, r - first, per_node, args.node_rank, args.nnodes), master),
+                 rank_prefix(r, host)) for r in range(first, first + per_node)]
 
 
 def _where_to_meet(args: argparse.Namespace) -> tuple[str, str, int, list[str]]:
@@ -101,6 +121,24 @@ def _where_to_meet(args: argparse.Namespace) -> tuple[str, str, int, list[str]]:
     return "0.0.0.0", args.rendezvous_addr or address_toward(remote[0]), 0, remote
 
 
+def _units(args: argparse.Namespace, addr: str, port: int, token: str) -> list[Unit]:
+    master = _torch_master(args, addr)
+    if args.nnodes:
+        return _node_units(args, token, master)
+    if args.places:
+        return _host_units(args, addr, port, token, master)
+    return [Unit([r], _command(args, r),
+                 rank_env(os.environ, r, args, addr, port, token, master=master),
+                 rank_prefix(r)) for r in range(args.np)]
+
+
+def _rank_files(args: argparse.Namespace, units: list[Unit]) -> RankFiles | None:
+    if not args.output_filename:
+        return None
+    prefixes = {p: r for unit in units for p, r in unit.prefixes().items()}
+    return RankFiles(args.output_filename, args.np, prefixes)
+
+
 def run(args: argparse.Namespace, out: Sink, err: Sink) -> int:
     """Runs the job ARGS describes (all but elastic mode); returns ddprun's exit status."""
     say = lambda message: err.write([f"ddprun: {message}\n".encode()])  # noqa: E731
@@ -117,27 +155,33 @@ def run(args: argparse.Namespace, out: Sink, err: Sink) -> int:
         except Exception as e:  # noqa: BLE001 - any failure here means no job, said clearly
             say(f"cannot start the rendezvous store on {bind}:{port}: {e}")
             return 1
-    if args.nnodes:
-        units = _node_units(args, token)
-    elif args.places:
-        units = _host_units(args, addr, port, token)
-    else:
-        units = [Unit([r], _command(args, r), rank_env(os.environ, r, args, addr, port, token),
-                      f"[{r}] ") for r in range(args.np)]
+    units = _units(args, addr, port, token)
+    try:
+        files = _rank_files(args, units)
+    except OSError as e:
+        close_store()
+        say(f"--output-filename {args.output_filename}: {e.strerror or e}")
+        return 2
     job = Job(units, out, err, tolerated=_tolerated(args), restartable=_restartable(args),
-              max_restarts=args.max_restarts)
+              max_restarts=args.max_restarts, files=files)
     try:
         if args.verbose:
-            where = f"; on hosts here {sorted(args.local_hosts)}, over " \
-                    f"{(shlex.split(args.rsh) if args.rsh else ['ssh'])[0]} {remote}" \
-                    if args.places else ""
-            job.say(f"rendezvous store on {addr}:{port}{where}; starting "
-                    f"{count_ranks(sum(len(u.ranks) for u in units))}: "
-                    f"{shlex.join(args.command)}")
+            _say_start(job, args, units, addr, port, remote)
         code = job.run()
     finally:
         close_store()
+        if files is not None:
+            files.close()
     if args.verbose:
         for rank, status in sorted(job.statuses.items()):
             job.say(f"rank {rank} {describe(status)}")
     return code
+
+
+def _say_start(job: Job, args: argparse.Namespace, units: list[Unit], addr: str, port: int,
+               remote: list[str]) -> None:
+    where = f"; on hosts here {sorted(args.local_hosts)}, over " \
+            f"{(shlex.split(args.rsh) if args.rsh else ['ssh'])[0]} {remote}" \
+        if args.places else ""
+    job.say(f"rendezvous store on {addr}:{port}{where}; starting "
+            f"{count_ranks(sum(len(u.ranks) for u in units))}: {shlex.join(args.command)}")

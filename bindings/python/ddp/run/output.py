@@ -7,29 +7,97 @@ import re
 import selectors
 import subprocess
 import threading
+import time
 
 # An agent's word to the launcher: a line of its stderr starting with this (never printed).
 CONTROL = b"\x1eddprun "
 
 
-class Sink:
-    """A launcher output stream taking whole lines under one lock: no two writers interleave."""
+def rank_prefix(rank: int, host: str = "") -> str:
+    """What a rank's lines start with: "[3] " on one machine, "[host:3] " across hosts."""
+    return f"[{host}:{rank}] " if host else f"[{rank}] "
 
-    def __init__(self, stream):
+
+def timestamp() -> bytes:
+    """What --prefix-output-with-timestamp puts before a line: horovodrun's time (local,
+    time.asctime's "Fri Nov 27 16:41:22 2026") and a space."""
+    return time.asctime().encode() + b" "
+
+
+class Sink:
+    """A launcher output stream taking whole lines under one lock: no two writers interleave.
+    STAMP: every line gets the time in front (--prefix-output-with-timestamp)."""
+
+    def __init__(self, stream, stamp: bool = False):
         self._stream = stream
+        self._stamp = stamp
         self._lock = threading.Lock()
         self._broken = False
 
-    def write(self, lines: list[bytes]) -> None:
+    def write(self, lines: list[bytes]) -> bytes:
+        """Writes LINES; returns the time put before each (b"" without STAMP)."""
+        stamp = timestamp() if self._stamp and lines else b""
         with self._lock:
             if self._broken or not lines:
-                return
+                return stamp
             try:
                 for line in lines:
-                    self._stream.write(line)
+                    self._stream.write(stamp + line)
                 self._stream.flush()
             except (OSError, ValueError):  # e.g. `ddprun ... | head`: keep draining the ranks
                 self._broken = True
+        return stamp
+
+
+class RankFiles:
+    """--output-filename DIR: each rank's stdout and stderr also in DIR/rank.N/stdout and
+    DIR/rank.N/stderr, as horovodrun lays them out (N zero-padded to the width of the job's last
+    rank, so that the folders sort in rank order). A file gets the rank's lines as the terminal
+    shows them less the "[rank] " prefix (the time stays, with --prefix-output-with-timestamp)."""
+
+    def __init__(self, directory: str, size: int, prefixes: dict[bytes, int]):
+        """PREFIXES: the prefix of each rank this launcher shows ("[3] ", "[host:3] ")."""
+        width = len(str(max(size - 1, 0)))
+        self._files: dict[bytes, tuple] = {}
+        self._lock = threading.Lock()
+        try:
+            for prefix, rank in prefixes.items():
+                folder = os.path.join(directory, f"rank.{rank:0{width}d}")
+                os.makedirs(folder, exist_ok=True)
+                self._files[prefix] = tuple(open(os.path.join(folder, name), "wb")
+                                            for name in ("stdout", "stderr"))
+        except OSError:
+            self.close()
+            raise
+
+    def write(self, stream: int, lines: list[bytes], stamp: bytes) -> None:
+        """Lines of STREAM (0 stdout, 1 stderr), each starting with its rank's prefix."""
+        with self._lock:
+            touched = set()
+            for line in lines:
+                cut = line.find(b"] ") + 2
+                files = self._files.get(line[:cut]) if cut > 1 else None
+                if files is None:
+                    continue
+                try:
+                    files[stream].write(stamp + line[cut:])
+                    touched.add(files[stream])
+                except (OSError, ValueError):
+                    pass  # a full disk loses the copy, never the job
+            for f in touched:
+                try:
+                    f.flush()
+                except (OSError, ValueError):
+                    pass
+
+    def close(self) -> None:
+        with self._lock:
+            for files in self._files.values():
+                for f in files:
+                    try:
+                        f.close()
+                    except OSError:
+                        pass
 
 
 _LINE = re.compile(rb"[^\r\n]*(?:\r\n|\r|\n)")
@@ -71,10 +139,11 @@ class OutputPump(threading.Thread):
     """Copies the output of every process the launcher started to the launcher's, line by line,
     prefixed; an agent's lines come prefixed already, and its control lines become events."""
 
-    def __init__(self, out: Sink, err: Sink):
+    def __init__(self, out: Sink, err: Sink, files: RankFiles | None = None):
         super().__init__(name="ddprun-output", daemon=True)
         self._selector = selectors.DefaultSelector()
         self._sinks = (out, err)
+        self._files = files
         self._open: dict[int, int] = {}  # unit -> how many of its pipes are still open
         self._closed = threading.Condition()
 
@@ -82,9 +151,8 @@ class OutputPump(threading.Thread):
             report: tuple | None = None) -> None:
         """Only before start(). CONTROL(line) takes the control lines of its stderr; REPORT, a
         (pipe, handler) pair, the lines of its libddp report pipe (handler(line), never shown)."""
-        for pipe, sink, ctl in ((proc.stdout, self._sinks[0], None),
-                                (proc.stderr, self._sinks[1], control)):
-            self._selector.register(pipe, selectors.EVENT_READ, (unit, Prefixer(prefix), sink,
+        for stream, pipe, ctl in ((0, proc.stdout, None), (1, proc.stderr, control)):
+            self._selector.register(pipe, selectors.EVENT_READ, (unit, Prefixer(prefix), stream,
                                                                  ctl))
         self._open[unit] = 2
         if report is not None:
@@ -99,10 +167,10 @@ class OutputPump(threading.Thread):
                 self._read(key)
 
     def _read(self, key: selectors.SelectorKey) -> None:
-        unit, prefixer, sink, control = key.data
+        unit, prefixer, stream, control = key.data
         data = os.read(key.fd, 1 << 16)
         lines = prefixer.feed(data) if data else prefixer.close()
-        if sink is None:  # a report pipe: every line goes to its handler
+        if stream is None:  # a report pipe: every line goes to its handler
             for line in lines:
                 control(line)
             lines = []
@@ -111,7 +179,9 @@ class OutputPump(threading.Thread):
                 control(line)
             lines = [line for line in lines if not line.startswith(CONTROL)]
         if lines:
-            sink.write(lines)
+            stamp = self._sinks[stream].write(lines)
+            if self._files is not None:
+                self._files.write(stream, lines, stamp)
         if not data:
             self._selector.unregister(key.fileobj)
             key.fileobj.close()
@@ -124,14 +194,19 @@ class OutputPump(threading.Thread):
             self._closed.wait_for(lambda: self._open.get(unit, 0) == 0, timeout)
 
 
-def copy_lines(pipe, prefix: bytes, sink: Sink) -> None:
+def copy_lines(pipe, prefix: bytes, sink: Sink, files: RankFiles | None = None,
+               stream: int = 0) -> None:
     """Copies one process's output (a restarted server's, an elastic worker's or its agent's),
-    prefixed, until it closes, leaving out an agent's control lines."""
+    prefixed, until it closes, leaving out an agent's control lines. FILES gets them too, as
+    STREAM (0 stdout, 1 stderr)."""
     prefixer = Prefixer(prefix)
     while True:
         data = os.read(pipe.fileno(), 1 << 16)
         lines = prefixer.feed(data) if data else prefixer.close()
-        sink.write([line for line in lines if not line.startswith(CONTROL)])
+        lines = [line for line in lines if not line.startswith(CONTROL)]
+        stamp = sink.write(lines)
+        if files is not None and lines:
+            files.write(stream, lines, stamp)
         if not data:
             pipe.close()
             return
