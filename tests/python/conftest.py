@@ -10,6 +10,18 @@ import pytest
 BINDINGS = pathlib.Path(__file__).resolve().parents[2] / "bindings" / "python"
 
 
+def pytest_report_header(config):
+    """Which torch and numpy this run tests (make test-python: Debian's 1.13 in .venv; make
+    test-torch2: PyTorch 2 in .venv-torch2), read from their metadata, not imported."""
+    import importlib.metadata as metadata
+
+    def version(name):
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return "absent"
+    return f"{sys.executable}: torch {version('torch')}, numpy {version('numpy')}"
+
 @pytest.fixture(scope="session")
 def ddp_env():
     """An environment for subprocesses that `import ddp`: the test's own, with bindings/python put

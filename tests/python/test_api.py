@@ -81,24 +81,28 @@ def test_a_rank_that_left_is_named_as_data(run_job):
     assert result.stdout.count(": ok") == 2 and "rank 2: left" in result.stdout, result.stdout
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("np", [1, 3])
 def test_torch_api_every_dtype_and_op(run_job, np):
     result = run_job(np, "api_torch.py")
     assert result.stdout.count(": ok") == np
 
 
+@pytest.mark.torch
 def test_the_fast_path_and_the_general_one_agree(run_job):
     # Handles, results, automatic names and errors, with ranks taking different paths.
     result = run_job(2, "fast_path.py")
     assert result.stdout.count(": ok") == 2
 
 
+@pytest.mark.torch
 def test_horovods_names_and_flags_work_as_in_horovod(run_job):
     # average=, the *_built()/*_enabled() queries, join(device), HorovodInternalError.
     result = run_job(2, "horovod_compat.py")
     assert result.stdout.count(": ok") == 2
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("np", [2, 3])
 def test_horovods_operations_move_any_dtype_and_carry_gradients(run_job, np):
     # int16/bool/complex through allgather, broadcast, alltoall; gradients through allgather,
@@ -107,6 +111,7 @@ def test_horovods_operations_move_any_dtype_and_carry_gradients(run_job, np):
     assert result.stdout.count(": ok") == np
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("np", [2, 3])
 def test_horovods_semantics_hold(run_job, np):
     # A name in flight raises ValueError at the call; barrier() does not wait for unrelated
@@ -117,11 +122,36 @@ def test_horovods_semantics_hold(run_job, np):
     assert result.stdout.count(": ok") == np
 
 
+@pytest.mark.torch
 @pytest.mark.parametrize("mode", ["plain", "fp16", "passes", "join", "predivide", "adam"])
 def test_distributed_optimizer_matches_single_process_training(run_job, mode):
     result = run_job(3, "optimizer.py", mode)
     assert result.stdout.count(f"{mode} ok") == 3
 
+
+@pytest.mark.torch
+def test_the_gradient_hook_sees_each_accumulated_gradient(ddp_env):
+    # DistributedOptimizer submits a gradient from a hook that must fire once backward has
+    # accumulated it: on torch >= 2.1 register_post_accumulate_grad_hook, before that a hook on
+    # the AccumulateGrad node. Each torch line takes its own path here, and both see p.grad final.
+    code = ("import json, torch\n"
+            "from ddp.torch.optimizer import gradient_hook\n"
+            "p = torch.nn.Parameter(torch.ones(3))\n"
+            "seen = []\n"
+            "keep = gradient_hook(p, lambda: seen.append(p.grad.tolist()))\n"
+            "(2 * p).sum().backward()\n"
+            "(3 * p).sum().backward()\n"
+            "major, minor = map(int, torch.__version__.split('.')[:2])\n"
+            "print(json.dumps({'new': (major, minor) >= (2, 1), 'seen': seen,\n"
+            "                  'post': hasattr(p, 'register_post_accumulate_grad_hook'),\n"
+            "                  'kept': [type(k).__name__ for k in keep]}))\n")
+    result = subprocess.run([sys.executable, "-c", code], env=ddp_env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    assert out["seen"] == [[2.0] * 3, [5.0] * 3], out
+    assert out["post"] == out["new"], out
+    assert len(out["kept"]) == (1 if out["new"] else 2), out
 
 def test_import_without_init_has_clear_errors(ddp_env):
     code = ("import ddp, numpy\n"
@@ -261,6 +291,7 @@ def test_engine_over_the_libfabric_transport(run_job, ddp_env, provider):
     assert result.stdout.count(": ok") == 3
 
 
+@pytest.mark.torch
 def test_distributed_optimizer_over_libfabric(run_job, ddp_env):
     if "ofi" not in _transports(ddp_env):
         pytest.skip("built without libfabric")
@@ -269,6 +300,7 @@ def test_distributed_optimizer_over_libfabric(run_job, ddp_env):
     assert result.stdout.count("plain ok") == 2
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(os.environ.get("DDP_SKIP_DEMO") == "1", reason="DDP_SKIP_DEMO=1")
 def test_demo_reaches_97_percent_on_4_ranks(run_job, tmp_path):
     checkpoint = tmp_path / "digits.pt"
@@ -285,6 +317,7 @@ def _gpus():
         return 0
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(_gpus() == 0, reason="no GPU here (CUDA tensors go through NCCL on a GPU)")
 def test_torch_cuda_tensors_through_nccl(run_job):
     """One rank per GPU (NCCL allows no more): a 1-GPU machine runs it as a 1-rank job."""
@@ -292,6 +325,7 @@ def test_torch_cuda_tensors_through_nccl(run_job):
     assert "cuda api ok" in result.stdout
 
 
+@pytest.mark.torch
 @pytest.mark.skipif(_gpus() == 0, reason="no GPU here (CUDA tensors go through NCCL on a GPU)")
 def test_a_stream_ordered_failure_reaches_its_handle_and_the_next_call(run_job):
     result = run_job(1, "api_cuda_watch.py", env={"DDP_TIMEOUT_SECONDS": "1"}, timeout=120)

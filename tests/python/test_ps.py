@@ -34,16 +34,19 @@ def test_numpy_api_under_mpirun(ddp_env, tmp_path):
     assert result.stdout.count(": ok") == 2, result.stdout + result.stderr
 
 
+@pytest.mark.torch
 def test_torch_sync_equals_sgd_on_the_whole_batch(run_job):
     result = run_job(3, "ps_torch.py", "sync", launcher_args=("--servers", "2"))
     assert result.stdout.count(": ok") == 3, result.stdout
 
 
+@pytest.mark.torch
 def test_torch_sync_accumulates_backward_passes_then_equals_sgd(run_job):
     result = run_job(2, "ps_torch.py", "sync2", launcher_args=("--servers", "1"))
     assert result.stdout.count(": ok") == 2, result.stdout
 
 
+@pytest.mark.torch
 def test_torch_async_ends_with_the_same_weights_everywhere(run_job):
     result = run_job(3, "ps_torch.py", "async")  # colocated
     digests = set(re.findall(r"digest (\S+)", result.stdout))
@@ -130,6 +133,7 @@ def test_ddprun_servers_arguments(run_job):
                  "--rendezvous", "127.0.0.1:1", "true"]) == 2
 
 
+@pytest.mark.torch
 def test_demo_ps_async_with_two_servers_reaches_97_percent(run_job):
     result = run_job(4, str(EXAMPLES / "train_digits_ps.py"), "--target-accuracy", "0.97",
                      launcher_args=("--servers", "2"), timeout=300)
