@@ -9,13 +9,19 @@ VENV := .venv
 DEPLOY_VENV := .venv-deploy
 # TensorFlow's own venv: its numpy 2 must never reach .venv, whose Debian torch 1.13 needs 1.x.
 TF_VENV := .venv-tf
+# PyTorch 2's own venv (the current release, bindings/python/requirements-torch2.txt), beside
+# Debian's 1.13 in .venv: no system site packages, so neither torch 1.13 nor numpy 1.x reaches
+# it, and its numpy 2 never reaches .venv. Debian's python3 too: the extension built for .venv
+# loads in it.
+TORCH2_VENV := .venv-torch2
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
-.PHONY: all deps venv deploy-venv tf-venv build build-tf test-tf demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
+.PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
+  test-torch2 demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
   test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
 
 all: build
@@ -57,6 +63,16 @@ build: deps venv $(BUILD)/build.ninja
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddp-model && chmod +x $(VENV)/bin/ddp-model && \
 	echo "installed ddp into $$site and ddprun, ddp-model into $(VENV)/bin"
 
+# Installs the `ddp` package (cmake's python component: extension, libddp.so, Python files, the
+# TensorFlow ops when built) and `ddprun` into the venv $(1).
+define install_ddp
+	@site=$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'); \
+	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
+	printf '#!%s\nimport sys\nfrom ddp.run import main\nsys.exit(main())\n' \
+	  "$(abspath $(1))/bin/python" > $(1)/bin/ddprun && chmod +x $(1)/bin/ddprun && \
+	echo "installed ddp into $$site and ddprun into $(1)/bin"
+endef
+
 tf-venv: $(TF_VENV)/.ok
 $(TF_VENV)/.ok: bindings/tensorflow/requirements.txt
 	rm -rf $(TF_VENV) && $(PYTHON) -m venv $(TF_VENV)
@@ -68,11 +84,21 @@ $(TF_VENV)/.ok: bindings/tensorflow/requirements.txt
 build-tf: build tf-venv
 	cmake -S . -B $(BUILD) -DDDP_TENSORFLOW_PYTHON=$(abspath $(TF_VENV))/bin/python >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
-	@site=$$($(TF_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'); \
-	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
-	printf '#!%s\nimport sys\nfrom ddp.run import main\nsys.exit(main())\n' \
-	  "$(abspath $(TF_VENV))/bin/python" > $(TF_VENV)/bin/ddprun && chmod +x $(TF_VENV)/bin/ddprun && \
-	echo "installed ddp (with ddp.tensorflow) into $$site and ddprun into $(TF_VENV)/bin"
+	$(call install_ddp,$(TF_VENV))
+
+# About 2 minutes, most of it fetching torch's wheel and the CUDA libraries it brings (it runs on
+# CPU as it is). --no-compile: the .pyc files of what is imported are written on first import,
+# not all of torch's up front (40 s less).
+torch2-venv: $(TORCH2_VENV)/.ok
+$(TORCH2_VENV)/.ok: bindings/python/requirements-torch2.txt
+	rm -rf $(TORCH2_VENV) && $(PYTHON) -m venv $(TORCH2_VENV)
+	$(TORCH2_VENV)/bin/pip install -q --no-compile -r bindings/python/requirements-torch2.txt
+	touch $@
+
+# ddp.torch on PyTorch 2: the same build (the extension does not link torch) installed into
+# .venv-torch2.
+build-torch2: build torch2-venv
+	$(call install_ddp,$(TORCH2_VENV))
 
 # The demo: a real 4-rank PyTorch training job on the embedded default transport (handwritten
 # digits from scikit-learn, no download): >= 97% test accuracy in well under a minute.
@@ -104,6 +130,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|wide|slow'
 	$(call STAMP,test-python)
 	$(MAKE) test-python
+	$(call STAMP,test-torch2)
+	$(MAKE) test-torch2
 	$(call STAMP,test-tf)
 	$(MAKE) test-tf
 	$(call STAMP,test-deploy)
@@ -124,6 +152,11 @@ test-matrix: build
 # The Python package, ddp.torch, ddprun and the demo: real multi-process jobs (pytest).
 test-python: build
 	$(VENV)/bin/python -m pytest -q --durations=12 tests/python
+
+# ddp.torch's tests (pytest marker `torch`: DistributedOptimizer, elastic, parameter server, fast
+# path, Horovod's API, the demos) on PyTorch 2, in .venv-torch2; test-python runs them on 1.13.
+test-torch2: build-torch2
+	$(TORCH2_VENV)/bin/python -m pytest --durations=5 -m torch tests/python
 
 # ddp.tensorflow in TensorFlow's environment: ops x dtypes, gradients, tf.function, errors.
 test-tf: build-tf
@@ -234,4 +267,4 @@ format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 
 clean:
-	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV) $(TF_VENV)
+	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV) $(TF_VENV) $(TORCH2_VENV)
