@@ -12,7 +12,7 @@ and the bytes libddp holds in /dev/shm. After the warm-up, each must stay flat:
   by less than 1 MiB.
 
     tests/soak/soak.py --minutes 30 --out benchmarks/results     # make soak
-    tests/soak/soak.py --minutes 3                                # make test (tests/python)
+    tests/soak/soak.py --minutes 1                                # make test (tests/python)
 
 Exit status 0: flat; 1: something grew (named); 2: the job failed. With --out, writes
 soak-<date>.{json,md,png} there.
