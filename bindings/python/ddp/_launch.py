@@ -1,4 +1,5 @@
-"""What ddp.init() adds to the launcher's variables before libddp reads them (ddp/launch.h).
+"""What ddp.init() adds to the launcher's variables before libddp reads them (ddp/launch.h),
+and how the torch.distributed backend joins libddp's job through the store torch hands it.
 
 Under torchrun, libddp's rendezvous and its job token go through torchrun's own store: its agent
 hosts a torch.distributed TCPStore at MASTER_ADDR:MASTER_PORT for its workers
@@ -74,24 +75,65 @@ def _through_torch_store(env: dict, token: str | None, host: bool) -> dict:
     except Exception as e:  # noqa: BLE001 - torch raises RuntimeError or its own subclasses
         raise error(f"ddp.init(): cannot reach torchrun's store at {where} "
                     f"(MASTER_ADDR/MASTER_PORT): {e}", "UNAVAILABLE") from e
-    # One key space per torchrun run, restart and init() of this process.
+    # One key space per torchrun run and restart.
     prefix = f"ddp/{env['torch_run_id'] or 'run'}/{env['torch_restart']}"
-    generation = store.add(f"{prefix}/init/{env['rank']}", 1)
-    key = f"{prefix}/{generation}/rendezvous"
-    if env["rank"] == 0:
-        found = {"token": token or secrets.token_hex(16)}
+    return _share(store, prefix, env["rank"], token, env["torch_store_addr"] if host else None,
+                  timeout, f"torchrun's store at {where}")
+
+
+def through_store(store, rank: int, size: int, timeout: timedelta) -> dict:
+    """The overrides that make this process rank `rank` of `size` in a job whose rendezvous and
+    token go through `store` (a torch.distributed Store: the torch.distributed backend's)."""
+    token = os.environ.get("DDP_JOB_TOKEN", "").strip() or None
+    seconds = min(timeout.total_seconds(), _start_timeout()) if timeout else _start_timeout()
+    found = _share(store, "ddp", rank, token, _store_host(store), seconds,
+                   "torch.distributed's store")
+    result = {"DDP_RANK": str(rank), "DDP_SIZE": str(size), "DDP_JOB_TOKEN": found["token"],
+              "DDP_RENDEZVOUS_ADDR": found["addr"], "DDP_RENDEZVOUS_PORT": str(found["port"]),
+              "DDP_RENDEZVOUS_EXTERNAL": "1"}
+    if timeout and not os.environ.get("DDP_TIMEOUT_SECONDS", "").strip():
+        result["DDP_TIMEOUT_SECONDS"] = str(max(1.0, timeout.total_seconds()))
+    return result
+
+
+def _store_host(store) -> str:
+    """Where the other ranks reach torch's store (libddp's store goes on the same route): a
+    TCPStore's host, else MASTER_ADDR, else this host (a FileStore on one machine)."""
+    inner = store
+    for _ in range(8):  # PrefixStore wraps the TCPStore (torch 2.x: underlying_store)
+        host = getattr(inner, "host", None)
         if host:
-            found.update(_host_store(found["token"], env["torch_store_addr"]))
-        store.set(key, json.dumps(found))
-        return found
+            return host
+        inner = getattr(inner, "underlying_store", None)
+        if inner is None:
+            break
+    return os.environ.get("MASTER_ADDR", "").strip() or "127.0.0.1"
+
+
+def _share(store, prefix: str, rank: int, token: str | None, host_toward: str | None,
+           timeout: float, what: str) -> dict:
+    """Rank 0 puts {token, addr, port} under a fresh key of `store` (hosting libddp's store when
+    `host_toward` is given: on the route to that host); the other ranks read it."""
+    generation = store.add(f"{prefix}/init/{rank}", 1)  # one key per init() of this process
+    key = f"{prefix}/{generation}/rendezvous"
+    if rank == 0:
+        # A token the user set never goes into the store: the other ranks have it too.
+        published = {} if token else {"token": secrets.token_hex(16)}
+        if host_toward is not None:
+            published.update(_host_store(token or published["token"], host_toward))
+        store.set(key, json.dumps(published))
+        return dict(published, token=token or published["token"])
     try:
         store.wait([key], timedelta(seconds=timeout))
-        return json.loads(store.get(key))
+        published = json.loads(store.get(key))
     except Exception as e:  # noqa: BLE001
         raise error(
-            f"ddp.init(): rank 0 did not publish libddp's rendezvous in torchrun's store at "
-            f"{where} within {timeout:g} s (DDP_START_TIMEOUT_SECONDS): {e}",
-            "DEADLINE_EXCEEDED") from e
+            f"ddp.init(): rank 0 did not publish libddp's rendezvous in {what} within "
+            f"{timeout:g} s (DDP_START_TIMEOUT_SECONDS): {e}", "DEADLINE_EXCEEDED") from e
+    if not token and "token" not in published:
+        raise error(f"ddp.init(): rank 0 has DDP_JOB_TOKEN set and rank {rank} has not: set "
+                    f"the same one on every rank", "FAILED_PRECONDITION")
+    return dict(published, token=token or published["token"])
 
 
 def _host_store(token: str, toward: str) -> dict:

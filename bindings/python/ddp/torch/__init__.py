@@ -9,6 +9,9 @@ tensors' storage), plus Horovod's training helpers:
     opt = ddp.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     ddp.broadcast_optimizer_state(opt, root_rank=0)
 
+Importing it also registers the torch.distributed backend "ddp" (`init_process_group("ddp")`,
+for DistributedDataParallel and the rest of torch.distributed: docs/pytorch-distributed.md).
+
 Parameter-server training (ddp.ps underneath): ddp.ParameterServerOptimizer(opt, named_parameters,
 mode="sync"|"async", staleness=s).
 """
@@ -32,6 +35,9 @@ from .functions import (allgather, allgather_async, allreduce, allreduce_, allre
 from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcast_parameters
 from .ps import ParameterServerOptimizer
 from .sync_batch_norm import SyncBatchNorm
+from . import c10d as _c10d
+
+_c10d.register()  # torch.distributed's backend "ddp": init_process_group("ddp")
 
 # Horovod raises HorovodInternalError when the job breaks (a peer died, the collective failed);
 # libddp's DDPError is that error, with the culprit named (e.ranks, e.tensor), so code written

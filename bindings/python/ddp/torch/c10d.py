@@ -1,0 +1,519 @@
+"""The torch.distributed backend "ddp": `dist.init_process_group("ddp")` on libddp's engine.
+
+`import ddp.torch` registers it. The backend is thin, as third-party backends are: a
+ProcessGroup whose operations submit to the same fusion engine as ddp.torch's (shared memory
+within a host, TCP, MPI or libfabric between hosts, NCCL for CUDA tensors), and a Work per
+operation that wraps a torch Future, which DDP's reducer chains its callbacks on. A thread per
+process group finishes the operations in the order they were issued (the engine finishes them in
+that order) and completes their futures, with torch's backend error (DistBackendError where the
+version has it) when the job broke: the message names the ranks, host and tensor as DDPError
+does, and the exception carries `ranks` and `tensor`.
+
+Rendezvous goes through the store torch hands in (`env://`, `tcp://`, `file://` or `store=`):
+rank 0 hosts libddp's own store and puts its address and the job token there (ddp/_launch.py).
+docs/pytorch-distributed.md says what is served and where the backend differs from Gloo.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import queue
+import threading
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from .. import _ddp, _launch, _ops
+from . import functions as _f
+
+_C = torch._C._distributed_c10d
+NAME = "ddp"
+
+if hasattr(dist, "DistBackendError"):
+    class BackendError(dist.DistBackendError, _ddp.DDPError):
+        """A broken job under the 'ddp' backend: torch's DistBackendError and libddp's DDPError in
+        one (`except dist.DistBackendError` and `except ddp.DDPError` both catch it), with the
+        blamed ranks and tensor as data (.ranks, .tensor) and the status code's name (.code)."""
+else:  # torch 1.13 has no backend error type: DDPError, a RuntimeError as torch's errors are
+    BackendError = _ddp.DDPError
+
+# torch's reduce ops by name (RedOpType's), on every torch version.
+_OPS = {"SUM": _ops.ReduceOp.SUM, "AVG": _ops.ReduceOp.AVERAGE, "PRODUCT": _ops.ReduceOp.PRODUCT,
+        "MIN": _ops.ReduceOp.MIN, "MAX": _ops.ReduceOp.MAX}
+
+
+# The bitwise ops, which libddp's engine does not reduce: the ranks' tensors are gathered and
+# folded here (integer and bool tensors, as Gloo serves them on CPU).
+_BITWISE = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or, "BXOR": torch.bitwise_xor}
+
+
+def _op_name(reduce_op):
+    kind = getattr(reduce_op, "op", reduce_op)  # a ReduceOp holds its RedOpType as .op
+    return getattr(kind, "name", str(kind))
+
+
+def _op(reduce_op, what):
+    """libddp's op for a torch ReduceOp (or its RedOpType); a clear error for those it lacks."""
+    name = _op_name(reduce_op)
+    if name not in _OPS:
+        raise ValueError(f"torch.distributed backend 'ddp': {what} with ReduceOp.{name} is not "
+                         f"supported (SUM, AVG, PRODUCT, MIN, MAX, and BAND, BOR, BXOR on "
+                         f"integer tensors are)")
+    return _OPS[name]
+
+
+def _bitwise(opts, tensor, what):
+    """The fold of a bitwise op, or None for the others."""
+    fold = _BITWISE.get(_op_name(opts.reduceOp)) if opts is not None else None
+    if fold is not None and (tensor.is_floating_point() or tensor.is_complex()):
+        raise ValueError(f"torch.distributed backend 'ddp': {what} with "
+                         f"ReduceOp.{_op_name(opts.reduceOp)} needs an integer or bool tensor, "
+                         f"not {tensor.dtype}")
+    return fold
+
+
+def _op_of(opts, what):
+    return _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, what)
+
+
+def _error(e: BaseException, bad_input_stays: bool = False) -> BaseException:
+    """torch's backend error for a libddp failure, carrying who is to blame as data. A call's bad
+    input (DDPValueError, a ValueError, raised before anything is sent) stays what it is with
+    `bad_input_stays`; ranks that disagree, found once the operation runs, break the job."""
+    if not isinstance(e, _ddp.DDPError) or isinstance(e, BackendError) or (
+            bad_input_stays and isinstance(e, _ddp.DDPValueError)):
+        return e
+    wrapped = BackendError(str(e))
+    wrapped.ranks = list(getattr(e, "ranks", []) or [])
+    wrapped.tensor = getattr(e, "tensor", "")
+    wrapped.code = getattr(e, "code", "")
+    return wrapped
+
+
+def _raising_backend_errors(method):
+    """An operation whose submission fails (the job broke before it) raises torch's error too."""
+    @functools.wraps(method)
+    def wrapper(*args, **kwargs):
+        try:
+            return method(*args, **kwargs)
+        except _ddp.DDPError as e:
+            error = _error(e, bad_input_stays=True)
+            if error is e:
+                raise
+            raise error from e
+    return wrapper
+
+
+class _Completers:
+    """Threads that complete futures. Completing a future runs its callbacks on the completing
+    thread, and a callback may wait for a later operation of the same group (PowerSGD's hook
+    does): so a completion never runs on the thread that finishes operations, and whenever no
+    completer is idle another one starts (they stay for the process's life)."""
+
+    def __init__(self, group_name):
+        self._name = group_name
+        self._queue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._count = 0
+
+    def complete(self, fut, result, error):
+        with self._lock:
+            if self._idle == 0:
+                self._count += 1
+                threading.Thread(target=self._run, daemon=True,
+                                 name=f"ddp-c10d-{self._name}-done{self._count}").start()
+            else:
+                self._idle -= 1
+        self._queue.put((fut, result, error))
+
+    def _run(self):
+        while True:
+            fut, result, error = self._queue.get()
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(result)
+            with self._lock:
+                self._idle += 1
+
+
+class _Finisher(threading.Thread):
+    """Finishes a group's operations in issue order: waits for each (without the GIL), runs its
+    completion (copies into the caller's tensors), then hands its future to the completers."""
+
+    def __init__(self, group_name):
+        super().__init__(name=f"ddp-c10d-{group_name}", daemon=True)
+        self._queue = queue.SimpleQueue()
+        self._completers = _Completers(group_name)
+        self.failed = None  # the first error that broke the job: every later operation raises it
+
+    def submit(self, wait, result):
+        """`wait()` blocks until the operation is done; the future gets `result` (or the error)."""
+        fut = Future()
+        self._queue.put((wait, result, fut))
+        return fut
+
+    def run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            wait, result, fut = item
+            try:
+                wait()
+            except BaseException as e:  # noqa: BLE001 - every failure reaches the future
+                error = _error(e)
+                if self.failed is None:
+                    self.failed = error
+                self._completers.complete(fut, None, error)
+                continue
+            self._completers.complete(fut, result, None)
+
+    def stop(self):
+        self._queue.put(None)
+
+
+if hasattr(_C, "Backend"):
+    class _Work(_C.Work):
+        """torch 2: a Work over the operation's future whose wait() raises its error (torch's own
+        future-wrapping Work returns True whatever happened)."""
+
+        def __init__(self, future):
+            super().__init__()
+            self._future = future
+
+        def wait(self, timeout=None):
+            seconds = timeout.total_seconds() if timeout is not None else 0
+            if seconds > 0:
+                deadline = time.monotonic() + seconds
+                while not self._future.done():
+                    if time.monotonic() > deadline:
+                        raise BackendError(f"torch.distributed backend 'ddp': the operation did "
+                                           f"not finish within {seconds:g} s (wait(timeout))")
+                    time.sleep(0.001)
+            self._future.wait()  # raises the operation's error
+            return True
+
+        def get_future(self):
+            return self._future
+
+        def is_completed(self):
+            return self._future.done()
+
+        def is_success(self):
+            if not self._future.done():
+                return False
+            try:
+                self._future.value()
+            except Exception:  # noqa: BLE001 - failed
+                return False
+            return True
+
+    def _work(future):
+        return _Work(future)
+else:
+    def _work(future):
+        """torch 1.13: its future-wrapping Work (1.13 cannot call a Python Work from C++). Its
+        wait() does not raise: a failed operation's error is raised by the group's next one, and
+        by anything that reads the future (DDP's reducer does)."""
+        return _C._create_work_from_future(future)
+
+
+def _done(result):
+    fut = Future()
+    fut.set_result(result)
+    return _work(fut)
+
+
+def _flat(tensors):
+    return torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else \
+        tensors[0].reshape(-1)
+
+
+def _copy_chunks(flat, outputs):
+    offset = 0
+    for out in outputs:
+        n = out.numel()
+        out.copy_(flat[offset:offset + n].view_as(out))
+        offset += n
+
+
+def _as_rows(tensor, rows):
+    """`tensor` as `rows` rows (zero rows included, which reshape(0, -1) refuses)."""
+    if rows == 0:
+        width = 1
+        for d in tensor.shape[1:]:
+            width *= d
+        return tensor.reshape(0, width)
+    return tensor.reshape(rows, -1)
+
+
+def _check_one(tensors, what):
+    if len(tensors) != 1:
+        raise ValueError(f"torch.distributed backend 'ddp': {what} takes one tensor per rank "
+                         f"(got {len(tensors)}); use one process per device")
+
+
+class _Operations:
+    """The operations, shared by the torch 2 Backend and the torch 1.13 ProcessGroup below (both
+    are pybind11 classes whose C++ side calls these Python methods by name)."""
+
+    def _start(self, store, rank, size, timeout, group):
+        self._rank, self._size = rank, size
+        _join(store, rank, size, timeout)
+        self._finisher = _Finisher(group)
+        self._finisher.start()
+
+    def getBackendName(self):  # noqa: N802 - torch's name
+        return NAME
+
+    # Operations -----------------------------------------------------------------------------
+
+    def _submit(self, handles, result, finish=None):
+        if self._finisher.failed is not None:
+            raise self._finisher.failed
+
+        def wait():
+            outs = [h.wait() for h in handles]
+            if finish is not None:
+                finish(outs)
+        return _work(self._finisher.submit(wait, result))
+
+    def allreduce(self, tensors, opts=None):
+        if len(tensors) == 1 and _bitwise(opts, tensors[0], "allreduce") is not None:
+            return self._bitwise(tensors[0], opts, None, tensors)
+        op = _op_of(opts, "allreduce")
+        return self._submit([_f.allreduce_async_(t, op=op) for t in tensors], tensors)
+
+    def _bitwise(self, tensor, opts, root, result):
+        """A bitwise allreduce (root None) or reduce: gathered, then folded in rank order."""
+        fold = _bitwise(opts, tensor, "allreduce")
+        handle = _f.allgather_async(tensor.reshape(1, -1))
+
+        def finish(outs):
+            if root is None or self._rank == root:
+                rows = outs[0]
+                acc = rows[0].clone()
+                for r in range(1, rows.shape[0]):
+                    acc = fold(acc, rows[r])
+                tensor.copy_(acc.view_as(tensor))
+        return self._submit([handle], result, finish)
+
+    def allreduce_coalesced(self, tensors, opts=None):
+        op = _op_of(opts, "allreduce_coalesced")
+        return self._submit([_f.grouped_allreduce_async_(list(tensors), op=op)], tensors)
+
+    def broadcast(self, tensors, opts):
+        root = opts.rootRank
+        return self._submit([_f.broadcast_async_(t, root) for t in tensors], tensors)
+
+    def reduce(self, tensors, opts):
+        _check_one(tensors, "reduce")
+        root, tensor = opts.rootRank, tensors[0]
+        if _bitwise(opts, tensor, "reduce") is not None:
+            return self._bitwise(tensor, opts, root, tensors)
+        handle = _f.allreduce_async(tensor, op=_op(opts.reduceOp, "reduce"))
+
+        def finish(outs):
+            if self._rank == root:
+                tensor.copy_(outs[0])
+        return self._submit([handle], tensors, finish)
+
+    def allgather(self, output_lists, inputs, opts=None):
+        _check_one(inputs, "allgather")
+        outputs = output_lists[0]
+        if len(outputs) != self._size:
+            raise ValueError(f"torch.distributed backend 'ddp': allgather needs {self._size} "
+                             f"output tensors, got {len(outputs)}")
+        handle = _f.allgather_async(inputs[0].reshape(1, -1))
+        return self._submit([handle], output_lists, lambda outs: _copy_chunks(
+            outs[0].reshape(-1), outputs))
+
+    def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's name
+        handle = _f.allgather_async(input.reshape(1, -1))
+        return self._submit([handle], [output], lambda outs: output.copy_(
+            outs[0].reshape(output.shape)))
+
+    def allgather_coalesced(self, output_lists, inputs, opts=None):
+        flat = _flat(inputs)
+        handle = _f.allgather_async(flat.reshape(1, -1))
+
+        def finish(outs):
+            rows = outs[0]
+            for r in range(self._size):
+                _copy_chunks(rows[r], output_lists[r])
+        return self._submit([handle], output_lists, finish)
+
+    def gather(self, output_lists, inputs, opts):
+        _check_one(inputs, "gather")
+        root = opts.rootRank
+        handle = _f.allgather_async(inputs[0].reshape(1, -1))
+
+        def finish(outs):
+            if self._rank == root:
+                _copy_chunks(outs[0].reshape(-1), output_lists[0])
+        return self._submit([handle], output_lists, finish)
+
+    def scatter(self, outputs, input_lists, opts):
+        _check_one(outputs, "scatter")
+        root, out = opts.rootRank, outputs[0]
+        if self._rank == root:
+            whole = _flat(input_lists[0]).clone()
+        else:
+            whole = torch.empty(out.numel() * self._size, dtype=out.dtype, device=out.device)
+        handle = _f.broadcast_async_(whole, root)
+        n = out.numel()
+        return self._submit([handle], outputs, lambda _: out.copy_(
+            whole[self._rank * n:(self._rank + 1) * n].view_as(out)))
+
+    def reduce_scatter(self, outputs, input_lists, opts=None):
+        _check_one(outputs, "reduce_scatter")
+        op = _op_of(opts, "reduce_scatter")
+        out, inputs = outputs[0], input_lists[0]
+        if any(t.numel() != out.numel() for t in inputs) or len(inputs) != self._size:
+            raise ValueError("torch.distributed backend 'ddp': reduce_scatter needs one input per "
+                             "rank, each the size of the output")
+        handle = _f.reducescatter_async(_as_rows(_flat(inputs), self._size), op=op)
+        return self._submit([handle], outputs, lambda outs: out.copy_(outs[0].view_as(out)))
+
+    def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
+        op = _op_of(opts, "reduce_scatter")
+        if input.numel() != output.numel() * self._size:
+            raise ValueError(f"torch.distributed backend 'ddp': reduce_scatter_tensor's input "
+                             f"has {input.numel()} elements, not {self._size} x the output's "
+                             f"{output.numel()}")
+        handle = _f.reducescatter_async(_as_rows(input, self._size), op=op)
+        return self._submit([handle], [output], lambda outs: output.copy_(
+            outs[0].view_as(output)))
+
+    def all_gather_single_coalesced(self, outputs, inputs, opts=None):
+        """FSDP's: several all_gather_into_tensor at once, in one allgather."""
+        sizes = [t.numel() for t in inputs]
+        handle = _f.allgather_async(_flat(inputs).reshape(1, -1))
+
+        def finish(outs):
+            rows = outs[0].reshape(self._size, -1)
+            offset = 0
+            for out, n in zip(outputs, sizes):
+                out.view(self._size, n).copy_(rows[:, offset:offset + n])
+                offset += n
+        return self._submit([handle], outputs, finish)
+
+    def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
+        """FSDP's: several reduce_scatter_tensor at once, in one reduce-scatter."""
+        op = _op_of(opts, "reduce_scatter")
+        sizes = [t.numel() for t in outputs]
+        rows = torch.cat([t.reshape(self._size, n) for t, n in zip(inputs, sizes)], dim=1)
+        handle = _f.reducescatter_async(rows, op=op)
+        return self._submit([handle], outputs, lambda outs: _copy_chunks(
+            outs[0].reshape(-1), outputs))
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
+                      opts=None):
+        rows = input.shape[0] if input.dim() else 1
+        splits = list(input_split_sizes) or [rows // self._size] * self._size
+        handle = _f.alltoall_async(_as_rows(input, rows), splits=splits)
+        return self._submit([handle], [output], lambda outs: output.copy_(
+            _first(outs[0]).reshape(output.shape)))
+
+    def alltoall(self, outputs, inputs, opts=None):
+        splits = [t.numel() for t in inputs]
+        handle = _f.alltoall_async(_flat(inputs).reshape(-1, 1), splits=splits)
+        return self._submit([handle], outputs, lambda outs: _copy_chunks(
+            _first(outs[0]).reshape(-1), outputs))
+
+    def barrier(self, opts=None):
+        token = torch.zeros(1)
+        return self._submit([_f.allreduce_async_(token, op=_ops.ReduceOp.SUM)], [])
+
+    def send(self, tensors, dst, tag):
+        raise NotImplementedError("torch.distributed backend 'ddp': send/recv are not supported "
+                                  "yet (docs/pytorch-distributed.md)")
+
+    def recv(self, tensors, src, tag):
+        raise NotImplementedError("torch.distributed backend 'ddp': send/recv are not supported "
+                                  "yet (docs/pytorch-distributed.md)")
+
+    def recv_anysource(self, tensors, tag):
+        raise NotImplementedError("torch.distributed backend 'ddp': send/recv are not supported "
+                                  "yet (docs/pytorch-distributed.md)")
+
+    def shutdown(self):
+        self._finisher.stop()
+
+    # torch 2's names for the same operations.
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+
+for _name in ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather",
+              "_allgather_base", "allgather_coalesced", "gather", "scatter", "reduce_scatter",
+              "_reduce_scatter_base", "alltoall_base", "alltoall", "barrier", "all_gather_single",
+              "reduce_scatter_single", "all_to_all_single", "all_gather_single_coalesced",
+              "reduce_scatter_single_coalesced", "allgather_into_tensor_coalesced",
+              "reduce_scatter_tensor_coalesced"):
+    setattr(_Operations, _name, _raising_backend_errors(getattr(_Operations, _name)))
+
+
+if hasattr(_C, "Backend"):
+    class BackendDDP(_Operations, _C.Backend):
+        """torch 2: the backend of a torch ProcessGroup, for CPU and CUDA tensors."""
+
+        def __init__(self, store, rank, size, timeout):
+            _C.Backend.__init__(self, rank, size)
+            self._start(store, rank, size, timeout, "default")
+
+
+class ProcessGroupDDP(_Operations, dist.ProcessGroup):
+    """torch 1.13: a ProcessGroup of its own (1.13 has no Backend class)."""
+
+    def __init__(self, store, rank, size, timeout):
+        dist.ProcessGroup.__init__(self, rank, size)
+        self._start(store, rank, size, timeout, "default")
+
+
+def _first(out):
+    """alltoall's handle gives (output, received splits) or the output alone."""
+    return out[0] if isinstance(out, tuple) else out
+
+
+def _join(store, rank, size, timeout):
+    """Joins libddp's job through torch's store, or checks that the one joined already is it."""
+    if _ddp.is_initialized():
+        if (_ddp.rank(), _ddp.size()) != (rank, size):
+            raise ValueError(f"torch.distributed backend 'ddp': this process is rank "
+                             f"{_ddp.rank()} of {_ddp.size()} in libddp's job, but the process "
+                             f"group says {rank} of {size}; subgroups (new_group) are not "
+                             f"supported yet")
+        return
+    overrides = _launch.through_store(store, rank, size, timeout)
+    _ddp.init(overrides)
+
+
+def _create(store, rank, size, timeout):
+    """torch 1.13's creator: the process group itself."""
+    return ProcessGroupDDP(store, rank, size, timeout)
+
+
+def _create_extended(options, backend_options=None):
+    """torch 2's creator (extended API): the backend that torch's ProcessGroup calls."""
+    return BackendDDP(options.store, options.group_rank, options.group_size, options.timeout)
+
+
+def register():
+    """Registers the backend (idempotent); `import ddp.torch` calls it."""
+    if hasattr(dist.Backend, NAME.upper()):
+        return
+    params = inspect.signature(dist.Backend.register_backend).parameters
+    if hasattr(_C, "Backend") and "extended_api" in params:
+        dist.Backend.register_backend(NAME, _create_extended, extended_api=True,
+                                      devices=["cpu", "cuda"])
+    else:
+        dist.Backend.register_backend(NAME, _create)

@@ -1,0 +1,79 @@
+"""The torch.distributed backend 'ddp' (ddp/torch/c10d.py), on the torch of the environment that
+runs the tests: Debian's 1.13 in .venv (make test-python), PyPI's current 2.x in .venv-torch2
+(make test-torch2). Real multi-process jobs; the workers check every rank's results against
+references and exit non-zero on the first mismatch."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import WORKERS
+from test_launchers import _clean, _free_port
+
+pytestmark = pytest.mark.torch
+torch = pytest.importorskip("torch")
+TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+
+
+@pytest.mark.parametrize("np", [1, 2, 3, 4])
+def test_every_op_dtype_and_reduce_op(run_job, np):
+    """Every operation DDP, FSDP, comm hooks and the object collectives use, every dtype and
+    reduce op Gloo serves on CPU (and AVG), against references, at world sizes 1 to 4."""
+    result = run_job(np, "c10d_ops.py")
+    assert result.stdout.count("c10d ops ok") == np, result.stdout
+
+
+def test_distributed_data_parallel(run_job):
+    """DDP: plain, find_unused_parameters, gradient_as_bucket_view, no_sync, the fp16 and
+    PowerSGD comm hooks (PowerSGD waits for a collective inside a future's callback)."""
+    result = run_job(3, "c10d_ddp.py")
+    assert result.stdout.count("c10d ddp ok 6") == 3, result.stdout
+
+
+@pytest.mark.skipif(not TORCH2, reason="FSDP on CPU needs torch 2 (this runs in .venv-torch2, "
+                    "make test-torch2)")
+def test_fsdp_and_fully_shard(run_job):
+    result = run_job(3, "c10d_fsdp.py")
+    assert result.stdout.count("c10d fsdp ok") == 3, result.stdout
+
+
+def _ranks(ddp_env, tmp_path, worker, args, size=2, extra=None):
+    """Starts `size` ranks with torch's env:// variables by hand (no launcher) and waits."""
+    port = _free_port()
+    base = dict(_clean(ddp_env), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                WORLD_SIZE=str(size), **(extra or {}))
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / worker), *args(port)],
+                              env=dict(base, RANK=str(r)), cwd=str(tmp_path), text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for r in range(size)]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=180)
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return results
+
+
+@pytest.mark.parametrize("how", ["env", "tcp", "file", "store"])
+def test_every_init_method_and_bad_input(ddp_env, tmp_path, how):
+    where = (lambda port: [how, str(tmp_path / "rendezvous")]) if how == "file" else \
+        (lambda port: [how, str(port + 1 if how == "store" else port)])
+    for rank, (code, out, err) in enumerate(_ranks(ddp_env, tmp_path, "c10d_init.py", where)):
+        assert code == 0 and f"c10d init ok {how}" in out, f"rank {rank}: {code}\n{out}\n{err}"
+
+
+@pytest.mark.parametrize("mode", ["kill", "kill-async", "mismatch"])
+def test_a_dead_or_disagreeing_rank_is_torchs_backend_error_naming_it(ddp_env, tmp_path, mode):
+    results = _ranks(ddp_env, tmp_path, "c10d_faults.py", lambda port: [mode], size=3,
+                     extra={"DDP_TIMEOUT_SECONDS": "30"})
+    survivors = [0, 2] if mode.startswith("kill") else [0, 1, 2]
+    for rank in survivors:
+        code, out, err = results[rank]
+        assert code == 0 and f"survived {rank}" in out, f"rank {rank}: {code}\n{out}\n{err}"
+        if TORCH2:
+            assert "BackendError" in out, out

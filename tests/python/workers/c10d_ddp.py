@@ -1,0 +1,116 @@
+"""DistributedDataParallel on the 'ddp' backend: plain, find_unused_parameters,
+gradient_as_bucket_view, no_sync (gradient accumulation), and DDP's comm hooks (fp16 compression,
+PowerSGD). Each exact variant is checked against the same model trained in this process on every
+rank's batch; every variant ends with the same weights on every rank. Started with torchrun's
+variables (ddprun sets them). Prints "c10d ddp ok <variants>"."""
+import sys
+
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import ddp.torch  # noqa: F401 - registers the backend
+
+STEPS = 4
+
+
+class Net(torch.nn.Module):
+    """Small, with a branch that only some steps use (find_unused_parameters)."""
+
+    def __init__(self, branchy):
+        super().__init__()
+        self.a = torch.nn.Linear(6, 16)
+        self.b = torch.nn.Linear(16, 3)
+        if branchy:
+            self.unused_sometimes = torch.nn.Linear(16, 3)
+
+    def forward(self, x, branch=False):
+        h = torch.tanh(self.a(x))
+        return self.unused_sometimes(h) if branch else self.b(h)
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    return torch.randn(5, 6, generator=g, dtype=torch.float64), \
+        torch.randn(5, 3, generator=g, dtype=torch.float64)
+
+
+def loss_of(model, rank, step, branch):
+    x, y = batch(rank, step)
+    return torch.nn.functional.mse_loss(model(x, branch), y)
+
+
+def reference(size, accumulate, branchy):
+    """The same training in this process: the average of every rank's gradient."""
+    torch.manual_seed(0)
+    model = Net(branchy).double()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(0, STEPS, accumulate):
+        opt.zero_grad()
+        for s in range(step, step + accumulate):
+            for r in range(size):
+                (loss_of(model, r, s, branchy and s % 2 == 1) / size).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def train(rank, size, accumulate=1, branchy=False, hook=None, **ddp_args):
+    torch.manual_seed(0)
+    model = DDP(Net(branchy).double(), **ddp_args)
+    if hook is not None:
+        hook(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(0, STEPS, accumulate):
+        opt.zero_grad()
+        for s in range(step, step + accumulate):
+            branch = branchy and s % 2 == 1
+            if s < step + accumulate - 1:
+                with model.no_sync():  # accumulate locally, exchange on the last micro-step
+                    loss_of(model, rank, s, branch).backward()
+            else:
+                loss_of(model, rank, s, branch).backward()
+        opt.step()
+    return [p.detach().clone() for p in model.module.parameters()]
+
+
+def same_everywhere(what, params, size):
+    for p in params:
+        gathered = [torch.empty_like(p) for _ in range(size)]
+        dist.all_gather(gathered, p.contiguous())
+        if not all(torch.equal(gathered[0], g) for g in gathered):
+            sys.exit(f"rank {dist.get_rank()}: {what}: ranks disagree on the weights")
+
+
+def close(what, got, want, tol):
+    for g, w in zip(got, want):
+        if not torch.allclose(g, w, rtol=tol, atol=tol):
+            sys.exit(f"rank {dist.get_rank()}: {what}: {(g - w).abs().max()} from the reference")
+
+
+def main():
+    dist.init_process_group("ddp")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    variants = {
+        "plain": (dict(), 1, False, 1e-12),
+        "find_unused_parameters": (dict(find_unused_parameters=True), 1, True, 1e-12),
+        "gradient_as_bucket_view": (dict(gradient_as_bucket_view=True, bucket_cap_mb=0.001), 1,
+                                    False, 1e-12),
+        "no_sync": (dict(), 2, False, 1e-12),
+        "fp16_compress_hook": (dict(hook=lambda m: m.register_comm_hook(
+            None, default_hooks.fp16_compress_hook)), 1, False, 1e-2),
+    }
+    for what, (args, accumulate, branchy, tol) in variants.items():
+        params = train(rank, size, accumulate, branchy, **args)
+        close(what, params, reference(size, accumulate, branchy), tol)
+        same_everywhere(what, params, size)
+    state = powersgd.PowerSGDState(process_group=None, matrix_approximation_rank=1,
+                                   start_powerSGD_iter=2)
+    params = train(rank, size, hook=lambda m: m.register_comm_hook(state, powersgd.powerSGD_hook))
+    same_everywhere("powerSGD_hook", params, size)
+    print(f"c10d ddp ok {len(variants) + 1}", flush=True)
+    dist.destroy_process_group()
+
+
+main()

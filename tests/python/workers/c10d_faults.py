@@ -1,0 +1,40 @@
+"""Faults under the 'ddp' backend: a rank dies (os._exit, as a killed process ends), or the ranks
+disagree on a tensor's size. Every survivor's collective raises torch's backend error
+(DistBackendError where torch has it; also a ddp.DDPError) naming the rank, and carrying the
+ranks as data, within the job's timeout. Modes: kill (the error from the call), kill-async (from
+Work.wait()), mismatch. Prints "survived <rank>: ..."."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+import ddp
+import ddp.torch  # noqa: F401 - registers the backend
+
+mode = sys.argv[1]
+dist.init_process_group("ddp")
+rank = dist.get_rank()
+t = torch.ones(1000)
+dist.all_reduce(t)
+if mode.startswith("kill") and rank == 1:
+    os._exit(9)
+blamed = [1]
+try:
+    if mode == "mismatch":  # rank 1 reduces one element more than the others
+        dist.all_reduce(torch.ones(100 + (rank == 1)))
+    for _ in range(50):  # the dead rank is found by the first collective that needs it
+        if mode == "kill-async":
+            dist.all_reduce(t, async_op=True).wait()
+        else:
+            dist.all_reduce(t)
+except Exception as e:  # noqa: BLE001 - the type is what is checked
+    assert isinstance(e, getattr(dist, "DistBackendError", RuntimeError)), (type(e), e)
+    assert isinstance(e, ddp.DDPError), (type(e), e)
+    if mode == "mismatch":  # each rank blames the ones that disagree with it
+        assert e.ranks and "allreduce" in str(e), (e.ranks, str(e))
+    else:
+        assert "rank 1" in str(e) and e.ranks == blamed, (e.ranks, str(e))
+    print(f"survived {rank}: {type(e).__name__} ranks={e.ranks}: {str(e)[:300]}", flush=True)
+    sys.exit(0)
+sys.exit(f"rank {rank}: no error")

@@ -1,0 +1,54 @@
+"""init_process_group("ddp") through each of torch's rendezvous: init_method env://, tcp://,
+file://, and store=. Also the bad input the backend refuses at once, with clear errors. Run as
+rank RANK of WORLD_SIZE (set by the test, with MASTER_ADDR/MASTER_PORT for env://):
+    c10d_init.py env|tcp|file|store PORT_OR_FILE
+Prints "c10d init ok <how>"."""
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import ddp.torch  # noqa: F401 - registers the backend
+
+how, where = sys.argv[1], sys.argv[2]
+rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+if how == "env":
+    dist.init_process_group("ddp")
+elif how == "tcp":
+    dist.init_process_group("ddp", init_method=f"tcp://127.0.0.1:{where}", rank=rank,
+                            world_size=size)
+elif how == "file":
+    dist.init_process_group("ddp", init_method=f"file://{where}", rank=rank, world_size=size)
+else:
+    store = dist.TCPStore("127.0.0.1", int(where), size, rank == 0, timedelta(seconds=60))
+    dist.init_process_group("ddp", store=store, rank=rank, world_size=size)
+assert (dist.get_rank(), dist.get_world_size()) == (rank, size)
+t = torch.full((3,), float(rank + 1))
+dist.all_reduce(t)
+assert t.tolist() == [size * (size + 1) / 2] * 3, t
+
+
+def refused(what, call, *words):
+    try:
+        call()
+    except (ValueError, RuntimeError, NotImplementedError) as e:
+        for w in words:
+            assert w in str(e), f"{what}: {w!r} not in {e}"
+        return
+    sys.exit(f"rank {rank}: {what} was not refused")
+
+
+refused("too few all_gather outputs",
+        lambda: dist.all_gather([torch.empty(2)], torch.ones(2)), "output")
+refused("PREMUL_SUM", lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0)),
+        "PREMUL_SUM")
+refused("BAND on floats", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND),
+        "BAND", "float")
+if torch.__version__ < "2":  # torch 2 runs meta tensors' collectives itself (shapes only)
+    refused("a meta tensor", lambda: dist.all_reduce(torch.empty(2, device="meta")), "meta")
+refused("send", lambda: dist.send(torch.ones(1), dst=(rank + 1) % size), "send")
+dist.barrier()
+print(f"c10d init ok {how}", flush=True)
+dist.destroy_process_group()

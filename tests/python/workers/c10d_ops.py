@@ -1,0 +1,188 @@
+"""Every torch.distributed operation of the 'ddp' backend, every dtype and reduce op that Gloo
+serves on CPU, against references computed from every rank's (reproducible) inputs. Started with
+torchrun's variables (ddprun sets them); init_process_group("ddp") with env://. Exits non-zero on
+the first mismatch, naming it. Prints "c10d ops ok <n checks>"."""
+import sys
+import zlib
+
+import torch
+import torch.distributed as dist
+
+import ddp.torch  # noqa: F401 - registers the backend
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+          torch.int32, torch.int64]
+INTS = [torch.int8, torch.uint8, torch.int32, torch.int64]
+R = dist.ReduceOp
+checks = 0
+
+
+def data(rank, dtype, shape, salt, small=False):
+    g = torch.Generator().manual_seed(zlib.crc32(repr((rank, dtype, tuple(shape), salt)).encode()))
+    if small or dtype == torch.uint8:
+        values = torch.randint(0 if dtype == torch.uint8 else -2, 3, shape, generator=g)
+    elif not dtype.is_floating_point:
+        values = torch.randint(-40, 40, shape, generator=g)
+    else:
+        values = torch.randint(-64, 64, shape, generator=g).double() / 8  # exact in f16/bf16
+    return values.to(dtype)
+
+
+def expect(what, got, want):
+    global checks
+    checks += 1
+    if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+        sys.exit(f"rank {dist.get_rank()}: {what}: got {got} want {want}")
+
+
+def name(op):
+    """A ReduceOp's name on every torch (1.13's ReduceOp objects neither hash nor convert)."""
+    kind = getattr(op, "op", op)
+    return getattr(kind, "name", str(kind))
+
+
+def reference(op, inputs):
+    stack = torch.stack([x.double() if x.is_floating_point() else x.long() for x in inputs])
+    fold = {"SUM": lambda s: s.sum(0), "PRODUCT": lambda s: s.prod(0),
+            "MIN": lambda s: s.min(0).values, "MAX": lambda s: s.max(0).values}
+    if name(op) in fold:
+        return fold[name(op)](stack).to(inputs[0].dtype)
+    bitwise = {"BAND": torch.bitwise_and, "BOR": torch.bitwise_or,
+               "BXOR": torch.bitwise_xor}[name(op)]
+    acc = inputs[0].clone()
+    for x in inputs[1:]:
+        acc = bitwise(acc, x)
+    return acc
+
+
+def reduce_ops(dtype):
+    ops = [R.SUM, R.PRODUCT, R.MIN, R.MAX]
+    return ops + [R.BAND, R.BOR, R.BXOR] if dtype in INTS else ops
+
+
+def check_reductions(rank, size, dtype):
+    for op in reduce_ops(dtype):
+        for count in (1, 7, 1000):
+            small = name(op) == "PRODUCT"
+            inputs = [data(r, dtype, (count,), name(op), small) for r in range(size)]
+            want = reference(op, inputs)
+            t = inputs[rank].clone()
+            dist.all_reduce(t, op=op)
+            expect(f"all_reduce {name(op)} {dtype} {count}", t, want)
+            root = count % size
+            t = inputs[rank].clone()
+            dist.reduce(t, dst=root, op=op)
+            expect(f"reduce {name(op)} {dtype} to {root}", t,
+                   want if rank == root else inputs[rank])
+        if name(op) not in ("BAND", "BOR", "BXOR"):
+            inputs = [data(r, dtype, (size * 5,), "rs" + name(op), name(op) == "PRODUCT")
+                      for r in range(size)]
+            want = reference(op, inputs)[rank * 5:(rank + 1) * 5]
+            out = torch.empty(5, dtype=dtype)
+            dist.reduce_scatter(out, list(inputs[rank].clone().chunk(size)), op=op)
+            expect(f"reduce_scatter {name(op)} {dtype}", out, want)
+            out = torch.empty(5, dtype=dtype)
+            reduce_scatter_tensor(out, inputs[rank].clone(), op=op)
+            expect(f"reduce_scatter_tensor {name(op)} {dtype}", out, want)
+
+
+def reduce_scatter_tensor(out, inp, op):
+    if hasattr(dist, "reduce_scatter_tensor"):
+        return dist.reduce_scatter_tensor(out, inp, op=op)
+    return dist._reduce_scatter_base(out, inp, op=op)
+
+
+def all_gather_into_tensor(out, inp):
+    if hasattr(dist, "all_gather_into_tensor"):
+        return dist.all_gather_into_tensor(out, inp)
+    return dist._all_gather_base(out, inp)
+
+
+def check_movers(rank, size, dtype):
+    inputs = [data(r, dtype, (3, 2), 11) for r in range(size)]
+    for src in range(size):
+        t = inputs[rank].clone()
+        dist.broadcast(t, src=src)
+        expect(f"broadcast {dtype} from {src}", t, inputs[src])
+    outs = [torch.empty(3, 2, dtype=dtype) for _ in range(size)]
+    dist.all_gather(outs, inputs[rank])
+    expect(f"all_gather {dtype}", torch.stack(outs), torch.stack(inputs))
+    out = torch.empty(size * 3, 2, dtype=dtype)
+    all_gather_into_tensor(out, inputs[rank])
+    expect(f"all_gather_into_tensor {dtype}", out, torch.cat(inputs))
+    root = size - 1
+    gathered = [torch.empty(3, 2, dtype=dtype) for _ in range(size)] if rank == root else None
+    dist.gather(inputs[rank], gathered, dst=root)
+    if rank == root:
+        expect(f"gather {dtype}", torch.stack(gathered), torch.stack(inputs))
+    pieces = [data(r, dtype, (4,), 13) for r in range(size)]
+    out = torch.empty(4, dtype=dtype)
+    dist.scatter(out, pieces if rank == 0 else None, src=0)
+    expect(f"scatter {dtype}", out, pieces[rank])
+    check_alltoall(rank, size, dtype)
+
+
+def check_alltoall(rank, size, dtype):
+    # Even: row r of every rank's input goes to rank r.
+    ins = [data(r, dtype, (size, 3), 17) for r in range(size)]
+    out = torch.empty(size, 3, dtype=dtype)
+    dist.all_to_all_single(out, ins[rank])
+    expect(f"all_to_all_single {dtype}", out, torch.stack([ins[r][rank] for r in range(size)]))
+    # Uneven: rank r sends (r + d) % 3 rows to rank d.
+    sends = [[(r + d) % 3 for d in range(size)] for r in range(size)]
+    ins = [data(r, dtype, (sum(sends[r]), 2), 19) for r in range(size)]
+    recv = [sends[r][rank] for r in range(size)]
+    out = torch.empty(sum(recv), 2, dtype=dtype)
+    dist.all_to_all_single(out, ins[rank], output_split_sizes=recv, input_split_sizes=sends[rank])
+    want = torch.cat([ins[r].split(sends[r])[rank] for r in range(size)])
+    expect(f"all_to_all_single uneven {dtype}", out, want)
+    ins = [[data(r, dtype, (d + 1,), 23) for d in range(size)] for r in range(size)]
+    outs = [torch.empty(rank + 1, dtype=dtype) for _ in range(size)]
+    dist.all_to_all(outs, ins[rank])
+    for r in range(size):
+        expect(f"all_to_all {dtype} from {r}", outs[r], ins[r][rank])
+
+
+def check_the_rest(rank, size):
+    objs = [None] * size
+    dist.all_gather_object(objs, {"rank": rank, "name": f"r{rank}"})
+    assert objs == [{"rank": r, "name": f"r{r}"} for r in range(size)], objs
+    box = [f"from {rank}"]
+    dist.broadcast_object_list(box, src=size - 1)
+    assert box == [f"from {size - 1}"], box
+    got = [None] * size if rank == 0 else None
+    dist.gather_object(rank * 10, got, dst=0)
+    assert rank != 0 or got == [r * 10 for r in range(size)], got
+    mine = [None]
+    dist.scatter_object_list(mine, [f"to {r}" for r in range(size)] if rank == 0 else None, src=0)
+    assert mine == [f"to {rank}"], mine
+    dist.barrier()
+    # Asynchronous work: futures and wait.
+    t = torch.full((4,), float(rank + 1))
+    work = dist.all_reduce(t, async_op=True)
+    fut = work.get_future()
+    assert work.wait()
+    assert torch.equal(fut.wait()[0], torch.full((4,), size * (size + 1) / 2)), fut.wait()
+    assert fut.done()
+    # torch 2's ProcessGroup hands out a Work of its own around a Python backend's, whose
+    # is_completed() stays False (its future is the backend's); torch 1.13's is the backend's.
+    assert work.is_completed() or torch.__version__ >= "2"
+    if hasattr(R, "AVG"):
+        t = torch.full((3,), float(rank))
+        dist.all_reduce(t, op=R.AVG)
+        expect("all_reduce AVG", t, torch.full((3,), (size - 1) / 2))
+
+
+def main():
+    dist.init_process_group("ddp")
+    rank, size = dist.get_rank(), dist.get_world_size()
+    assert dist.get_backend() == "ddp", dist.get_backend()
+    for dtype in DTYPES:
+        check_reductions(rank, size, dtype)
+        check_movers(rank, size, dtype)
+    check_the_rest(rank, size)
+    print(f"c10d ops ok {checks}", flush=True)
+    dist.destroy_process_group()
+
+
+main()
