@@ -2,6 +2,7 @@
 runs the tests: Debian's 1.13 in .venv (make test-python), PyPI's current 2.x in .venv-torch2
 (make test-torch2). Real multi-process jobs; the workers check every rank's results against
 references and exit non-zero on the first mismatch."""
+import os
 import subprocess
 import sys
 
@@ -77,3 +78,33 @@ def test_a_dead_or_disagreeing_rank_is_torchs_backend_error_naming_it(ddp_env, t
         assert code == 0 and f"survived {rank}" in out, f"rank {rank}: {code}\n{out}\n{err}"
         if TORCH2:
             assert "BackendError" in out, out
+
+
+@pytest.mark.skipif(not TORCH2 or not hasattr(__import__("importlib").metadata, "entry_points"),
+                    reason="torch < 2.5 loads no backends' entry points (this runs in "
+                    ".venv-torch2, make test-torch2)")
+def test_the_entry_point_registers_the_backend_at_import_torch(ddp_env, tmp_path):
+    """What `pip install` declares (pyproject.toml's torch.backends entry point), installed as a
+    dist-info on the path: `import torch` alone registers "ddp", without loading libddp, and a
+    job runs with no `import ddp`."""
+    import tomllib  # Python >= 3.11, as both test environments are
+
+    pyproject = WORKERS.parents[2] / "pyproject.toml"
+    entry = tomllib.loads(pyproject.read_text())["project"]["entry-points"]["torch.backends"]
+    info = tmp_path / "site" / "libddp_autoload-0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: libddp-autoload\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[torch.backends]\n" + "".join(f"{k} = {v}\n" for k, v in entry.items()))
+    env = dict(_clean(ddp_env), PYTHONPATH=os.pathsep.join(
+        p for p in (str(tmp_path / "site"), ddp_env.get("PYTHONPATH")) if p))
+    code = ("import sys, torch, torch.distributed as dist\n"
+            "assert hasattr(dist.Backend, 'DDP'), 'not registered'\n"
+            "assert 'ddp._ddp' not in sys.modules, 'libddp loaded at import torch'\n"
+            "dist.init_process_group('ddp', init_method='tcp://127.0.0.1:%d', rank=0, "
+            "world_size=1)\n"
+            "t = torch.ones(2); dist.all_reduce(t); assert t.tolist() == [1.0, 1.0]\n"
+            "print('autoloaded', dist.get_backend())\n")
+    done = subprocess.run([sys.executable, "-c", code % _free_port()], env=env, text=True,
+                          capture_output=True, timeout=120, cwd=str(tmp_path))
+    assert done.returncode == 0 and "autoloaded ddp" in done.stdout, done.stdout + done.stderr

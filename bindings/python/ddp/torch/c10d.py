@@ -502,7 +502,7 @@ def _create(store, rank, size, timeout):
     return ProcessGroupDDP(store, rank, size, timeout)
 
 
-def _create_extended(options, backend_options=None):
+def create_extended(options, backend_options=None):
     """torch 2's creator (extended API): the backend that torch's ProcessGroup calls."""
     return BackendDDP(options.store, options.group_rank, options.group_size, options.timeout)
 
@@ -513,7 +513,7 @@ def register():
         return
     params = inspect.signature(dist.Backend.register_backend).parameters
     if hasattr(_C, "Backend") and "extended_api" in params:
-        dist.Backend.register_backend(NAME, _create_extended, extended_api=True,
+        dist.Backend.register_backend(NAME, create_extended, extended_api=True,
                                       devices=["cpu", "cuda"])
     else:
         dist.Backend.register_backend(NAME, _create)
