@@ -76,6 +76,7 @@ absl::StatusOr<Place> ReadPair(const Reader& in, const char* rank_name, const ch
   Place p;
   DDP_ASSIGN_OR_RETURN(p.rank, in.Int(rank_name, 0));
   DDP_ASSIGN_OR_RETURN(p.size, in.Int(size_name, 1));
+  if (p.size == 1 && !p.rank) p.rank = 0;  // a job of one has one rank: nothing is ambiguous
   if (p.rank.has_value() != p.size.has_value()) {
     const char* set = p.rank ? rank_name : size_name;
     const char* missing = p.rank ? size_name : rank_name;

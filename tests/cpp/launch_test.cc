@@ -147,6 +147,11 @@ TEST(LaunchEnvironment, DdpWinsAndMustAgreeWithTorchrun) {
                     {"DDP_RANK=0", "DDP_SIZE=1", "RANK=5", "WORLD_SIZE=8"});
   ExpectErrorNaming({{"DDP_RANK", "1"}}, {"DDP_RANK", "DDP_SIZE"});
   ExpectErrorNaming({{"DDP_SIZE", "2"}}, {"DDP_RANK", "DDP_SIZE"});
+  // A size of one leaves no doubt about the rank.
+  e = Read({{"DDP_SIZE", "1"}});
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->launcher, Launcher::kDdp);
+  EXPECT_EQ(e->rank, 0);
   ExpectErrorNaming({{"DDP_RANK", "2"}, {"DDP_SIZE", "2"}}, {"DDP_RANK=2", "DDP_SIZE=2"});
 }
 

@@ -71,7 +71,7 @@ def test_every_init_method_and_bad_input(ddp_env, tmp_path, how):
 @pytest.mark.parametrize("mode", ["kill", "kill-async", "mismatch"])
 def test_a_dead_or_disagreeing_rank_is_torchs_backend_error_naming_it(ddp_env, tmp_path, mode):
     results = _ranks(ddp_env, tmp_path, "c10d_faults.py", lambda port: [mode], size=3,
-                     extra={"DDP_TIMEOUT_SECONDS": "30"})
+                     extra={"DDP_TIMEOUT_SECONDS": "10"})
     survivors = [0, 2] if mode.startswith("kill") else [0, 1, 2]
     for rank in survivors:
         code, out, err = results[rank]
