@@ -32,14 +32,7 @@ class Reader {
   absl::StatusOr<std::optional<int>> Int(const char* name, int min) const {
     std::optional<std::string> raw = Text(name);
     if (!raw) return std::optional<int>();
-    int64_t value = 0;
-    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*raw), &value)) {
-      return absl::InvalidArgumentError(absl::StrCat(name, "='", *raw, "' is not an integer"));
-    }
-    if (value < min || value > INT_MAX) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(name, "=", value, " is out of range [", min, ", ", INT_MAX, "]"));
-    }
+    DDP_ASSIGN_OR_RETURN(int64_t value, env::ParseInt(name, *raw, min, INT_MAX));
     return std::optional<int>(static_cast<int>(value));
   }
 

@@ -33,18 +33,25 @@ std::optional<std::string> Get(const char* name) {
   return std::string(value);
 }
 
-absl::StatusOr<std::optional<int64_t>> GetInt(const char* name, int64_t min, int64_t max) {
-  auto raw = Get(name);
-  if (!raw) return std::optional<int64_t>();
+absl::StatusOr<int64_t> ParseInt(const char* name, const std::string& raw, int64_t min,
+                                 int64_t max) {
   int64_t value = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(*raw), &value)) {
-    return absl::InvalidArgumentError(absl::StrCat(name, "='", *raw, "' is not an integer"));
+  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(raw), &value)) {
+    return absl::InvalidArgumentError(absl::StrCat(name, "='", raw, "' is not an integer"));
   }
   if (value < min || value > max) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, "=", value, " is out of range [", min, ", ", max, "]"));
   }
-  return std::optional<int64_t>(value);
+  return value;
+}
+
+absl::StatusOr<std::optional<int64_t>> GetInt(const char* name, int64_t min, int64_t max) {
+  auto raw = Get(name);
+  if (!raw) return std::optional<int64_t>();
+  absl::StatusOr<int64_t> value = ParseInt(name, *raw, min, max);
+  if (!value.ok()) return value.status();
+  return std::optional<int64_t>(*value);
 }
 
 absl::StatusOr<std::optional<bool>> GetBool(const char* name) {

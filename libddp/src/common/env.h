@@ -31,6 +31,9 @@ class ScopedOverrides {
 
 // Integer in [min, max]; nullopt when unset or empty.
 absl::StatusOr<std::optional<int64_t>> GetInt(const char* name, int64_t min, int64_t max);
+// The same check on a value read elsewhere (a launcher's variables through a lookup).
+absl::StatusOr<int64_t> ParseInt(const char* name, const std::string& raw, int64_t min,
+                                 int64_t max);
 // 1/0, true/false, yes/no, on/off.
 absl::StatusOr<std::optional<bool>> GetBool(const char* name);
 // A decimal number in [min, max].
