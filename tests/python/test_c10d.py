@@ -9,11 +9,11 @@ import sys
 import pytest
 
 from conftest import WORKERS
-from test_launchers import _clean, _free_port
+from test_launchers import _clean, _free_port, _torch_major, run_ranks
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
-TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+TORCH2 = _torch_major() >= 2
 
 
 @pytest.mark.parametrize("np", [1, 2, 3, 4])
@@ -43,21 +43,7 @@ def _ranks(ddp_env, tmp_path, worker, args, size=2, extra=None):
     port = _free_port()
     base = dict(_clean(ddp_env), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
                 WORLD_SIZE=str(size), **(extra or {}))
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / worker), *args(port)],
-                              env=dict(base, RANK=str(r)), cwd=str(tmp_path), text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for r in range(size)]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=180)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return results
+    return run_ranks([dict(base, RANK=str(r)) for r in range(size)], worker, args(port), tmp_path)
 
 
 @pytest.mark.parametrize("how", ["env", "tcp", "file", "store"])

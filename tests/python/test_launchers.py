@@ -31,15 +31,16 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _run_ranks(envs, args, cwd):
-    """Starts one process per environment (the launcher's job) and waits for all of them."""
-    procs = [subprocess.Popen([sys.executable, str(WORKERS / "launched.py"), *args], env=env,
+def run_ranks(envs, worker, args, cwd, timeout=TIMEOUT):
+    """Starts tests/python/workers/<worker> once per environment (a launcher's job, one process
+    per rank) and waits for all; returns (exit status, stdout, stderr) per rank."""
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / worker), *args], env=env,
                               cwd=str(cwd), text=True, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE) for env in envs]
     results = []
     try:
         for p in procs:
-            out, err = p.communicate(timeout=TIMEOUT)
+            out, err = p.communicate(timeout=timeout)
             results.append((p.returncode, out, err))
     finally:
         for p in procs:
@@ -47,6 +48,10 @@ def _run_ranks(envs, args, cwd):
                 p.kill()
                 p.wait()
     return results
+
+
+def _run_ranks(envs, args, cwd):
+    return run_ranks(envs, "launched.py", args, cwd)
 
 
 def _expect_ok(results):

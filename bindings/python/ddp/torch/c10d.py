@@ -65,7 +65,7 @@ def _op(reduce_op, what):
     return _OPS[name]
 
 
-def _bitwise(opts, tensor, what):
+def _bitwise_fold(opts, tensor, what):
     """The fold of a bitwise op, or None for the others."""
     fold = _BITWISE.get(_op_name(opts.reduceOp)) if opts is not None else None
     if fold is not None and (tensor.is_floating_point() or tensor.is_complex()):
@@ -223,12 +223,6 @@ else:
         return _C._create_work_from_future(future)
 
 
-def _done(result):
-    fut = Future()
-    fut.set_result(result)
-    return _work(fut)
-
-
 def _flat(tensors):
     return torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else \
         tensors[0].reshape(-1)
@@ -284,14 +278,14 @@ class _Operations:
         return _work(self._finisher.submit(wait, result))
 
     def allreduce(self, tensors, opts=None):
-        if len(tensors) == 1 and _bitwise(opts, tensors[0], "allreduce") is not None:
+        if len(tensors) == 1 and _bitwise_fold(opts, tensors[0], "allreduce") is not None:
             return self._bitwise(tensors[0], opts, None, tensors)
         op = _op_of(opts, "allreduce")
         return self._submit([_f.allreduce_async_(t, op=op) for t in tensors], tensors)
 
     def _bitwise(self, tensor, opts, root, result):
         """A bitwise allreduce (root None) or reduce: gathered, then folded in rank order."""
-        fold = _bitwise(opts, tensor, "allreduce")
+        fold = _bitwise_fold(opts, tensor, "allreduce")
         handle = _f.allgather_async(tensor.reshape(1, -1))
 
         def finish(outs):
@@ -314,7 +308,7 @@ class _Operations:
     def reduce(self, tensors, opts):
         _check_one(tensors, "reduce")
         root, tensor = opts.rootRank, tensors[0]
-        if _bitwise(opts, tensor, "reduce") is not None:
+        if _bitwise_fold(opts, tensor, "reduce") is not None:
             return self._bitwise(tensor, opts, root, tensors)
         handle = _f.allreduce_async(tensor, op=_op(opts.reduceOp, "reduce"))
 
