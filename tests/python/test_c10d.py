@@ -3,13 +3,15 @@ runs the tests: Debian's 1.13 in .venv (make test-python), PyPI's current 2.x in
 (make test-torch2). Real multi-process jobs; the workers check every rank's results against
 references and exit non-zero on the first mismatch."""
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 from conftest import WORKERS
-from test_launchers import _clean, _free_port, _torch_major, run_ranks
+from test_launchers import (_clean, _free_port, _srun_env, _torch_major, _torchrun_env,
+                            run_ranks)
 
 pytestmark = pytest.mark.torch
 torch = pytest.importorskip("torch")
@@ -94,3 +96,50 @@ def test_the_entry_point_registers_the_backend_at_import_torch(ddp_env, tmp_path
     done = subprocess.run([sys.executable, "-c", code % _free_port()], env=env, text=True,
                           capture_output=True, timeout=120, cwd=str(tmp_path))
     assert done.returncode == 0 and "autoloaded ddp" in done.stdout, done.stdout + done.stderr
+
+
+def _anywhere_ok(results, size):
+    for rank, (code, out, err) in enumerate(results):
+        assert code == 0 and f"c10d anywhere ok {rank}" in out, f"rank {rank}: {code}\n{out}\n{err}"
+    assert len(results) == size
+
+
+@pytest.mark.parametrize("launcher", ["ddprun", "torchrun", "srun"])
+def test_ddp_init_method_reads_every_launchers_variables(ddp_env, tmp_path, launcher):
+    """init_method="ddp://" with no rank=, world_size= or MASTER_*: one script under each
+    launcher's variables alone (mpirun's below, with a real mpirun)."""
+    size, port = 3, _free_port()
+    base = dict(_clean(ddp_env), DDP_JOB_TOKEN="ddp-init-method-token-0123")
+    if launcher == "ddprun":
+        envs = [dict(base, DDP_RANK=str(r), DDP_SIZE=str(size), DDP_RENDEZVOUS_ADDR="127.0.0.1",
+                     DDP_RENDEZVOUS_PORT=str(port)) for r in range(size)]
+    elif launcher == "torchrun":
+        envs = [_torchrun_env(base, r, size, port, agent=False) for r in range(size)]
+    else:
+        envs = [_srun_env(base, r, size, port) for r in range(size)]
+    _anywhere_ok(run_ranks(envs, "c10d_anywhere.py", ["ddp"], tmp_path), size)
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_ddp_init_method_under_a_real_mpirun_and_for_gloo_too(ddp_env, tmp_path):
+    """mpirun sets no torch variable: ddp:// takes the rank and size from MPI's (libddp's token
+    goes through MPI), for the 'ddp' backend and for Gloo alike."""
+    env = dict(_clean(ddp_env), OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    for backend in ("ddp", "gloo"):
+        done = subprocess.run(["mpirun", "-np", "2", "-x", "PYTHONPATH", sys.executable,
+                               str(WORKERS / "c10d_anywhere.py"), backend], env=env,
+                              cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, f"{backend}\n{done.stdout}\n{done.stderr}"
+        for r in range(2):
+            assert f"c10d anywhere ok {r}" in done.stdout, done.stdout + done.stderr
+
+
+def test_ddp_init_method_refuses_a_rank_that_contradicts_the_launcher(ddp_env, tmp_path):
+    code = ("import torch.distributed as dist, ddp.torch\n"
+            "try:\n    dist.init_process_group('ddp', init_method='ddp://', rank=1, "
+            "world_size=1)\nexcept ValueError as e:\n    print(e)\n    raise SystemExit(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], env=_clean(ddp_env), cwd=str(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert "contradicts the launcher" in done.stdout and "rank 0 of 1" in done.stdout, done.stdout

@@ -42,8 +42,13 @@ def refused(what, call, *words):
 
 refused("too few all_gather outputs",
         lambda: dist.all_gather([torch.empty(2)], torch.ones(2)), "output")
-refused("PREMUL_SUM", lambda: dist.all_reduce(torch.ones(2), op=dist._make_nccl_premul_sum(2.0)),
-        "PREMUL_SUM")
+if torch.__version__ < "2":  # 1.13 does not hand a backend PREMUL_SUM's factor
+    refused("PREMUL_SUM", lambda: dist.all_reduce(
+        torch.ones(2), op=dist._make_nccl_premul_sum(2.0)), "PREMUL_SUM", "torch 2")
+else:
+    refused("PREMUL_SUM of integers", lambda: dist.all_reduce(
+        torch.ones(2, dtype=torch.int32), op=dist._make_nccl_premul_sum(2.0)), "PREMUL_SUM",
+        "floating-point")
 refused("BAND on floats", lambda: dist.all_reduce(torch.ones(2), op=dist.ReduceOp.BAND),
         "BAND", "float")
 if torch.__version__ < "2":  # torch 2 runs meta tensors' collectives itself (shapes only)

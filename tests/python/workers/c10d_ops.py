@@ -171,6 +171,29 @@ def check_the_rest(rank, size):
         t = torch.full((3,), float(rank))
         dist.all_reduce(t, op=R.AVG)
         expect("all_reduce AVG", t, torch.full((3,), (size - 1) / 2))
+    if torch.__version__ >= "2":  # PREMUL_SUM: every input times the factor, then summed
+        check_premul_sum(rank, size)
+
+
+def check_premul_sum(rank, size):
+    whole = (size - 1) * size / 2  # the sum of the ranks
+    for factor in (0.5, torch.tensor([0.25])):
+        op = dist._make_nccl_premul_sum(factor)
+        f = float(factor)
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            t = torch.full((5,), float(rank), dtype=dtype)
+            dist.all_reduce(t, op=op)
+            expect(f"all_reduce PREMUL_SUM({f}) {dtype}", t, torch.full((5,), f * whole,
+                                                                       dtype=dtype))
+        t = torch.full((4,), float(rank))
+        dist.reduce(t, dst=0, op=op)
+        expect(f"reduce PREMUL_SUM({f})", t, torch.full((4,), f * whole if rank == 0 else
+                                                        float(rank)))
+        inp = torch.arange(size * 3, dtype=torch.float32) + rank
+        out = torch.empty(3)
+        reduce_scatter_tensor(out, inp, op=op)
+        want = f * (torch.arange(size * 3, dtype=torch.float32) * size + whole)
+        expect(f"reduce_scatter_tensor PREMUL_SUM({f})", out, want[rank * 3:(rank + 1) * 3])
 
 
 def main():

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from .. import _ddp, _launch, _ops
+from . import c10d_rendezvous as _rendezvous
 from . import functions as _f
 
 _C = torch._C._distributed_c10d
@@ -60,8 +61,8 @@ def _op(reduce_op, what):
     name = _op_name(reduce_op)
     if name not in _OPS:
         raise ValueError(f"torch.distributed backend 'ddp': {what} with ReduceOp.{name} is not "
-                         f"supported (SUM, AVG, PRODUCT, MIN, MAX, and BAND, BOR, BXOR on "
-                         f"integer tensors are)")
+                         f"supported (SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM on torch 2, and "
+                         f"BAND, BOR, BXOR on integer tensors are)")
     return _OPS[name]
 
 
@@ -75,8 +76,37 @@ def _bitwise_fold(opts, tensor, what):
     return fold
 
 
-def _op_of(opts, what):
-    return _op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM, what)
+def _premul_factor(reduce_op, tensor, what):
+    """PREMUL_SUM's factor (a SUM of every rank's input times it; torch 2 makes such ops with
+    dist._make_nccl_premul_sum), or None for the other ops."""
+    if _op_name(reduce_op) != "PREMUL_SUM":
+        return None
+    state = reduce_op.__getstate__() if hasattr(reduce_op, "__getstate__") else None
+    factor = state[1] if isinstance(state, tuple) and len(state) > 1 else None
+    if factor is None:
+        raise ValueError(f"torch.distributed backend 'ddp': {what} with ReduceOp.PREMUL_SUM "
+                         f"needs torch 2 (torch {torch.__version__} does not give a backend "
+                         f"the op's factor)")
+    if isinstance(factor, (list, tuple)):
+        factor = factor[0] if len(factor) == 1 else None
+    if isinstance(factor, torch.Tensor):
+        factor = float(factor.item()) if factor.numel() == 1 else None
+    if factor is None:
+        raise ValueError(f"torch.distributed backend 'ddp': {what} with ReduceOp.PREMUL_SUM "
+                         f"takes a scalar or one-element factor")
+    if not tensor.is_floating_point():
+        raise ValueError(f"torch.distributed backend 'ddp': {what} with ReduceOp.PREMUL_SUM "
+                         f"needs a floating-point tensor, not {tensor.dtype}")
+    return float(factor)
+
+
+def _scaled_op(opts, tensor, what):
+    """libddp's op and the factor its inputs are multiplied by first (PREMUL_SUM's; else 1)."""
+    reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+    factor = _premul_factor(reduce_op, tensor, what)
+    if factor is not None:
+        return _ops.ReduceOp.SUM, factor
+    return _op(reduce_op, what), 1.0
 
 
 def _error(e: BaseException, bad_input_stays: bool = False) -> BaseException:
@@ -280,8 +310,9 @@ class _Operations:
     def allreduce(self, tensors, opts=None):
         if len(tensors) == 1 and _bitwise_fold(opts, tensors[0], "allreduce") is not None:
             return self._bitwise(tensors[0], opts, None, tensors)
-        op = _op_of(opts, "allreduce")
-        return self._submit([_f.allreduce_async_(t, op=op) for t in tensors], tensors)
+        op, scale = _scaled_op(opts, tensors[0], "allreduce")
+        return self._submit([_f.allreduce_async_(t, op=op, prescale_factor=scale)
+                             for t in tensors], tensors)
 
     def _bitwise(self, tensor, opts, root, result):
         """A bitwise allreduce (root None) or reduce: gathered, then folded in rank order."""
@@ -298,8 +329,9 @@ class _Operations:
         return self._submit([handle], result, finish)
 
     def allreduce_coalesced(self, tensors, opts=None):
-        op = _op_of(opts, "allreduce_coalesced")
-        return self._submit([_f.grouped_allreduce_async_(list(tensors), op=op)], tensors)
+        op, scale = _scaled_op(opts, tensors[0], "allreduce_coalesced")
+        return self._submit([_f.grouped_allreduce_async_(list(tensors), op=op,
+                                                         prescale_factor=scale)], tensors)
 
     def broadcast(self, tensors, opts):
         root = opts.rootRank
@@ -310,7 +342,8 @@ class _Operations:
         root, tensor = opts.rootRank, tensors[0]
         if _bitwise_fold(opts, tensor, "reduce") is not None:
             return self._bitwise(tensor, opts, root, tensors)
-        handle = _f.allreduce_async(tensor, op=_op(opts.reduceOp, "reduce"))
+        op, scale = _scaled_op(opts, tensor, "reduce")
+        handle = _f.allreduce_async(tensor, op=op, prescale_factor=scale)
 
         def finish(outs):
             if self._rank == root:
@@ -366,21 +399,23 @@ class _Operations:
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
         _check_one(outputs, "reduce_scatter")
-        op = _op_of(opts, "reduce_scatter")
         out, inputs = outputs[0], input_lists[0]
+        op, scale = _scaled_op(opts, out, "reduce_scatter")
         if any(t.numel() != out.numel() for t in inputs) or len(inputs) != self._size:
             raise ValueError("torch.distributed backend 'ddp': reduce_scatter needs one input per "
                              "rank, each the size of the output")
-        handle = _f.reducescatter_async(_as_rows(_flat(inputs), self._size), op=op)
+        handle = _f.reducescatter_async(_as_rows(_flat(inputs), self._size), op=op,
+                                        prescale_factor=scale)
         return self._submit([handle], outputs, lambda outs: out.copy_(outs[0].view_as(out)))
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
-        op = _op_of(opts, "reduce_scatter")
+        op, scale = _scaled_op(opts, output, "reduce_scatter")
         if input.numel() != output.numel() * self._size:
             raise ValueError(f"torch.distributed backend 'ddp': reduce_scatter_tensor's input "
                              f"has {input.numel()} elements, not {self._size} x the output's "
                              f"{output.numel()}")
-        handle = _f.reducescatter_async(_as_rows(input, self._size), op=op)
+        handle = _f.reducescatter_async(_as_rows(input, self._size), op=op,
+                                        prescale_factor=scale)
         return self._submit([handle], [output], lambda outs: output.copy_(
             outs[0].view_as(output)))
 
@@ -399,10 +434,10 @@ class _Operations:
 
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         """FSDP's: several reduce_scatter_tensor at once, in one reduce-scatter."""
-        op = _op_of(opts, "reduce_scatter")
+        op, scale = _scaled_op(opts, outputs[0], "reduce_scatter")
         sizes = [t.numel() for t in outputs]
         rows = torch.cat([t.reshape(self._size, n) for t, n in zip(inputs, sizes)], dim=1)
-        handle = _f.reducescatter_async(rows, op=op)
+        handle = _f.reducescatter_async(rows, op=op, prescale_factor=scale)
         return self._submit([handle], outputs, lambda outs: _copy_chunks(
             outs[0].reshape(-1), outputs))
 
@@ -502,7 +537,9 @@ def create_extended(options, backend_options=None):
 
 
 def register():
-    """Registers the backend (idempotent); `import ddp.torch` calls it."""
+    """Registers the backend and the ddp:// init method (idempotent); `import ddp.torch` calls
+    it."""
+    _rendezvous.register()
     if hasattr(dist.Backend, NAME.upper()):
         return
     params = inspect.signature(dist.Backend.register_backend).parameters
