@@ -143,3 +143,12 @@ def test_ddp_init_method_refuses_a_rank_that_contradicts_the_launcher(ddp_env, t
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 3, done.stdout + done.stderr
     assert "contradicts the launcher" in done.stdout and "rank 0 of 1" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_new_group_subgroups_are_jobs_of_their_members(ddp_env, tmp_path, size):
+    """new_group and new_subgroups: collectives in disjoint, overlapping and whole-job groups,
+    interleaved with the default group, objects, DDP on a group."""
+    for rank, (code, out, err) in enumerate(_ranks(ddp_env, tmp_path, "c10d_groups.py",
+                                                   lambda port: [], size=size)):
+        assert code == 0 and f"c10d groups ok {rank}" in out, f"rank {rank}: {code}\n{out}\n{err}"

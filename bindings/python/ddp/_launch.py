@@ -81,13 +81,15 @@ def _through_torch_store(env: dict, token: str | None, host: bool) -> dict:
                   timeout, f"torchrun's store at {where}")
 
 
-def through_store(store, rank: int, size: int, timeout: timedelta) -> dict:
+def through_store(store, rank: int, size: int, timeout: timedelta, keep: list | None = None
+                  ) -> dict:
     """The overrides that make this process rank `rank` of `size` in a job whose rendezvous and
-    token go through `store` (a torch.distributed Store: the torch.distributed backend's)."""
+    token go through `store` (a torch.distributed Store: the torch.distributed backend's). Rank 0
+    hosts the job's store: until shutdown, or in `keep` (a list) for its owner to close."""
     token = os.environ.get("DDP_JOB_TOKEN", "").strip() or None
     seconds = min(timeout.total_seconds(), _start_timeout()) if timeout else _start_timeout()
     found = _share(store, "ddp", rank, token, _store_host(store), seconds,
-                   "torch.distributed's store")
+                   "torch.distributed's store", keep)
     result = {"DDP_RANK": str(rank), "DDP_SIZE": str(size), "DDP_JOB_TOKEN": found["token"],
               "DDP_RENDEZVOUS_ADDR": found["addr"], "DDP_RENDEZVOUS_PORT": str(found["port"]),
               "DDP_RENDEZVOUS_EXTERNAL": "1"}
@@ -111,7 +113,7 @@ def _store_host(store) -> str:
 
 
 def _share(store, prefix: str, rank: int, token: str | None, host_toward: str | None,
-           timeout: float, what: str) -> dict:
+           timeout: float, what: str, keep: list | None = None) -> dict:
     """Rank 0 puts {token, addr, port} under a fresh key of `store` (hosting libddp's store when
     `host_toward` is given: on the route to that host); the other ranks read it."""
     generation = store.add(f"{prefix}/init/{rank}", 1)  # one key per init() of this process
@@ -120,7 +122,7 @@ def _share(store, prefix: str, rank: int, token: str | None, host_toward: str | 
         # A token the user set never goes into the store: the other ranks have it too.
         published = {} if token else {"token": secrets.token_hex(16)}
         if host_toward is not None:
-            published.update(_host_store(token or published["token"], host_toward))
+            published.update(_host_store(token or published["token"], host_toward, keep))
         store.set(key, json.dumps(published))
         return dict(published, token=token or published["token"])
     try:
@@ -136,13 +138,18 @@ def _share(store, prefix: str, rank: int, token: str | None, host_toward: str | 
     return dict(published, token=token or published["token"])
 
 
-def _host_store(token: str, toward: str) -> dict:
-    """Rank 0: hosts libddp's store on a free port of the address that the others reach it at."""
+def _host_store(token: str, toward: str, keep: list | None = None) -> dict:
+    """Rank 0: hosts libddp's store on a free port of the address that the others reach it at
+    (kept in `keep` when given, else as the process's job's store)."""
     global _server
-    close()
     addr = _address_toward(toward)
-    _server = _ddp.StoreServer(addr, 0, token)
-    return {"addr": addr, "port": _server.port}
+    server = _ddp.StoreServer(addr, 0, token)
+    if keep is not None:
+        keep.append(server)
+    else:
+        close()
+        _server = server
+    return {"addr": addr, "port": server.port}
 
 
 def _address_toward(host: str) -> str:

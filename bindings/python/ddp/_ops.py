@@ -280,10 +280,41 @@ def remove_process_set(process_set):
 
 
 def forget_process_sets():
-    """At shutdown: the sets belong to the job that ends."""
-    for ps in _process_sets.values():
-        ps.process_set_id = None
-    _process_sets.clear()
+    """At shutdown: the sets belong to the job that ends (groups are jobs of their own)."""
+    for sid in [sid for sid, ps in _process_sets.items() if not isinstance(ps, _Group)]:
+        _process_sets.pop(sid).process_set_id = None
+
+
+class _Group(ProcessSet):
+    """A group (ddp._ddp.group_init): a job of its own among some processes, whose operations take
+    its id as their process_set. Its ranks are the group's own, 0 to size - 1; rank() is this
+    process's rank in it (the torch.distributed backend's later process groups)."""
+
+    def __init__(self, group_id, rank, size):
+        super().__init__(list(range(size)))
+        self.process_set_id, self._rank = group_id, rank
+
+    def rank(self):
+        return self._rank
+
+    def included(self):
+        return True
+
+
+def add_group(group_id, rank, size):
+    """Registers a group made by _ddp.group_init, so that its id is a process_set."""
+    _process_sets[group_id] = _Group(group_id, rank, size)
+
+
+def remove_group(group_id):
+    _process_sets.pop(group_id, None)
+
+
+def own_rank(process_set=WORLD):
+    """This process's rank as the collectives of process_set name ranks (root_rank=): its rank in
+    the job, or in the group for a group."""
+    found = _process_sets.get(process_set) if isinstance(process_set, int) else None
+    return found.rank() if isinstance(found, _Group) else _ddp.rank()
 
 
 def process_set_ranks(process_set):

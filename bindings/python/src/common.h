@@ -34,6 +34,15 @@ std::shared_ptr<ddp::Context> Current(const char* what);
 // The context, or null (no error) before init and after shutdown.
 std::shared_ptr<ddp::Context> CurrentOrNull();
 
+// Groups (groups.cc): jobs of their own beside the process's, with ids from kFirstGroup up, taken
+// wherever a process set id is. ContextFor gives the context an operation with `process_set`
+// runs in (the process's, or the group's, whose id it then replaces with the group's whole-job
+// set); it raises as Current does, or for a group that is gone.
+constexpr int kFirstGroup = 1 << 24;
+std::shared_ptr<ddp::Context> ContextFor(const char* what, int* process_set);
+// A group's context, or null.
+std::shared_ptr<ddp::Context> GroupOrNull(int id);
+
 ddp::DataType ToType(int code);
 ddp::ReduceOp ToOp(int code);
 inline const void* Ptr(uintptr_t address) { return reinterpret_cast<const void*>(address); }
@@ -154,6 +163,7 @@ void SweepOrphans();
 void DefineHandle(py::module_& m);
 void DefinePs(py::module_& m);
 void DefineTensorPath(py::module_& m);
+void DefineGroups(py::module_& m);
 
 }  // namespace ddp_python
 

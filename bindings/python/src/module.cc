@@ -370,7 +370,7 @@ PYBIND11_MODULE(_ddp, m) {
       [](std::string name, uintptr_t input, uintptr_t output, int dtype, std::vector<int64_t> shape,
          int op, double prescale, double postscale, int process_set, py::object keep, int device,
          uintptr_t stream) {
-        auto context = Current("allreduce");
+        auto context = ContextFor("allreduce", &process_set);
         auto handle = context->engine().AllreduceAsync(
             std::move(name), Ptr(input), MutablePtr(output), ToType(dtype), std::move(shape),
             ToOp(op), prescale, postscale, process_set, ToDevice(device, stream));
@@ -387,7 +387,7 @@ PYBIND11_MODULE(_ddp, m) {
                                       int dtype, int op, double prescale, double postscale,
                                       int process_set, py::object keep, int device,
                                       uintptr_t stream) {
-    auto context = Current("grouped_allreduce");
+    auto context = ContextFor("grouped_allreduce", &process_set);
     std::vector<ddp::GroupMember> group_members;
     group_members.reserve(members.size());
     for (auto& [name, input, output, shape] : members) {
@@ -402,7 +402,7 @@ PYBIND11_MODULE(_ddp, m) {
   m.def("allgather_async",
         [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape,
            int process_set, py::object keep, int device, uintptr_t stream) {
-          auto context = Current("allgather");
+          auto context = ContextFor("allgather", &process_set);
           auto handle = context->engine().AllgatherAsync(std::move(name), Ptr(input), ToType(dtype),
                                                          std::move(shape), process_set,
                                                          ToDevice(device, stream));
@@ -412,7 +412,7 @@ PYBIND11_MODULE(_ddp, m) {
   m.def("broadcast_async",
         [](std::string name, uintptr_t buffer, int dtype, std::vector<int64_t> shape, int root,
            int process_set, py::object keep, int device, uintptr_t stream) {
-          auto context = Current("broadcast");
+          auto context = ContextFor("broadcast", &process_set);
           auto handle = context->engine().BroadcastAsync(std::move(name), MutablePtr(buffer),
                                                          ToType(dtype), std::move(shape), root,
                                                          process_set, ToDevice(device, stream));
@@ -422,7 +422,7 @@ PYBIND11_MODULE(_ddp, m) {
   m.def("alltoall_async",
         [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape,
            int process_set, py::object keep, int device, uintptr_t stream) {
-          auto context = Current("alltoall");
+          auto context = ContextFor("alltoall", &process_set);
           auto handle = context->engine().AlltoallAsync(std::move(name), Ptr(input), ToType(dtype),
                                                         std::move(shape), process_set,
                                                         ToDevice(device, stream));
@@ -433,7 +433,7 @@ PYBIND11_MODULE(_ddp, m) {
         [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape, int op,
            double prescale, double postscale, int process_set, py::object keep, int device,
            uintptr_t stream) {
-          auto context = Current("reducescatter");
+          auto context = ContextFor("reducescatter", &process_set);
           auto handle = context->engine().ReduceScatterAsync(
               std::move(name), Ptr(input), ToType(dtype), std::move(shape), ToOp(op), prescale,
               postscale, process_set, ToDevice(device, stream));
@@ -488,6 +488,7 @@ PYBIND11_MODULE(_ddp, m) {
         "The next automatic name of an unnamed call of this kind in this process set: "
         "'<kind>.noname.<n>'.");
   DefinePs(m);
+  DefineGroups(m);
 
   py::class_<PyStoreServer>(m, "StoreServer")
       .def(py::init<const std::string&, int, const std::string&>(), py::arg("ip"), py::arg("port"),

@@ -229,8 +229,11 @@ py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py:
     }
     label.assign(utf8, static_cast<size_t>(length));
   }
-  std::shared_ptr<ddp::Context> context = CurrentOrNull();
+  int engine_set = static_cast<int>(set);
+  std::shared_ptr<ddp::Context> context =
+      engine_set < kFirstGroup ? CurrentOrNull() : GroupOrNull(engine_set);
   if (context == nullptr) return NotImplemented();
+  if (engine_set >= kFirstGroup) engine_set = ddp::Engine::kWorld;
   py::object output = py::reinterpret_borrow<py::object>(tensor);
   uintptr_t out_address = in.address;
   if (!inplace) {
@@ -245,7 +248,7 @@ py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py:
   if (name.is_none()) label = AutoName("allreduce", static_cast<int>(set));
   ddp::Handle handle = context->engine().AllreduceAsync(
       std::move(label), Ptr(in.address), MutablePtr(out_address), in.type, std::move(in.shape),
-      static_cast<ddp::ReduceOp>(op_code), pre, post, static_cast<int>(set), in.device);
+      static_cast<ddp::ReduceOp>(op_code), pre, post, engine_set, in.device);
   // The storage keeps the memory alive (the tensor itself is the result, or held for the check
   // until wait()); the handle is a ddp._ddp.Handle, a plain CPython type (handle.cc).
   HandlePtr wrapped = Wrap(std::move(handle), std::move(in.storage), std::move(context));

@@ -10,13 +10,17 @@ version has it) when the job broke: the message names the ranks, host and tensor
 does, and the exception carries `ranks` and `tensor`.
 
 Rendezvous goes through the store torch hands in (`env://`, `tcp://`, `file://` or `store=`):
-rank 0 hosts libddp's own store and puts its address and the job token there (ddp/_launch.py).
+rank 0 hosts libddp's own store and puts its address and the job token there (ddp/_launch.py);
+`ddp://` (c10d_rendezvous.py) reads the launcher's variables instead. The default group is
+libddp's job; every later group (new_group) is a libddp job of its own among its members
+(_ddp.group_init), whose id the operations take as their process set.
 docs/pytorch-distributed.md says what is served and where the backend differs from Gloo.
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import os
 import queue
 import threading
 import time
@@ -286,10 +290,18 @@ class _Operations:
     """The operations, shared by the torch 2 Backend and the torch 1.13 ProcessGroup below (both
     are pybind11 classes whose C++ side calls these Python methods by name)."""
 
-    def _start(self, store, rank, size, timeout, group):
+    def _start(self, store, rank, size, timeout):
+        """The default group runs on libddp's job (joined here through torch's store unless
+        ddp.init() joined it); every later group (new_group) on a group of its own, a libddp job
+        among its members alone (as Gloo gives each process group its own connections)."""
         self._rank, self._size = rank, size
-        _join(store, rank, size, timeout)
-        self._finisher = _Finisher(group)
+        if not _ddp.is_initialized() or not dist.is_initialized():
+            _join(store, rank, size, timeout)
+            self._set, name = _ops.WORLD, "default"
+        else:
+            self._set = _group(store, rank, size, timeout)
+            name = f"group{self._set - _ddp.FIRST_GROUP}"
+        self._finisher = _Finisher(name)
         self._finisher.start()
 
     def getBackendName(self):  # noqa: N802 - torch's name
@@ -311,13 +323,13 @@ class _Operations:
         if len(tensors) == 1 and _bitwise_fold(opts, tensors[0], "allreduce") is not None:
             return self._bitwise(tensors[0], opts, None, tensors)
         op, scale = _scaled_op(opts, tensors[0], "allreduce")
-        return self._submit([_f.allreduce_async_(t, op=op, prescale_factor=scale)
+        return self._submit([_f.allreduce_async_(t, op=op, prescale_factor=scale, process_set=self._set)
                              for t in tensors], tensors)
 
     def _bitwise(self, tensor, opts, root, result):
         """A bitwise allreduce (root None) or reduce: gathered, then folded in rank order."""
         fold = _bitwise_fold(opts, tensor, "allreduce")
-        handle = _f.allgather_async(tensor.reshape(1, -1))
+        handle = _f.allgather_async(tensor.reshape(1, -1), process_set=self._set)
 
         def finish(outs):
             if root is None or self._rank == root:
@@ -331,11 +343,11 @@ class _Operations:
     def allreduce_coalesced(self, tensors, opts=None):
         op, scale = _scaled_op(opts, tensors[0], "allreduce_coalesced")
         return self._submit([_f.grouped_allreduce_async_(list(tensors), op=op,
-                                                         prescale_factor=scale)], tensors)
+                                                         prescale_factor=scale, process_set=self._set)], tensors)
 
     def broadcast(self, tensors, opts):
         root = opts.rootRank
-        return self._submit([_f.broadcast_async_(t, root) for t in tensors], tensors)
+        return self._submit([_f.broadcast_async_(t, root, process_set=self._set) for t in tensors], tensors)
 
     def reduce(self, tensors, opts):
         _check_one(tensors, "reduce")
@@ -343,7 +355,7 @@ class _Operations:
         if _bitwise_fold(opts, tensor, "reduce") is not None:
             return self._bitwise(tensor, opts, root, tensors)
         op, scale = _scaled_op(opts, tensor, "reduce")
-        handle = _f.allreduce_async(tensor, op=op, prescale_factor=scale)
+        handle = _f.allreduce_async(tensor, op=op, prescale_factor=scale, process_set=self._set)
 
         def finish(outs):
             if self._rank == root:
@@ -356,18 +368,18 @@ class _Operations:
         if len(outputs) != self._size:
             raise ValueError(f"torch.distributed backend 'ddp': allgather needs {self._size} "
                              f"output tensors, got {len(outputs)}")
-        handle = _f.allgather_async(inputs[0].reshape(1, -1))
+        handle = _f.allgather_async(inputs[0].reshape(1, -1), process_set=self._set)
         return self._submit([handle], output_lists, lambda outs: _copy_chunks(
             outs[0].reshape(-1), outputs))
 
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's name
-        handle = _f.allgather_async(input.reshape(1, -1))
+        handle = _f.allgather_async(input.reshape(1, -1), process_set=self._set)
         return self._submit([handle], [output], lambda outs: output.copy_(
             outs[0].reshape(output.shape)))
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
         flat = _flat(inputs)
-        handle = _f.allgather_async(flat.reshape(1, -1))
+        handle = _f.allgather_async(flat.reshape(1, -1), process_set=self._set)
 
         def finish(outs):
             rows = outs[0]
@@ -378,7 +390,7 @@ class _Operations:
     def gather(self, output_lists, inputs, opts):
         _check_one(inputs, "gather")
         root = opts.rootRank
-        handle = _f.allgather_async(inputs[0].reshape(1, -1))
+        handle = _f.allgather_async(inputs[0].reshape(1, -1), process_set=self._set)
 
         def finish(outs):
             if self._rank == root:
@@ -392,7 +404,7 @@ class _Operations:
             whole = _flat(input_lists[0]).clone()
         else:
             whole = torch.empty(out.numel() * self._size, dtype=out.dtype, device=out.device)
-        handle = _f.broadcast_async_(whole, root)
+        handle = _f.broadcast_async_(whole, root, process_set=self._set)
         n = out.numel()
         return self._submit([handle], outputs, lambda _: out.copy_(
             whole[self._rank * n:(self._rank + 1) * n].view_as(out)))
@@ -405,7 +417,7 @@ class _Operations:
             raise ValueError("torch.distributed backend 'ddp': reduce_scatter needs one input per "
                              "rank, each the size of the output")
         handle = _f.reducescatter_async(_as_rows(_flat(inputs), self._size), op=op,
-                                        prescale_factor=scale)
+                                        prescale_factor=scale, process_set=self._set)
         return self._submit([handle], outputs, lambda outs: out.copy_(outs[0].view_as(out)))
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
@@ -415,14 +427,14 @@ class _Operations:
                              f"has {input.numel()} elements, not {self._size} x the output's "
                              f"{output.numel()}")
         handle = _f.reducescatter_async(_as_rows(input, self._size), op=op,
-                                        prescale_factor=scale)
+                                        prescale_factor=scale, process_set=self._set)
         return self._submit([handle], [output], lambda outs: output.copy_(
             outs[0].view_as(output)))
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         """FSDP's: several all_gather_into_tensor at once, in one allgather."""
         sizes = [t.numel() for t in inputs]
-        handle = _f.allgather_async(_flat(inputs).reshape(1, -1))
+        handle = _f.allgather_async(_flat(inputs).reshape(1, -1), process_set=self._set)
 
         def finish(outs):
             rows = outs[0].reshape(self._size, -1)
@@ -437,7 +449,7 @@ class _Operations:
         op, scale = _scaled_op(opts, outputs[0], "reduce_scatter")
         sizes = [t.numel() for t in outputs]
         rows = torch.cat([t.reshape(self._size, n) for t, n in zip(inputs, sizes)], dim=1)
-        handle = _f.reducescatter_async(rows, op=op, prescale_factor=scale)
+        handle = _f.reducescatter_async(rows, op=op, prescale_factor=scale, process_set=self._set)
         return self._submit([handle], outputs, lambda outs: _copy_chunks(
             outs[0].reshape(-1), outputs))
 
@@ -445,19 +457,19 @@ class _Operations:
                       opts=None):
         rows = input.shape[0] if input.dim() else 1
         splits = list(input_split_sizes) or [rows // self._size] * self._size
-        handle = _f.alltoall_async(_as_rows(input, rows), splits=splits)
+        handle = _f.alltoall_async(_as_rows(input, rows), splits=splits, process_set=self._set)
         return self._submit([handle], [output], lambda outs: output.copy_(
             _first(outs[0]).reshape(output.shape)))
 
     def alltoall(self, outputs, inputs, opts=None):
         splits = [t.numel() for t in inputs]
-        handle = _f.alltoall_async(_flat(inputs).reshape(-1, 1), splits=splits)
+        handle = _f.alltoall_async(_flat(inputs).reshape(-1, 1), splits=splits, process_set=self._set)
         return self._submit([handle], outputs, lambda outs: _copy_chunks(
             _first(outs[0]).reshape(-1), outputs))
 
     def barrier(self, opts=None):
         token = torch.zeros(1)
-        return self._submit([_f.allreduce_async_(token, op=_ops.ReduceOp.SUM)], [])
+        return self._submit([_f.allreduce_async_(token, op=_ops.ReduceOp.SUM, process_set=self._set)], [])
 
     def send(self, tensors, dst, tag):
         raise NotImplementedError("torch.distributed backend 'ddp': send/recv are not supported "
@@ -473,6 +485,11 @@ class _Operations:
 
     def shutdown(self):
         self._finisher.stop()
+        if self._set != _ops.WORLD:
+            _ops.remove_group(self._set)
+            _ddp.group_shutdown(self._set)
+            for server in _group_stores.pop(self._set, []):
+                server.close()
 
     # torch 2's names for the same operations.
     all_gather_single = _allgather_base
@@ -497,7 +514,7 @@ if hasattr(_C, "Backend"):
 
         def __init__(self, store, rank, size, timeout):
             _C.Backend.__init__(self, rank, size)
-            self._start(store, rank, size, timeout, "default")
+            self._start(store, rank, size, timeout)
 
 
 class ProcessGroupDDP(_Operations, dist.ProcessGroup):
@@ -505,7 +522,7 @@ class ProcessGroupDDP(_Operations, dist.ProcessGroup):
 
     def __init__(self, store, rank, size, timeout):
         dist.ProcessGroup.__init__(self, rank, size)
-        self._start(store, rank, size, timeout, "default")
+        self._start(store, rank, size, timeout)
 
 
 def _first(out):
@@ -518,12 +535,42 @@ def _join(store, rank, size, timeout):
     if _ddp.is_initialized():
         if (_ddp.rank(), _ddp.size()) != (rank, size):
             raise ValueError(f"torch.distributed backend 'ddp': this process is rank "
-                             f"{_ddp.rank()} of {_ddp.size()} in libddp's job, but the process "
-                             f"group says {rank} of {size}; subgroups (new_group) are not "
-                             f"supported yet")
+                             f"{_ddp.rank()} of {_ddp.size()} in libddp's job (ddp.init()), but "
+                             f"init_process_group says rank {rank} of {size}")
         return
     overrides = _launch.through_store(store, rank, size, timeout)
     _ddp.init(overrides)
+
+
+# What would make a group's libddp job take the launcher's place in the whole job for its own:
+# a group reads its rank, size, rendezvous and token from its overrides alone.
+_LAUNCHER_PREFIXES = ("OMPI_COMM_WORLD_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_")
+_LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                   "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALRANKID",
+                   "MPI_LOCALNRANKS", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_BOOTSTRAP")
+
+
+def _group(store, rank, size, timeout):
+    """A libddp job among this process group's members, through the group's store (torch
+    hands each group a store of its own prefix); returns its id, a process set of ddp.torch's."""
+    overrides = {name: "" for name in os.environ
+                 if name.startswith(_LAUNCHER_PREFIXES) or name in _LAUNCHER_NAMES}
+    if os.environ.get("DDP_TRANSPORT", "").strip().lower() == "mpi":
+        overrides["DDP_TRANSPORT"] = ""  # MPI's transport spans the whole job, not a group
+    servers = []  # the group's store, when this is the group's rank 0
+    overrides.update(_launch.through_store(store, rank, size, timeout, keep=servers))
+    try:
+        group = _ddp.group_init(overrides)
+    except BaseException:
+        for server in servers:
+            server.close()
+        raise
+    _ops.add_group(group, rank, size)
+    _group_stores[group] = servers  # closed when the group is
+    return group
+
+
+_group_stores = {}
 
 
 def _create(store, rank, size, timeout):

@@ -43,8 +43,9 @@ class JobStore(dist.Store):
     torch keeps in its store); compare_set, delete_key and num_keys are refused with the reason.
     Calls from several threads take turns on the one connection."""
 
-    def __init__(self, client, timeout: timedelta):
+    def __init__(self, client, timeout: timedelta, host: str):
         super().__init__()
+        self.host = host  # where the others reach rank 0's host (a later group's store goes there)
         self._client = client
         self._lock = threading.Lock()
         self.set_timeout(timeout)
@@ -161,7 +162,7 @@ def job_store(timeout: timedelta) -> JobStore:
         except _ddp.DDPError as e:
             failures.append(f"{addr}: {e}")
             continue
-        _store = JobStore(client, timeout)
+        _store = JobStore(client, timeout, (published["addrs"] or ["127.0.0.1"])[0])
         return _store
     raise error(f"init_method ddp://: rank {rank} cannot reach the store rank 0 hosts on port "
                 f"{published['port']} at any of its addresses ({'; '.join(failures)}); set "

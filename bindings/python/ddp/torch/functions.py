@@ -402,7 +402,7 @@ def _alltoallv_async(tensor, splits, name, process_set):
     name = _ops.auto_name("alltoall", name, process_set)
     table = allgather(torch.tensor([counts], dtype=torch.int64), name=f"{name}.splits",
                       process_set=process_set)
-    me = members.index(_ddp.rank())
+    me = members.index(_ops.own_rank(process_set))
     received = [int(c) for c in table[:, me].tolist()]
     block = int(table.max())
     tail = tuple(tensor.shape[1:])
@@ -488,7 +488,7 @@ class _AllgatherFunction(torch.autograd.Function):
         rows = allgather(torch.tensor([ctx.rows], dtype=torch.int64),
                          process_set=ctx.process_set)
         members = _ops.process_set_ranks(ctx.process_set)
-        mine = members.index(_ddp.rank())
+        mine = members.index(_ops.own_rank(ctx.process_set))
         offset = int(rows[:mine].sum())
         return reduced.narrow(0, offset, ctx.rows), None, None
 
@@ -502,7 +502,7 @@ class _BroadcastFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         reduced = allreduce(grad.contiguous(), op=Average, process_set=ctx.process_set)
-        if _ddp.rank() != ctx.root_rank:
+        if _ops.own_rank(ctx.process_set) != ctx.root_rank:
             reduced.zero_()
         return reduced, None, None, None
 
