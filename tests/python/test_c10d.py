@@ -152,3 +152,11 @@ def test_new_group_subgroups_are_jobs_of_their_members(ddp_env, tmp_path, size):
     for rank, (code, out, err) in enumerate(_ranks(ddp_env, tmp_path, "c10d_groups.py",
                                                    lambda port: [], size=size)):
         assert code == 0 and f"c10d groups ok {rank}" in out, f"rank {rank}: {code}\n{out}\n{err}"
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_send_and_recv(ddp_env, tmp_path, size):
+    """send/recv, isend/irecv, tags out of order, a ring, batch_isend_irecv, in a group."""
+    for rank, (code, out, err) in enumerate(_ranks(ddp_env, tmp_path, "c10d_p2p.py",
+                                                   lambda port: [], size=size)):
+        assert code == 0 and f"c10d p2p ok {rank}" in out, f"rank {rank}: {code}\n{out}\n{err}"

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import os
 import queue
 import threading
 import time
@@ -31,6 +30,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from .. import _ddp, _launch, _ops
+from . import c10d_groups as _groups
 from . import c10d_rendezvous as _rendezvous
 from . import functions as _f
 
@@ -175,6 +175,12 @@ class _Completers:
                 self._idle += 1
 
 
+def _started_finisher(name):
+    finisher = _Finisher(name)
+    finisher.start()
+    return finisher
+
+
 class _Finisher(threading.Thread):
     """Finishes a group's operations in issue order: waits for each (without the GIL), runs its
     completion (copies into the caller's tensors), then hands its future to the completers."""
@@ -299,31 +305,34 @@ class _Operations:
             _join(store, rank, size, timeout)
             self._set, name = _ops.WORLD, "default"
         else:
-            self._set = _group(store, rank, size, timeout)
+            self._set = _groups.make(store, rank, size, timeout)
             name = f"group{self._set - _ddp.FIRST_GROUP}"
         self._finisher = _Finisher(name)
         self._finisher.start()
+        self._p2p = _groups.PointToPoint(store, rank, timeout, _started_finisher)
 
     def getBackendName(self):  # noqa: N802 - torch's name
         return NAME
 
     # Operations -----------------------------------------------------------------------------
 
-    def _submit(self, handles, result, finish=None):
-        if self._finisher.failed is not None:
-            raise self._finisher.failed
+    def _submit(self, handles, result, finish=None, finisher=None):
+        finisher = finisher or self._finisher
+        if finisher.failed is not None:
+            raise finisher.failed
 
         def wait():
             outs = [h.wait() for h in handles]
             if finish is not None:
                 finish(outs)
-        return _work(self._finisher.submit(wait, result))
+        return _work(finisher.submit(wait, result))
 
     def allreduce(self, tensors, opts=None):
         if len(tensors) == 1 and _bitwise_fold(opts, tensors[0], "allreduce") is not None:
             return self._bitwise(tensors[0], opts, None, tensors)
         op, scale = _scaled_op(opts, tensors[0], "allreduce")
-        return self._submit([_f.allreduce_async_(t, op=op, prescale_factor=scale, process_set=self._set)
+        return self._submit([_f.allreduce_async_(t, op=op, prescale_factor=scale,
+                                                 process_set=self._set)
                              for t in tensors], tensors)
 
     def _bitwise(self, tensor, opts, root, result):
@@ -343,11 +352,13 @@ class _Operations:
     def allreduce_coalesced(self, tensors, opts=None):
         op, scale = _scaled_op(opts, tensors[0], "allreduce_coalesced")
         return self._submit([_f.grouped_allreduce_async_(list(tensors), op=op,
-                                                         prescale_factor=scale, process_set=self._set)], tensors)
+                                                         prescale_factor=scale,
+                                                         process_set=self._set)], tensors)
 
     def broadcast(self, tensors, opts):
         root = opts.rootRank
-        return self._submit([_f.broadcast_async_(t, root, process_set=self._set) for t in tensors], tensors)
+        return self._submit([_f.broadcast_async_(t, root, process_set=self._set)
+                             for t in tensors], tensors)
 
     def reduce(self, tensors, opts):
         _check_one(tensors, "reduce")
@@ -463,33 +474,39 @@ class _Operations:
 
     def alltoall(self, outputs, inputs, opts=None):
         splits = [t.numel() for t in inputs]
-        handle = _f.alltoall_async(_flat(inputs).reshape(-1, 1), splits=splits, process_set=self._set)
+        handle = _f.alltoall_async(_flat(inputs).reshape(-1, 1), splits=splits,
+                                   process_set=self._set)
         return self._submit([handle], outputs, lambda outs: _copy_chunks(
             _first(outs[0]).reshape(-1), outputs))
 
     def barrier(self, opts=None):
         token = torch.zeros(1)
-        return self._submit([_f.allreduce_async_(token, op=_ops.ReduceOp.SUM, process_set=self._set)], [])
+        return self._submit([_f.allreduce_async_(token, op=_ops.ReduceOp.SUM,
+                                                 process_set=self._set)], [])
 
     def send(self, tensors, dst, tag):
-        raise NotImplementedError("torch.distributed backend 'ddp': send/recv are not supported "
-                                  "yet (docs/pytorch-distributed.md)")
+        """A broadcast from this rank in the group of the pair (c10d_groups.PointToPoint): it
+        completes once the receiver has posted its recv, as NCCL's send does."""
+        _check_one(tensors, "send")
+        handle, finisher = self._p2p.transfer(tensors[0], self._rank, dst, tag, "send")
+        return self._submit([handle], tensors, finisher=finisher)
 
     def recv(self, tensors, src, tag):
-        raise NotImplementedError("torch.distributed backend 'ddp': send/recv are not supported "
-                                  "yet (docs/pytorch-distributed.md)")
+        _check_one(tensors, "recv")
+        handle, finisher = self._p2p.transfer(tensors[0], src, self._rank, tag, "recv")
+        return self._submit([handle], tensors, finisher=finisher)
 
     def recv_anysource(self, tensors, tag):
-        raise NotImplementedError("torch.distributed backend 'ddp': send/recv are not supported "
-                                  "yet (docs/pytorch-distributed.md)")
+        raise NotImplementedError(
+            "torch.distributed backend 'ddp': recv without src= (from any source) is not "
+            "supported: torch asks the Work for the sender through a C++ method that a backend "
+            "written in Python cannot provide; pass src=")
 
     def shutdown(self):
         self._finisher.stop()
+        self._p2p.close()
         if self._set != _ops.WORLD:
-            _ops.remove_group(self._set)
-            _ddp.group_shutdown(self._set)
-            for server in _group_stores.pop(self._set, []):
-                server.close()
+            _groups.close(self._set)
 
     # torch 2's names for the same operations.
     all_gather_single = _allgather_base
@@ -511,6 +528,11 @@ for _name in ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgat
 if hasattr(_C, "Backend"):
     class BackendDDP(_Operations, _C.Backend):
         """torch 2: the backend of a torch ProcessGroup, for CPU and CUDA tensors."""
+
+        # Read by torch's Python (batch_isend_irecv, split_group): inherited, these properties
+        # would ask the C++ side, which asks back here without end.
+        supports_coalescing = False
+        supports_splitting = False
 
         def __init__(self, store, rank, size, timeout):
             _C.Backend.__init__(self, rank, size)
@@ -540,37 +562,6 @@ def _join(store, rank, size, timeout):
         return
     overrides = _launch.through_store(store, rank, size, timeout)
     _ddp.init(overrides)
-
-
-# What would make a group's libddp job take the launcher's place in the whole job for its own:
-# a group reads its rank, size, rendezvous and token from its overrides alone.
-_LAUNCHER_PREFIXES = ("OMPI_COMM_WORLD_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_")
-_LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                   "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALRANKID",
-                   "MPI_LOCALNRANKS", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_BOOTSTRAP")
-
-
-def _group(store, rank, size, timeout):
-    """A libddp job among this process group's members, through the group's store (torch
-    hands each group a store of its own prefix); returns its id, a process set of ddp.torch's."""
-    overrides = {name: "" for name in os.environ
-                 if name.startswith(_LAUNCHER_PREFIXES) or name in _LAUNCHER_NAMES}
-    if os.environ.get("DDP_TRANSPORT", "").strip().lower() == "mpi":
-        overrides["DDP_TRANSPORT"] = ""  # MPI's transport spans the whole job, not a group
-    servers = []  # the group's store, when this is the group's rank 0
-    overrides.update(_launch.through_store(store, rank, size, timeout, keep=servers))
-    try:
-        group = _ddp.group_init(overrides)
-    except BaseException:
-        for server in servers:
-            server.close()
-        raise
-    _ops.add_group(group, rank, size)
-    _group_stores[group] = servers  # closed when the group is
-    return group
-
-
-_group_stores = {}
 
 
 def _create(store, rank, size, timeout):
