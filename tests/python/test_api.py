@@ -291,6 +291,7 @@ def test_engine_over_the_libfabric_transport(run_job, ddp_env, provider):
     assert result.stdout.count(": ok") == 3
 
 
+@pytest.mark.once
 @pytest.mark.torch
 def test_distributed_optimizer_over_libfabric(run_job, ddp_env):
     if "ofi" not in _transports(ddp_env):
@@ -300,6 +301,7 @@ def test_distributed_optimizer_over_libfabric(run_job, ddp_env):
     assert result.stdout.count("plain ok") == 2
 
 
+@pytest.mark.once
 @pytest.mark.torch
 @pytest.mark.skipif(os.environ.get("DDP_SKIP_DEMO") == "1", reason="DDP_SKIP_DEMO=1")
 def test_demo_reaches_97_percent_on_4_ranks(run_job, tmp_path):

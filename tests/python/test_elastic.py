@@ -35,6 +35,7 @@ def test_a_failed_worker_is_left_out_and_the_others_go_on_from_the_last_commit(r
     assert "generation 1: 2 workers" in job.stderr, job.stderr
 
 
+@pytest.mark.once
 @pytest.mark.torch
 def test_workers_join_when_a_host_comes_and_leave_when_it_goes(run_job, tmp_path):
     hosts = tmp_path / "hosts"
@@ -54,6 +55,7 @@ def test_workers_join_when_a_host_comes_and_leave_when_it_goes(run_job, tmp_path
     assert "host 127.0.0.1 left: stopping worker 127.0.0.1:0" in job.stderr, job.stderr
 
 
+@pytest.mark.once
 @pytest.mark.torch
 def test_below_min_np_the_driver_waits_for_hosts_then_stops_the_job(run_job):
     job = run_job(2, WORKER, "fail", "localhost:1", check=False, timeout=120,
@@ -64,6 +66,7 @@ def test_below_min_np_the_driver_waits_for_hosts_then_stops_the_job(run_job):
     assert not finished(job.stdout), job.stdout
 
 
+@pytest.mark.once
 @pytest.mark.torch
 def test_outside_elastic_mode_the_same_script_trains_once(run_job):
     # A plain launch: no driver, so commit() asks nothing and a DDPError would be raised as is.

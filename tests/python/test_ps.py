@@ -40,12 +40,14 @@ def test_torch_sync_equals_sgd_on_the_whole_batch(run_job):
     assert result.stdout.count(": ok") == 3, result.stdout
 
 
+@pytest.mark.once
 @pytest.mark.torch
 def test_torch_sync_accumulates_backward_passes_then_equals_sgd(run_job):
     result = run_job(2, "ps_torch.py", "sync2", launcher_args=("--servers", "1"))
     assert result.stdout.count(": ok") == 2, result.stdout
 
 
+@pytest.mark.once
 @pytest.mark.torch
 def test_torch_async_ends_with_the_same_weights_everywhere(run_job):
     result = run_job(3, "ps_torch.py", "async")  # colocated
@@ -133,6 +135,7 @@ def test_ddprun_servers_arguments(run_job):
                  "--rendezvous", "127.0.0.1:1", "true"]) == 2
 
 
+@pytest.mark.once
 @pytest.mark.torch
 def test_demo_ps_async_with_two_servers_reaches_97_percent(run_job):
     result = run_job(4, str(EXAMPLES / "train_digits_ps.py"), "--target-accuracy", "0.97",

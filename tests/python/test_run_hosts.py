@@ -113,6 +113,7 @@ def test_a_stopped_rank_on_another_host_is_named_as_the_culprit(cluster, ddp_env
     assert took < 60
 
 
+@pytest.mark.once
 @pytest.mark.torch  # its workers train through ddp.torch
 def test_an_elastic_job_across_hosts_goes_on_without_a_failed_host(cluster, ddp_env):
     """Elastic mode with the other hosts' workers started through agents over the remote shell:
