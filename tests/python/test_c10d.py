@@ -48,7 +48,7 @@ def _ranks(ddp_env, tmp_path, worker, args, size=2, extra=None):
     return run_ranks([dict(base, RANK=str(r)) for r in range(size)], worker, args(port), tmp_path)
 
 
-@pytest.mark.parametrize("how", ["env", "tcp", "file", "store"])
+@pytest.mark.parametrize("how", ["env", "tcp", "file", "store", "tcp-no-rank"])
 def test_every_init_method_and_bad_input(ddp_env, tmp_path, how):
     where = (lambda port: [how, str(tmp_path / "rendezvous")]) if how == "file" else \
         (lambda port: [how, str(port + 1 if how == "store" else port)])

@@ -13,10 +13,13 @@ import torch.distributed as dist
 import ddp.torch  # noqa: F401 - registers the backend
 
 how, where = sys.argv[1], sys.argv[2]
-rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+# tcp-no-rank: WORLD_SIZE exported and RANK not (as PyTorch's own suite runs its ranks): torch is
+# handed both, and the launcher's half-set variables must not matter.
+rank = int(os.environ["RANK"] if how != "tcp-no-rank" else os.environ.pop("RANK"))
+size = int(os.environ["WORLD_SIZE"])
 if how == "env":
     dist.init_process_group("ddp")
-elif how == "tcp":
+elif how in ("tcp", "tcp-no-rank"):
     dist.init_process_group("ddp", init_method=f"tcp://127.0.0.1:{where}", rank=rank,
                             world_size=size)
 elif how == "file":

@@ -560,7 +560,8 @@ def _join(store, rank, size, timeout):
                              f"{_ddp.rank()} of {_ddp.size()} in libddp's job (ddp.init()), but "
                              f"init_process_group says rank {rank} of {size}")
         return
-    overrides = _launch.through_store(store, rank, size, timeout)
+    overrides = _groups.launcher_unset()  # torch named the rank and size
+    overrides.update(_launch.through_store(store, rank, size, timeout))
     _ddp.init(overrides)
 
 

@@ -32,10 +32,17 @@ _LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROU
 _stores = {}
 
 
+def launcher_unset() -> dict:
+    """Overrides that unset the launcher's variables: where torch has named the rank and size
+    (init_process_group's, a group's), they are the job's, whatever the launcher's say (a
+    WORLD_SIZE exported without RANK, a group of fewer ranks than the launch)."""
+    return {name: "" for name in os.environ
+            if name.startswith(_LAUNCHER_PREFIXES) or name in _LAUNCHER_NAMES}
+
+
 def make(store, rank, size, timeout):
     """A libddp job among a group's members, through the group's store; returns its id."""
-    overrides = {name: "" for name in os.environ
-                 if name.startswith(_LAUNCHER_PREFIXES) or name in _LAUNCHER_NAMES}
+    overrides = launcher_unset()
     if os.environ.get("DDP_TRANSPORT", "").strip().lower() == "mpi":
         overrides["DDP_TRANSPORT"] = ""  # MPI's transport spans the whole job, not a group
     servers = []  # the group's store, when this is the group's rank 0
