@@ -198,7 +198,9 @@ SANITIZER_SKIP ?= Hosts/Conformance\..*/T[a-z]*ByTwoHierInChunks|(Shm|Tcp)/Confo
 # hierarchical TwoByTwo, the 2- and 3-rank variants), not the larger ones ASan/UBSan run (4 more
 # of CI's minutes).
 TSAN_SKIP ?= Hosts/Conformance\..*/Uneven|(Shm|Tcp)/Conformance\..*/N3|Variants\..*/(RecursiveDoubling|SmallSegments|Ring3|RankZeroHostsStore4|Shm4|TcpRxm3|TcpRxmEveryThird)|OfiLarge\..*/TcpRxm
-sanitize: asan tsan fuzz-smoke
+# The fuzz harnesses' committed seeds are replayed in every build (tests FuzzSeeds.*, label fast:
+# gcc, ASan/UBSan, TSan); libFuzzer's own runs are `make fuzz-smoke` and `make fuzz`.
+sanitize: asan tsan
 
 asan: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
@@ -212,12 +214,13 @@ asan: deps
 
 # The libFuzzer harnesses (tests/fuzz): a build of their own (clang, ASan and UBSan, coverage for
 # libFuzzer in libddp; no test suite), so that the coverage instrumentation never slows the ASan
-# build's multi-process tests. `fuzz-smoke` (in `make test`) runs each for FUZZ_SMOKE_SECONDS
+# build's multi-process tests. `fuzz-smoke` (no longer in `make test`, which replays the seeds in
+# its own builds: 3.5 of CI's minutes) runs each for FUZZ_SMOKE_SECONDS
 # from the committed seeds; `fuzz` runs each for FUZZ_MINUTES (0: no limit) or until it has run
 # FUZZ_RUNS inputs (e.g. 10000000; default no limit), one after the other (FUZZ_HARNESSES picks),
 # keeping what earlier runs found (build-fuzz/tests/fuzz/corpus/); a finding stops it, the input
 # saved under build-fuzz/tests/fuzz/artifacts/. Both print each harness's executions.
-FUZZ_SMOKE_SECONDS ?= 5
+FUZZ_SMOKE_SECONDS ?= 15
 FUZZ_MINUTES ?= 10
 FUZZ_RUNS ?= -1
 FUZZ_HARNESSES ?= frame handshake negotiation options ps store wire shm_segment
