@@ -290,3 +290,14 @@ format:
 
 clean:
 	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV) $(TF_VENV) $(TORCH2_VENV)
+
+# PyTorch's own distributed suite (torch/testing/_internal/distributed/distributed_test.py) on
+# gloo and on ddp, in .venv (torch 1.13) and .venv-torch2: every test that passes on gloo and not on
+# ddp, by reason (tests/torch_suite, docs/testing.md). Not part of `make test`. torch-suite-ci: the
+# tests of tests/torch_suite/ci_tests.txt, failing if one passes on gloo and not on ddp.
+.PHONY: torch-suite torch-suite-ci
+torch-suite: build-torch2
+	tests/torch_suite/run_all.sh full
+
+torch-suite-ci: build-torch2
+	tests/torch_suite/run_all.sh ci

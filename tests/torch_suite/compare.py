@@ -25,14 +25,19 @@ PROFILER = "profiler: no '<backend>:<op>' events, as gloo records"
 # (group, pattern searched in ddp's failure message), first match wins. The messages are the
 # ranks' tracebacks as torch's suite relays them.
 REASONS = [
+    ("recv from any source (not served)", r"from any source\) is not supported"),
     ("send/recv (not served)", r"send/recv are not supported|batch_isend_irecv|\bP2POp\b"),
     ("subgroups (not served)", r"subgroups \(new_group\) are not supported"),
     ("monitored_barrier (not served)", r"monitored_barrier"),
     ("sparse tensors (not served)", r"sparse"),
-    (PROFILER,
-     r"get_profiling_event|assertEqual\(len\(events\), len\(op_calls\)\)|"
-     r"assertTrue\(events\)"),
+    (PROFILER, r"get_profiling_event|len\(events\)|assertTrue\(events\)|event_count"),
     ("rendezvous: WORLD_SIZE without RANK refused", r"environment is partial"),
+    ("Work.is_completed() False after wait() (torch 2's Work for a Python backend)",
+     r"assertTrue\(request\.is_completed\(\)\)|is_completed\(\)\)"),
+    ("torch 2, debug level DETAIL: getBackendName not reached on a new_group's backend",
+     r"getBackendName is not implemented"),
+    ("torch 2: DDP's logging names the backend 'custom', not 'ddp'", r"'custom' != 'ddp'"),
+    ("barrier: the group's timeout= not enforced (gloo raises)", r"_test_barrier_timeout"),
     ("a rank timed out or hung", r"timed out|Timing out|terminated or timed out"),
     ("another error than gloo's expected", r"does not match|not raised|Regex didn't match"),
 ]

@@ -30,18 +30,17 @@ import suite_adapter  # noqa: E402 (after the path)
 # each rank's main module, and the code at the bottom rebuilds the test class there (importing
 # ddp.torch first, so that the backend is registered in every rank).
 ENV_BACKEND = "DDP_TORCH_SUITE_BACKEND"
-ENV_RANK_IN_ENV = "DDP_TORCH_SUITE_RANK_IN_ENV"
 ENV_START_METHOD = "DDP_TORCH_SUITE_START_METHOD"
 ENV_PROFILER_CHECKS = "DDP_TORCH_SUITE_PROFILER_CHECKS"
 MESSAGE_TAIL = 3000  # characters of a failure's message kept in the summary
 
 
-def load_test_class(backend, start_method, rank_in_env, profiler_checks):
+def load_test_class(backend, start_method, profiler_checks):
     """Registers the backend (ddp), imports the suite, publishes its TestCase class here."""
     if backend == "ddp":
         import ddp.torch  # noqa: F401 (registers torch.distributed's backend "ddp")
     suite = suite_adapter.import_suite(backend, profiler_checks)
-    cls = suite_adapter.make_test_class(suite, backend, __name__, start_method, rank_in_env)
+    cls = suite_adapter.make_test_class(suite, backend, __name__, start_method)
     globals()[cls.__name__] = cls
     return cls
 
@@ -168,10 +167,6 @@ def parse_args(argv):
                    help="how each test's ranks start: spawn (torch's runner: a fresh interpreter "
                    "each, 3-7 s of imports) or forkserver (forked from one process that imported "
                    "torch, the suite and ddp.torch once)")
-    p.add_argument("--rank-in-env", choices=["yes", "no"], default=None,
-                   help="export RANK in each rank beside the suite's WORLD_SIZE (default: yes for "
-                   "ddp, whose rendezvous refuses WORLD_SIZE without RANK even when "
-                   "init_process_group is given both; no for gloo)")
     p.add_argument("--profiler-checks", choices=["as-gloo", "off"], default="as-gloo",
                    help="ddp: expect the profiler events the suite checks for gloo (as-gloo), or "
                    "check none, as the suite does for backends it does not list (off)")
@@ -185,7 +180,6 @@ def setup_environment(args, temp_dir):
         os.makedirs(os.path.join(temp_dir, sub), exist_ok=True)
     os.environ.update({
         ENV_BACKEND: args.backend,
-        ENV_RANK_IN_ENV: args.rank_in_env,
         ENV_START_METHOD: args.start_method,
         ENV_PROFILER_CHECKS: args.profiler_checks,
         "WORLD_SIZE": str(args.world_size),
@@ -226,10 +220,22 @@ def start_fork_server(backend, temp_dir):
                 os.environ[k] = v
 
 
+def new_summary(args, selected):
+    """The summary's header: what ran, where, how."""
+    import torch
+
+    summary = {"backend": args.backend, "torch": torch.__version__,
+               "python": platform.python_version(), "world_size": args.world_size,
+               "init_method": args.init_method,
+               "start_method": args.start_method, "profiler_checks": args.profiler_checks,
+               "selected": selected, "tests": {}}
+    if args.backend == "ddp":
+        summary["ddp_backend"] = installed_backend()
+    return summary
+
+
 def main(argv):
     args = parse_args(argv)
-    if args.rank_in_env is None:
-        args.rank_in_env = "yes" if args.backend == "ddp" else "no"
     # torch's common_utils parses sys.argv when imported: it must not see the runner's options,
     # here nor in the ranks (spawn hands them the parent's sys.argv).
     sys.argv = sys.argv[:1]
@@ -237,23 +243,20 @@ def main(argv):
         setup_environment(args, temp_dir)
         if args.start_method == "forkserver" and not args.list:
             start_fork_server(args.backend, temp_dir)
-        cls = load_test_class(args.backend, args.start_method, args.rank_in_env == "yes",
-                              args.profiler_checks == "as-gloo")
+        cls = load_test_class(args.backend, args.start_method, args.profiler_checks == "as-gloo")
         names = select_tests(cls, args.filter, args.tests_file)
         if args.list:
             print("\n".join(names))
             return 0
-        import torch
-        summary = {"backend": args.backend, "torch": torch.__version__,
-                   "python": platform.python_version(), "world_size": args.world_size,
-                   "init_method": args.init_method, "rank_in_env": args.rank_in_env,
-                   "start_method": args.start_method,
-                   "profiler_checks": args.profiler_checks, "selected": len(names), "tests": {}}
-        if args.backend == "ddp":
-            summary["ddp_backend"] = installed_backend()
+        summary = new_summary(args, len(names))
         recorder = OutcomeRecorder(summary, args.out)
         unittest.TestSuite(cls(n) for n in names).run(recorder)
         summary["seconds"] = round(time.monotonic() - recorder.t0, 1)
+        if args.backend == "ddp":
+            now = installed_backend()
+            if now["files"] != summary["ddp_backend"]["files"]:
+                summary["ddp_backend_changed_during_run"] = now
+                print("warning: ddp.torch was reinstalled during the run:", now)
         write_summary(summary, args.out)
     print(json.dumps(summary["counts"]), f"in {summary['seconds']} s; summary: {args.out}")
     return 0
@@ -262,7 +265,7 @@ def main(argv):
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 elif os.environ.get(ENV_BACKEND):
-    # A rank started by spawn (this module re-imported as `__mp_main__`): the same class again.
+    # A rank (this module re-imported as `__mp_main__` by spawn, or by the fork server's child,
+    # where the imports are already done): the same class again.
     load_test_class(os.environ[ENV_BACKEND], os.environ[ENV_START_METHOD],
-                    os.environ.get(ENV_RANK_IN_ENV) == "yes",
                     os.environ.get(ENV_PROFILER_CHECKS) != "off")

@@ -96,7 +96,7 @@ def import_suite(backend, profiler_checks=True):
     return suite
 
 
-def make_test_class(suite, backend, module_name, start_method="spawn", rank_in_env=False):
+def make_test_class(suite, backend, module_name, start_method="spawn"):
     """The suite's tests as one TestCase class that starts each test's ranks with `start_method`.
 
     spawn is what torch's own runner uses: each rank is a fresh interpreter. forkserver forks each
@@ -104,8 +104,6 @@ def make_test_class(suite, backend, module_name, start_method="spawn", rank_in_e
     --start-method says when that is worth it). `module_name` is the module the class is published
     in (the runner's, `__main__`): both pickle the class by reference, and each rank (or the fork
     server) finds it again by re-importing that module as `__mp_main__`.
-    `rank_in_env`: each rank also exports RANK (its rank, as the suite passes it to
-    init_process_group) beside the suite's WORLD_SIZE; see the runner's --rank-in-env.
     """
     import torch.multiprocessing
 
@@ -128,8 +126,6 @@ def make_test_class(suite, backend, module_name, start_method="spawn", rank_in_e
             os.environ.clear()
             os.environ.update(env)
             suite.INIT_METHOD = env.get("INIT_METHOD", suite.INIT_METHOD)  # spawn: read at import
-        if rank_in_env:
-            os.environ["RANK"] = str(rank)
         return suite.TestDistBackend._run.__func__(cls, rank, test_name, file_name, *args, **kwargs)
 
     def tearDown(self):  # noqa: N802 (unittest's name)
