@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """One torch.distributed measurement for benchmarks/compare_c10d, the same script for every
-backend: `ddp` (libddp's torch.distributed backend), `gloo`, `mpi`, and `none` (no process group:
-every rank trains alone, the floor).
+backend: `ddp` (libddp's torch.distributed backend), `gloo`, `mpi`, and two floors that exchange
+no gradients: `none` (no process group, the plain model: every rank trains alone) and
+`ddp-noexchange` (DistributedDataParallel on a Gloo group, with a comm hook that exchanges
+nothing: DDP's own bucketing and copies, without communication).
 
   --mode train        DistributedDataParallel training step (the MLP or the CNN of
                       examples/pytorch/synthetic_benchmark.py), batch 32 per rank, SGD;
@@ -44,7 +46,7 @@ def parse_size(text):
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--np", type=int, default=0, help="start this many ranks on 127.0.0.1")
-    ap.add_argument("--backend", choices=("ddp", "gloo", "mpi", "none"), required=True)
+    ap.add_argument("--backend", choices=("ddp", "gloo", "mpi", "none", "ddp-noexchange"), required=True)
     ap.add_argument("--mode", choices=("train", "collectives", "fsdp"), default="train")
     ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     ap.add_argument("--fsdp-api", choices=("fsdp1", "fsdp2"), default="fsdp1")
@@ -131,7 +133,8 @@ class Rank:
         if args.backend == "ddp":
             import ddp.torch  # noqa: F401 - registers the backend
         if args.backend != "none":
-            dist.init_process_group(args.backend, init_method="env://", timeout=timeout)
+            group = "gloo" if args.backend == "ddp-noexchange" else args.backend
+            dist.init_process_group(group, init_method="env://", timeout=timeout)
 
     def gather_floats(self, key, value):
         """Every rank's value, on every rank (the store: the floor has no process group)."""
@@ -208,6 +211,14 @@ def timed_steps(rank, step, args, key, keep_pace=False):
     return max(rank.gather_floats(f"{key}/median", statistics.median(times)))
 
 
+def no_exchange(state, bucket):
+    """A DDP comm hook that exchanges nothing: the bucket's gradients stay this rank's own."""
+    import torch
+    fut = torch.futures.Future()
+    fut.set_result(bucket.buffer())
+    return fut
+
+
 def train(rank, args, torch):
     sb = models()
     torch.manual_seed(42)
@@ -216,6 +227,8 @@ def train(rank, args, torch):
         # As compare_training: no buffer broadcast before every forward (libddp's optimizer
         # makes none either), DDP's default 25 MB buckets.
         model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+        if args.backend == "ddp-noexchange":
+            model.register_comm_hook(None, no_exchange)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(1000 + rank.rank)
     data = torch.randn(BATCH, *sb.IMAGE_SHAPE, generator=gen)
@@ -226,7 +239,8 @@ def train(rank, args, torch):
         torch.nn.functional.cross_entropy(model(data), target).backward()
         opt.step()
 
-    step_ms = timed_steps(rank, step, args, "train", keep_pace=args.backend == "none")
+    step_ms = timed_steps(rank, step, args, "train",
+                          keep_pace=args.backend in ("none", "ddp-noexchange"))
     params = sum(p.numel() for p in model.parameters())
     result(rank, mode="train", backend=args.backend, model=args.model, ranks=rank.size,
            params=params, step_ms=f"{step_ms:.2f}")
