@@ -17,7 +17,7 @@ TORCH2_VENV := .venv-torch2
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
-  pybind11-dev python3-dev python3-venv python3-numpy python3-torch python3-pytest \
+  pybind11-dev python3-dev python3-venv python3-numpy python3-torch libtorch-dev python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
 .PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
@@ -96,8 +96,12 @@ $(TORCH2_VENV)/.ok: bindings/python/requirements-torch2.txt
 	touch $@
 
 # ddp.torch on PyTorch 2: the same build (the extension does not link torch) installed into
-# .venv-torch2.
+# .venv-torch2, and the backend's profiler events built for its torch too
+# (bindings/torch_profiling: one small module per torch line, about 30 s).
 build-torch2: build torch2-venv
+	cmake -S . -B $(BUILD) \
+	  -DDDP_TORCH_PYTHONS='$(abspath $(VENV))/bin/python;$(abspath $(TORCH2_VENV))/bin/python' >/dev/null
+	cmake --build $(BUILD) -j $(JOBS)
 	$(call install_ddp,$(TORCH2_VENV))
 
 # The demo: a real 4-rank PyTorch training job on the embedded default transport (handwritten

@@ -93,8 +93,15 @@ def through_store(store, rank: int, size: int, timeout: timedelta, keep: list | 
     result = {"DDP_RANK": str(rank), "DDP_SIZE": str(size), "DDP_JOB_TOKEN": found["token"],
               "DDP_RENDEZVOUS_ADDR": found["addr"], "DDP_RENDEZVOUS_PORT": str(found["port"]),
               "DDP_RENDEZVOUS_EXTERNAL": "1"}
-    if timeout and not os.environ.get("DDP_TIMEOUT_SECONDS", "").strip():
-        result["DDP_TIMEOUT_SECONDS"] = str(max(1.0, timeout.total_seconds()))
+    # torch's timeout bounds each operation of the group, as Gloo's does: a rank silent for that
+    # long is blamed (DDP_TIMEOUT_SECONDS), and an operation that some ranks started and others
+    # have not within it fails on every rank (DDP_STALL_SHUTDOWN_SECONDS). The environment's
+    # settings, where given, win.
+    if timeout:
+        seconds = str(max(1.0, timeout.total_seconds()))
+        for name in ("DDP_TIMEOUT_SECONDS", "DDP_STALL_SHUTDOWN_SECONDS"):
+            if not os.environ.get(name, "").strip():
+                result[name] = seconds
     return result
 
 

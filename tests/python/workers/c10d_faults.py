@@ -2,9 +2,13 @@
 disagree on a tensor's size. Every survivor's collective raises torch's backend error
 (DistBackendError where torch has it; also a ddp.DDPError) naming the rank, and carrying the
 ranks as data, within the job's timeout. Modes: kill (the error from the call), kill-async (from
-Work.wait()), mismatch. Prints "survived <rank>: ..."."""
+Work.wait()), mismatch, late (a group made with timeout=2 s: rank 0's barrier fails after those 2 s
+with torch's "Timed out", blaming the ranks that never came; they wait and leave). Prints
+"survived <rank>: ..."."""
 import os
 import sys
+import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -20,7 +24,22 @@ dist.all_reduce(t)
 if mode.startswith("kill") and rank == 1:
     os._exit(9)
 blamed = [1]
+if mode == "late":
+    group = dist.new_group(timeout=timedelta(seconds=2))
+    blamed = list(range(1, dist.get_world_size()))
+    if rank != 0:  # never comes to the barrier: waits for rank 0's verdict, then leaves
+        time.sleep(6)
+        print(f"survived {rank}: stayed away", flush=True)
+        os._exit(0)
 try:
+    if mode == "late":
+        started = time.monotonic()
+        try:
+            dist.barrier(group)
+        finally:
+            waited = time.monotonic() - started
+        sys.exit(f"rank 0: the barrier passed without ranks {blamed}")
+
     if mode == "mismatch":  # rank 1 reduces one element more than the others
         dist.all_reduce(torch.ones(100 + (rank == 1)))
     for _ in range(50):  # the dead rank is found by the first collective that needs it
@@ -33,6 +52,9 @@ except Exception as e:  # noqa: BLE001 - the type is what is checked
     assert isinstance(e, ddp.DDPError), (type(e), e)
     if mode == "mismatch":  # each rank blames the ones that disagree with it
         assert e.ranks and "allreduce" in str(e), (e.ranks, str(e))
+    elif mode == "late":  # torch's words, the absent ranks, and not before the group's timeout
+        assert " Timed out " in str(e) and e.ranks == blamed, (e.ranks, str(e))
+        assert waited >= 2, f"failed after {waited:.2f} s, before the group's 2 s timeout"
     else:
         assert "rank 1" in str(e) and e.ranks == blamed, (e.ranks, str(e))
     print(f"survived {rank}: {type(e).__name__} ranks={e.ranks}: {str(e)[:300]}", flush=True)

@@ -173,6 +173,31 @@ def check_the_rest(rank, size):
         expect("all_reduce AVG", t, torch.full((3,), (size - 1) / 2))
     if torch.__version__ >= "2":  # PREMUL_SUM: every input times the factor, then summed
         check_premul_sum(rank, size)
+    check_sparse(rank, size)
+
+
+def check_sparse(rank, size):
+    """Sparse (COO) allreduce, SUM and AVG: ranks hold different numbers of entries (rank 1
+    none), overlapping in places, with a dense dimension; other ops are refused."""
+    def mine(r):
+        rows = list(range(r, 2 * r + 1)) if r != 1 else []
+        indices = torch.tensor([rows, [r % 3] * len(rows)], dtype=torch.int64).reshape(2, -1)
+        values = torch.full((len(rows), 2), float(r + 1)).reshape(len(rows), 2)
+        return torch.sparse_coo_tensor(indices, values, (2 * size + 1, 3, 2))
+    want = sum(mine(r).to_dense() for r in range(size))
+    for op, scale in ((R.SUM, 1), (getattr(R, "AVG", None), size)):
+        if op is None:
+            continue
+        t = mine(rank)
+        dist.all_reduce(t, op=op)
+        if not t.is_sparse:
+            sys.exit(f"rank {rank}: sparse all_reduce {name(op)}: the result is {t.layout}")
+        expect(f"sparse all_reduce {name(op)}", t.to_dense(), want / scale)
+    try:
+        dist.all_reduce(mine(rank), op=R.MAX)
+        sys.exit(f"rank {rank}: a sparse MAX was not refused")
+    except ValueError as e:
+        assert "sparse allreduce takes ReduceOp.SUM or AVG" in str(e), e
 
 
 def check_premul_sum(rank, size):

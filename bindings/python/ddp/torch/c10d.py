@@ -31,6 +31,8 @@ from torch.futures import Future
 
 from .. import _ddp, _launch, _ops
 from . import c10d_groups as _groups
+from . import c10d_monitored as _monitored
+from . import c10d_profile as _profile
 from . import c10d_rendezvous as _rendezvous
 from . import functions as _f
 
@@ -113,31 +115,48 @@ def _scaled_op(opts, tensor, what):
     return _op(reduce_op, what), 1.0
 
 
+_TIMED_OUT = "torch.distributed backend 'ddp': Timed out waiting on other ranks: "
+
+
 def _error(e: BaseException, bad_input_stays: bool = False) -> BaseException:
     """torch's backend error for a libddp failure, carrying who is to blame as data. A call's bad
     input (DDPValueError, a ValueError, raised before anything is sent) stays what it is with
-    `bad_input_stays`; ranks that disagree, found once the operation runs, break the job."""
-    if not isinstance(e, _ddp.DDPError) or isinstance(e, BackendError) or (
+    `bad_input_stays`; ranks that disagree, found once the operation runs, break the job. A
+    timeout says so first, in torch's words ("Timed out", as Gloo's and NCCL's do)."""
+    if not isinstance(e, _ddp.DDPError) or (
             bad_input_stays and isinstance(e, _ddp.DDPValueError)):
         return e
-    wrapped = BackendError(str(e))
+    timed_out = getattr(e, "code", "") == "DEADLINE_EXCEEDED" and _TIMED_OUT not in str(e)
+    if isinstance(e, BackendError) and not timed_out:
+        return e
+    wrapped = BackendError(f"{_TIMED_OUT}{e}" if timed_out else str(e))
     wrapped.ranks = list(getattr(e, "ranks", []) or [])
     wrapped.tensor = getattr(e, "tensor", "")
     wrapped.code = getattr(e, "code", "")
     return wrapped
 
 
-def _raising_backend_errors(method):
-    """An operation whose submission fails (the job broke before it) raises torch's error too."""
+# The operation being called on this thread, for _submit: its profiler event (c10d_profile).
+_calling = threading.local()
+
+
+def _operation(method, title, inputs_of):
+    """An operation of the backend: its profiler event ("ddp:<title>" reading `inputs_of(*args)`,
+    closed when it finishes), and torch's error when its submission fails (the job broke before
+    it)."""
     @functools.wraps(method)
-    def wrapper(*args, **kwargs):
+    def wrapper(self, *args, **kwargs):
+        _calling.event = _profile.begin(title, inputs_of(*args))
         try:
-            return method(*args, **kwargs)
+            return method(self, *args, **kwargs)
         except _ddp.DDPError as e:
             error = _error(e, bad_input_stays=True)
             if error is e:
                 raise
             raise error from e
+        finally:
+            _profile.end(_calling.event)  # still here: the operation was never submitted
+            _calling.event = None
     return wrapper
 
 
@@ -191,10 +210,11 @@ class _Finisher(threading.Thread):
         self._completers = _Completers(group_name)
         self.failed = None  # the first error that broke the job: every later operation raises it
 
-    def submit(self, wait, result):
-        """`wait()` blocks until the operation is done; the future gets `result` (or the error)."""
+    def submit(self, wait, result, event=None):
+        """`wait()` blocks until the operation is done; the future gets `result` (or the error).
+        The operation's profiler event (or None) ends when it does, before its future completes."""
         fut = Future()
-        self._queue.put((wait, result, fut))
+        self._queue.put((wait, result, fut, event))
         return fut
 
     def run(self):
@@ -202,15 +222,17 @@ class _Finisher(threading.Thread):
             item = self._queue.get()
             if item is None:
                 return
-            wait, result, fut = item
+            wait, result, fut, event = item
             try:
                 wait()
             except BaseException as e:  # noqa: BLE001 - every failure reaches the future
+                _profile.end(event)
                 error = _error(e)
                 if self.failed is None:
                     self.failed = error
                 self._completers.complete(fut, None, error)
                 continue
+            _profile.end(event)
             self._completers.complete(fut, result, None)
 
     def stop(self):
@@ -301,6 +323,7 @@ class _Operations:
         ddp.init() joined it); every later group (new_group) on a group of its own, a libddp job
         among its members alone (as Gloo gives each process group its own connections)."""
         self._rank, self._size = rank, size
+        self._store, self._monitored = store, 0
         if not _ddp.is_initialized() or not dist.is_initialized():
             _join(store, rank, size, timeout)
             self._set, name = _ops.WORLD, "default"
@@ -316,7 +339,7 @@ class _Operations:
 
     # Operations -----------------------------------------------------------------------------
 
-    def _submit(self, handles, result, finish=None, finisher=None):
+    def _submit(self, handles, result, finish=None, finisher=None, wait_here=False):
         finisher = finisher or self._finisher
         if finisher.failed is not None:
             raise finisher.failed
@@ -325,15 +348,49 @@ class _Operations:
             outs = [h.wait() for h in handles]
             if finish is not None:
                 finish(outs)
-        return _work(finisher.submit(wait, result))
+        event, _calling.event = getattr(_calling, "event", None), None
+        future = finisher.submit(wait, result, event)
+        if wait_here:
+            future.wait()  # raises the operation's error
+        return _work(future)
 
     def allreduce(self, tensors, opts=None):
+        if any(t.is_sparse for t in tensors):  # torch 1.13 sends sparse tensors here
+            return self.allreduce_sparse(tensors, opts)
         if len(tensors) == 1 and _bitwise_fold(opts, tensors[0], "allreduce") is not None:
             return self._bitwise(tensors[0], opts, None, tensors)
         op, scale = _scaled_op(opts, tensors[0], "allreduce")
         return self._submit([_f.allreduce_async_(t, op=op, prescale_factor=scale,
                                                  process_set=self._set)
                              for t in tensors], tensors)
+
+    def allreduce_sparse(self, tensors, opts=None):
+        """A sparse (COO) tensor's SUM or AVG, as Gloo's: every rank's indices and values are
+        gathered (each rank may hold a different number), summed where indices meet, and the
+        coalesced result replaces the tensor in place."""
+        _check_one(tensors, "a sparse allreduce")
+        tensor = tensors[0]
+        if not tensor.is_sparse:
+            raise ValueError("torch.distributed backend 'ddp': allreduce_sparse needs a sparse "
+                             "(COO) tensor")
+        reduce_op = opts.reduceOp if opts is not None else dist.ReduceOp.SUM
+        if _op_name(reduce_op) not in ("SUM", "AVG"):
+            raise ValueError(f"torch.distributed backend 'ddp': a sparse allreduce takes "
+                             f"ReduceOp.SUM or AVG, not {_op_name(reduce_op)}")
+        mine = tensor.coalesce()
+        nnz = mine._nnz()
+        indices = _f.allgather_async(mine.indices().t().contiguous(), process_set=self._set)
+        values = _f.allgather_async(_as_rows(mine.values().contiguous(), nnz),
+                                    process_set=self._set)
+        dense = tuple(mine.values().shape[1:])
+
+        def finish(outs):
+            rows = outs[1].reshape((outs[1].shape[0],) + dense)
+            if _op_name(reduce_op) == "AVG":
+                rows = rows / self._size if rows.is_floating_point() else rows // self._size
+            total = torch.sparse_coo_tensor(outs[0].t(), rows, tensor.shape).coalesce()
+            tensor.copy_(total)
+        return self._submit([indices, values], tensors, finish)
 
     def _bitwise(self, tensor, opts, root, result):
         """A bitwise allreduce (root None) or reduce: gathered, then folded in rank order."""
@@ -481,8 +538,20 @@ class _Operations:
 
     def barrier(self, opts=None):
         token = torch.zeros(1)
+        # torch 1.13's Work cannot raise (_work): there the barrier is waited for in the call, so
+        # that a rank that never comes fails it (after the group's timeout) instead of passing.
         return self._submit([_f.allreduce_async_(token, op=_ops.ReduceOp.SUM,
-                                                 process_set=self._set)], [])
+                                                 process_set=self._set)], [],
+                            wait_here=not hasattr(_C, "Backend"))
+
+    def monitored_barrier(self, opts=None, wait_all_ranks=False):
+        """Gloo's monitored barrier (c10d_monitored): rank 0 names the ranks that do not come
+        within the timeout (opts: torch 2's BarrierOptions, torch 1.13's timedelta)."""
+        number = _monitored.sequence(self._store, self._rank, self._monitored)
+        self._monitored = number + 1
+        _monitored.run(self._store, self._rank, self._size, number,
+                       opts if opts is not None else timedelta(minutes=30), wait_all_ranks,
+                       BackendError)
 
     def send(self, tensors, dst, tag):
         """A broadcast from this rank in the group of the pair (c10d_groups.PointToPoint): it
@@ -508,21 +577,47 @@ class _Operations:
         if self._set != _ops.WORLD:
             _groups.close(self._set)
 
-    # torch 2's names for the same operations.
-    all_gather_single = _allgather_base
-    reduce_scatter_single = _reduce_scatter_base
-    all_to_all_single = alltoall_base
-    allgather_into_tensor_coalesced = all_gather_single_coalesced
-    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+def _first_arg(tensors, *_):
+    return tensors
 
 
-for _name in ("allreduce", "allreduce_coalesced", "broadcast", "reduce", "allgather",
-              "_allgather_base", "allgather_coalesced", "gather", "scatter", "reduce_scatter",
-              "_reduce_scatter_base", "alltoall_base", "alltoall", "barrier", "all_gather_single",
-              "reduce_scatter_single", "all_to_all_single", "all_gather_single_coalesced",
-              "reduce_scatter_single_coalesced", "allgather_into_tensor_coalesced",
-              "reduce_scatter_tensor_coalesced"):
-    setattr(_Operations, _name, _raising_backend_errors(getattr(_Operations, _name)))
+def _second_arg(_, inputs, *__):
+    return inputs
+
+
+# Each operation's profiler event: Gloo's title for it, and the tensors it reads (what Gloo
+# records, and PyTorch's own suite checks: the coalesced forms are one event under the plain name).
+_PROFILED = {
+    "allreduce": ("all_reduce", _first_arg),
+    "allreduce_coalesced": ("all_reduce", _first_arg),
+    "allreduce_sparse": ("all_reduce", _first_arg),
+    "broadcast": ("broadcast", _first_arg),
+    "reduce": ("reduce", _first_arg),
+    "allgather": ("all_gather", _second_arg),
+    "_allgather_base": ("all_gather_into_tensor", lambda out, inp, *_: [inp]),
+    "allgather_coalesced": ("all_gather", _second_arg),
+    "gather": ("gather", _second_arg),
+    "scatter": ("scatter", lambda outs, lists, *_: lists[0] if lists else []),
+    "reduce_scatter": ("reduce_scatter", lambda outs, lists, *_: lists[0] if lists else []),
+    "_reduce_scatter_base": ("reduce_scatter_tensor", lambda out, inp, *_: [inp]),
+    "all_gather_single_coalesced": ("all_gather_into_tensor_coalesced", _second_arg),
+    "reduce_scatter_single_coalesced": ("reduce_scatter_tensor_coalesced", _second_arg),
+    "alltoall_base": ("all_to_all", lambda out, inp, *_: [inp]),
+    "alltoall": ("all_to_all", _second_arg),
+    "barrier": ("barrier", lambda *_: []),
+    "send": ("send", _first_arg),
+    "recv": ("recv", _first_arg),
+}
+for _name, (_title, _inputs_of) in _PROFILED.items():
+    setattr(_Operations, _name, _operation(getattr(_Operations, _name), _title, _inputs_of))
+# torch 2's names for the same operations.
+for _alias, _name in (("all_gather_single", "_allgather_base"),
+                      ("reduce_scatter_single", "_reduce_scatter_base"),
+                      ("all_to_all_single", "alltoall_base"),
+                      ("allgather_into_tensor_coalesced", "all_gather_single_coalesced"),
+                      ("reduce_scatter_tensor_coalesced", "reduce_scatter_single_coalesced")):
+    setattr(_Operations, _alias, getattr(_Operations, _name))
 
 
 if hasattr(_C, "Backend"):
@@ -579,6 +674,8 @@ def register():
     """Registers the backend and the ddp:// init method (idempotent); `import ddp.torch` calls
     it."""
     _rendezvous.register()
+    if not hasattr(_C, "Backend"):
+        _monitored.extend_torch_113(NAME)
     if hasattr(dist.Backend, NAME.upper()):
         return
     params = inspect.signature(dist.Backend.register_backend).parameters
