@@ -47,7 +47,7 @@ $(DEPLOY_VENV)/.ok: tests/deploy/requirements.txt
 	touch $@
 
 # Development builds treat warnings as errors (a user's plain CMake or pip build does not).
-$(BUILD)/build.ninja:
+$(BUILD)/build.ninja: | $(VENV)/.ok
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_WERROR=ON \
 	  -DPython_EXECUTABLE=$(abspath $(VENV))/bin/python -DDDP_WITH_PYTHON=ON
 
