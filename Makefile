@@ -22,7 +22,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
 
 .PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
   test-torch2 demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
-  test-fast test-slow test-matrix sanitize asan tsan fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
+  test-fast test-slow test-matrix sanitize sanitize-builds asan asan-build tsan tsan-build fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
 
 all: build
 
@@ -137,6 +137,13 @@ test:
 	$(MAKE) -j 2 --output-sync=target build torch2-venv tf-venv deploy-venv
 	$(call STAMP,test: ctest)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|slow'
+	@# `pip install .` and the sanitizer builds from here on, at the lowest priority, in the time
+	@# the suites below leave the cores idle (about a quarter: their ranks wait on each other, on
+	@# start-up, on timeouts; the soak paces itself); the end checks the install and runs the
+	@# sanitizers' tests (`make sanitize` builds whatever is left).
+	(nice -n 19 tests/pip_install_test.sh --install-only $(BUILD)/pip-venv && \
+	  nice -n 19 $(MAKE) -j 1 sanitize-builds) > $(BUILD)/background.log 2>&1 & \
+	  echo $$! > $(BUILD)/background.pid
 	$(call STAMP,test-python)
 	$(MAKE) test-python
 	$(call STAMP,test-torch2)
@@ -145,8 +152,13 @@ test:
 	$(MAKE) test-tf
 	$(call STAMP,test-deploy)
 	$(MAKE) test-deploy
+	$(call STAMP,waiting for pip install and the sanitizer builds)
+	while kill -0 $$(cat $(BUILD)/background.pid) 2>/dev/null; do sleep 2; done
+	@grep -q "pip install test: installed" $(BUILD)/background.log || \
+	  { tail -40 $(BUILD)/background.log; echo "make test: pip install . failed"; false; }
+	tail -3 $(BUILD)/background.log
 	$(call STAMP,test-pip)
-	$(MAKE) test-pip
+	tests/pip_install_test.sh --check-only $(BUILD)/pip-venv
 	$(call STAMP,sanitize)
 	$(MAKE) sanitize
 	$(call STAMP,test: done)
@@ -215,16 +227,18 @@ TSAN_SKIP ?= ReduceTest\.|ReduceIsa|ConversionRandomTest|Hosts/Conformance\..*/U
 # gcc, ASan/UBSan, TSan); libFuzzer's own runs are `make fuzz-smoke` and `make fuzz`.
 sanitize: asan tsan
 
-asan: deps
+asan: asan-build
+	cd build-asan && DDP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
+	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L fast \
+	  -E '$(SANITIZER_SKIP)'
+
+asan-build: deps
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
 	  -DCMAKE_CXX_FLAGS_DEBUG='-O1 -g' -DCMAKE_C_FLAGS_DEBUG='-O1 -g' \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDDP_WERROR=ON -DDDP_FUZZ=OFF \
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-asan -j $(JOBS)
-	cd build-asan && DDP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
-	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L fast \
-	  -E '$(SANITIZER_SKIP)'
 
 # The libFuzzer harnesses (tests/fuzz): a build of their own (clang, ASan and UBSan, coverage for
 # libFuzzer in libddp; no test suite), so that the coverage instrumentation never slows the ASan
@@ -276,15 +290,20 @@ fuzz-seeds: fuzz-build
 	build-fuzz/bin/make_seeds tests/fuzz/corpus
 
 # -O1: TSan's checks are the same; its build is a third faster than at -O2.
-tsan: deps
+tsan: tsan-build
+	cd build-tsan && DDP_TEST_QUICK=1 \
+	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp \
+	  ctest --output-on-failure -j $(JOBS) -L fast -E '$(SANITIZER_SKIP)|$(TSAN_SKIP)'
+
+tsan-build: deps
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_SANITIZE=thread \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO='-O1 -g -DNDEBUG' -DCMAKE_C_FLAGS_RELWITHDEBINFO='-O1 -g -DNDEBUG' \
 	  -DDDP_WERROR=ON \
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && DDP_TEST_QUICK=1 \
-	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp \
-	  ctest --output-on-failure -j $(JOBS) -L fast -E '$(SANITIZER_SKIP)|$(TSAN_SKIP)'
+
+# Both sanitizer builds, one after the other (make test starts this in the background).
+sanitize-builds: asan-build tsan-build
 
 bench: build
 	benchmarks/compare

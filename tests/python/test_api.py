@@ -103,7 +103,7 @@ def test_horovods_names_and_flags_work_as_in_horovod(run_job):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("np", [pytest.param(2, marks=pytest.mark.once), 3])
+@pytest.mark.parametrize("np", [2, pytest.param(3, marks=pytest.mark.once)])
 def test_horovods_operations_move_any_dtype_and_carry_gradients(run_job, np):
     # int16/bool/complex through allgather, broadcast, alltoall; gradients through allgather,
     # broadcast, alltoall, reducescatter (in a process set too); grouped allgather/reducescatter.
@@ -112,7 +112,7 @@ def test_horovods_operations_move_any_dtype_and_carry_gradients(run_job, np):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("np", [pytest.param(2, marks=pytest.mark.once), 3])
+@pytest.mark.parametrize("np", [2, pytest.param(3, marks=pytest.mark.once)])
 def test_horovods_semantics_hold(run_job, np):
     # A name in flight raises ValueError at the call; barrier() does not wait for unrelated
     # pending operations; a dropped handle's output outlives it; ProcessSet objects (add, remove,

@@ -128,6 +128,7 @@ def test_ddp_init_method_reads_every_launchers_variables(ddp_env, tmp_path, laun
     _anywhere_ok(run_ranks(envs, "c10d_anywhere.py", ["ddp"], tmp_path), size)
 
 
+@pytest.mark.once  # the same ddp:// path as the launchers' test above, on PyTorch 2 too
 @pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
 def test_ddp_init_method_under_a_real_mpirun_and_for_gloo_too(ddp_env, tmp_path):
     """mpirun sets no torch variable: ddp:// takes the rank and size from MPI's (libddp's token
@@ -153,7 +154,7 @@ def test_ddp_init_method_refuses_a_rank_that_contradicts_the_launcher(ddp_env, t
     assert "contradicts the launcher" in done.stdout and "rank 0 of 1" in done.stdout, done.stdout
 
 
-@pytest.mark.parametrize("size", [3, 4])
+@pytest.mark.parametrize("size", [pytest.param(3, marks=pytest.mark.once), 4])
 def test_new_group_subgroups_are_jobs_of_their_members(ddp_env, tmp_path, size):
     """new_group and new_subgroups: collectives in disjoint, overlapping and whole-job groups,
     interleaved with the default group, objects, DDP on a group."""
