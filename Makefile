@@ -137,13 +137,6 @@ test:
 	$(MAKE) -j 2 --output-sync=target build torch2-venv tf-venv deploy-venv
 	$(call STAMP,test: ctest)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|slow'
-	@# `pip install .` and the sanitizer builds from here on, at the lowest priority, in the time
-	@# the suites below leave the cores idle (about a quarter: their ranks wait on each other, on
-	@# start-up, on timeouts; the soak paces itself); the end checks the install and runs the
-	@# sanitizers' tests (`make sanitize` builds whatever is left).
-	(nice -n 19 tests/pip_install_test.sh --install-only $(BUILD)/pip-venv && \
-	  nice -n 19 $(MAKE) -j 1 sanitize-builds) > $(BUILD)/background.log 2>&1 & \
-	  echo $$! > $(BUILD)/background.pid
 	$(call STAMP,test-python)
 	$(MAKE) test-python
 	$(call STAMP,test-torch2)
@@ -152,13 +145,8 @@ test:
 	$(MAKE) test-tf
 	$(call STAMP,test-deploy)
 	$(MAKE) test-deploy
-	$(call STAMP,waiting for pip install and the sanitizer builds)
-	while kill -0 $$(cat $(BUILD)/background.pid) 2>/dev/null; do sleep 2; done
-	@grep -q "pip install test: installed" $(BUILD)/background.log || \
-	  { tail -40 $(BUILD)/background.log; echo "make test: pip install . failed"; false; }
-	tail -3 $(BUILD)/background.log
 	$(call STAMP,test-pip)
-	tests/pip_install_test.sh --check-only $(BUILD)/pip-venv
+	$(MAKE) test-pip
 	$(call STAMP,sanitize)
 	$(MAKE) sanitize
 	$(call STAMP,test: done)
@@ -302,7 +290,7 @@ tsan-build: deps
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-tsan -j $(JOBS)
 
-# Both sanitizer builds, one after the other (make test starts this in the background).
+# Both sanitizer builds, one after the other.
 sanitize-builds: asan-build tsan-build
 
 bench: build
