@@ -3,6 +3,8 @@
 
 One rank per process, initialised from MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; with --np N it
 launches N ranks on 127.0.0.1 itself. Prints the same nccl-tests-style table as ddp-bench.
+--backend ddp measures libddp's torch.distributed backend the same way (same script, same
+calls), as benchmarks/netsim/scaling.py's impl "c10d" does across simulated hosts.
 """
 
 import argparse
@@ -35,6 +37,8 @@ def parse_args(argv):
     p.add_argument("-w", dest="warmup", type=int, default=5)
     p.add_argument("-n", dest="iters", type=int, default=20)
     p.add_argument("-r", dest="repeats", type=int, default=5)
+    p.add_argument("--backend", choices=("gloo", "ddp"), default="gloo",
+                   help="torch.distributed backend (ddp: libddp's, registered by ddp.torch)")
     args = p.parse_args(argv)
     if args.factor <= 1 or args.iters < 1 or args.repeats < 1 or args.warmup < 0:
         p.error("need -f > 1, -n >= 1, -r >= 1, -w >= 0")
@@ -143,8 +147,10 @@ def check_call(dist, rank, n, count):
 
 
 def print_header(torch, args, n):
-    print(f"# gloo-bench: torch {torch.__version__} torch.distributed gloo")
-    print(f"# op: allreduce  ranks: {n}  transport: gloo-tcp  dtype: f32  redop: sum  inplace: 1")
+    print(f"# gloo-bench: torch {torch.__version__} torch.distributed {args.backend}")
+    transport = "gloo-tcp" if args.backend == "gloo" else "libddp"
+    print(f"# op: allreduce  ranks: {n}  transport: {transport}  dtype: f32  redop: sum  "
+          f"inplace: 1")
     print(f"# sizes: {args.min_bytes}..{args.max_bytes} bytes x{args.factor:g}  warmup: "
           f"{args.warmup}  iters: {args.iters}  repeats: {args.repeats}  check: 1")
     print("# time: median over repeats of (group time / iters), max over ranks\n#")
@@ -162,7 +168,9 @@ def run_rank(args):
                           MASTER_PORT=str(free_loopback_port()))
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method="env://",
+    if args.backend == "ddp":
+        import ddp.torch  # noqa: F401 - registers the backend
+    dist.init_process_group(args.backend, init_method="env://",
                             timeout=datetime.timedelta(seconds=300))
     rank, n = dist.get_rank(), dist.get_world_size()
     if rank == 0:

@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "ddp"))
 import model  # noqa: E402  (bindings/python/ddp/model.py, without importing libddp)
 
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30}
-IMPLS = ("ring", "hier", "mpi", "gloo")
+IMPLS = ("ring", "hier", "mpi", "gloo", "c10d")
 
 
 def parse_bytes(text: str) -> int:
@@ -135,7 +135,10 @@ class Runner:
         done = c.run(0, cmd, capture_output=True, text=True, timeout=self.args.limit)
         return parse_table(self._check("mpirun", done))
 
-    def gloo_run(self, c: netsim.Cluster, hosts: int, per_host: int) -> dict:
+    def gloo_run(self, c: netsim.Cluster, hosts: int, per_host: int, backend: str = "gloo"
+                 ) -> dict:
+        """Gloo, or with backend "ddp" libddp's torch.distributed backend (impl c10d): the same
+        script and calls (gloo_allreduce_bench.py), one process per rank started in its host."""
         n = hosts * per_host
         port = 20000 + secrets.randbelow(20000)
         procs = []
@@ -143,7 +146,8 @@ class Runner:
             env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(n),
                    "MASTER_ADDR": c.addresses[0], "MASTER_PORT": str(port),
                    "GLOO_SOCKET_IFNAME": "eth0"}
-            procs.append(c.popen(rank // per_host, [sys.executable, self.gloo, *self.bench_args()],
+            procs.append(c.popen(rank // per_host, [self.python(backend), self.gloo,
+                                                    "--backend", backend, *self.bench_args()],
                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                  text=True))
         outs = []
@@ -154,12 +158,17 @@ class Runner:
             except subprocess.TimeoutExpired:
                 for q in procs:
                     q.kill()
-                raise RuntimeError("gloo: timed out")
+                raise RuntimeError(f"{backend}: timed out")
             outs.append((p.returncode, out, err))
         for code, out, err in outs:
             if code != 0:
-                raise RuntimeError(f"gloo rank exited {code}: {err[-1500:]}")
+                raise RuntimeError(f"{backend} rank exited {code}: {err[-1500:]}")
         return parse_table(outs[0][1])
+
+    def python(self, backend: str) -> str:
+        """ddp.torch lives in .venv (make build); Gloo needs torch alone."""
+        venv = os.path.join(ROOT, ".venv", "bin", "python")
+        return venv if backend == "ddp" and os.path.exists(venv) else sys.executable
 
     def ceiling(self, c: netsim.Cluster, hosts: int, per_host: int, size: int) -> float:
         """Seconds for the ring's cross-host traffic alone: with the ranks of a host adjacent
@@ -258,6 +267,8 @@ def main(argv=None) -> int:
                                 times = runner.mpi(cluster, hosts, per_host)
                             elif impl == "gloo":
                                 times = runner.gloo_run(cluster, hosts, per_host)
+                            elif impl == "c10d":
+                                times = runner.gloo_run(cluster, hosts, per_host, "ddp")
                             else:
                                 times = {s: runner.ceiling(cluster, hosts, per_host, s)
                                          for s in args.sizes if s >= 16 << 20}
