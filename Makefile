@@ -22,7 +22,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
 
 .PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
   test-torch2 demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
-  test-fast test-slow test-matrix sanitize sanitize-builds asan asan-build tsan tsan-build fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
+  test-fast test-slow test-matrix sanitize asan asan-build tsan tsan-build fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
 
 all: build
 
@@ -289,9 +289,6 @@ tsan-build: deps
 	  -DDDP_WERROR=ON \
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-tsan -j $(JOBS)
-
-# Both sanitizer builds, one after the other.
-sanitize-builds: asan-build tsan-build
 
 bench: build
 	benchmarks/compare

@@ -1,6 +1,6 @@
 """Prints what bindings/torch_profiling/CMakeLists.txt needs to build against this Python's torch.
 
-One line per field, `key=value`: version (major_minor), include (;-separated), libdir, abi (the
+One line per field, `key=value`: version (major_minor), include (|-separated), libdir, abi (the
 _GLIBCXX_USE_CXX11_ABI torch was built with), python_include, ext_suffix; or `missing=<why>`
 when there is no torch or it has no C++ headers (Debian's torch: apt install libtorch-dev).
 """
@@ -28,7 +28,7 @@ if os.path.isdir(api):
 major, minor = torch.__version__.split("+")[0].split(".")[:2]
 print(f"version={major}_{minor}")
 print(f"full_version={torch.__version__}")
-print("include=" + ";".join(include))
+print("include=" + "|".join(include))
 print(f"libdir={os.path.join(root, 'lib')}")
 print(f"abi={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
 print(f"python_include={sysconfig.get_paths()['include']}")

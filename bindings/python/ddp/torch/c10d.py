@@ -146,7 +146,7 @@ def _operation(method, title, inputs_of):
     it)."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        _calling.event = _profile.begin(title, inputs_of(*args))
+        _calling.event = _profile.begin(title, inputs_of, args)
         try:
             return method(self, *args, **kwargs)
         except _ddp.DDPError as e:

@@ -42,9 +42,10 @@ def _recorded(tensor):
     return torch.view_as_real(tensor) if tensor.is_complex() else tensor
 
 
-def begin(title, inputs):
-    """The open event of one operation named "ddp:<title>" that reads `inputs`, or None when no
-    profiler runs. The thread that finishes the operation calls its end()."""
+def begin(title, inputs_of, args):
+    """The open event of one operation named "ddp:<title>" that reads `inputs_of(*args)` (asked
+    only while a profiler runs), or None when none does. The thread that finishes the operation
+    calls its end()."""
     if not _profiler_enabled():
         return None
     if _Event is None:
@@ -53,7 +54,7 @@ def begin(title, inputs):
             _warned = True
             warnings.warn(_missing, RuntimeWarning, stacklevel=3)
         return None
-    event = _Event(f"ddp:{title}", [_recorded(t) for t in inputs])
+    event = _Event(f"ddp:{title}", [_recorded(t) for t in inputs_of(*args)])
     return event if event.active else None
 
 
