@@ -2,16 +2,19 @@
 // disagree, aborts. Each job runs as real processes; a job that outlives its hang limit fails.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -482,6 +485,109 @@ TEST(Faults, AbortReachesThePeersWithItsReason) {
     const RankResult& rr = job.ranks[static_cast<size_t>(r)];
     EXPECT_TRUE(absl::StrContains(rr.status, "loss became NaN")) << job.Summary();
     EXPECT_TRUE(absl::StrContains(rr.status, "rank 2")) << job.Summary();
+  }
+}
+
+// A process's state letter from /proc ('T' stopped), or 0 once it is gone.
+char ProcessState(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat;
+  std::getline(in, stat);
+  const size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() ? '\0' : stat[paren + 2];
+}
+
+// This process's TCP sockets, by number, with the port at this end (local) or the other.
+std::map<int, int> TcpSocketPorts(bool local) {
+  std::map<int, int> ports;
+  for (int fd = 0; fd < 1024; ++fd) {
+    sockaddr_in a{};
+    socklen_t len = sizeof(a);
+    int type = 0;
+    socklen_t tlen = sizeof(type);
+    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_STREAM) continue;
+    auto* sa = reinterpret_cast<sockaddr*>(&a);
+    if ((local ? ::getsockname(fd, sa, &len) : ::getpeername(fd, sa, &len)) != 0) continue;
+    if (a.sin_family == AF_INET) ports[fd] = ntohs(a.sin_port);
+  }
+  return ports;
+}
+
+// Waits for `file` and returns the numbers in it.
+std::vector<int> AwaitNumbers(const std::string& file) {
+  for (int i = 0; i < 3000; ++i) {
+    std::ifstream in(file);
+    std::vector<int> numbers;
+    for (int n; in >> n;) numbers.push_back(n);
+    if (!numbers.empty()) return numbers;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return {};
+}
+
+void WriteNumbers(const std::string& file, const std::vector<int>& numbers) {
+  {
+    std::ofstream out(file + ".tmp");
+    for (int n : numbers) out << n << "\n";
+  }
+  std::rename((file + ".tmp").c_str(), file.c_str());
+}
+
+// A rank dies of an abort before the others have read it; one of them reads that rank's closed
+// connection first. Here: rank 1 stops; rank 0 closes its connection to rank 1; rank 2 aborts;
+// rank 1 continues, to find the close ahead of the abort. It must report the abort, the cause,
+// not the closed connection, its echo (CI once saw the echo win).
+TEST(Faults, AnAbortIsReportedRatherThanTheClosedConnectionOfARankThatDiedOfIt) {
+  const std::string files = TempPath("abort-behind");
+  const std::string stopped = files + ".stopped";  // rank 1's pid, then its TCP ports
+  const std::string closed = files + ".closed";    // rank 0 has closed its side
+  const std::string aborted = files + ".aborted";  // rank 2 has aborted
+  JobSpec spec;
+  spec.size = 3;
+  spec.env = {{"DDP_TRANSPORT", "tcp"}};
+  spec.hang_limit = absl::Seconds(60);
+  JobResult job = RunWithContext(spec, [&](Context& ctx) -> absl::Status {
+    std::vector<float> w(1000, 1.0f);
+    if (ctx.rank() == 1) {
+      std::vector<int> numbers = {::getpid()};
+      for (const auto& [fd, port] : TcpSocketPorts(/*local=*/true)) numbers.push_back(port);
+      WriteNumbers(stopped, numbers);
+      ::raise(SIGSTOP);  // until rank 2 continues it
+    } else if (ctx.rank() == 0) {
+      const std::vector<int> theirs = AwaitNumbers(stopped);
+      if (theirs.empty()) return absl::InternalError("rank 1 never said it stops");
+      while (ProcessState(theirs[0]) != 'T') ::usleep(1000);
+      int cut = 0;
+      for (const auto& [fd, port] : TcpSocketPorts(/*local=*/false)) {
+        if (std::find(theirs.begin() + 1, theirs.end(), port) == theirs.end()) continue;
+        ::shutdown(fd, SHUT_WR);  // rank 1 reads the end of its connection to rank 0
+        ++cut;
+      }
+      WriteNumbers(closed, {cut});
+      // Then on to an allreduce once the abort is out: its send to rank 1 breaks, and what
+      // rank 2 said must win over that too.
+      if (AwaitNumbers(aborted).empty()) return absl::InternalError("rank 2 never aborted");
+    } else {
+      if (AwaitNumbers(closed) != std::vector<int>{1}) {
+        return absl::InternalError("rank 0 did not close exactly one connection to rank 1");
+      }
+      ctx.Abort(absl::CancelledError("loss became NaN"));
+      WriteNumbers(aborted, {1});
+      ::kill(AwaitNumbers(stopped)[0], SIGCONT);
+      return absl::CancelledError("aborted");
+    }
+    absl::Status s =
+        ctx.Allreduce(w.data(), w.data(), w.size(), DataType::kFloat32, ReduceOp::kSum);
+    return s.ok() ? absl::InternalError("the allreduce succeeded after the abort") : s;
+  });
+  std::remove(stopped.c_str());
+  std::remove(closed.c_str());
+  std::remove(aborted.c_str());
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 1}) {
+    const RankResult& rr = job.ranks[static_cast<size_t>(r)];
+    EXPECT_TRUE(absl::StrContains(rr.status, "loss became NaN")) << job.Summary();
+    EXPECT_TRUE(absl::StrContains(rr.status, "ddp.BlamedRanks='2'")) << job.Summary();
   }
 }
 

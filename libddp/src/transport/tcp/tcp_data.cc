@@ -116,17 +116,30 @@ absl::Status TcpTransport::WriteSome(Stream* s) {
 
 bool TcpTransport::HeardLastWordsOf(int peer) {
   if (failed()) return true;
+  if (hearing_last_words_) return false;
+  hearing_last_words_ = true;
+  // The peer's own streams first, then (a failure of one fails all) everyone else's.
   std::vector<Stream*> open;
-  for (auto& s : streams_) {
-    if (s->peer == peer && s->state == StreamState::kOpen && s->fd.valid()) open.push_back(s.get());
+  const bool everyone = !IsolatesPeers();
+  for (int pass = 0; pass < (everyone ? 2 : 1); ++pass) {
+    for (auto& s : streams_) {
+      if ((s->peer == peer) != (pass == 0)) continue;
+      if (s->state == StreamState::kOpen && s->fd.valid() && !s->paused) open.push_back(s.get());
+    }
   }
   // A reset connection still hands over the bytes that arrived before the reset. Errors here
-  // are the broken connection itself: the caller reports that if nothing better was said.
+  // are broken connections themselves: the caller reports its own if nothing better was said.
+  bool settled = false;
   for (Stream* s : open) {
     if (s->state == StreamState::kOpen) (void)ReadSome(s);
-    if (failed() || peer_state(peer) != PeerState::kAlive) return true;
+    UpdateInterest(s);
+    if (failed() || peer_state(peer) != PeerState::kAlive) {
+      settled = true;
+      break;
+    }
   }
-  return false;
+  hearing_last_words_ = false;
+  return settled;
 }
 
 // Fills the staging buffer; *got says whether any byte arrived.
@@ -169,6 +182,7 @@ absl::Status TcpTransport::ReadSome(Stream* s) {
     if (s->done && err == 0) return absl::OkStatus();
     if (peer_state(peer) == PeerState::kLeft && err == 0) return absl::OkStatus();
     if (failed() || peer_state(peer) == PeerState::kFailed) return absl::OkStatus();
+    if (HeardLastWordsOf(peer)) return absl::OkStatus();
     if (err != 0) {
       return PeerError(
           peer, absl::StatusCode::kUnavailable,

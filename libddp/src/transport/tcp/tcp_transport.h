@@ -144,8 +144,10 @@ class TcpTransport final : public PeerTransport {
   void Claim(int peer, Early early, PostedRecv op);
   absl::Status WriteSome(Stream* s);
   absl::Status ReadSome(Stream* s);
-  // Reads whatever `peer` sent before its connection broke. True when that settled the matter:
-  // it said goodbye or aborted (an abort names the rank at fault, which may be another).
+  // Reads whatever `peer` sent before its connection broke, then what every other peer has
+  // waiting (when the job fails as a whole): a rank that died of another's abort often closes
+  // before that abort is read here, and the abort, not the echo, is what to report. True when
+  // that settled the matter: a goodbye from `peer`, or an abort, which names the rank at fault.
   bool HeardLastWordsOf(int peer);
   absl::Status OnHeader(Stream* s, const FrameHeader& h);
   absl::Status MatchMessage(Stream* s);
@@ -211,7 +213,8 @@ class TcpTransport final : public PeerTransport {
   std::vector<std::unique_ptr<Peer>> peers_;
   size_t unexpected_bytes_ = 0;
   absl::Time connect_deadline_ = absl::InfiniteFuture();
-  bool rejoining_ = false;  // this process took a failed rank's place (Rejoin)
+  bool rejoining_ = false;           // this process took a failed rank's place (Rejoin)
+  bool hearing_last_words_ = false;  // inside HeardLastWordsOf: no second sweep from within
   struct Redial {
     int peer;
     int index;
