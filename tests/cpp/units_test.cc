@@ -1,8 +1,12 @@
 // Units of the layers that need no processes: errors as data, communicator ids and tags, the
 // epilogue that finishes averages, the matcher, the wait primitive, NCCL's error text.
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -10,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "collectives/comm_ids.h"
 #include "collectives/communicator.h"
+#include "common/process.h"
 #include "ddp/errors.h"
 #include "nccl/errors.h"
 #include "reduce/epilogue.h"
@@ -226,6 +231,31 @@ TEST(NcclErrors, TheHintGoesWhenNcclDebugIsSetAndASharedGpuGetsTheFix) {
   EXPECT_TRUE(absl::StartsWith(dup, "invalid usage: Duplicate GPU detected")) << dup;
   EXPECT_TRUE(absl::StrContains(dup, "torch.cuda.set_device(ddp.local_rank())")) << dup;
   EXPECT_FALSE(absl::StrContains(dup, "NCCL_DEBUG=WARN")) << dup;
+}
+
+TEST(Process, AZombieHasEndedThoughKillStillFindsIt) {
+  // A rank's launcher may collect its status seconds after it died: until then kill(pid, 0)
+  // finds it, and only /proc says it is over (shm's liveness checks, common/process.h).
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
+  EXPECT_FALSE(ProcessEnded(child));
+  EXPECT_GT(ProcessStartTime(child), 0u);
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  bool ended = false;
+  for (int i = 0; i < 500 && !ended; ++i) {
+    ended = ProcessEnded(child);
+    if (!ended) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(::kill(child, 0), 0) << "not a zombie: the test shows nothing";
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(ProcessEnded(child));
+  EXPECT_FALSE(ProcessEnded(::getpid()));
 }
 
 }  // namespace

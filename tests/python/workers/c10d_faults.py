@@ -57,6 +57,6 @@ except Exception as e:  # noqa: BLE001 - the type is what is checked
         assert waited >= 2, f"failed after {waited:.2f} s, before the group's 2 s timeout"
     else:
         assert "rank 1" in str(e) and e.ranks == blamed, (e.ranks, str(e))
-    print(f"survived {rank}: {type(e).__name__} ranks={e.ranks}: {str(e)[:300]}", flush=True)
+    print(f"survived {rank}: {type(e).__name__} ranks={e.ranks}: {str(e)[:800]}", flush=True)
     sys.exit(0)
 sys.exit(f"rank {rank}: no error")

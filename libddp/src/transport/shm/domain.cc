@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/crypto.h"
+#include "common/process.h"
 #include "common/status.h"
 #include "ddp/errors.h"
 
@@ -185,7 +186,7 @@ absl::Status ShmDomain::GaveUp(int p) const {
 
 bool ShmDomain::Alive(int local) const {
   const int64_t pid = pids_[static_cast<size_t>(local)];
-  return pid <= 0 || kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH;
+  return pid <= 0 || !ProcessEnded(pid);
 }
 
 std::string ShmDomain::PeerName(int local) const {

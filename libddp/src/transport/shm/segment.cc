@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "common/crypto.h"
 #include "common/log.h"
+#include "common/process.h"
 
 namespace ddp::transport::shm {
 namespace {
@@ -28,21 +29,6 @@ constexpr uint64_t kMagic = 0x314D485350444444ull;  // "DDDPSHM1"
 constexpr uint32_t kVersion = 1;
 
 std::string Errno(int err) { return std::strerror(err); }
-
-// The kernel's start time of a process (clock ticks since boot, field 22 of /proc/PID/stat):
-// with the pid, it tells a process from a later one that got the same pid.
-uint64_t StartTime(int64_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  if (!std::getline(in, line)) return 0;
-  // The command name (field 2) may hold spaces; fields after it follow the last ')'.
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::vector<std::string> fields = absl::StrSplit(line.substr(close + 2), ' ');
-  uint64_t ticks = 0;
-  if (fields.size() > 19 && absl::SimpleAtoi(fields[19], &ticks)) return ticks;
-  return 0;
-}
 
 // The pid namespace's inode: pids in names mean something only within it.
 uint64_t PidNamespace() {
@@ -105,7 +91,8 @@ absl::StatusOr<Segment> Segment::Create(const std::string& token, int rank, uint
   if (absl::Status s = crypto::RandomBytes(absl::MakeSpan(nonce)); !s.ok()) return s;
   const int64_t pid = getpid();
   Segment seg;
-  seg.name_ = absl::StrCat("/", Prefix(), pid, "-", StartTime(pid), "-", crypto::ToHex(nonce));
+  seg.name_ =
+      absl::StrCat("/", Prefix(), pid, "-", ProcessStartTime(pid), "-", crypto::ToHex(nonce));
   const int fd = shm_open(seg.name_.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) {
     return absl::UnavailableError(
@@ -202,8 +189,8 @@ int Segment::Sweep() {
         !absl::SimpleAtoi(parts[1], &start)) {
       continue;
     }
-    const bool exited = kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-    const uint64_t now_start = exited ? 0 : StartTime(pid);
+    const bool exited = ProcessEnded(pid);
+    const uint64_t now_start = exited ? 0 : ProcessStartTime(pid);
     const bool gone = exited || (start != 0 && now_start != 0 && now_start != start);
     if (!gone) continue;
     const std::string path = absl::StrCat("/", name);
