@@ -131,7 +131,9 @@ def main(argv):
     if args.list_profiler_gaps:
         for directory in args.dirs:
             gloo, ddp, _ = load_dir(directory)
-            print("\n".join(compare(gloo, ddp)[0].get(PROFILER, [])))
+            # None: nothing at all (not an empty line, which run_all.sh would take for a list).
+            for name in compare(gloo, ddp)[0].get(PROFILER, []):
+                print(name)
         return 0
     total = sum(report(d, args.markdown) for d in args.dirs)
     if args.fail_on_gap and total:
