@@ -187,3 +187,13 @@ def test_send_and_recv(ddp_env, tmp_path, size):
     for rank, (code, out, err) in enumerate(_ranks(ddp_env, tmp_path, "c10d_p2p.py",
                                                    lambda port: [], size=size)):
         assert code == 0 and f"c10d p2p ok {rank}" in out, f"rank {rank}: {code}\n{out}\n{err}"
+
+
+def test_a_script_that_ends_on_its_error_with_operations_in_flight_exits_with_it(ddp_env,
+                                                                                 tmp_path):
+    """Not "terminate called without an active exception" (SIGABRT) as the interpreter shuts down
+    under the finisher threads still waiting on a send and an allreduce: the script's own error
+    and status 1 (ReleaseGil in bindings/python/src/common.h)."""
+    code, out, err = _ranks(ddp_env, tmp_path, "c10d_exit.py", lambda port: [])[0]
+    assert code == 1 and "the script's own error" in err, f"{code}\n{out}\n{err}"
+    assert "terminate called" not in err, err

@@ -20,6 +20,25 @@ namespace ddp_python {
 
 namespace py = pybind11;
 
+// Lets go of the GIL for a blocking call, as py::gil_scoped_release does, except where the
+// interpreter is shutting down when the call returns: a thread other than the one shutting it
+// down then never takes the GIL back, but waits for the process to end. Taking it back would
+// end the thread (CPython unwinds it with pthread_exit) through pybind11's frames, whose
+// catch (...) turns that unwinding into std::terminate: "terminate called without an active
+// exception", where a script ended with operations still in flight on a finisher thread.
+class ReleaseGil {
+ public:
+  ReleaseGil();
+  ~ReleaseGil();
+  ReleaseGil(const ReleaseGil&) = delete;
+  ReleaseGil& operator=(const ReleaseGil&) = delete;
+
+ private:
+  PyThreadState* state_;
+};
+// The thread that imported the module (the main one, which finalizes the interpreter).
+void NoteMainThread();
+
 // ddp.DDPError, made at import.
 extern PyObject* g_ddp_error;
 

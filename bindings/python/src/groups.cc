@@ -42,7 +42,7 @@ int GroupInit(const std::map<std::string, std::string>& overrides) {
   ThrowIfError(options.status());
   absl::StatusOr<std::unique_ptr<ddp::Context>> created;
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     created = ddp::Context::Create(*options);
   }
   ThrowIfError(created.status());
@@ -62,11 +62,11 @@ void GroupShutdown(int id) {
     Groups().erase(it);
   }
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     context->Shutdown().IgnoreError();  // fails whatever is still pending in the group
   }
   SweepOrphans();
-  py::gil_scoped_release release;
+  ReleaseGil release;
   context.reset();  // joins the group's engine thread and closes its connections
 }
 
@@ -93,8 +93,10 @@ void DefineGroups(py::module_& m) {
         "environment's). Returns its id, which operations take as their process_set.");
   m.def("group_shutdown", &GroupShutdown, py::arg("group"),
         "Leaves a group (its pending operations fail); safe to call twice.");
-  m.def("group_rank", [](int id) { return Group(id)->rank(); }, py::arg("group"));
-  m.def("group_size", [](int id) { return Group(id)->size(); }, py::arg("group"));
+  m.def(
+      "group_rank", [](int id) { return Group(id)->rank(); }, py::arg("group"));
+  m.def(
+      "group_size", [](int id) { return Group(id)->size(); }, py::arg("group"));
 }
 
 }  // namespace ddp_python

@@ -2,14 +2,18 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common.h"
+#include "pythread.h"
 #include "structmember.h"
 
 namespace ddp_python {
@@ -26,6 +30,16 @@ struct Orphan {
 };
 std::vector<Orphan>* g_orphans = new std::vector<Orphan>();  // never freed: outlives the module
 
+std::atomic<unsigned long> g_main_thread{0};  // NOLINT(runtime/int): PyThread's type
+
+bool Finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0;
+#else
+  return _Py_IsFinalizing() != 0;
+#endif
+}
+
 // Waits for `handle` without the GIL, in slices, so that Ctrl-C (a pending signal) interrupts
 // the wait with KeyboardInterrupt instead of being held until the peers answer. `timeout` < 0:
 // forever. Returns the operation's status, or nullopt when the timeout expired first.
@@ -38,7 +52,7 @@ std::optional<absl::Status> WaitInterruptibly(const ddp::Handle& handle, double 
     absl::Status status;
     bool finished;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       status =
           handle.WaitFor(std::min(slice, std::max(deadline - absl::Now(), absl::ZeroDuration())));
       finished = handle.Poll();
@@ -78,6 +92,21 @@ class PyOutput {
 
 }  // namespace
 
+void NoteMainThread() {
+  // Python's main thread, which finalizes the interpreter, whichever thread imports ddp.
+  py::object main = py::module_::import("threading").attr("main_thread")();
+  g_main_thread.store(main.attr("ident").cast<unsigned long>());  // NOLINT(runtime/int)
+}
+
+ReleaseGil::ReleaseGil() : state_(PyEval_SaveThread()) {}
+
+ReleaseGil::~ReleaseGil() {
+  if (Finalizing() && PyThread_get_thread_ident() != g_main_thread.load()) {
+    while (true) std::this_thread::sleep_for(std::chrono::hours(1));  // until the process ends
+  }
+  PyEval_RestoreThread(state_);
+}
+
 PyHandle::~PyHandle() {
   if (handle_.valid() && !orphaned_ && !handle_.DoneOnDevice()) {
     // The result too: ddp.torch's fast path allocates the output of allreduce_async itself, and
@@ -107,7 +136,7 @@ void PyHandle::OrderOnCurrentStream() {
   // backend marks the collective done, and the error is the handle's).
   while (!handle_.DoneOnDevice()) {
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       absl::SleepFor(absl::Microseconds(50));
     }
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();

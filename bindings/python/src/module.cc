@@ -119,7 +119,7 @@ namespace {
 void Init(const std::map<std::string, std::string>& overrides) {
   std::unique_lock<std::mutex> init_lock(g_init_mu, std::defer_lock);
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     init_lock.lock();
   }
   {
@@ -134,7 +134,7 @@ void Init(const std::map<std::string, std::string>& overrides) {
   ThrowIfError(options.status());
   absl::StatusOr<std::unique_ptr<ddp::Context>> created;
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     created = ddp::Context::Create(*options);
   }
   ThrowIfError(created.status());
@@ -146,7 +146,7 @@ void Init(const std::map<std::string, std::string>& overrides) {
 void Shutdown() {
   std::unique_lock<std::mutex> init_lock(g_init_mu, std::defer_lock);
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     init_lock.lock();
   }
   std::shared_ptr<ddp::Context> context;
@@ -156,11 +156,11 @@ void Shutdown() {
   }
   if (context == nullptr) return;
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     context->Shutdown().IgnoreError();  // fails whatever is still pending
   }
   SweepOrphans();
-  py::gil_scoped_release release;
+  ReleaseGil release;
   context.reset();  // joins the engine thread and closes connections without the GIL
 }
 
@@ -197,7 +197,7 @@ class PyStoreServer {
   int port() const { return server_ ? server_->port() : 0; }
   void Close() {
     if (server_ == nullptr) return;
-    py::gil_scoped_release release;
+    ReleaseGil release;
     server_->Stop();
     server_.reset();
   }
@@ -213,7 +213,7 @@ class PyStoreClient {
   PyStoreClient(const std::string& host, int port, const std::string& token, double timeout) {
     absl::StatusOr<std::unique_ptr<ddp::RendezvousClient>> client;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       client = ddp::RendezvousClient::Connect(host, port, token, absl::Seconds(timeout));
     }
     ThrowIfError(client.status());
@@ -223,7 +223,7 @@ class PyStoreClient {
     std::string bytes = value;
     absl::Status s;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       s = client_->Set(key, bytes);
     }
     ThrowIfError(s);
@@ -231,7 +231,7 @@ class PyStoreClient {
   py::bytes Get(const std::string& key, double timeout) {
     absl::StatusOr<std::string> value;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       value = client_->Get(key, absl::Seconds(timeout));
     }
     ThrowIfError(value.status());
@@ -240,7 +240,7 @@ class PyStoreClient {
   int64_t Add(const std::string& key, int64_t delta) {
     absl::StatusOr<int64_t> value;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       value = client_->Add(key, delta);
     }
     ThrowIfError(value.status());
@@ -275,6 +275,7 @@ PYBIND11_MODULE(_ddp, m) {
   using namespace ddp_python;
   m.doc() = "libddp's C++ layer; use the `ddp` package instead of this module.";
   m.attr("__version__") = DDP_VERSION_STRING;
+  NoteMainThread();
 
   py::object runtime_error = py::module_::import("builtins").attr("RuntimeError");
   py::dict error_members;
@@ -459,7 +460,7 @@ PYBIND11_MODULE(_ddp, m) {
     auto context = Current("add_process_set");
     absl::StatusOr<int> id;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       id = context->engine().AddProcessSet(std::move(ranks));
     }
     ThrowIfError(id.status());

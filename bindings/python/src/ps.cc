@@ -42,7 +42,7 @@ void PsInit(const std::map<std::string, std::string>& overrides) {
   ThrowIfError(ps_options.status());
   absl::StatusOr<std::unique_ptr<ddp::ps::ParameterServer>> created;
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     created = ddp::ps::ParameterServer::Create(*options, *ps_options);
   }
   ThrowIfError(created.status());
@@ -61,7 +61,7 @@ class PyPsHandle {
   void Wait() {
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       status = handle_.Wait();
     }
     keep_ = py::none();
@@ -101,12 +101,12 @@ void PsFinish() {
   if (ps == nullptr) return;
   absl::Status status;
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     status = ps->Finish();
   }
   SweepPsOrphans();
   {
-    py::gil_scoped_release release;
+    ReleaseGil release;
     ps.reset();
   }
   ThrowIfError(status);
@@ -138,7 +138,7 @@ void DefinePs(py::module_& m) {
     auto ps = CurrentPs("serve");
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       status = ps->Serve();
     }
     ThrowIfError(status);
@@ -163,7 +163,7 @@ void DefinePs(py::module_& m) {
     const ddp::DataType type = ToType(code);
     absl::StatusOr<int> key;
     {
-      py::gil_scoped_release release;
+      ReleaseGil release;
       key = ps->Register(name, type, shape, Ptr(address), options);
     }
     ThrowIfError(key.status());

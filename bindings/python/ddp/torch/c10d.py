@@ -116,6 +116,8 @@ def _scaled_op(opts, tensor, what):
 
 
 _TIMED_OUT = "torch.distributed backend 'ddp': Timed out waiting on other ranks: "
+# torch 1.13's recv from any source asks the backend's own Work for the sender: served there.
+_ANY_SOURCE = not hasattr(_C, "Backend")
 
 
 def _error(e: BaseException, bad_input_stays: bool = False) -> BaseException:
@@ -278,6 +280,38 @@ if hasattr(_C, "Backend"):
     def _work(future):
         return _Work(future)
 else:
+    class _AnySourceWork(_C.Work):
+        """torch 1.13: a recv from any source, which 1.13's dist.recv and irecv hand back as it
+        is (a Python Work): its wait() raises the error, and it names the sender once done."""
+
+        def __init__(self, future, source):
+            super().__init__()
+            self._future, self._source = future, source
+
+        def wait(self, timeout=None):
+            self._future.wait()  # raises the operation's error
+            return True
+
+        def is_completed(self):
+            return self._future.done()
+
+        def is_success(self):
+            return bool(self._source)
+
+        def get_future(self):
+            return self._future
+
+        def result(self):
+            return self._future.wait()
+
+        def _source_rank(self):
+            if not self._source:
+                raise RuntimeError("torch.distributed backend 'ddp': the sender of a recv from "
+                                   "any source is known once the recv has completed")
+            return self._source[0]
+
+        source_rank = _source_rank
+
     def _work(future):
         """torch 1.13: its future-wrapping Work (1.13 cannot call a Python Work from C++). Its
         wait() does not raise: a failed operation's error is raised by the group's next one, and
@@ -340,6 +374,13 @@ class _Operations:
     # Operations -----------------------------------------------------------------------------
 
     def _submit(self, handles, result, finish=None, finisher=None, wait_here=False):
+        future = self._submit_future(handles, result, finish, finisher)
+        if wait_here:
+            future.wait()  # raises the operation's error
+        return _work(future)
+
+    def _submit_future(self, handles, result, finish=None, finisher=None):
+        """Hands the operation to its finisher; returns the future its completion sets."""
         finisher = finisher or self._finisher
         if finisher.failed is not None:
             raise finisher.failed
@@ -349,10 +390,7 @@ class _Operations:
             if finish is not None:
                 finish(outs)
         event, _calling.event = getattr(_calling, "event", None), None
-        future = finisher.submit(wait, result, event)
-        if wait_here:
-            future.wait()  # raises the operation's error
-        return _work(future)
+        return finisher.submit(wait, result, event)
 
     def allreduce(self, tensors, opts=None):
         if any(t.is_sparse for t in tensors):  # torch 1.13 sends sparse tensors here
@@ -559,6 +597,10 @@ class _Operations:
         """A broadcast from this rank in the group of the pair (c10d_groups.PointToPoint): it
         completes once the receiver has posted its recv, as NCCL's send does."""
         _check_one(tensors, "send")
+        if _ANY_SOURCE and tensors[0].is_contiguous() and dst != self._rank:
+            # Before the transfer, which waits for the receiver to make the pair's group: a
+            # receiver from any source makes it only once it has seen this.
+            self._p2p.announce(dst, tag)
         handle, finisher = self._p2p.transfer(tensors[0], self._rank, dst, tag, "send")
         return self._submit([handle], tensors, finisher=finisher)
 
@@ -568,10 +610,27 @@ class _Operations:
         return self._submit([handle], tensors, finisher=finisher)
 
     def recv_anysource(self, tensors, tag):
-        raise NotImplementedError(
-            "torch.distributed backend 'ddp': recv without src= (from any source) is not "
-            "supported: torch asks the Work for the sender through a C++ method that a backend "
-            "written in Python cannot provide; pass src=")
+        """torch 1.13: the first send of `tag` to this rank that no recv has taken, from any
+        rank (c10d_groups.PointToPoint.claim_any); the Work tells the sender once it is done."""
+        if not _ANY_SOURCE:
+            raise NotImplementedError(
+                "torch.distributed backend 'ddp': recv without src= (from any source) is not "
+                "supported on torch 2: torch asks the Work for the sender through a C++ method "
+                "that a backend written in Python cannot provide there; pass src=")
+        _check_one(tensors, "recv")
+        tensor, source = tensors[0], []
+
+        def timed_out(message):
+            return BackendError(f"{_TIMED_OUT}{message}")
+
+        def wait():
+            sender, sequence = self._p2p.claim_any(self._size, tag, timed_out)
+            handle, _ = self._p2p.transfer(tensor, sender, self._rank, tag, "recv",
+                                           sequence=sequence)
+            handle.wait()
+            source.append(sender)
+        return _AnySourceWork(self._submit_future([], tensors, finish=lambda _: wait(),
+                                                  finisher=self._p2p.any_finisher()), source)
 
     def shutdown(self):
         self._finisher.stop()
@@ -610,6 +669,7 @@ _PROFILED = {
     "barrier": ("barrier", lambda *_: []),
     "send": ("send", _first_arg),
     "recv": ("recv", _first_arg),
+    "recv_anysource": ("recvAnySource", _first_arg),
 }
 for _name, (_title, _inputs_of) in _PROFILED.items():
     setattr(_Operations, _name, _operation(getattr(_Operations, _name), _title, _inputs_of))

@@ -8,12 +8,19 @@ engine, as Gloo gives each group its own connections. Its id goes wherever a pro
 send and recv ride on the same thing: the first transfer between two ranks of a group makes a
 group of the pair (through that group's store, so both ends make the same one), and a transfer
 is a broadcast from the sender within it, named by sender, receiver, tag and sequence. So a
-recv is matched with the send of the same tag in order, whatever the order of other tags.
+recv is matched with the send of the same tag in order, whatever the order of other tags; each
+direction and tag completes in order on a finisher of its own.
+
+A recv from any source (torch 1.13: its dist.recv asks the backend's own Work for the sender)
+finds its send through the group's store: each send there counts itself under (receiver, tag,
+sender); the receiver looks for a sender whose count is ahead of the sends of that tag it has
+taken, takes that one, and it is an ordinary transfer from then on.
 """
 from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import Counter
 
 import torch.distributed as dist
@@ -73,9 +80,12 @@ class PointToPoint:
     def __init__(self, store, rank, timeout, new_finisher):
         self._store, self._rank, self._timeout = store, rank, timeout
         self._new_finisher = new_finisher
-        self._pairs = {}  # peer: (group id, finisher)
+        self._pairs = {}  # peer: group id
+        self._finishers = {}  # (sender, receiver, tag): finisher
         self._sequence = Counter()  # (sender, receiver, tag): transfers so far
         self._lock = threading.Lock()
+        self._any_next = 0  # where the next recv from any source starts looking (fairness)
+        self._any_finisher = None
 
     def _pair(self, peer, what):
         if peer == self._rank:
@@ -85,29 +95,90 @@ class PointToPoint:
             if peer not in self._pairs:
                 low, high = sorted((self._rank, peer))
                 store = dist.PrefixStore(f"ddp-p2p/{low}-{high}/", self._store)
-                group = make(store, 0 if self._rank == low else 1, 2, self._timeout)
-                finisher = self._new_finisher(f"p2p{low}-{high}")
-                self._pairs[peer] = (group, finisher)
+                self._pairs[peer] = make(store, 0 if self._rank == low else 1, 2, self._timeout)
             return self._pairs[peer]
 
-    def transfer(self, tensor, sender, receiver, tag, what):
+    def _finisher(self, sender, receiver, tag):
+        """The finisher of one direction and tag between two ranks: their transfers complete in
+        order (as MPI's do), and apart from other tags' and the other direction's, which may
+        wait on them (a send completes once its recv is posted)."""
+        key = (sender, receiver, tag)
+        with self._lock:
+            if key not in self._finishers:
+                self._finishers[key] = self._new_finisher(f"p2p{sender}>{receiver}.{tag}")
+            return self._finishers[key]
+
+    def transfer(self, tensor, sender, receiver, tag, what, sequence=None):
         """Starts moving `tensor` from sender to receiver (one of them this rank); returns the
-        engine's handle and the finisher that completes the pair's transfers in order."""
+        engine's handle and the finisher that completes the pair's transfers in order.
+        `sequence`: the transfer's number when claim_any took it already."""
         if not tensor.is_contiguous():
             raise ValueError(f"torch.distributed backend 'ddp': {what} needs a contiguous tensor")
-        group, finisher = self._pair(receiver if sender == self._rank else sender, what)
-        with self._lock:
-            key = (sender, receiver, tag)
-            sequence = self._sequence[key]
-            self._sequence[key] += 1
+        group = self._pair(receiver if sender == self._rank else sender, what)
+        finisher = self._finisher(sender, receiver, tag)
+        if sequence is None:
+            with self._lock:
+                key = (sender, receiver, tag)
+                sequence = self._sequence[key]
+                self._sequence[key] += 1
         handle = _f.broadcast_async_(tensor, 0 if sender < receiver else 1,
                                      name=f"p2p.{sender}>{receiver}.tag{tag}.{sequence}",
                                      process_set=group)
         return handle, finisher
 
+    def announce(self, receiver, tag):
+        """A send counts itself where a recv from any source looks for it."""
+        self._store.add(_any_key(receiver, tag, self._rank), 1)
+
+    def any_finisher(self):
+        """The finisher of this group's recvs from any source (in their issue order, apart from
+        every other operation: one may wait long for its sender)."""
+        with self._lock:
+            if self._any_finisher is None:
+                self._any_finisher = self._new_finisher(f"p2p-any-{self._rank}")
+            return self._any_finisher
+
+    def claim_any(self, size, tag, timeout_error):
+        """Waits, within the group's timeout, for a send of `tag` to this rank that no recv has
+        taken yet, from any rank of the group (of `size`); takes it. Returns (sender, sequence)
+        for transfer(). `timeout_error(message)`: the exception when none comes."""
+        me = self._rank
+        others = [r for r in range(size) if r != me]
+        if not others:
+            raise ValueError("torch.distributed backend 'ddp': recv from any source in a group "
+                             "of one rank: nobody can send to it")
+        seconds = self._timeout.total_seconds() if hasattr(self._timeout, "total_seconds") \
+            else float(self._timeout)
+        deadline, pause = time.monotonic() + seconds, 0.0005
+        while True:
+            for i in range(len(others)):
+                sender = others[(self._any_next + i) % len(others)]
+                sent = self._store.add(_any_key(me, tag, sender), 0)
+                with self._lock:
+                    key = (sender, me, tag)
+                    if sent > self._sequence[key]:
+                        sequence = self._sequence[key]
+                        self._sequence[key] += 1
+                        self._any_next = (others.index(sender) + 1) % len(others)
+                        return sender, sequence
+            if time.monotonic() > deadline:
+                raise timeout_error(f"recv from any source (tag {tag}): no rank of the group sent "
+                                    f"to rank {me} within {seconds:g} s")
+            time.sleep(pause)
+            pause = min(2 * pause, 0.02)
+
     def close(self):
         with self._lock:
             pairs, self._pairs = list(self._pairs.values()), {}
-        for group, finisher in pairs:
+            finishers, self._finishers = list(self._finishers.values()), {}
+            if self._any_finisher is not None:
+                finishers.append(self._any_finisher)
+                self._any_finisher = None
+        for finisher in finishers:
             finisher.stop()
+        for group in pairs:
             close(group)
+
+
+def _any_key(receiver, tag, sender):
+    return f"ddp-any/{receiver}/{tag}/{sender}"
