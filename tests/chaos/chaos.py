@@ -23,8 +23,9 @@ Each trial is judged on five counts, all of which must hold:
            faulty rank; for a link, a rank across the cut (a survivor on the cut-off host names
            one outside it, one outside names one on it); for the rendezvous host, one of its ranks
            or its address. An error naming nobody, or anyone else, is a wrong blame, except
-           one that names a rank for closing its connection after a launcher began stopping
-           its ranks (that rank did die, by the launcher's hand): counted as "after teardown";
+           one that names a rank for closing its connection, or (shared memory) for exiting,
+           after a launcher began stopping its ranks (that rank did die, by the launcher's
+           hand): counted as "after teardown";
 - launcher: its exit status is non-zero and the first rank its own messages name is the culprit
            (by the same rule, the reporting rank's side of a cut taken from its message);
 - shm:     no libddp segment (/dev/shm/ddp-*) is left that was not there before;
@@ -96,6 +97,10 @@ class Launcher:
         self.err = Output(self.proc.stderr)
         self.ended: float | None = None
 
+
+# What a survivor says of a rank that died (here: by its launcher's hand, once it stops the job):
+# over TCP its connection closed; over shared memory its process exited.
+_DIED_BY_LAUNCHER = ("closed the connection unexpectedly", ") has exited")
 
 def ddp_segments() -> set[str]:
     return {n for n in os.listdir("/dev/shm") if n.startswith("ddp-")}
@@ -327,7 +332,7 @@ class Trial:
                 if self.fault in ("kill", "stop") and reporter == self.victim_rank:
                     continue  # the culprit's own error (a stopped rank resumed): not a survivor's
                 if not self.right_blame(reporter, blamed, m.group(3)):
-                    if at > teardown_at and "closed the connection unexpectedly" in line:
+                    if at > teardown_at and any(s in line for s in _DIED_BY_LAUNCHER):
                         teardown.append(line)
                     else:
                         wrong.append(line)
