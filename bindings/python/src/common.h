@@ -36,7 +36,7 @@ class ReleaseGil {
  private:
   PyThreadState* state_;
 };
-// The thread that imported the module (the main one, which finalizes the interpreter).
+// Records Python's main thread (the one that finalizes the interpreter): called at import.
 void NoteMainThread();
 
 // ddp.DDPError, made at import.

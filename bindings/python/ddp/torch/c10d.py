@@ -597,11 +597,8 @@ class _Operations:
         """A broadcast from this rank in the group of the pair (c10d_groups.PointToPoint): it
         completes once the receiver has posted its recv, as NCCL's send does."""
         _check_one(tensors, "send")
-        if _ANY_SOURCE and tensors[0].is_contiguous() and dst != self._rank:
-            # Before the transfer, which waits for the receiver to make the pair's group: a
-            # receiver from any source makes it only once it has seen this.
-            self._p2p.announce(dst, tag)
-        handle, finisher = self._p2p.transfer(tensors[0], self._rank, dst, tag, "send")
+        handle, finisher = self._p2p.transfer(tensors[0], self._rank, dst, tag, "send",
+                                              announce=_ANY_SOURCE)
         return self._submit([handle], tensors, finisher=finisher)
 
     def recv(self, tensors, src, tag):

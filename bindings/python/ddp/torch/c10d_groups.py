@@ -22,6 +22,7 @@ import os
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 
 import torch.distributed as dist
 
@@ -87,10 +88,7 @@ class PointToPoint:
         self._any_next = 0  # where the next recv from any source starts looking (fairness)
         self._any_finisher = None
 
-    def _pair(self, peer, what):
-        if peer == self._rank:
-            raise ValueError(f"torch.distributed backend 'ddp': {what} to or from this rank "
-                             f"itself ({peer})")
+    def _pair(self, peer):
         with self._lock:
             if peer not in self._pairs:
                 low, high = sorted((self._rank, peer))
@@ -108,13 +106,21 @@ class PointToPoint:
                 self._finishers[key] = self._new_finisher(f"p2p{sender}>{receiver}.{tag}")
             return self._finishers[key]
 
-    def transfer(self, tensor, sender, receiver, tag, what, sequence=None):
+    def transfer(self, tensor, sender, receiver, tag, what, sequence=None, announce=False):
         """Starts moving `tensor` from sender to receiver (one of them this rank); returns the
-        engine's handle and the finisher that completes the pair's transfers in order.
-        `sequence`: the transfer's number when claim_any took it already."""
+        engine's handle and the finisher that completes that direction and tag's transfers in
+        order. `sequence`: the transfer's number when claim_any took it already. `announce`
+        (a send, torch 1.13): counted first where a recv from any source looks for it, since
+        the receiver of such a recv makes the pair's group, which this waits for, only then."""
         if not tensor.is_contiguous():
             raise ValueError(f"torch.distributed backend 'ddp': {what} needs a contiguous tensor")
-        group = self._pair(receiver if sender == self._rank else sender, what)
+        peer = receiver if sender == self._rank else sender
+        if peer == self._rank:
+            raise ValueError(f"torch.distributed backend 'ddp': {what} to or from this rank "
+                             f"itself ({peer})")
+        if announce:
+            self._store.add(_any_key(receiver, tag, sender), 1)
+        group = self._pair(peer)
         finisher = self._finisher(sender, receiver, tag)
         if sequence is None:
             with self._lock:
@@ -125,10 +131,6 @@ class PointToPoint:
                                      name=f"p2p.{sender}>{receiver}.tag{tag}.{sequence}",
                                      process_set=group)
         return handle, finisher
-
-    def announce(self, receiver, tag):
-        """A send counts itself where a recv from any source looks for it."""
-        self._store.add(_any_key(receiver, tag, self._rank), 1)
 
     def any_finisher(self):
         """The finisher of this group's recvs from any source (in their issue order, apart from
@@ -147,8 +149,7 @@ class PointToPoint:
         if not others:
             raise ValueError("torch.distributed backend 'ddp': recv from any source in a group "
                              "of one rank: nobody can send to it")
-        seconds = self._timeout.total_seconds() if hasattr(self._timeout, "total_seconds") \
-            else float(self._timeout)
+        seconds = (self._timeout or _TORCH_DEFAULT_TIMEOUT).total_seconds()
         deadline, pause = time.monotonic() + seconds, 0.0005
         while True:
             for i in range(len(others)):
@@ -178,6 +179,9 @@ class PointToPoint:
             finisher.stop()
         for group in pairs:
             close(group)
+
+
+_TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
 
 
 def _any_key(receiver, tag, sender):

@@ -118,15 +118,15 @@ bool TcpTransport::HeardLastWordsOf(int peer) {
   if (failed()) return true;
   if (hearing_last_words_) return false;
   hearing_last_words_ = true;
-  // The peer's own streams first, then (a failure of one fails all) everyone else's.
-  std::vector<Stream*> open;
+  // The peer's own streams, and (where a failure of one fails all) everyone else's after them.
   const bool everyone = !IsolatesPeers();
-  for (int pass = 0; pass < (everyone ? 2 : 1); ++pass) {
-    for (auto& s : streams_) {
-      if ((s->peer == peer) != (pass == 0)) continue;
-      if (s->state == StreamState::kOpen && s->fd.valid() && !s->paused) open.push_back(s.get());
-    }
+  std::vector<Stream*> open;
+  for (auto& s : streams_) {
+    if (s->state != StreamState::kOpen || !s->fd.valid()) continue;
+    if (everyone || s->peer == peer) open.push_back(s.get());
   }
+  std::stable_partition(open.begin(), open.end(),
+                        [peer](const Stream* s) { return s->peer == peer; });
   // A reset connection still hands over the bytes that arrived before the reset. Errors here
   // are broken connections themselves: the caller reports its own if nothing better was said.
   bool settled = false;
