@@ -30,6 +30,7 @@ import torch.distributed as dist
 from torch.futures import Future
 
 from .. import _ddp, _launch, _ops
+from . import _shutdown
 from . import c10d_groups as _groups
 from . import c10d_monitored as _monitored
 from . import c10d_profile as _profile
@@ -188,10 +189,11 @@ class _Completers:
     def _run(self):
         while True:
             fut, result, error = self._queue.get()
-            if error is not None:
-                fut.set_exception(error)
-            else:
-                fut.set_result(result)
+            with _shutdown.torch_call():
+                if error is not None:
+                    fut.set_exception(error)
+                else:
+                    fut.set_result(result)
             with self._lock:
                 self._idle += 1
 
@@ -228,13 +230,15 @@ class _Finisher(threading.Thread):
             try:
                 wait()
             except BaseException as e:  # noqa: BLE001 - every failure reaches the future
-                _profile.end(event)
+                with _shutdown.torch_call():
+                    _profile.end(event)
                 error = _error(e)
                 if self.failed is None:
                     self.failed = error
                 self._completers.complete(fut, None, error)
                 continue
-            _profile.end(event)
+            with _shutdown.torch_call():
+                _profile.end(event)
             self._completers.complete(fut, result, None)
 
     def stop(self):
@@ -388,7 +392,8 @@ class _Operations:
         def wait():
             outs = [h.wait() for h in handles]
             if finish is not None:
-                finish(outs)
+                with _shutdown.torch_call():  # copies into the caller's tensors
+                    finish(outs)
         event, _calling.event = getattr(_calling, "event", None), None
         return finisher.submit(wait, result, event)
 
