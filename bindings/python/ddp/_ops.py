@@ -9,6 +9,7 @@ allgather, alltoall and reducescatter are returned as views of the engine's memo
 
 import collections
 import enum
+import math
 import warnings
 
 from . import _ddp
@@ -28,6 +29,7 @@ class ReduceOp(enum.IntEnum):
 # libddp's dtype codes (ddp::DataType).
 F32, F64, F16, BF16, I8, U8, I32, I64 = range(8)
 DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
+DTYPE_SIZES = (4, 8, 2, 2, 1, 1, 4, 8)
 
 WORLD = 0  # the process set of every rank
 
@@ -539,6 +541,47 @@ class Ops:
         shape[0] % size ranks get one row more)."""
         return self.reducescatter_async(x, name, op, prescale_factor, postscale_factor,
                                         process_set).wait()
+
+    # into the caller's output: torch.distributed's all_gather_into_tensor, reduce_scatter_tensor
+    def _into(self, kind, x, out, name, process_set, submit):
+        """Checks x and out (CPU tensors of one dtype; out must hold exactly the result, which the
+        engine checks once it knows every rank's rows) and submits with submit(name, src, dst,
+        output bytes); the result is out."""
+        require_init(kind + "_into_async")
+        self.a.refuse_grad([x, out], kind)
+        src = self.a.describe(x, kind, _label(name), writable=False)
+        dst = self.a.describe(out, kind, f"the output of {_label(name)}", writable=True)
+        if len(src.shape) == 0:
+            raise error(f"ddp.{kind}: {_label(name)} is a scalar; it needs at least one "
+                        f"dimension (the one that is split or concatenated)")
+        if src.device >= 0 or dst.device >= 0:
+            raise error(f"ddp.{kind} into an output takes CPU tensors (CUDA tensors: "
+                        f"{kind}_async)")
+        if src.code != dst.code:
+            raise error(f"ddp.{kind}: {_label(name)} is {DTYPE_NAMES[src.code]} but its output "
+                        f"{DTYPE_NAMES[dst.code]}")
+        nbytes = math.prod(dst.shape) * DTYPE_SIZES[dst.code]
+        native = submit(auto_name(kind, name, process_set), src, dst, nbytes)
+        return self._handle(native, (src, dst), lambda _: out)
+
+    def allgather_into_async(self, x, out, name=None, process_set=WORLD):
+        """Every rank's x concatenated along the first dimension, written into out (which must
+        hold exactly that: no allocation, no copy)."""
+        process_set = set_id(process_set, "allgather")
+        return self._into("allgather", x, out, name, process_set, lambda n, s, d, b: (
+            _ddp.allgather_into_async(n, s.address, d.address, b, s.code, list(s.shape),
+                                      process_set, (s.owner, d.owner))))
+
+    def reducescatter_into_async(self, x, out, name=None, op=ReduceOp.AVERAGE,
+                                 prescale_factor=1.0, postscale_factor=1.0, process_set=WORLD):
+        """As reducescatter_async, this rank's rows written into out (which must hold exactly
+        them)."""
+        op = check_op(op, "reducescatter")
+        process_set = set_id(process_set, "reducescatter")
+        pre, post = self._scales("reducescatter", prescale_factor, postscale_factor)
+        return self._into("reducescatter", x, out, name, process_set, lambda n, s, d, b: (
+            _ddp.reducescatter_into_async(n, s.address, d.address, b, s.code, list(s.shape),
+                                          int(op), pre, post, process_set, (s.owner, d.owner))))
 
 
 def barrier(process_set=WORLD):

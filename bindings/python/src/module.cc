@@ -410,6 +410,28 @@ PYBIND11_MODULE(_ddp, m) {
           return Wrap(std::move(handle), std::move(keep), std::move(context));
         });
 
+  // Into the caller's memory (torch's all_gather_into_tensor and reduce_scatter_tensor): no
+  // engine-allocated output, no copy out. CPU memory only.
+  m.def("allgather_into_async",
+        [](std::string name, uintptr_t input, uintptr_t output, size_t output_bytes, int dtype,
+           std::vector<int64_t> shape, int process_set, py::object keep) {
+          auto context = ContextFor("allgather", &process_set);
+          auto handle = context->engine().AllgatherIntoAsync(
+              std::move(name), Ptr(input), MutablePtr(output), output_bytes, ToType(dtype),
+              std::move(shape), process_set);
+          return Wrap(std::move(handle), std::move(keep), std::move(context));
+        });
+  m.def("reducescatter_into_async",
+        [](std::string name, uintptr_t input, uintptr_t output, size_t output_bytes, int dtype,
+           std::vector<int64_t> shape, int op, double prescale, double postscale, int process_set,
+           py::object keep) {
+          auto context = ContextFor("reducescatter", &process_set);
+          auto handle = context->engine().ReduceScatterIntoAsync(
+              std::move(name), Ptr(input), MutablePtr(output), output_bytes, ToType(dtype),
+              std::move(shape), ToOp(op), prescale, postscale, process_set);
+          return Wrap(std::move(handle), std::move(keep), std::move(context));
+        });
+
   m.def("broadcast_async",
         [](std::string name, uintptr_t buffer, int dtype, std::vector<int64_t> shape, int root,
            int process_set, py::object keep, int device, uintptr_t stream) {

@@ -143,6 +143,20 @@ class Engine {
                                     std::vector<int64_t> shape, ReduceOp op, double prescale = 1.0,
                                     double postscale = 1.0, int process_set = kWorld,
                                     Device device = {}) = 0;
+  // As AllgatherAsync and ReduceScatterAsync, but the result goes straight into `output`, the
+  // caller's CPU memory of `output_bytes`, which must hold exactly the result: no allocation and
+  // no copy out (torch's all_gather_into_tensor and reduce_scatter_tensor). Handle::output() stays
+  // empty; output_shape() is the result's. A result of another size (the ranks' first dimensions
+  // differ from what the caller expected) fails the operation with INVALID_ARGUMENT on the ranks
+  // whose output it does not fit, once the collective has run (so no rank waits on them).
+  virtual Handle AllgatherIntoAsync(std::string name, const void* input, void* output,
+                                    size_t output_bytes, DataType type, std::vector<int64_t> shape,
+                                    int process_set = kWorld) = 0;
+  virtual Handle ReduceScatterIntoAsync(std::string name, const void* input, void* output,
+                                        size_t output_bytes, DataType type,
+                                        std::vector<int64_t> shape, ReduceOp op,
+                                        double prescale = 1.0, double postscale = 1.0,
+                                        int process_set = kWorld) = 0;
   // This rank has no more data: until every rank has joined it takes part in the other ranks'
   // allreduces contributing the op's identity (counted by Average, as in Horovod, unless
   // DDP_JOIN_AVERAGE=contributors). Finishes when all

@@ -42,6 +42,9 @@ class CpuOperations final : public DeviceOperations {
   // prescaled input).
   absl::Status FusedInPlace(ProcessSet& set, const std::vector<Response*>& batch, int active,
                             uint64_t total);
+  // Where a result of `bytes` goes: the caller's output (LocalOp::into_bytes) when it fits,
+  // else memory the handle owns; `misfit` says why the caller's was not used.
+  static void* OutputFor(const LocalOp& op, size_t bytes, absl::Status* misfit);
   char* Buffer(size_t bytes) {
     if (fusion_buffer_.size() < bytes) fusion_buffer_.resize(bytes);
     return fusion_buffer_.data();
@@ -229,13 +232,14 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
   executor_.Waited(op, r, start);
   absl::Status s;
   uint64_t bytes = m.Bytes();
+  absl::Status misfit;  // a result that does not fit the caller's output (into_bytes)
   switch (m.kind) {
     case OpKind::kAllgather: {
       SplitLayout layout = AllgatherLayout(m, r.first_dims);
       h.output_shape = std::move(layout.output_shape);
-      h.output.resize(ElementCount(h.output_shape) * es);
-      bytes = h.output.size();
-      s = collectives::Allgatherv(*set.comm, op.inputs[0], h.output.data(), layout.counts, m.type);
+      bytes = ElementCount(h.output_shape) * es;
+      s = collectives::Allgatherv(*set.comm, op.inputs[0], OutputFor(op, bytes, &misfit),
+                                  layout.counts, m.type);
       break;
     }
     case OpKind::kBroadcast:
@@ -252,13 +256,13 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
       SplitLayout layout = ReduceScatterLayout(m, n, set.my_index);
       const std::vector<size_t>& counts = layout.counts;
       h.output_shape = layout.output_shape;
-      h.output.resize(counts[static_cast<size_t>(set.my_index)] * es);
+      void* out = OutputFor(op, counts[static_cast<size_t>(set.my_index)] * es, &misfit);
       const void* in = op.inputs[0];
       if (m.prescale != 1.0) {
         reduce::Scale(m.type, Buffer(m.Bytes()), in, m.ElementCount(), m.prescale);
         in = fusion_buffer_.data();
       }
-      s = collectives::ReduceScatterv(*set.comm, in, h.output.data(), counts, m.type, m.op,
+      s = collectives::ReduceScatterv(*set.comm, in, out, counts, m.type, m.op,
                                       Epilogue::For(m.op, n, m.postscale));
       break;
     }
@@ -270,8 +274,23 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
   std::transform(phase.begin(), phase.end(), phase.begin(), ::toupper);
   executor_.Phase(r.name, phase.c_str(), start, executor_.Now(), {{"transport", transport_}});
   executor_.Ran(1, bytes, /*fused=*/false);
-  executor_.Finish(set, r.name, absl::OkStatus());
+  if (!misfit.ok()) h.output.clear();
+  executor_.Finish(set, r.name, misfit);
   return absl::OkStatus();
+}
+
+void* CpuOperations::OutputFor(const LocalOp& op, size_t bytes, absl::Status* misfit) {
+  HandleState& h = *op.handle;
+  if (op.into_bytes.has_value()) {
+    if (*op.into_bytes == bytes) return op.outputs[0];
+    // The collective still runs (into memory of the handle's): the other ranks need this one.
+    *misfit = absl::InvalidArgumentError(
+        absl::StrCat(OpKindName(op.meta.kind), " '", op.name, "': the result has ", bytes,
+                     " bytes but the output given for it ", *op.into_bytes, " (result shape [",
+                     absl::StrJoin(h.output_shape, ", "), "])"));
+  }
+  h.output.resize(bytes);
+  return h.output.data();
 }
 
 }  // namespace

@@ -287,7 +287,7 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
 Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, void* output,
                              DataType type, std::vector<int64_t> shape, ReduceOp op, int root,
                              double prescale, double postscale, int process_set,
-                             const Device& device) {
+                             const Device& device, std::optional<size_t> into_bytes) {
   auto what = [kind, &name] { return absl::StrCat(OpKindName(kind), " '", name, "'"); };
   // The operations that split or concatenate along the first dimension need one.
   const bool needs_first_dim = kind != OpKind::kAllreduce && kind != OpKind::kBroadcast;
@@ -295,6 +295,9 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   if (s.ok()) s = CheckShape(what, shape, type, needs_first_dim);
   if (s.ok() && ElementCount(shape) > 0 &&
       (input == nullptr || (kind == OpKind::kAllreduce && output == nullptr))) {
+    s = absl::InvalidArgumentError(absl::StrCat(what(), ": null buffer"));
+  }
+  if (s.ok() && into_bytes.has_value() && *into_bytes > 0 && output == nullptr) {
     s = absl::InvalidArgumentError(absl::StrCat(what(), ": null buffer"));
   }
   if (!s.ok()) return Failed(name, s);
@@ -308,6 +311,10 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   // Allreduce and broadcast write to the caller's buffer (which may be null when it is empty);
   // the other kinds get an output allocated by the engine.
   if (kind == OpKind::kAllreduce || kind == OpKind::kBroadcast) local->outputs.assign(1, output);
+  if (into_bytes.has_value()) {  // allgather or reduce-scatter into the caller's output
+    local->outputs.assign(1, output);
+    local->into_bytes = into_bytes;
+  }
   if (device.is_cuda()) {
     if (absl::Status d = cuda_.Prepare(*local, device); !d.ok()) {
       return Failed(local->name,
@@ -375,6 +382,21 @@ Handle EngineImpl::ReduceScatterAsync(std::string name, const void* input, DataT
                                       double postscale, int process_set, Device device) {
   return SubmitOne(OpKind::kReduceScatter, std::move(name), input, nullptr, type, std::move(shape),
                    op, -1, prescale, postscale, process_set, device);
+}
+
+Handle EngineImpl::AllgatherIntoAsync(std::string name, const void* input, void* output,
+                                      size_t output_bytes, DataType type,
+                                      std::vector<int64_t> shape, int process_set) {
+  return SubmitOne(OpKind::kAllgather, std::move(name), input, output, type, std::move(shape),
+                   ReduceOp::kSum, -1, 1.0, 1.0, process_set, Device{}, output_bytes);
+}
+
+Handle EngineImpl::ReduceScatterIntoAsync(std::string name, const void* input, void* output,
+                                          size_t output_bytes, DataType type,
+                                          std::vector<int64_t> shape, ReduceOp op, double prescale,
+                                          double postscale, int process_set) {
+  return SubmitOne(OpKind::kReduceScatter, std::move(name), input, output, type, std::move(shape),
+                   op, -1, prescale, postscale, process_set, Device{}, output_bytes);
 }
 
 Handle EngineImpl::JoinAsync() {

@@ -67,6 +67,12 @@ class EngineImpl final : public Engine {
   Handle ReduceScatterAsync(std::string name, const void* input, DataType type,
                             std::vector<int64_t> shape, ReduceOp op, double prescale,
                             double postscale, int process_set, Device device) override;
+  Handle AllgatherIntoAsync(std::string name, const void* input, void* output, size_t output_bytes,
+                            DataType type, std::vector<int64_t> shape, int process_set) override;
+  Handle ReduceScatterIntoAsync(std::string name, const void* input, void* output,
+                                size_t output_bytes, DataType type, std::vector<int64_t> shape,
+                                ReduceOp op, double prescale, double postscale,
+                                int process_set) override;
   Handle JoinAsync() override;
   absl::StatusOr<int> AddProcessSet(std::vector<int> ranks) override;
   absl::Status StartTimeline(const std::string& path, bool mark_cycles) override;
@@ -102,7 +108,8 @@ class EngineImpl final : public Engine {
   // Checks and submits a single-tensor operation (output null: the engine allocates it).
   Handle SubmitOne(OpKind kind, std::string name, const void* input, void* output, DataType type,
                    std::vector<int64_t> shape, ReduceOp op, int root, double prescale,
-                   double postscale, int process_set, const Device& device);
+                   double postscale, int process_set, const Device& device,
+                   std::optional<size_t> into_bytes = std::nullopt);
   static Handle Failed(const std::string& name, absl::Status status);
   // `what` names the submission in an error (made only for one). Inbox locked.
   absl::Status CheckSet(int process_set, absl::FunctionRef<std::string()> what) const;

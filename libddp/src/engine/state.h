@@ -28,7 +28,10 @@ struct LocalOp {
   int process_set = 0;
   TensorMeta meta;
   std::vector<const void*> inputs;  // one per shape
-  std::vector<void*> outputs;       // allreduce/broadcast: one per shape
+  std::vector<void*> outputs;       // allreduce/broadcast: one per shape; and below
+  // Allgather and reduce-scatter into the caller's memory (outputs[0]) of this many bytes;
+  // without it the engine allocates the output.
+  std::optional<size_t> into_bytes;
   std::shared_ptr<HandleState> handle;
   nccl::ReadyPtr ready;  // CUDA tensors: when the inputs are ready on their stream
   absl::Time submitted;

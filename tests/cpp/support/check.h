@@ -2,7 +2,13 @@
 // asserting, since a rank is a forked process.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 
 // Returns from the enclosing function with `expr`'s status unless it is OK.
@@ -17,6 +23,17 @@ namespace ddp::testing {
 // OK when `condition` holds, else an INTERNAL error saying `what`.
 inline absl::Status Expect(bool condition, absl::string_view what) {
   return condition ? absl::OkStatus() : absl::InternalError(what);
+}
+
+// OK when `status` has `code` and mentions every needle.
+inline absl::Status ExpectError(const absl::Status& status, absl::StatusCode code,
+                                const std::vector<std::string>& needles) {
+  bool ok = status.code() == code;
+  for (const auto& n : needles) ok = ok && absl::StrContains(status.message(), n);
+  if (ok) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("expected ", absl::StatusCodeToString(code),
+                                          " mentioning [", absl::StrJoin(needles, "|"), "], got ",
+                                          status.ToString()));
 }
 
 }  // namespace ddp::testing

@@ -5,6 +5,7 @@ import sys
 import torch
 
 import ddp.torch as ddp
+from ddp.torch import functions as _f
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
           torch.int32, torch.int64]
@@ -84,6 +85,12 @@ def main():
         mine = torch.full((rank + 1, 2), rank).to(dtype)
         want = torch.cat([torch.full((r + 1, 2), r, dtype=torch.float64) for r in range(size)])
         check(f"allgather {tag}", ddp.allgather(mine, name=f"g.{tag}"), want, dtype)
+        # into the caller's output (torch.distributed's all_gather_into_tensor)
+        same = torch.full((2, 3), rank).to(dtype)
+        out = torch.full((2 * size, 3), -1).to(dtype)
+        assert _f._allgather_into_async(same, out).wait() is out
+        check(f"allgather into {tag}", out, torch.arange(size).repeat_interleave(6).reshape(
+            2 * size, 3).to(torch.float64), dtype)
         for root in range(size):
             x = data(rank, dtype, ddp.Sum, 17, salt=root)
             want = data(root, dtype, ddp.Sum, 17, salt=root).to(torch.float64)
@@ -98,6 +105,11 @@ def main():
         check(f"reducescatter {tag}", ddp.reducescatter(inputs[rank], op=ddp.Sum,
                                                          name=f"rs.{tag}"),
               full[start:start + counts[rank]], dtype)
+        # into the caller's output (torch.distributed's reduce_scatter_tensor): a row per rank
+        even = [data(r, dtype, ddp.Sum, size * 4, salt=1).reshape(size, 4) for r in range(size)]
+        out = torch.full((4,), -1).to(dtype)
+        assert _f._reducescatter_into_async(even[rank], out, ddp.Sum).wait() is out
+        check(f"reducescatter into {tag}", out, reference(even, ddp.Sum, dtype)[rank], dtype)
         mine = torch.tensor([[rank * 10 + j] for j in range(size)]).to(dtype)
         want = torch.tensor([[r * 10 + rank] for r in range(size)], dtype=torch.float64)
         check(f"alltoall {tag}", ddp.alltoall(mine, name=f"a2a.{tag}"), want, dtype)
@@ -134,6 +146,13 @@ def main():
     expect_error("sparse", lambda: ddp.allreduce(torch.ones(2).to_sparse()), "sparse")
     expect_error("numpy", lambda: ddp.allreduce([1.0]), "not a torch.Tensor")
     expect_error("root", lambda: ddp.broadcast(torch.ones(2), -1), "out of range")
+    expect_error("into dtype", lambda: _f._allgather_into_async(torch.ones(2), torch.ones(
+        2 * size, dtype=torch.float64)), "float32 but its output float64")
+    # An output that does not hold the result fails after the collective, on every rank.
+    expect_error("into size", lambda: _f._allgather_into_async(torch.ones(2), torch.ones(
+        2 * size + 1)).wait(), "the result has", "the output given for it")
+    expect_error("into scalar", lambda: _f._reducescatter_into_async(torch.tensor(1.0), torch.ones(
+        1), ddp.Sum), "scalar")
     ddp.barrier()
     ddp.shutdown()
     print(f"rank {rank}: ok")

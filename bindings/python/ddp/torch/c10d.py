@@ -486,6 +486,13 @@ class _Operations:
             outs[0].reshape(-1), outputs))
 
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's name
+        if output.numel() != input.numel() * self._size:
+            raise ValueError(f"torch.distributed backend 'ddp': all_gather_into_tensor's output "
+                             f"has {output.numel()} elements, not {self._size} x the input's "
+                             f"{input.numel()}")
+        if _f._into_fits(input, output):  # noqa: SLF001 - the package's own
+            return self._submit([_f._allgather_into_async(  # noqa: SLF001
+                input, output, process_set=self._set)], [output])
         handle = _f.allgather_async(input.reshape(1, -1), process_set=self._set)
         return self._submit([handle], [output], lambda outs: output.copy_(
             outs[0].reshape(output.shape)))
@@ -539,6 +546,9 @@ class _Operations:
             raise ValueError(f"torch.distributed backend 'ddp': reduce_scatter_tensor's input "
                              f"has {input.numel()} elements, not {self._size} x the output's "
                              f"{output.numel()}")
+        if _f._into_fits(input, output):  # noqa: SLF001 - the package's own
+            return self._submit([_f._reducescatter_into_async(  # noqa: SLF001
+                _as_rows(input, self._size), output, op, scale, self._set)], [output])
         handle = _f.reducescatter_async(_as_rows(input, self._size), op=op,
                                         prescale_factor=scale, process_set=self._set)
         return self._submit([handle], [output], lambda outs: output.copy_(

@@ -268,6 +268,30 @@ def _allgather_async(tensor, name, process_set):
     return _rows_async(_torch.allgather_async, tensor, name, process_set)
 
 
+def _into_fits(tensor, output):
+    """Whether a collective can write straight into `output` (torch.distributed's *_into_tensor):
+    CPU tensors of one dtype, the output contiguous."""
+    return (tensor.device.type == "cpu" and output.device.type == "cpu"
+            and tensor.dtype == output.dtype and output.is_contiguous()
+            and output.layout == torch.strided and tensor.layout == torch.strided)
+
+
+def _allgather_into_async(tensor, output, process_set=0):
+    """Every rank's `tensor` (one number of elements on every rank), in rank order, written into
+    `output` (_into_fits); a dtype libddp does not reduce moves as its bytes."""
+    rows = tensor.reshape(1, -1)
+    if _moves_as_bytes(rows):
+        rows, output = _to_bytes(rows), output.reshape(-1).view(torch.uint8)
+    return _torch.allgather_into_async(rows, output, process_set=process_set)
+
+
+def _reducescatter_into_async(rows, output, op, prescale_factor=1.0, process_set=0):
+    """`rows` (one row per rank) reduced over ranks; this rank's row written into `output`
+    (_into_fits)."""
+    return _torch.reducescatter_into_async(rows, output, op=op, prescale_factor=prescale_factor,
+                                           process_set=process_set)
+
+
 def allgather_async(tensor, name=None, process_set=0):
     """Starts an allgather; synchronize(handle) returns the concatenation along the first
     dimension."""
