@@ -2,6 +2,10 @@
 SHELL := /bin/bash
 BUILD ?= build
 JOBS ?= 2
+# Python writes the .pyc files of what it imports, whatever the caller's environment says: with
+# PYTHONDONTWRITEBYTECODE set, every rank of every test would compile torch's modules again (3-4
+# s more per PyTorch 2 process on 2 cores). They go into the venvs and git-ignored __pycache__.
+unexport PYTHONDONTWRITEBYTECODE
 # Debian's Python: it sees Debian's numpy and PyTorch (1.13), which the venv inherits.
 PYTHON ?= /usr/bin/python3
 VENV := .venv
