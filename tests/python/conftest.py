@@ -27,6 +27,8 @@ def ddp_env():
     """An environment for subprocesses that `import ddp`: the test's own, with bindings/python put
     first on PYTHONPATH unless `ddp` is importable already (installed in the venv)."""
     env = dict(os.environ)
+    # A rank that dies of a signal (an abort at exit) prints every thread's Python stack.
+    env.setdefault("PYTHONFAULTHANDLER", "1")
     probe = subprocess.run([sys.executable, "-c", "import ddp"], env=env, cwd=str(BINDINGS.root),
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if probe.returncode != 0:

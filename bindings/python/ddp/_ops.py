@@ -546,9 +546,9 @@ class Ops:
     def _into(self, kind, x, out, name, process_set, submit):
         """Checks x and out (CPU tensors of one dtype; out must hold exactly the result, which the
         engine checks once it knows every rank's rows) and submits with submit(name, src, dst,
-        output bytes); the result is out."""
+        output bytes); the result is out. No autograd here, as in torch.distributed's own: a
+        tensor that requires grad moves as data."""
         require_init(kind + "_into_async")
-        self.a.refuse_grad([x, out], kind)
         src = self.a.describe(x, kind, _label(name), writable=False)
         dst = self.a.describe(out, kind, f"the output of {_label(name)}", writable=True)
         if len(src.shape) == 0:

@@ -174,6 +174,27 @@ def check_the_rest(rank, size):
     if torch.__version__ >= "2":  # PREMUL_SUM: every input times the factor, then summed
         check_premul_sum(rank, size)
     check_sparse(rank, size)
+    check_parameters(rank, size)
+
+
+def check_parameters(rank, size):
+    """Tensors that require grad (a model's parameters) move as data, as with Gloo: no autograd
+    in torch.distributed's collectives, none refused for it."""
+    weight = torch.nn.Parameter(torch.full((2, 3), float(rank)))
+    outs = [torch.empty(2, 3) for _ in range(size)]
+    dist.all_gather(outs, weight)
+    expect("all_gather of a Parameter", torch.stack(outs),
+           torch.arange(size, dtype=torch.float32).repeat_interleave(6).reshape(size, 2, 3))
+    whole = torch.nn.Parameter(torch.empty(size * 2, 3))
+    all_gather_into_tensor(whole, weight)
+    expect("all_gather_into_tensor into a Parameter", whole.detach(),
+           torch.arange(size, dtype=torch.float32).repeat_interleave(6).reshape(size * 2, 3))
+    dist.broadcast(weight, src=0)
+    expect("broadcast of a Parameter", weight.detach(), torch.zeros(2, 3))
+    part = torch.nn.Parameter(torch.empty(2))
+    reduce_scatter_tensor(part, torch.ones(size * 2, requires_grad=True), op=R.SUM)
+    expect("reduce_scatter_tensor into a Parameter", part.detach(),
+           torch.full((2,), float(size)))
 
 
 def check_sparse(rank, size):

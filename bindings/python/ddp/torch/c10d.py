@@ -146,12 +146,14 @@ _calling = threading.local()
 def _operation(method, title, inputs_of):
     """An operation of the backend: its profiler event ("ddp:<title>" reading `inputs_of(*args)`,
     closed when it finishes), and torch's error when its submission fails (the job broke before
-    it)."""
+    it). No autograd, as in Gloo and NCCL: a tensor that requires grad (a Parameter) moves as
+    data (torch.distributed.nn has the differentiable forms)."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         _calling.event = _profile.begin(title, inputs_of, args)
         try:
-            return method(self, *args, **kwargs)
+            with torch.no_grad():
+                return method(self, *args, **kwargs)
         except _ddp.DDPError as e:
             error = _error(e, bad_input_stays=True)
             if error is e:
@@ -392,7 +394,7 @@ class _Operations:
         def wait():
             outs = [h.wait() for h in handles]
             if finish is not None:
-                with _shutdown.torch_call():  # copies into the caller's tensors
+                with _shutdown.torch_call(), torch.no_grad():  # copies into the caller's
                     finish(outs)
         event, _calling.event = getattr(_calling, "event", None), None
         return finisher.submit(wait, result, event)
