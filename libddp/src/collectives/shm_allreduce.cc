@@ -162,7 +162,10 @@ absl::Status ShmAllreduce::Check(int peer, absl::Time deadline, const char* what
           {peer_rank, my_rank});
     }
   }
-  if (transport_.PeerLeft(peer) || !domain_->Alive(peer)) return Gone();
+  if (transport_.peer_state(peer) != transport::Transport::PeerState::kAlive ||
+      !domain_->Alive(peer)) {
+    return Gone(peer);
+  }
   if (absl::Now() > deadline) {
     return WithRanks(
         absl::DeadlineExceededError(absl::StrCat(
@@ -175,7 +178,7 @@ absl::Status ShmAllreduce::Check(int peer, absl::Time deadline, const char* what
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::Gone() {
+absl::Status ShmAllreduce::Gone(int seen) {
   // One rank leaving often makes another fail and leave too. What the peers sent last (an abort
   // with its reason, goodbyes naming who went before) is already in the rings: take it in, and
   // it names the first cause (transport/notice.h).
@@ -186,8 +189,9 @@ absl::Status ShmAllreduce::Gone() {
   std::vector<int> ranks;
   for (int p = 0; p < domain_->local_size(); ++p) {
     if (p == domain_->local_rank()) continue;
-    if (transport_.PeerLeft(p)) {
-      // Its goodbye says who left or failed before it (the first of them first).
+    // A goodbye says who left or failed before it (the first of them first); a peer that
+    // left may have been marked failed since (its connection closed after the goodbye).
+    if (transport_.peer_state(p) != transport::Transport::PeerState::kAlive) {
       for (int r : BlamedRanks(transport_.peer_error(p))) {
         if (std::find(ranks.begin(), ranks.end(), r) == ranks.end()) ranks.push_back(r);
       }
@@ -195,8 +199,13 @@ absl::Status ShmAllreduce::Gone() {
     } else if (!domain_->Alive(p)) {
       gone.push_back(absl::StrCat(domain_->PeerName(p), ": its process (pid ", domain_->pid(p),
                                   ") has exited"));
-      if (std::find(ranks.begin(), ranks.end(), p) == ranks.end()) ranks.push_back(p);
+      const int rank = domain_->config().ranks[static_cast<size_t>(p)];
+      if (std::find(ranks.begin(), ranks.end(), rank) == ranks.end()) ranks.push_back(rank);
     }
+  }
+  if (gone.empty()) {  // never expected: still name the peer that sent this rank here
+    gone.push_back(absl::StrCat(domain_->PeerName(seen), ": left or its process has exited"));
+    ranks.push_back(domain_->config().ranks[static_cast<size_t>(seen)]);
   }
   if (gone.size() == 1) {
     return WithRanks(

@@ -68,7 +68,8 @@ class ShmAllreduce final : public AllreduceBackend {
   absl::Status Check(int peer, absl::Time deadline, const char* what, uint64_t step);
   absl::Status Fail(absl::Status status);
   // The error when a peer has left or died: names every local peer gone.
-  absl::Status Gone();
+  // `seen`: the peer found left or dead (named if the others' state no longer says so).
+  absl::Status Gone(int seen);
 
   std::shared_ptr<transport::shm::ShmDomain> domain_;
   transport::Transport& transport_;
