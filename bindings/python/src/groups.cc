@@ -93,8 +93,10 @@ void DefineGroups(py::module_& m) {
         "environment's). Returns its id, which operations take as their process_set.");
   m.def("group_shutdown", &GroupShutdown, py::arg("group"),
         "Leaves a group (its pending operations fail); safe to call twice.");
-  m.def("group_rank", [](int id) { return Group(id)->rank(); }, py::arg("group"));
-  m.def("group_size", [](int id) { return Group(id)->size(); }, py::arg("group"));
+  m.def(
+      "group_rank", [](int id) { return Group(id)->rank(); }, py::arg("group"));
+  m.def(
+      "group_size", [](int id) { return Group(id)->size(); }, py::arg("group"));
 }
 
 }  // namespace ddp_python

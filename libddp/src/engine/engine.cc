@@ -293,11 +293,12 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   const bool needs_first_dim = kind != OpKind::kAllreduce && kind != OpKind::kBroadcast;
   absl::Status s = CheckCommon(what, type, op);
   if (s.ok()) s = CheckShape(what, shape, type, needs_first_dim);
-  if (s.ok() && ElementCount(shape) > 0 &&
-      (input == nullptr || (kind == OpKind::kAllreduce && output == nullptr))) {
-    s = absl::InvalidArgumentError(absl::StrCat(what(), ": null buffer"));
-  }
-  if (s.ok() && into_bytes.has_value() && *into_bytes > 0 && output == nullptr) {
+  // Allreduce writes its output where its input is non-empty; an `into` call wherever its result
+  // is (which may be non-empty for an empty input: the other ranks' rows).
+  const bool needs_output =
+      kind == OpKind::kAllreduce ? ElementCount(shape) > 0 : into_bytes.value_or(0) > 0;
+  if (s.ok() &&
+      ((ElementCount(shape) > 0 && input == nullptr) || (needs_output && output == nullptr))) {
     s = absl::InvalidArgumentError(absl::StrCat(what(), ": null buffer"));
   }
   if (!s.ok()) return Failed(name, s);
