@@ -175,6 +175,30 @@ def test_import_without_init_has_clear_errors(ddp_env):
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr
 
 
+@pytest.mark.parametrize("check_sees_the_shutdown", [True, False])
+def test_a_thread_without_the_gil_as_the_interpreter_ends_never_aborts_it(ddp_env,
+                                                                          check_sees_the_shutdown):
+    """A daemon thread inside a libddp call (the GIL let go) as the interpreter shuts down: the
+    process exits with the script's status, never "terminate called without an active exception"
+    from CPython ending the thread through C++ frames. Either ReleaseGil sees the shutdown before
+    taking the GIL back, or the shutdown begins in between (a delay placed there): both wait."""
+    sleep, delay = (1.0, 0.0) if check_sees_the_shutdown else (0.2, 1.0)
+    code = ("import threading, time\n"
+            "import ddp._ddp as m\n"
+            "class SlowShutdown:\n"  # the interpreter's shutdown lasts 2 s: the thread wakes in it
+            "    def __del__(self):\n"
+            "        time.sleep(2)\n"
+            "slow = SlowShutdown()\n"
+            f"threading.Thread(target=m._sleep_without_gil, args=({sleep}, {delay}),\n"
+            "                 daemon=True).start()\n"
+            "time.sleep(0.5)\n"
+            "raise SystemExit(3)\n")
+    result = subprocess.run([sys.executable, "-c", code], env=ddp_env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 3, f"{result.returncode}\n{result.stderr}"
+    assert "terminate called" not in result.stderr, result.stderr
+
+
 def test_init_errors_name_the_variable(ddp_env):
     env = {k: v for k, v in ddp_env.items() if not k.startswith(("DDP_", "OMPI_", "PMI"))}
     env.update(DDP_RANK="0", DDP_SIZE="2")  # no token

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "ddp/context.h"
 #include "ddp/engine.h"
 #include "ddp/types.h"
@@ -23,18 +24,23 @@ namespace py = pybind11;
 // Lets go of the GIL for a blocking call, as py::gil_scoped_release does, except where the
 // interpreter is shutting down when the call returns: a thread other than the one shutting it
 // down then never takes the GIL back, but waits for the process to end. Taking it back would
-// end the thread (CPython unwinds it with pthread_exit) through pybind11's frames, whose
-// catch (...) turns that unwinding into std::terminate: "terminate called without an active
-// exception", where a script ended with operations still in flight on a finisher thread.
+// end the thread (CPython 3.13 and older unwind it with pthread_exit) through pybind11's frames,
+// whose catch (...) turns that unwinding into std::terminate: "terminate called without an
+// active exception", where a script ended with operations still in flight on a finisher thread.
+// The shutdown may also begin between the check and the taking back: that unwinding is caught
+// in the destructor itself, where the thread waits for the process to end too.
 class ReleaseGil {
  public:
   ReleaseGil();
+  // Tests only: waits `delay_before_taking_back` between the check and the taking back.
+  explicit ReleaseGil(absl::Duration delay_before_taking_back);
   ~ReleaseGil();
   ReleaseGil(const ReleaseGil&) = delete;
   ReleaseGil& operator=(const ReleaseGil&) = delete;
 
  private:
   PyThreadState* state_;
+  absl::Duration delay_ = absl::ZeroDuration();
 };
 // Records Python's main thread (the one that finalizes the interpreter): called at import.
 void NoteMainThread();

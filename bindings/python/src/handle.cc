@@ -1,4 +1,5 @@
 // ddp.Handle: an operation in flight, its buffers kept alive, its result made once it finishes.
+#include <cxxabi.h>
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -100,11 +101,28 @@ void NoteMainThread() {
 
 ReleaseGil::ReleaseGil() : state_(PyEval_SaveThread()) {}
 
+ReleaseGil::ReleaseGil(absl::Duration delay_before_taking_back)
+    : state_(PyEval_SaveThread()), delay_(delay_before_taking_back) {}
+
+namespace {
+[[noreturn]] void WaitForTheProcessToEnd() {
+  while (true) std::this_thread::sleep_for(std::chrono::hours(1));
+}
+}  // namespace
+
 ReleaseGil::~ReleaseGil() {
   if (Finalizing() && PyThread_get_thread_ident() != g_main_thread.load()) {
-    while (true) std::this_thread::sleep_for(std::chrono::hours(1));  // until the process ends
+    WaitForTheProcessToEnd();
   }
-  PyEval_RestoreThread(state_);
+  if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
+  try {
+    PyEval_RestoreThread(state_);
+  } catch (abi::__forced_unwind&) {
+    // The shutdown began after the check: CPython ends this thread with pthread_exit, whose
+    // unwinding may not leave this destructor (noexcept) nor cross pybind11's catch (...). The
+    // handler is never left (leaving it without rethrowing would abort too): the thread waits.
+    WaitForTheProcessToEnd();
+  }
 }
 
 PyHandle::~PyHandle() {

@@ -28,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common.h"
 #include "ddp/c_api.h"
@@ -512,6 +513,14 @@ PYBIND11_MODULE(_ddp, m) {
         "'<kind>.noname.<n>'.");
   DefinePs(m);
   DefineGroups(m);
+  m.def(
+      "_sleep_without_gil",
+      [](double seconds, double delay_before_taking_back) {
+        ReleaseGil release(absl::Seconds(delay_before_taking_back));
+        absl::SleepFor(absl::Seconds(seconds));
+      },
+      "Tests only: lets go of the GIL for `seconds`, then waits `delay_before_taking_back` "
+      "between ReleaseGil's check for the interpreter's shutdown and taking the GIL back.");
 
   py::class_<PyStoreServer>(m, "StoreServer")
       .def(py::init<const std::string&, int, const std::string&>(), py::arg("ip"), py::arg("port"),
