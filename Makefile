@@ -19,7 +19,7 @@ TF_VENV := .venv-tf
 # loads in it.
 TORCH2_VENV := .venv-torch2
 
-APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libgtest-dev \
+APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libssl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch libtorch-dev python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev

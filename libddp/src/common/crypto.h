@@ -1,6 +1,7 @@
 // Crypto primitives for the authenticated handshake: SHA-256, HMAC-SHA256, constant-time compare
-// and kernel randomness. Written here so libddp needs no OpenSSL; peers prove they know the job
-// token by MACing fresh nonces, so the token itself never crosses the wire.
+// and kernel randomness. The hashing and the MAC are OpenSSL's libcrypto (the library users
+// trust, using the CPU's SHA instructions); peers prove they know the job token by MACing fresh
+// nonces, so the token itself never crosses the wire.
 #pragma once
 
 #include <array>
@@ -15,7 +16,6 @@
 namespace ddp::crypto {
 
 inline constexpr size_t kSha256DigestBytes = 32;
-inline constexpr size_t kSha256BlockBytes = 64;
 
 using Digest = std::array<uint8_t, kSha256DigestBytes>;
 
@@ -23,6 +23,9 @@ using Digest = std::array<uint8_t, kSha256DigestBytes>;
 class Sha256Hasher {
  public:
   Sha256Hasher();
+  ~Sha256Hasher();
+  Sha256Hasher(const Sha256Hasher&) = delete;
+  Sha256Hasher& operator=(const Sha256Hasher&) = delete;
 
   void Update(absl::Span<const uint8_t> data);
   void Update(absl::string_view data);
@@ -33,12 +36,9 @@ class Sha256Hasher {
 
  private:
   void Reset();
-  void CompressBlock(const uint8_t* block);
 
-  std::array<uint32_t, 8> state_{};
-  std::array<uint8_t, kSha256BlockBytes> buffer_{};
-  size_t buffered_ = 0;       // Bytes waiting in buffer_ for a full block.
-  uint64_t total_bytes_ = 0;  // Message length so far; the padding encodes it in bits.
+  struct Context;  // libcrypto's EVP_MD_CTX, kept out of this header
+  Context* context_;
 };
 
 Digest Sha256(absl::Span<const uint8_t> data);
