@@ -5,7 +5,7 @@ ResNet-50 (torchvision's architecture, defined here so that torchvision is not n
 synthetic data, SGD with momentum: the same training step with the plain optimizer and with
 ddp.torch.DistributedOptimizer (one rank: every gradient still goes through the hooks, the engine
 and NCCL), in alternating blocks in one process, so that both see the same GPU clocks and
-memory state. Prints images/s of each, their ratio (goal, issue 18: >= 0.97) and the engine's
+memory state. Prints images/s of each, their ratio (goal: >= 0.97) and the engine's
 rounds and collectives per step.
 
     ddprun -np 1 python benchmarks/gpu_step_overhead.py [--batch-size 64] [--blocks 6]

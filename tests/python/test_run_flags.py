@@ -1,4 +1,4 @@
-"""ddprun's horovodrun and torchrun flags (issue 39), each with a job of 2 ranks where it changes
+"""ddprun's horovodrun and torchrun flags, each with a job of 2 ranks where it changes
 what the ranks see or print, and the combinations it refuses.
 
 Most jobs run ddprun in this process, loaded from bindings/python/ddp/run/ as a package of its
