@@ -207,4 +207,18 @@ void ApplyOptimizer(ServerOptimizer& optimizer, DataType type, void* value, cons
   }
 }
 
+OptimizerConfig OptimizerOf(const PartitionConfig& c) {
+  OptimizerConfig o;
+  o.name = std::string(c.optimizer, strnlen(c.optimizer, kOptimizerNameBytes));
+  o.learning_rate = c.learning_rate;
+  o.momentum = c.momentum;
+  o.nesterov = c.nesterov != 0;
+  o.beta1 = c.beta1;
+  o.beta2 = c.beta2;
+  o.epsilon = c.epsilon;
+  o.weight_decay = c.weight_decay;
+  o.gradient_scale = c.gradient_scale;
+  return o;
+}
+
 }  // namespace ddp::ps

@@ -10,8 +10,12 @@
 #include "absl/status/statusor.h"
 #include "ddp/ps.h"
 #include "ddp/types.h"
+#include "ps/protocol.h"
 
 namespace ddp::ps {
+
+// The optimizer an async key's partition config names, with its parameters.
+OptimizerConfig OptimizerOf(const PartitionConfig& config);
 
 absl::StatusOr<std::unique_ptr<ServerOptimizer>> MakeOptimizer(const OptimizerConfig& config,
                                                                size_t count);

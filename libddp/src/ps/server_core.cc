@@ -1,14 +1,8 @@
 #include "ps/server_core.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -23,67 +17,10 @@ namespace ddp::ps {
 
 namespace {
 
-constexpr char kCheckpointMagic[8] = {'D', 'D', 'P', 'P', 'S', 'C', 'K', '1'};
-
 bool Floating(DataType t) {
   return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
          t == DataType::kBFloat16;
 }
-
-OptimizerConfig OptimizerOf(const PartitionConfig& c) {
-  OptimizerConfig o;
-  o.name = std::string(c.optimizer, strnlen(c.optimizer, kOptimizerNameBytes));
-  o.learning_rate = c.learning_rate;
-  o.momentum = c.momentum;
-  o.nesterov = c.nesterov != 0;
-  o.beta1 = c.beta1;
-  o.beta2 = c.beta2;
-  o.epsilon = c.epsilon;
-  o.weight_decay = c.weight_decay;
-  o.gradient_scale = c.gradient_scale;
-  return o;
-}
-
-// Checkpoint records: little-endian raw fields (the file is read back by the same build on the
-// same kind of machine; the magic names the format).
-class Writer {
- public:
-  template <typename T>
-  void Put(const T& v) {
-    out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
-  }
-  void Bytes(absl::string_view s) {
-    Put<uint64_t>(s.size());
-    out_.append(s.data(), s.size());
-  }
-  std::string& str() { return out_; }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(absl::string_view in) : in_(in) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (in_.size() < sizeof(T)) return false;
-    std::memcpy(v, in_.data(), sizeof(T));
-    in_.remove_prefix(sizeof(T));
-    return true;
-  }
-  bool Bytes(std::string* s, uint64_t limit) {
-    uint64_t n = 0;
-    if (!Get(&n) || n > limit || n > in_.size()) return false;
-    s->assign(in_.data(), n);
-    in_.remove_prefix(n);
-    return true;
-  }
-  bool done() const { return in_.empty(); }
-
- private:
-  absl::string_view in_;
-};
 
 }  // namespace
 
@@ -94,12 +31,6 @@ ServerCore::ServerCore(CoreConfig config)
 std::string ServerCore::Name(int worker) const {
   if (config_.worker_name) return config_.worker_name(worker);
   return absl::StrCat("worker ", worker);
-}
-
-std::string ServerCore::CheckpointPath() const {
-  if (config_.checkpoint_dir.empty()) return "";
-  return absl::StrCat(config_.checkpoint_dir, "/server-", config_.server_index, "-of-",
-                      config_.num_servers, ".ckpt");
 }
 
 ServerStats ServerCore::stats() const {
@@ -230,9 +161,27 @@ void ServerCore::Init(int worker, uint64_t request, const RequestHeader& h, cons
          out);
     return;
   }
-  auto [it, fresh] = parts_.try_emplace(h.partition);
+  bool fresh = false;
+  Partition* p = PartitionToInit(worker, request, h, type, bytes, &fresh, out);
+  if (p == nullptr) return;
+  const bool rejoin = (h.flags & kInitRejoin) != 0;
+  if (rejoin && !p->has_value && !RejoinWithoutValue(worker, request, h, fresh, *p, out)) return;
+  if (carries && !p->has_value) {
+    p->value = std::make_shared<std::vector<char>>(payload, payload + bytes);
+    p->has_value = true;
+  }
+  AnswerOrHoldInit(worker, request, h, *p, out);
+}
+
+ServerCore::Partition* ServerCore::PartitionToInit(int worker, uint64_t request,
+                                                   const RequestHeader& h, DataType type,
+                                                   size_t bytes, bool* fresh,
+                                                   std::vector<Outgoing>* out) {
+  const PartitionConfig& c = h.config;
+  auto [it, made_now] = parts_.try_emplace(h.partition);
+  *fresh = made_now;
   Partition& p = it->second;
-  if (fresh) {
+  if (made_now) {
     p.config = c;
     p.type = type;
     p.bytes = bytes;
@@ -243,7 +192,7 @@ void ServerCore::Init(int worker, uint64_t request, const RequestHeader& h, cons
       if (!made.ok()) {
         parts_.erase(it);
         Fail(worker, request, 0, made.status(), out);
-        return;
+        return nullptr;
       }
       p.optimizer = std::move(*made);
     }
@@ -259,46 +208,50 @@ void ServerCore::Init(int worker, uint64_t request, const RequestHeader& h, cons
                                       p.restored ? " (from its checkpoint)" : "", ": ", diff)),
                      {config_.worker_ranks[static_cast<size_t>(worker)]}),
            out);
-      return;
+      return nullptr;
     }
   }
-  const bool rejoin = (h.flags & kInitRejoin) != 0;
-  const bool sync = c.consistency == static_cast<uint8_t>(Consistency::kSync);
-  if (rejoin && !p.has_value) {
-    if (!sync) {
-      // An async key's value lives on the server: without a checkpoint holding it, it is gone.
-      if (fresh) parts_.erase(it);
-      Fail(worker, request, 0,
-           absl::DataLossError(absl::StrCat(
-               "key '", KeyName(c), "' (partition ", h.partition, ") died with server ",
-               config_.server_index,
-               "'s previous process: no checkpoint of it to restore (DDP_PS_CHECKPOINT_DIR)")),
-           out);
-      return;
-    }
-    // A sync key's value is only the last step's sum, which the workers have: the restarted
-    // server goes on from the steps the workers report (Rejoin), with no value until the next.
-    p.value = std::make_shared<std::vector<char>>(bytes, 0);
-    p.has_value = true;
-    p.value_lost = true;
+  return &p;
+}
+
+bool ServerCore::RejoinWithoutValue(int worker, uint64_t request, const RequestHeader& h,
+                                    bool fresh, Partition& p, std::vector<Outgoing>* out) {
+  const PartitionConfig& c = h.config;
+  if (c.consistency != static_cast<uint8_t>(Consistency::kSync)) {
+    // An async key's value lives on the server: without a checkpoint holding it, it is gone.
+    if (fresh) parts_.erase(h.partition);
+    Fail(worker, request, 0,
+         absl::DataLossError(absl::StrCat(
+             "key '", KeyName(c), "' (partition ", h.partition, ") died with server ",
+             config_.server_index,
+             "'s previous process: no checkpoint of it to restore (DDP_PS_CHECKPOINT_DIR)")),
+         out);
+    return false;
   }
-  if (carries && !p.has_value) {
-    p.value = std::make_shared<std::vector<char>>(payload, payload + bytes);
-    p.has_value = true;
-  }
+  // A sync key's value is only the last step's sum, which the workers have: the restarted
+  // server goes on from the steps the workers report (Rejoin), with no value until the next.
+  const size_t bytes = c.count * DataTypeSize(static_cast<DataType>(c.dtype));
+  p.value = std::make_shared<std::vector<char>>(bytes, 0);
+  p.has_value = true;
+  p.value_lost = true;
+  return true;
+}
+
+void ServerCore::AnswerOrHoldInit(int worker, uint64_t request, const RequestHeader& h,
+                                  Partition& p, std::vector<Outgoing>* out) {
   Waiter w;
   w.worker = worker;
   w.request = request;
   w.init = true;
   w.since = absl::Now();
-  if (rejoin) w.lost = Rejoin(worker, p, h.seq);
+  if ((h.flags & kInitRejoin) != 0) w.lost = Rejoin(worker, p, h.seq);
   if (p.has_value) {
     Answer(p, w, out);
     AnswerReady(h.partition, p, out);
   } else if (workers_[0] != WorkerState::kAlive) {
     Fail(worker, request, 0,
          absl::FailedPreconditionError(absl::StrCat(
-             "key '", KeyName(c), "' has no value: ", Name(0), ", which gives it, is gone")),
+             "key '", KeyName(h.config), "' has no value: ", Name(0), ", which gives it, is gone")),
          out);
   } else {
     p.waiters.push_back(w);
@@ -329,40 +282,7 @@ bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const Req
     ++stats_.duplicate_pushes;
   } else {
     if (sync) {
-      const int64_t step = static_cast<int64_t>(h.seq) - 1;
-      if (step < p.version && p.rejoined) {
-        Fail(worker, request, pull_bytes,
-             absl::DataLossError(absl::StrCat(
-                 Name(worker), " sent step ", step, " of key '", KeyName(p.config),
-                 "' again to restarted server ", config_.server_index,
-                 ", but the other workers had that step answered before the server failed: its "
-                 "sum died with the server's previous process")),
-             out);
-        return false;
-      }
-      if (step < p.version) {
-        Fail(worker, request, pull_bytes,
-             absl::FailedPreconditionError(
-                 absl::StrCat(Name(worker), " pushed step ", step, " of key '", KeyName(p.config),
-                              "', which completed without it (version ", p.version, ")")),
-             out);
-        return false;
-      }
-      Agg& a = p.aggs[step];
-      if (a.sum == nullptr) {
-        if (p.spare != nullptr && p.spare.use_count() == 1 && p.spare->size() == p.bytes) {
-          a.sum = std::move(p.spare);
-          std::memcpy(a.sum->data(), payload, p.bytes);
-        } else {
-          a.sum = std::make_shared<std::vector<char>>(payload, payload + p.bytes);
-        }
-        a.pushed.assign(workers_.size(), 0);
-      } else {
-        reduce::Combine(p.type, ReduceOp::kSum, a.sum->data(), a.sum->data(), payload,
-                        p.config.count);
-      }
-      a.pushed[w] = 1;
-      ++a.count;
+      if (!AddToStep(worker, request, p, h, payload, pull_bytes, out)) return false;
     } else {
       ApplyOptimizer(*p.optimizer, p.type, Writable(p).data(), payload, p.config.count);
       ++p.version;
@@ -385,6 +305,47 @@ bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const Req
     o.header.version = p.version;
     out->push_back(std::move(o));
   }
+  return true;
+}
+
+bool ServerCore::AddToStep(int worker, uint64_t request, Partition& p, const RequestHeader& h,
+                           const char* payload, uint64_t pull_bytes, std::vector<Outgoing>* out) {
+  const size_t w = static_cast<size_t>(worker);
+  const int64_t step = static_cast<int64_t>(h.seq) - 1;
+  if (step < p.version && p.rejoined) {
+    Fail(worker, request, pull_bytes,
+         absl::DataLossError(absl::StrCat(
+             Name(worker), " sent step ", step, " of key '", KeyName(p.config),
+             "' again to restarted server ", config_.server_index,
+             ", but the other workers had that step answered before the server failed: its "
+             "sum died with the server's previous process")),
+         out);
+    return false;
+  }
+  if (step < p.version) {
+    Fail(worker, request, pull_bytes,
+         absl::FailedPreconditionError(
+             absl::StrCat(Name(worker), " pushed step ", step, " of key '", KeyName(p.config),
+                          "', which completed without it (version ", p.version, ")")),
+         out);
+    return false;
+  }
+  Agg& a = p.aggs[step];
+  if (a.sum == nullptr) {
+    // The first push of the step: its sum starts as a copy, into the spare value if no answer
+    // in flight still holds it.
+    if (p.spare != nullptr && p.spare.use_count() == 1 && p.spare->size() == p.bytes) {
+      a.sum = std::move(p.spare);
+      std::memcpy(a.sum->data(), payload, p.bytes);
+    } else {
+      a.sum = std::make_shared<std::vector<char>>(payload, payload + p.bytes);
+    }
+    a.pushed.assign(workers_.size(), 0);
+  } else {
+    reduce::Combine(p.type, ReduceOp::kSum, a.sum->data(), a.sum->data(), payload, p.config.count);
+  }
+  a.pushed[w] = 1;
+  ++a.count;
   return true;
 }
 
@@ -601,152 +562,6 @@ void ServerCore::Tick(absl::Time now, std::vector<Outgoing>* out) {
 bool ServerCore::AllWorkersGone() const {
   return std::none_of(workers_.begin(), workers_.end(),
                       [](WorkerState s) { return s == WorkerState::kAlive; });
-}
-
-void ServerCore::MaybeCheckpointBySteps() {
-  if (config_.checkpoint_steps <= 0 || config_.checkpoint_dir.empty()) return;
-  if (steps_ - steps_at_checkpoint_ < config_.checkpoint_steps) return;
-  absl::Status s = WriteCheckpoint();
-  if (!s.ok()) DDP_LOG(kError, "parameter server checkpoint: %s", s.message());
-}
-
-absl::Status ServerCore::WriteCheckpoint() {
-  last_checkpoint_ = absl::Now();
-  steps_at_checkpoint_ = steps_;
-  const std::string path = CheckpointPath();
-  if (path.empty()) return absl::OkStatus();
-  Writer wr;
-  wr.str().append(kCheckpointMagic, sizeof(kCheckpointMagic));
-  wr.Put<int32_t>(config_.server_index);
-  wr.Put<int32_t>(config_.num_servers);
-  wr.Put<int32_t>(config_.num_workers);
-  uint32_t n = 0;
-  for (auto& [id, p] : parts_) n += p.has_value ? 1 : 0;
-  wr.Put<uint32_t>(n);
-  for (auto& [id, p] : parts_) {
-    if (!p.has_value) continue;
-    wr.Put<uint32_t>(id);
-    wr.Put(p.config);
-    wr.Put<int64_t>(p.version);
-    wr.Put<uint32_t>(p.contributors);
-    wr.Bytes(absl::string_view(p.value->data(), p.value->size()));
-    wr.Bytes(p.optimizer ? p.optimizer->SaveState() : std::string());
-    const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      // A sync step in progress is not saved: its pushes count as not received.
-      const uint64_t seq = sync
-                               ? std::min<uint64_t>(p.last_seq[w], static_cast<uint64_t>(p.version))
-                               : p.last_seq[w];
-      wr.Put<uint64_t>(seq);
-      wr.Put<int64_t>(sync ? static_cast<int64_t>(seq) : p.clock[w]);
-    }
-  }
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError(absl::StrCat("parameter server checkpoint: open ", tmp));
-  const std::string& data = wr.str();
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t k = ::write(fd, data.data() + done, data.size() - done);
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0) {
-      absl::Status e = ErrnoError(absl::StrCat("parameter server checkpoint: write ", tmp));
-      ::close(fd);
-      return e;
-    }
-    done += static_cast<size_t>(k);
-  }
-  if (::fsync(fd) != 0) {
-    absl::Status e = ErrnoError(absl::StrCat("parameter server checkpoint: fsync ", tmp));
-    ::close(fd);
-    return e;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return ErrnoError(absl::StrCat("parameter server checkpoint: rename to ", path));
-  }
-  const int dir = ::open(config_.checkpoint_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  ++stats_.checkpoints_written;
-  return absl::OkStatus();
-}
-
-absl::Status ServerCore::Restore() {
-  const std::string path = CheckpointPath();
-  if (path.empty()) return absl::OkStatus();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    DDP_LOG(kInfo, "parameter server %d: no checkpoint at %s, starting afresh",
-            config_.server_index, path);
-    return absl::OkStatus();
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string data = buffer.str();
-  const auto corrupt = [&path](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat("parameter-server checkpoint ", path, ": ", what));
-  };
-  if (data.size() < sizeof(kCheckpointMagic) ||
-      std::memcmp(data.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0) {
-    return corrupt("not a libddp parameter-server checkpoint");
-  }
-  Reader rd(absl::string_view(data).substr(sizeof(kCheckpointMagic)));
-  int32_t server = 0, servers = 0, workers = 0;
-  uint32_t n = 0;
-  if (!rd.Get(&server) || !rd.Get(&servers) || !rd.Get(&workers) || !rd.Get(&n)) {
-    return corrupt("truncated header");
-  }
-  if (server != config_.server_index || servers != config_.num_servers ||
-      workers != config_.num_workers) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("parameter-server checkpoint ", path, " was written by server ", server,
-                     " of ", servers, " with ", workers, " workers; this job has ",
-                     config_.num_servers, " servers and ", config_.num_workers, " workers"));
-  }
-  std::map<uint32_t, Partition> restored;
-  for (uint32_t i = 0; i < n; ++i) {
-    uint32_t id = 0;
-    Partition p;
-    std::string value, state;
-    if (!rd.Get(&id) || !rd.Get(&p.config) || !rd.Get(&p.version) || !rd.Get(&p.contributors) ||
-        !rd.Bytes(&value, static_cast<uint64_t>(config_.max_payload_bytes)) ||
-        !rd.Bytes(&state, uint64_t{1} << 40)) {
-      return corrupt(absl::StrCat("truncated at partition ", i));
-    }
-    p.config.key_name[kNameBytes - 1] = 0;
-    p.config.optimizer[kOptimizerNameBytes - 1] = 0;
-    DDP_RETURN_IF_ERROR(ConfigError(p.config));
-    p.type = static_cast<DataType>(p.config.dtype);
-    p.bytes = p.config.count * DataTypeSize(p.type);
-    if (value.size() != p.bytes) return corrupt(absl::StrCat("partition ", id, "'s value size"));
-    p.value = std::make_shared<std::vector<char>>(value.begin(), value.end());
-    p.has_value = true;
-    p.restored = true;
-    p.last_seq.resize(workers_.size());
-    p.clock.resize(workers_.size());
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      if (!rd.Get(&p.last_seq[w]) || !rd.Get(&p.clock[w])) return corrupt("truncated counters");
-    }
-    if (p.config.consistency == static_cast<uint8_t>(Consistency::kAsync)) {
-      DDP_ASSIGN_OR_RETURN(p.optimizer, MakeOptimizer(OptimizerOf(p.config), p.config.count));
-      DDP_RETURN_IF_ERROR(Annotate(p.optimizer->LoadState(state), path));
-    }
-    restored.emplace(id, std::move(p));
-  }
-  if (!rd.done()) return corrupt("trailing bytes");
-  int64_t bytes = 0;
-  for (auto& [id, p] : restored) bytes += static_cast<int64_t>(p.bytes);
-  parts_ = std::move(restored);
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  stats_.keys_restored = static_cast<int64_t>(parts_.size());
-  stats_.bytes_held = bytes;
-  DDP_LOG(kWarning, "parameter server %d: restored %u partitions from %s", config_.server_index, n,
-          path);
-  return absl::OkStatus();
 }
 
 }  // namespace ddp::ps

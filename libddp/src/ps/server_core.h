@@ -115,12 +115,27 @@ class ServerCore {
 
   void Init(int worker, uint64_t request, const RequestHeader& h, const char* payload,
             std::vector<Outgoing>* out);
+  // Init's steps. The partition an init registers (made now: `fresh`), or null (with the error
+  // answered) when its optimizer cannot be made or it differs from the registration held.
+  Partition* PartitionToInit(int worker, uint64_t request, const RequestHeader& h, DataType type,
+                             size_t bytes, bool* fresh, std::vector<Outgoing>* out);
+  // A worker registers again a partition this restarted server has no value of: a sync key
+  // goes on without one (true); an async key's is lost (false, with the error answered).
+  bool RejoinWithoutValue(int worker, uint64_t request, const RequestHeader& h, bool fresh,
+                          Partition& p, std::vector<Outgoing>* out);
+  // Answers the init once the partition has a value, or holds it until worker 0's arrives.
+  void AnswerOrHoldInit(int worker, uint64_t request, const RequestHeader& h, Partition& p,
+                        std::vector<Outgoing>* out);
   // A worker registers partition `p` again with this (restarted) server, having had `acked` of
   // its pushes acknowledged; returns how many of those this server does not have.
   uint64_t Rejoin(int worker, Partition& p, uint64_t acked);
   // Applies a push; false (with the error answered) when refused.
   bool ApplyPush(int worker, uint64_t request, Partition& p, const RequestHeader& h,
                  const char* payload, bool answer_on_success, std::vector<Outgoing>* out);
+  // A sync push added to its step's sum; false (with the error answered) for a step that
+  // completed without it.
+  bool AddToStep(int worker, uint64_t request, Partition& p, const RequestHeader& h,
+                 const char* payload, uint64_t pull_bytes, std::vector<Outgoing>* out);
   void AnswerReady(uint32_t id, Partition& p, std::vector<Outgoing>* out);
   bool Ready(const Partition& p, const Waiter& w) const;
   void CompleteSteps(Partition& p);
