@@ -4,6 +4,8 @@
 // process set of the job (added by every rank of the job) cannot serve. A group's id (from
 // kFirstGroup up) goes wherever a process set id goes; the operation entries route it to the
 // group's context, in that context's whole-job set.
+#include "groups.h"
+
 #include <pybind11/stl.h>
 
 #include <map>
@@ -15,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common.h"
 #include "ddp/options.h"
+#include "handle.h"
 
 namespace ddp_python {
 namespace {

@@ -1,4 +1,6 @@
 // ddp.Handle: an operation in flight, its buffers kept alive, its result made once it finishes.
+#include "handle.h"
+
 #include <cxxabi.h>
 #include <pybind11/stl.h>
 
@@ -13,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common.h"
 #include "pythread.h"
 #include "structmember.h"
+#include "torch_objects.h"
 
 namespace ddp_python {
 namespace {
@@ -30,16 +32,6 @@ struct Orphan {
   std::shared_ptr<ddp::Context> context;
 };
 std::vector<Orphan>* g_orphans = new std::vector<Orphan>();  // never freed: outlives the module
-
-std::atomic<unsigned long> g_main_thread{0};  // NOLINT(runtime/int): PyThread's type
-
-bool Finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-  return Py_IsFinalizing() != 0;
-#else
-  return _Py_IsFinalizing() != 0;
-#endif
-}
 
 // Waits for `handle` without the GIL, in slices, so that Ctrl-C (a pending signal) interrupts
 // the wait with KeyboardInterrupt instead of being held until the peers answer. `timeout` < 0:
@@ -92,38 +84,6 @@ class PyOutput {
 };
 
 }  // namespace
-
-void NoteMainThread() {
-  // Python's main thread, which finalizes the interpreter, whichever thread imports ddp.
-  py::object main = py::module_::import("threading").attr("main_thread")();
-  g_main_thread.store(main.attr("ident").cast<unsigned long>());  // NOLINT(runtime/int)
-}
-
-ReleaseGil::ReleaseGil() : state_(PyEval_SaveThread()) {}
-
-ReleaseGil::ReleaseGil(absl::Duration delay_before_taking_back)
-    : state_(PyEval_SaveThread()), delay_(delay_before_taking_back) {}
-
-namespace {
-[[noreturn]] void WaitForTheProcessToEnd() {
-  while (true) std::this_thread::sleep_for(std::chrono::hours(1));
-}
-}  // namespace
-
-ReleaseGil::~ReleaseGil() {
-  if (Finalizing() && PyThread_get_thread_ident() != g_main_thread.load()) {
-    WaitForTheProcessToEnd();
-  }
-  if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
-  try {
-    PyEval_RestoreThread(state_);
-  } catch (abi::__forced_unwind&) {
-    // The shutdown began after the check: CPython ends this thread with pthread_exit, whose
-    // unwinding may not leave this destructor (noexcept) nor cross pybind11's catch (...). The
-    // handler is never left (leaving it without rethrowing would abort too): the thread waits.
-    WaitForTheProcessToEnd();
-  }
-}
 
 PyHandle::~PyHandle() {
   if (handle_.valid() && !orphaned_ && !handle_.DoneOnDevice()) {

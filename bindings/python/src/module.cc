@@ -42,80 +42,28 @@
 #include "ddp/rendezvous.h"
 #include "ddp/types.h"
 #include "ddp/version.h"
+#include "definitions.h"
+#include "groups.h"
+#include "handle.h"
 
 namespace ddp_python {
 
-PyObject* g_ddp_error = nullptr;
-PyObject* g_ddp_value_error = nullptr;
-
 namespace {
 
-// A bad argument (a duplicate name, a shape or root out of range) is also a ValueError, which is
-// what Horovod raises for it and what users catch. The Python layer's own errors use the same
-// list (ddp._ddp.value_error_codes).
-constexpr absl::StatusCode kValueErrorCodes[] = {absl::StatusCode::kInvalidArgument,
-                                                 absl::StatusCode::kOutOfRange,
-                                                 absl::StatusCode::kAlreadyExists};
-
-}  // namespace
-
-void Raise(const absl::Status& status) {
-  std::string message(status.message());
-  const absl::StatusCode code = status.code();
-  PyObject* type = std::find(std::begin(kValueErrorCodes), std::end(kValueErrorCodes), code) !=
-                           std::end(kValueErrorCodes)
-                       ? g_ddp_value_error
-                       : g_ddp_error;
-  py::object error = py::reinterpret_borrow<py::object>(type);
-  py::object exc = error(message);
-  exc.attr("code") = std::string(absl::StatusCodeToString(status.code()));
-  exc.attr("ranks") = py::cast(ddp::BlamedRanks(status));
-  const std::string tensor = ddp::BlamedTensor(status);
-  exc.attr("tensor") = tensor.empty() ? py::none() : py::cast(tensor);
-  PyErr_SetObject(type, exc.ptr());
-  throw py::error_already_set();
-}
-
-namespace {
-
-// The process's context. Guarded by g_mu for init/shutdown; collectives take a shared_ptr copy
-// so that a concurrent shutdown() cannot free it under them.
-std::mutex g_mu;
-std::shared_ptr<ddp::Context> g_context;
 std::mutex g_init_mu;  // one init() at a time, held across the rendezvous (without the GIL)
 // What the first init() did with the allocator (ddp/memory.h); unset before it.
 std::optional<std::string> g_freed_memory;
 
-}  // namespace
-
-std::shared_ptr<ddp::Context> CurrentOrNull() {
-  std::lock_guard<std::mutex> lock(g_mu);
-  return g_context;
+// init() changes a setting of the whole process (glibc's malloc keeps what is freed): said once
+// per process, by rank 0, where it did.
+void SayFreedMemoryKept(int rank, ddp::FreedMemory outcome) {
+  static bool said = false;
+  if (said || rank != 0 || outcome != ddp::FreedMemory::kKept) return;
+  said = true;
+  PySys_WriteStderr(
+      "ddp: freed memory is kept for reuse in each rank (glibc's malloc: no trimming, no mmap of "
+      "large blocks); DDP_KEEP_FREED_MEMORY=0 leaves the allocator as it was\n");
 }
-
-std::shared_ptr<ddp::Context> Current(const char* what) {
-  std::shared_ptr<ddp::Context> context = CurrentOrNull();
-  if (context == nullptr) {
-    Raise(absl::FailedPreconditionError(
-        absl::StrCat("ddp.", what, "() called before ddp.init() (or after ddp.shutdown())")));
-  }
-  return context;
-}
-
-// One counter per kind and process set: a call in a set advances only the count of the ranks
-// that make it (Horovod's single counter puts the whole job out of step after a call that some
-// ranks make and others do not). Guarded by the GIL; they start again with every job (a process
-// that joins a new job, as an elastic worker does, counts from 0 like the job's new members).
-std::map<std::pair<std::string, int>, uint64_t>& AutoNameCounters() {
-  static auto* counters = new std::map<std::pair<std::string, int>, uint64_t>();
-  return *counters;
-}
-
-std::string AutoName(const std::string& kind, int process_set) {
-  return absl::StrCat(kind, ".noname.", AutoNameCounters()[{kind, process_set}]++);
-}
-
-namespace {
 
 void Init(const std::map<std::string, std::string>& overrides) {
   std::unique_lock<std::mutex> init_lock(g_init_mu, std::defer_lock);
@@ -123,10 +71,7 @@ void Init(const std::map<std::string, std::string>& overrides) {
     ReleaseGil release;
     init_lock.lock();
   }
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    if (g_context != nullptr) return;
-  }
+  if (CurrentOrNull() != nullptr) return;
   // Before the job: a training process keeps what it frees for its next step (ddp/memory.h).
   absl::StatusOr<ddp::FreedMemory> kept = ddp::KeepFreedMemory();
   ThrowIfError(kept.status());
@@ -139,9 +84,10 @@ void Init(const std::map<std::string, std::string>& overrides) {
     created = ddp::Context::Create(*options);
   }
   ThrowIfError(created.status());
-  AutoNameCounters().clear();
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (g_context == nullptr) g_context = std::move(*created);
+  const int rank = (*created)->rank();
+  ResetAutoNames();
+  InstallContext(std::move(*created));
+  SayFreedMemoryKept(rank, *kept);
 }
 
 void Shutdown() {
@@ -150,11 +96,7 @@ void Shutdown() {
     ReleaseGil release;
     init_lock.lock();
   }
-  std::shared_ptr<ddp::Context> context;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    context = std::move(g_context);
-  }
+  std::shared_ptr<ddp::Context> context = TakeContext();
   if (context == nullptr) return;
   {
     ReleaseGil release;
@@ -254,22 +196,6 @@ class PyStoreClient {
 
 }  // namespace
 
-ddp::DataType ToType(int code) {
-  auto type = static_cast<ddp::DataType>(code);
-  if (code < 0 || !ddp::IsValid(type)) {
-    Raise(absl::InvalidArgumentError(absl::StrCat("unknown dtype code ", code)));
-  }
-  return type;
-}
-
-ddp::ReduceOp ToOp(int code) {
-  auto op = static_cast<ddp::ReduceOp>(code);
-  if (code < 0 || !ddp::IsValid(op)) {
-    Raise(absl::InvalidArgumentError(absl::StrCat("unknown reduce op code ", code)));
-  }
-  return op;
-}
-
 }  // namespace ddp_python
 
 PYBIND11_MODULE(_ddp, m) {
@@ -278,42 +204,7 @@ PYBIND11_MODULE(_ddp, m) {
   m.attr("__version__") = DDP_VERSION_STRING;
   NoteMainThread();
 
-  py::object runtime_error = py::module_::import("builtins").attr("RuntimeError");
-  py::dict error_members;
-  error_members["__doc__"] =
-      "An error from libddp. str(e) is the full message (it names the operation, the tensor and "
-      "the rank(s) responsible); e.code is the status code's name ('ABORTED' once the job is "
-      "broken for good, 'INVALID_ARGUMENT', ...); e.ranks lists the ranks blamed (the first "
-      "cause first) and e.tensor names the tensor, or is None.";
-  error_members["__module__"] = "ddp";
-  error_members["code"] = "UNKNOWN";
-  error_members["ranks"] = py::list();
-  error_members["tensor"] = py::none();
-  py::object error_type =
-      py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
-          "DDPError", py::make_tuple(runtime_error), error_members);
-  g_ddp_error = error_type.release().ptr();  // lives as long as the interpreter
-  m.attr("DDPError") = py::reinterpret_borrow<py::object>(g_ddp_error);
-  py::dict value_error_members;
-  value_error_members["__doc__"] =
-      "A DDPError that is also a ValueError: a bad argument (code 'INVALID_ARGUMENT', "
-      "'OUT_OF_RANGE' or 'ALREADY_EXISTS'), such as a name submitted again while the first "
-      "submission is in flight, or ranks that disagree on a tensor's shape. `except ValueError` "
-      "(Horovod's type for these) and `except ddp.DDPError` both catch it.";
-  value_error_members["__module__"] = "ddp";
-  py::object value_error_type =
-      py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
-          "DDPValueError",
-          py::make_tuple(py::reinterpret_borrow<py::object>(g_ddp_error),
-                         py::module_::import("builtins").attr("ValueError")),
-          value_error_members);
-  g_ddp_value_error = value_error_type.release().ptr();
-  m.attr("DDPValueError") = py::reinterpret_borrow<py::object>(g_ddp_value_error);
-  py::list value_error_codes;
-  for (absl::StatusCode c : kValueErrorCodes) {
-    value_error_codes.append(std::string(absl::StatusCodeToString(c)));
-  }
-  m.attr("value_error_codes") = py::tuple(value_error_codes);
+  DefineErrors(m);
 
   m.def("init", &Init, py::arg("overrides") = std::map<std::string, std::string>(),
         "Joins the job described by the launcher's variables (ddp/launch.h); `overrides` are "
@@ -328,10 +219,7 @@ PYBIND11_MODULE(_ddp, m) {
       "freed_memory", [] { return g_freed_memory; },
       "What init() did with glibc's malloc (DDP_KEEP_FREED_MEMORY, ddp/memory.h): 'kept', "
       "'off', 'user settings' or 'not glibc'; None before the first init().");
-  m.def("is_initialized", [] {
-    std::lock_guard<std::mutex> lock(g_mu);
-    return g_context != nullptr;
-  });
+  m.def("is_initialized", [] { return CurrentOrNull() != nullptr; });
   m.def(
       "_c_context",
       [] { return reinterpret_cast<uintptr_t>(ddp::NewCReference(Current("_c_context"))); },

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common.h"
 #include "ddp/options.h"
+#include "definitions.h"
 
 namespace ddp_python {
 namespace {

@@ -1,0 +1,12 @@
+// The parts of ddp._ddp that module.cc assembles, one per file (Handle and groups: their
+// headers).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+namespace ddp_python {
+
+void DefinePs(pybind11::module_& m);
+void DefineTensorPath(pybind11::module_& m);
+
+}  // namespace ddp_python
