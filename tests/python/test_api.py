@@ -60,6 +60,9 @@ def test_init_keeps_freed_memory_unless_told_otherwise(ddp_env, env, outcome):
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["outcome"] == outcome, seen
+    # Said once by rank 0, where it changed the process's allocator.
+    said = result.stderr.count("freed memory is kept for reuse")
+    assert said == (1 if outcome == "kept" else 0), result.stderr
     assert seen["before"] >= 5 * PAGES, seen  # glibc's default: every round faults
     if outcome == "kept":
         assert seen["after"] <= 1.5 * PAGES, seen  # the first round only

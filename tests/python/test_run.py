@@ -181,6 +181,7 @@ def test_ranks_get_their_environment_and_the_token_stays_secret(ddprun, tmp_path
     assert re.fullmatch(r"[0-9a-f]{32}", token)
     assert 0 < int(port) < 65536
     assert f"127.0.0.1:{port}".encode() in done.stderr  # --verbose tells the port...
+    assert b"ranks keep the memory they free for reuse" in done.stderr  # ... and the allocator
     assert token.encode() not in done.stdout + done.stderr  # ...never the token
     for r in range(3):
         assert f"ddprun: rank {r} exited with status 0".encode() in done.stderr

@@ -185,3 +185,12 @@ def _say_start(job: Job, args: argparse.Namespace, units: list[Unit], addr: str,
         if args.places else ""
     job.say(f"rendezvous store on {addr}:{port}{where}; starting "
             f"{count_ranks(sum(len(u.ranks) for u in units))}: {shlex.join(args.command)}")
+    job.say(_allocator_note(os.environ.get("DDP_KEEP_FREED_MEMORY")))
+
+
+def _allocator_note(value: str | None) -> str:
+    """What ddp.init() will do with each rank's allocator, from the variable the ranks inherit."""
+    if value is not None and value.strip().lower() in ("0", "false", "no", "off"):
+        return "ranks leave glibc's malloc as it is (DDP_KEEP_FREED_MEMORY=0)"
+    return ("ranks keep the memory they free for reuse (glibc's malloc told not to trim; "
+            "DDP_KEEP_FREED_MEMORY=0 leaves it as it is)")
