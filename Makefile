@@ -63,7 +63,7 @@ build: deps venv $(BUILD)/build.ninja
 	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
 	printf '#!%s\nimport sys\nfrom ddp.run import main\nsys.exit(main())\n' \
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddprun && chmod +x $(VENV)/bin/ddprun && \
-	printf '#!%s\nimport sys\nfrom ddp.model import main\nsys.exit(main())\n' \
+	printf '#!%s\nimport sys\nfrom ddp_model import main\nsys.exit(main())\n' \
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddp-model && chmod +x $(VENV)/bin/ddp-model && \
 	echo "installed ddp into $$site and ddprun, ddp-model into $(VENV)/bin"
 

@@ -41,10 +41,10 @@ import tempfile
 
 SUBNET = "10.216.0"  # every cluster has its own bridge namespace, so clusters never collide
 
-# libddp's cost model (bindings/python/ddp/model.py) as a module of its own: the framing share
+# libddp's cost model (bindings/python/ddp_model.py) as a module of its own: the framing share
 # is its, and importing the ddp package would need libddp built.
 _MODEL_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bindings", "python", "ddp", "model.py")
+    os.path.abspath(__file__)))), "bindings", "python", "ddp_model.py")
 _spec = importlib.util.spec_from_file_location("ddp_cost_model", _MODEL_PATH)
 _model = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_model)
@@ -106,7 +106,7 @@ def frame_efficiency(mtu: int | None = None) -> float:
     Ethernet frame carries MTU - 52 bytes of it (20 of IPv4 header, 20 of TCP header and 12 of
     the timestamps option Linux sends) and takes MTU + 14 bytes of the link (its Ethernet
     header, which tc's rate counts on a veth). 1500: 95.6%; 9001: 99.3%. The cost model's
-    (ddp.model.frame_share)."""
+    (ddp_model.frame_share)."""
     return _model.frame_share(mtu)
 
 

@@ -43,8 +43,8 @@ sys.path.insert(0, HERE)
 import netsim  # noqa: E402
 from scaling import machine  # noqa: E402
 
-sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "ddp"))
-import model  # noqa: E402  (bindings/python/ddp/model.py, without importing libddp)
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+import ddp_model as model  # noqa: E402  (bindings/python/ddp_model.py, without libddp)
 
 WORKER = os.path.join(ROOT, "benchmarks", "compare_ps", "run.py")
 CONFIGS = ("ring", "ps", "ps-colocated")

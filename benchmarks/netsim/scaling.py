@@ -45,8 +45,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import netsim  # noqa: E402
 
-sys.path.insert(0, os.path.join(ROOT, "bindings", "python", "ddp"))
-import model  # noqa: E402  (bindings/python/ddp/model.py, without importing libddp)
+sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
+import ddp_model as model  # noqa: E402  (bindings/python/ddp_model.py, without libddp)
 
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30}
 IMPLS = ("ring", "hier", "mpi", "gloo", "c10d")

@@ -15,9 +15,8 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "bindings", "python",
-                                "ddp"))
-import model  # noqa: E402  (bindings/python/ddp/model.py, without importing libddp)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "bindings", "python"))
+import ddp_model as model  # noqa: E402  (bindings/python/ddp_model.py, without libddp)
 
 NAMES = {"ring": "libddp ring", "hier": "libddp hier", "mpi": "Open MPI", "gloo": "Gloo",
          "ceiling": "TCP ceiling"}

@@ -1,4 +1,4 @@
-"""The cost model (ddp.model, `ddp-model`): its formulas against the bounds they must meet, a
+"""The cost model (ddp_model, `ddp-model`): its formulas against the bounds they must meet, a
 fit that recovers known parameters, and the command line. Pure Python: no ranks."""
 import importlib.util
 import json
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODEL = ROOT / "bindings" / "python" / "ddp" / "model.py"
+MODEL = ROOT / "bindings" / "python" / "ddp_model.py"
 spec = importlib.util.spec_from_file_location("ddp_model", MODEL)
 model = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(model)

@@ -3,7 +3,7 @@
     ddp-model fit benchmarks/results/scaling-DATE.json --plot fit.png --out params.json
     ddp-model predict --params params.json --ranks 1024 --per-host 8 --link 400gbit \\
         --bytes 64M,1G --gpu
-    python -m ddp.model ...        (the same; also runs as a plain script, without libddp built)
+    python -m ddp_model ...        (the same; also runs as a plain script, without libddp built)
 
 An allreduce of K bytes over N = H x L ranks (H hosts, L ranks per host, links of B bit/s in each
 direction) costs the steps it takes times alpha (one message's latency and software overhead),
