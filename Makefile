@@ -295,14 +295,14 @@ tsan-build: deps
 	cmake --build build-tsan -j $(JOBS)
 
 bench: build
-	benchmarks/compare
-	benchmarks/compare_tcp
+	benchmarks/collectives/compare
+	benchmarks/collectives/compare_tcp
 
 # libddp against Horovod 0.28.1 (built into .venv-horovod first), the same scripts: submission,
 # fused small-gradient and ResNet-50 steps, busbw and training (about 35 minutes).
 bench-horovod: build
-	benchmarks/build_horovod
-	$(VENV)/bin/python benchmarks/compare_horovod --runs 3
+	benchmarks/peers/build_horovod
+	$(VENV)/bin/python benchmarks/peers/compare_horovod --runs 3
 
 install: build
 	cmake --install $(BUILD) --prefix $${PREFIX:-/usr/local}

@@ -8,8 +8,8 @@ bandwidth argument for it (benchmarks/netsim).
 
 For each n in --workers one cluster of 2n hosts is made (netsim.Cluster: a namespace per host,
 tc tbf on both ends of every link at --rate), and three jobs run in it, alternately, --repeats
-times each (the worker is benchmarks/compare_ps/run.py: every step, each worker contributes M bytes
-of f32 and gets back the sum over the workers):
+times each (the worker is benchmarks/training/compare_ps/run.py: every step, each worker
+contributes M bytes of f32 and gets back the sum over the workers):
 
 - ring: `ddp.allreduce_` on n ranks, one per host (hosts 0..n-1);
 - ps: n workers on hosts 0..n-1 and k servers on hosts n..n+k-1 (`ddprun --servers k`), sync
@@ -46,7 +46,7 @@ from scaling import machine  # noqa: E402
 sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
 import ddp_model as model  # noqa: E402  (bindings/python/ddp_model.py, without libddp)
 
-WORKER = os.path.join(ROOT, "benchmarks", "compare_ps", "run.py")
+WORKER = os.path.join(ROOT, "benchmarks", "training", "compare_ps", "run.py")
 CONFIGS = ("ring", "ps", "ps-colocated")
 
 

@@ -88,7 +88,7 @@ class Runner:
         self.args = args
         self.build = os.path.join(ROOT, args.build, "bin")
         self.ddprun = args.ddprun or os.path.join(ROOT, ".venv", "bin", "ddprun")
-        self.gloo = os.path.join(ROOT, "benchmarks", "gloo_allreduce_bench.py")
+        self.gloo = os.path.join(ROOT, "benchmarks", "collectives", "gloo_allreduce_bench.py")
 
     def bench_args(self) -> list[str]:
         a = self.args

@@ -15,7 +15,7 @@ the machine, which tells communication from contention.
 torch-ddp reads MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; any that is missing is derived from
 ddprun's DDP_* variables (MASTER_PORT from DDP_TORCH_MASTER_PORT, else DDP_RENDEZVOUS_PORT + 1).
 Rank 0 prints img/sec per iteration, the mean +- 1.96 std, and one `RESULT ...` line for scripts
-(benchmarks/compare_training reads it).
+(benchmarks/training/compare_training reads it).
 """
 
 import argparse
@@ -152,7 +152,7 @@ class LibddpBackend:
 class HorovodBackend:
     """The same with Horovod's DistributedOptimizer (`import horovod.torch`), for side-by-side
     runs: under mpirun its MPI operations, under `horovodrun --gloo` its Gloo ones
-    (benchmarks/build_horovod builds it, benchmarks/compare_horovod runs it)."""
+    (benchmarks/peers/build_horovod builds it, benchmarks/peers/compare_horovod runs it)."""
 
     name = "horovod"
 

@@ -1,4 +1,4 @@
-"""benchmarks/runner.py: the side-by-side scripts start each launch on a quiet machine and say
+"""benchmarks/lib/runner.py: the side-by-side scripts start each launch on a quiet machine and say
 in their reports which measurements did not (a benchmark beside another job measures the other
 job)."""
 import pathlib
@@ -6,7 +6,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "benchmarks" / "lib"))
 import runner  # noqa: E402
 
 

@@ -191,7 +191,7 @@ HandlePtr Wrap(ddp::Handle handle, py::object keep, std::shared_ptr<ddp::Context
 // ddp._ddp.Handle is a plain CPython type, not a pybind11 class: every gradient makes one (and
 // waits on it), and a pybind11 instance costs a type lookup, an entry in pybind's table of
 // instances (looked up twice and removed again) and a dispatcher per method call -- a fifth of
-// the per-tensor submission measured (perf, benchmarks/api_bench.py --what submit).
+// the per-tensor submission measured (perf, benchmarks/peers/api_bench.py --what submit).
 namespace {
 
 struct HandleObject {

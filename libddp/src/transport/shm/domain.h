@@ -149,7 +149,7 @@ int SpinIterations();
 // peer it waits for may be next on this core), none when each has a core of its own. There a
 // yield only hands the core to whatever else runs on the machine (another job, a data loader),
 // which may keep it for a whole time slice: with one busy process beside a 2-rank job, the
-// yields made a 200-gradient step take 27-55 ms instead of 1.5 (benchmarks/compare_horovod).
+// yields made a 200-gradient step take 27-55 ms instead of 1.5 (benchmarks/peers/compare_horovod).
 int YieldRounds();
 // Each wait that had to spin reports whether the peer came while it spun. The budget doubles
 // when it did and shrinks to a quarter when it did not, between 50 and 20,000 rounds: back to

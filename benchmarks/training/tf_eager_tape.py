@@ -4,7 +4,7 @@ batch 16 per rank. Rank 0 prints the step time and what the engine did per step 
 rounds, response-cache hits), which shows whether the gradients were reduced together or one
 by one.
 
-    .venv-tf/bin/ddprun -np 2 .venv-tf/bin/python benchmarks/tf_eager_tape.py [--steps 50]
+    .venv-tf/bin/ddprun -np 2 .venv-tf/bin/python benchmarks/training/tf_eager_tape.py [--steps 50]
 """
 import argparse
 import os

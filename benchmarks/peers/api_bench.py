@@ -3,8 +3,8 @@
 
 One process per rank (started by ddprun, mpirun or horovodrun); only the import differs:
 
-    ddprun -np 2 python benchmarks/api_bench.py --api ddp
-    mpirun -np 2 --bind-to none python benchmarks/api_bench.py --api horovod
+    ddprun -np 2 python benchmarks/peers/api_bench.py --api ddp
+    mpirun -np 2 --bind-to none python benchmarks/peers/api_bench.py --api horovod
 
 Measurements (--what, comma-separated; every one after warm-up steps, --steps repetitions):
   submit   200 x 40 KiB f32 gradients (--tensors, --kib), each allreduce_async_ by name, then
@@ -16,7 +16,7 @@ Measurements (--what, comma-separated; every one after warm-up steps, --steps re
   busbw    one allreduce of --busbw-mib MiB f32: busbw = bytes / time x 2(N-1)/N.
 Steps are separated by a one-element allreduce (a barrier every API has). Rank 0 prints one
 `RESULT key=value ...` line per measurement (medians over steps), which
-benchmarks/compare_horovod reads.
+benchmarks/peers/compare_horovod reads.
 """
 
 import argparse

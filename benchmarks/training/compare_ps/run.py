@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One host: the parameter server's push+pull against the ring allreduce on the same bytes.
 
-    .venv/bin/python benchmarks/compare_ps/run.py [--np 4] [--sizes-mb 1,16,64] [--repeats 5]
+    .venv/bin/python benchmarks/training/compare_ps/run.py [--np 4] [--sizes-mb 1,16,64]
+                                                           [--repeats 5]
 
 Each configuration is a real job under ddprun, run alternately with the others, `--repeats`
 times; the figure is the median over runs of each run's median step time (a step: every worker
@@ -29,7 +30,7 @@ import sys
 import time
 
 HERE = pathlib.Path(__file__).resolve()
-RESULTS = HERE.parents[1] / "results"
+RESULTS = HERE.parents[2] / "results"
 
 
 def worker(args):
@@ -110,7 +111,8 @@ def main():
     lines = [f"# Parameter server vs allreduce, one host ({stamp}, {machine})", "",
              f"{args.np} workers, f32 sum of M bytes per worker; median of {args.repeats} runs "
              f"(alternated) of each run's median over {args.steps} steps. "
-             f"Command: `{' '.join(['python', 'benchmarks/compare_ps/run.py'] + sys.argv[1:])}`",
+             "Command: `" + " ".join(["python", "benchmarks/training/compare_ps/run.py"]
+                                     + sys.argv[1:]) + "`",
              "", "| M | allreduce | ps colocated | ps + servers | allreduce / ps colocated | "
              "allreduce / ps + servers |", "|---|---|---|---|---|---|"]
     for s in sizes:

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Reads the nccl-tests-style tables of ddp-bench, ddp-mpi-bench and gloo_allreduce_bench.py and
-builds the markdown comparison that benchmarks/compare_tcp prints.
+builds the markdown comparison that benchmarks/collectives/compare_tcp prints.
 
 Rows are `size count type redop time_us algbw busbw #wrong`; lines starting with '#' are comments.
 """
@@ -117,7 +117,8 @@ LOCAL = (("ddp", "ddp"), ("mpi", "Open MPI"), ("gloo", "Gloo"), ("ceiling", "cei
 
 
 def local(raw_dir, ranks, runs, plot=None):
-    """The benchmarks/compare table: ddp, Open MPI, Gloo and the memory ceiling on one machine."""
+    """The benchmarks/collectives/compare table: ddp, Open MPI, Gloo and the memory ceiling on one
+    machine."""
     lines = ["| ranks | size | ddp busbw GB/s | ddp time us | Open MPI busbw | Gloo busbw "
              "| ceiling busbw | ddp/MPI | ddp/Gloo | ddp/ceiling |",
              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -176,7 +177,7 @@ def main(argv):
     t.add_argument("--raw", required=True, help="folder of raw outputs")
     t.add_argument("--ranks", type=int, nargs="+", required=True)
     t.add_argument("--runs", type=int, default=1)
-    lo = sub.add_parser("local", help="the benchmarks/compare table from "
+    lo = sub.add_parser("local", help="the benchmarks/collectives/compare table from "
                         "RAW/{ddp,mpi,gloo,ceiling}-N-RUN.txt")
     lo.add_argument("--raw", required=True, help="folder of raw outputs")
     lo.add_argument("--ranks", type=int, nargs="+", required=True)

@@ -8,8 +8,8 @@ and NCCL), in alternating blocks in one process, so that both see the same GPU c
 memory state. Prints images/s of each, their ratio (goal: >= 0.97) and the engine's
 rounds and collectives per step.
 
-    ddprun -np 1 python benchmarks/gpu_step_overhead.py [--batch-size 64] [--blocks 6]
-    python benchmarks/gpu_step_overhead.py --device cpu --batch-size 2 --steps 2   # a dry run
+    ddprun -np 1 python benchmarks/gpu/gpu_step_overhead.py [--batch-size 64] [--blocks 6]
+    python benchmarks/gpu/gpu_step_overhead.py --device cpu --batch-size 2 --steps 2   # a dry run
 
 --torch-ddp adds torch's DistributedDataParallel (NCCL on a GPU, Gloo on the CPU, a 1-rank
 process group on 127.0.0.1) as a third variant in the same blocks: the peer's ratio on the same

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One torch.distributed measurement for benchmarks/compare_c10d, the same script for every
+"""One torch.distributed measurement for benchmarks/training/compare_c10d, the same script for every
 backend: `ddp` (libddp's torch.distributed backend), `gloo`, `mpi`, and two floors that exchange
 no gradients: `none` (no process group, the plain model: every rank trains alone) and
 `ddp-noexchange` (DistributedDataParallel on a Gloo group, with a comm hook that exchanges
@@ -15,7 +15,7 @@ nothing: DDP's own bucketing and copies, without communication).
 
 With --np N it starts N ranks on 127.0.0.1 itself (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 init_method env://); --backend mpi is started by mpirun instead and takes its rank from MPI.
-Rank 0 prints `RESULT key=value ...` lines (benchmarks/runner.py reads them); where an operation
+Rank 0 prints `RESULT key=value ...` lines (benchmarks/lib/runner.py reads them); where an operation
 fails, its line has status=unsupported or failed and why=<torch's message, URL-quoted>.
 """
 import argparse
@@ -28,7 +28,7 @@ import sys
 import time
 import urllib.parse
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BATCH = 32
 MiB = 1 << 20
 # Bytes per timed group of a collective: a size gets as many calls as fit (2 to 20), so that a
