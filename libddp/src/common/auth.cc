@@ -9,80 +9,53 @@
 #include <cerrno>
 #include <climits>
 #include <cstdint>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/bytes.h"
 #include "common/crypto.h"
 #include "common/status.h"
 
 namespace ddp::auth {
 namespace {
 
-class Writer {
- public:
-  template <typename T>
-  void Put(T value) {
-    char raw[sizeof(T)];
-    std::memcpy(raw, &value, sizeof(T));
-    out_.append(raw, sizeof(T));
-  }
-  void Put(const std::array<uint8_t, 32>& bytes) {
-    out_.append(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-  }
-  std::string Take() { return std::move(out_); }
+// A message's bytes ran out before its last field: unreachable after the size checks, which
+// come first and say the same.
+absl::Status WrongSize(absl::string_view message) {
+  return absl::InternalError(absl::StrCat(message, " has the wrong size"));
+}
 
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(absl::string_view in) : in_(in) {}
-  template <typename T>
-  T Get() {
-    T value;
-    std::memcpy(&value, in_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return value;
-  }
-  void Get(std::array<uint8_t, 32>* bytes) {
-    std::memcpy(bytes->data(), in_.data() + pos_, bytes->size());
-    pos_ += bytes->size();
-  }
-
- private:
-  absl::string_view in_;
-  size_t pos_ = 0;
-};
-
-absl::Status CheckPreamble(Reader& r, Role expected_role, absl::string_view what) {
-  const auto magic = r.Get<uint32_t>();
+absl::Status CheckPreamble(ByteReader& r, Role expected_role, absl::string_view message) {
+  uint32_t magic = 0;
+  if (!r.Get(&magic)) return WrongSize(message);
   if (magic != kMagic) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(what, ": not a libddp peer (bad magic 0x", absl::Hex(magic), ")"));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "handshake ", message, ": not a libddp peer (bad magic 0x", absl::Hex(magic), ")"));
   }
-  const auto version = r.Get<uint16_t>();
+  uint16_t version = 0;
+  if (!r.Get(&version)) return WrongSize(message);
   if (version != kVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(what, ": protocol version ", version, " but this libddp speaks ", kVersion));
+    return absl::FailedPreconditionError(absl::StrCat("handshake ", message, ": protocol version ",
+                                                      version, " but this libddp speaks ",
+                                                      kVersion));
   }
-  const auto role = r.Get<uint16_t>();
+  uint16_t role = 0;
+  if (!r.Get(&role)) return WrongSize(message);
   if (role != static_cast<uint16_t>(expected_role)) {
-    return absl::PermissionDeniedError(absl::StrCat(what, ": wrong role ", role));
+    return absl::PermissionDeniedError(absl::StrCat("handshake ", message, ": wrong role ", role));
   }
   return absl::OkStatus();
 }
 
 Mac ComputeMac(absl::string_view token, absl::string_view label, Role role, const Nonce& first,
                const Nonce& second, int32_t server_rank, int32_t client_rank, uint16_t stream) {
-  Writer w;
+  std::string message(label);
+  ByteWriter w(&message);
   w.Put(static_cast<uint16_t>(role));
   w.Put(first);
   w.Put(second);
   w.Put(server_rank);
   w.Put(client_rank);
   w.Put(stream);
-  const std::string message = absl::StrCat(label, w.Take());
   return crypto::HmacSha256(
       token, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(message.data()), message.size()));
 }
@@ -90,28 +63,29 @@ Mac ComputeMac(absl::string_view token, absl::string_view label, Role role, cons
 }  // namespace
 
 std::string EncodeHello(const Hello& hello) {
-  Writer w;
+  std::string out;
+  ByteWriter w(&out);
   w.Put(kMagic);
   w.Put(kVersion);
   w.Put(static_cast<uint16_t>(hello.role));
   w.Put(hello.server_rank);
   w.Put(hello.nonce);
-  return w.Take();
+  return out;
 }
 
 absl::StatusOr<Hello> DecodeHello(absl::string_view bytes, Role expected_role) {
-  if (bytes.size() != kHelloSize) return absl::InternalError("hello has the wrong size");
-  Reader r(bytes);
-  DDP_RETURN_IF_ERROR(CheckPreamble(r, expected_role, "handshake hello"));
+  if (bytes.size() != kHelloSize) return WrongSize("hello");
+  ByteReader r(bytes);
+  DDP_RETURN_IF_ERROR(CheckPreamble(r, expected_role, "hello"));
   Hello hello;
   hello.role = expected_role;
-  hello.server_rank = r.Get<int32_t>();
-  r.Get(&hello.nonce);
+  if (!r.Get(&hello.server_rank) || !r.Get(&hello.nonce)) return WrongSize("hello");
   return hello;
 }
 
 std::string EncodeAuth(const Auth& auth) {
-  Writer w;
+  std::string out;
+  ByteWriter w(&out);
   w.Put(kMagic);
   w.Put(kVersion);
   w.Put(static_cast<uint16_t>(auth.role));
@@ -120,38 +94,41 @@ std::string EncodeAuth(const Auth& auth) {
   w.Put(uint16_t{0});
   w.Put(auth.nonce);
   w.Put(auth.mac);
-  return w.Take();
+  return out;
 }
 
 absl::StatusOr<Auth> DecodeAuth(absl::string_view bytes, Role expected_role) {
-  if (bytes.size() != kAuthSize) return absl::InternalError("auth has the wrong size");
-  Reader r(bytes);
-  DDP_RETURN_IF_ERROR(CheckPreamble(r, expected_role, "handshake auth"));
+  if (bytes.size() != kAuthSize) return WrongSize("auth");
+  ByteReader r(bytes);
+  DDP_RETURN_IF_ERROR(CheckPreamble(r, expected_role, "auth"));
   Auth auth;
   auth.role = expected_role;
-  auth.client_rank = r.Get<int32_t>();
-  auth.stream = r.Get<uint16_t>();
-  r.Get<uint16_t>();
-  r.Get(&auth.nonce);
-  r.Get(&auth.mac);
+  uint16_t reserved = 0;
+  if (!r.Get(&auth.client_rank) || !r.Get(&auth.stream) || !r.Get(&reserved) ||
+      !r.Get(&auth.nonce) || !r.Get(&auth.mac)) {
+    return WrongSize("auth");
+  }
   return auth;
 }
 
 std::string EncodeAccept(const Mac& mac) {
-  Writer w;
+  std::string out;
+  ByteWriter w(&out);
   w.Put(kMagic);
   w.Put(mac);
-  return w.Take();
+  return out;
 }
 
 absl::StatusOr<Mac> DecodeAccept(absl::string_view bytes) {
-  if (bytes.size() != kAcceptSize) return absl::InternalError("accept has the wrong size");
-  Reader r(bytes);
-  if (r.Get<uint32_t>() != kMagic) {
+  if (bytes.size() != kAcceptSize) return WrongSize("accept");
+  ByteReader r(bytes);
+  uint32_t magic = 0;
+  if (!r.Get(&magic)) return WrongSize("accept");
+  if (magic != kMagic) {
     return absl::PermissionDeniedError("handshake accept: not a libddp peer (bad magic)");
   }
   Mac mac;
-  r.Get(&mac);
+  if (!r.Get(&mac)) return WrongSize("accept");
   return mac;
 }
 

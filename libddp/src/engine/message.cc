@@ -1,12 +1,12 @@
 // Negotiation messages: encoding, decoding and agreement checks.
 #include "engine/message.h"
 
-#include <cstring>
 #include <functional>
 #include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bytes.h"
 #include "ddp/errors.h"
 
 namespace ddp::engine {
@@ -15,36 +15,7 @@ namespace {
 constexpr uint32_t kMaxDims = 64;
 constexpr uint32_t kMaxShapes = 1 << 16;
 
-template <typename T>
-void Put(std::string* out, T value) {
-  char raw[sizeof(T)];
-  std::memcpy(raw, &value, sizeof(T));
-  out->append(raw, sizeof(T));
-}
-
-class Reader {
- public:
-  explicit Reader(absl::string_view bytes) : bytes_(bytes) {}
-  template <typename T>
-  bool Get(T* value) {
-    if (bytes_.size() < sizeof(T)) return false;
-    std::memcpy(value, bytes_.data(), sizeof(T));
-    bytes_.remove_prefix(sizeof(T));
-    return true;
-  }
-  bool GetString(size_t n, std::string* s) {
-    if (bytes_.size() < n) return false;
-    s->assign(bytes_.data(), n);
-    bytes_.remove_prefix(n);
-    return true;
-  }
-  bool empty() const { return bytes_.empty(); }
-
- private:
-  absl::string_view bytes_;
-};
-
-bool ReadMeta(Reader& in, TensorMeta* meta) {
+bool ReadMeta(ByteReader& in, TensorMeta* meta) {
   uint8_t kind, type, op;
   uint32_t nshapes;
   if (!in.Get(&kind) || !in.Get(&type) || !in.Get(&op) || !in.Get(&meta->root) ||
@@ -139,34 +110,35 @@ bool operator==(const TensorMeta& a, const TensorMeta& b) {
 }
 
 void AppendRecord(const Record& record, std::string* out) {
-  Put<uint8_t>(out, static_cast<uint8_t>(record.type));
-  Put<uint32_t>(out, static_cast<uint32_t>(record.name.size()));
-  out->append(record.name);
+  ByteWriter w(out);
+  w.Put(static_cast<uint8_t>(record.type));
+  w.Put(static_cast<uint32_t>(record.name.size()));
+  w.PutBytes(record.name);
   if (record.type != Record::Type::kRequest) return;
   const TensorMeta& m = record.meta;
-  Put<uint8_t>(out, static_cast<uint8_t>(m.kind));
-  Put<uint8_t>(out, static_cast<uint8_t>(m.type));
-  Put<uint8_t>(out, static_cast<uint8_t>(m.op));
-  Put(out, m.root);
-  Put(out, m.device);
-  Put(out, m.prescale);
-  Put(out, m.postscale);
-  Put<uint32_t>(out, static_cast<uint32_t>(m.shapes.size()));
+  w.Put(static_cast<uint8_t>(m.kind));
+  w.Put(static_cast<uint8_t>(m.type));
+  w.Put(static_cast<uint8_t>(m.op));
+  w.Put(m.root);
+  w.Put(m.device);
+  w.Put(m.prescale);
+  w.Put(m.postscale);
+  w.Put(static_cast<uint32_t>(m.shapes.size()));
   for (const auto& shape : m.shapes) {
-    Put<uint32_t>(out, static_cast<uint32_t>(shape.size()));
-    for (int64_t d : shape) Put(out, d);
+    w.Put(static_cast<uint32_t>(shape.size()));
+    for (int64_t d : shape) w.Put(d);
   }
 }
 
 absl::StatusOr<std::vector<Record>> ParseRecords(absl::string_view bytes) {
   std::vector<Record> records;
-  Reader in(bytes);
+  ByteReader in(bytes);
   while (!in.empty()) {
     Record r;
     uint8_t type;
     uint32_t name_len;
     bool ok = in.Get(&type) && in.Get(&name_len) && name_len <= (1u << 20) &&
-              in.GetString(name_len, &r.name) && (type == 1 || type == 2);
+              in.GetBytes(name_len, &r.name) && (type == 1 || type == 2);
     r.type = static_cast<Record::Type>(type);
     if (ok && r.type == Record::Type::kRequest) ok = ReadMeta(in, &r.meta);
     if (!ok) {

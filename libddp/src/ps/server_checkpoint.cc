@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
+#include "common/bytes.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "ps/optimizer.h"
@@ -26,48 +27,9 @@ namespace ddp::ps {
 
 namespace {
 
-constexpr char kCheckpointMagic[8] = {'D', 'D', 'P', 'P', 'S', 'C', 'K', '1'};
-
-// Checkpoint records: little-endian raw fields (the file is read back by the same build on the
+// A checkpoint is this magic, then ByteWriter's raw fields (read back by the same build on the
 // same kind of machine; the magic names the format).
-class Writer {
- public:
-  template <typename T>
-  void Put(const T& v) {
-    out_.append(reinterpret_cast<const char*>(&v), sizeof(v));
-  }
-  void Bytes(absl::string_view s) {
-    Put<uint64_t>(s.size());
-    out_.append(s.data(), s.size());
-  }
-  std::string& str() { return out_; }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(absl::string_view in) : in_(in) {}
-  template <typename T>
-  bool Get(T* v) {
-    if (in_.size() < sizeof(T)) return false;
-    std::memcpy(v, in_.data(), sizeof(T));
-    in_.remove_prefix(sizeof(T));
-    return true;
-  }
-  bool Bytes(std::string* s, uint64_t limit) {
-    uint64_t n = 0;
-    if (!Get(&n) || n > limit || n > in_.size()) return false;
-    s->assign(in_.data(), n);
-    in_.remove_prefix(n);
-    return true;
-  }
-  bool done() const { return in_.empty(); }
-
- private:
-  absl::string_view in_;
-};
+constexpr char kCheckpointMagic[8] = {'D', 'D', 'P', 'P', 'S', 'C', 'K', '1'};
 
 }  // namespace
 
@@ -89,8 +51,9 @@ absl::Status ServerCore::WriteCheckpoint() {
   steps_at_checkpoint_ = steps_;
   const std::string path = CheckpointPath();
   if (path.empty()) return absl::OkStatus();
-  Writer wr;
-  wr.str().append(kCheckpointMagic, sizeof(kCheckpointMagic));
+  std::string data;
+  ByteWriter wr(&data);
+  wr.PutBytes(absl::string_view(kCheckpointMagic, sizeof(kCheckpointMagic)));
   wr.Put<int32_t>(config_.server_index);
   wr.Put<int32_t>(config_.num_servers);
   wr.Put<int32_t>(config_.num_workers);
@@ -103,8 +66,8 @@ absl::Status ServerCore::WriteCheckpoint() {
     wr.Put(p.config);
     wr.Put<int64_t>(p.version);
     wr.Put<uint32_t>(p.contributors);
-    wr.Bytes(absl::string_view(p.value->data(), p.value->size()));
-    wr.Bytes(p.optimizer ? p.optimizer->SaveState() : std::string());
+    wr.PutString(absl::string_view(p.value->data(), p.value->size()));
+    wr.PutString(p.optimizer ? p.optimizer->SaveState() : std::string());
     const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
     for (size_t w = 0; w < workers_.size(); ++w) {
       // A sync step in progress is not saved: its pushes count as not received.
@@ -118,7 +81,6 @@ absl::Status ServerCore::WriteCheckpoint() {
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoError(absl::StrCat("parameter server checkpoint: open ", tmp));
-  const std::string& data = wr.str();
   size_t done = 0;
   while (done < data.size()) {
     const ssize_t k = ::write(fd, data.data() + done, data.size() - done);
@@ -168,7 +130,7 @@ absl::Status ServerCore::Restore() {
       std::memcmp(data.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0) {
     return corrupt("not a libddp parameter-server checkpoint");
   }
-  Reader rd(absl::string_view(data).substr(sizeof(kCheckpointMagic)));
+  ByteReader rd(absl::string_view(data).substr(sizeof(kCheckpointMagic)));
   int32_t server = 0, servers = 0, workers = 0;
   uint32_t n = 0;
   if (!rd.Get(&server) || !rd.Get(&servers) || !rd.Get(&workers) || !rd.Get(&n)) {
@@ -187,8 +149,8 @@ absl::Status ServerCore::Restore() {
     Partition p;
     std::string value, state;
     if (!rd.Get(&id) || !rd.Get(&p.config) || !rd.Get(&p.version) || !rd.Get(&p.contributors) ||
-        !rd.Bytes(&value, static_cast<uint64_t>(config_.max_payload_bytes)) ||
-        !rd.Bytes(&state, uint64_t{1} << 40)) {
+        !rd.GetString(&value, static_cast<uint64_t>(config_.max_payload_bytes)) ||
+        !rd.GetString(&state, uint64_t{1} << 40)) {
       return corrupt(absl::StrCat("truncated at partition ", i));
     }
     p.config.key_name[kNameBytes - 1] = 0;
@@ -211,7 +173,7 @@ absl::Status ServerCore::Restore() {
     }
     restored.emplace(id, std::move(p));
   }
-  if (!rd.done()) return corrupt("trailing bytes");
+  if (!rd.empty()) return corrupt("trailing bytes");
   int64_t bytes = 0;
   for (auto& [id, p] : restored) bytes += static_cast<int64_t>(p.bytes);
   parts_ = std::move(restored);

@@ -2,44 +2,41 @@
 #include "transport/notice.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/bytes.h"
 
 namespace ddp::transport {
 
 std::string EncodeNotice(const Notice& notice) {
   const size_t count = std::min(notice.ranks.size(), kMaxNoticeRanks);
   const size_t text = std::min(notice.text.size(), kMaxNoticeText);
-  std::string out(2 + 4 * count + text, '\0');
-  const auto n = static_cast<uint16_t>(count);
-  std::memcpy(out.data(), &n, 2);
-  for (size_t i = 0; i < count; ++i) {
-    const int32_t r = notice.ranks[i];
-    std::memcpy(out.data() + 2 + 4 * i, &r, 4);
-  }
-  std::memcpy(out.data() + 2 + 4 * count, notice.text.data(), text);
+  std::string out;
+  out.reserve(2 + 4 * count + text);
+  ByteWriter w(&out);
+  w.Put(static_cast<uint16_t>(count));
+  for (size_t i = 0; i < count; ++i) w.Put(static_cast<int32_t>(notice.ranks[i]));
+  w.PutBytes(absl::string_view(notice.text).substr(0, text));
   return out;
 }
 
 absl::StatusOr<Notice> DecodeNotice(absl::string_view bytes) {
-  if (bytes.size() < 2) return absl::DataLossError("a truncated notice");
+  ByteReader in(bytes);
   uint16_t count = 0;
-  std::memcpy(&count, bytes.data(), 2);
-  if (count > kMaxNoticeRanks || bytes.size() < 2 + 4 * size_t{count}) {
+  if (!in.Get(&count)) return absl::DataLossError("a truncated notice");
+  if (count > kMaxNoticeRanks || in.remaining() < 4 * size_t{count}) {
     return absl::DataLossError(
         absl::StrCat("a notice claiming ", count, " ranks in ", bytes.size(), " bytes"));
   }
   Notice notice;
   for (size_t i = 0; i < count; ++i) {
-    int32_t r = 0;
-    std::memcpy(&r, bytes.data() + 2 + 4 * i, 4);
-    if (r < 0) return absl::DataLossError(absl::StrCat("a notice naming rank ", r));
-    notice.ranks.push_back(r);
+    int32_t rank = 0;
+    if (!in.Get(&rank)) return absl::DataLossError("a truncated notice");
+    if (rank < 0) return absl::DataLossError(absl::StrCat("a notice naming rank ", rank));
+    notice.ranks.push_back(rank);
   }
-  const absl::string_view text = bytes.substr(2 + 4 * size_t{count});
-  if (text.size() > kMaxNoticeText) return absl::DataLossError("a notice's text is too long");
-  notice.text = std::string(text);
+  if (in.remaining() > kMaxNoticeText) return absl::DataLossError("a notice's text is too long");
+  if (!in.GetBytes(in.remaining(), &notice.text)) return absl::DataLossError("a truncated notice");
   return notice;
 }
 

@@ -1,0 +1,81 @@
+// The byte codec (common/bytes.h) every fixed-layout format goes through: what it writes, and
+// that a read past the end reads nothing.
+#include "common/bytes.h"
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace ddp {
+namespace {
+
+TEST(ByteCodec, FieldsAreTheirBytesInMemoryOneAfterAnother) {
+  std::string out = "x";  // appends to what is there
+  ByteWriter w(&out);
+  w.Put(uint32_t{0x31504444});
+  w.Put(int16_t{-2});
+  w.Put(std::array<uint8_t, 3>{7, 8, 9});
+  w.PutBytes("raw");
+  w.PutString("ab");
+  EXPECT_EQ(out, std::string("xDDP1\xfe\xff\x07\x08\x09raw\x02\0\0\0\0\0\0\0ab", 23));
+}
+
+TEST(ByteCodec, ReadsBackWhatWasWritten) {
+  std::string out;
+  ByteWriter w(&out);
+  w.Put(int64_t{-5});
+  w.Put(2.5);
+  w.PutString("name");
+  w.PutBytes("tail");
+  ByteReader r(out);
+  int64_t i = 0;
+  double d = 0;
+  std::string s;
+  char buffer[4];
+  ASSERT_TRUE(r.Get(&i) && r.Get(&d) && r.GetString(&s, 4));
+  EXPECT_EQ(i, -5);
+  EXPECT_EQ(d, 2.5);
+  EXPECT_EQ(s, "name");
+  EXPECT_EQ(r.remaining(), 4u);
+  ASSERT_TRUE(r.GetBytes(sizeof(buffer), buffer));
+  EXPECT_EQ(std::string(buffer, sizeof(buffer)), "tail");
+  EXPECT_TRUE(r.empty());
+}
+
+TEST(ByteCodec, AReadPastTheEndReadsNothing) {
+  ByteReader r(absl::string_view("\x01\x02\x03", 3));
+  uint32_t v = 7;
+  EXPECT_FALSE(r.Get(&v));
+  EXPECT_EQ(v, 7u);
+  std::string s = "kept";
+  EXPECT_FALSE(r.GetBytes(4, &s));
+  EXPECT_EQ(s, "kept");
+  EXPECT_EQ(r.remaining(), 3u);
+  uint16_t two = 0;
+  ASSERT_TRUE(r.Get(&two));
+  EXPECT_EQ(two, 0x0201);
+  EXPECT_TRUE(r.GetBytes(1, &s));
+  EXPECT_EQ(s, "\x03");
+  EXPECT_TRUE(r.empty());
+}
+
+TEST(ByteCodec, ALengthPrefixOverItsLimitOrThePayloadIsRefused) {
+  std::string out;
+  ByteWriter w(&out);
+  w.PutString("hello");
+  std::string s;
+  EXPECT_FALSE(ByteReader(out).GetString(&s, 4));                            // over the limit
+  EXPECT_FALSE(ByteReader(out.substr(0, out.size() - 1)).GetString(&s, 5));  // truncated
+  EXPECT_FALSE(ByteReader(out.substr(0, 7)).GetString(&s, 5));  // the length itself cut
+  std::string huge;
+  ByteWriter(&huge).Put(~uint64_t{0});
+  EXPECT_FALSE(ByteReader(huge).GetString(&s, ~uint64_t{0}));
+  ByteReader r(out);
+  ASSERT_TRUE(r.GetString(&s, 5));
+  EXPECT_EQ(s, "hello");
+}
+
+}  // namespace
+}  // namespace ddp
