@@ -15,12 +15,12 @@
 #include "collectives/comm_ids.h"
 #include "collectives/communicator.h"
 #include "common/process.h"
+#include "common/wait.h"
 #include "ddp/errors.h"
 #include "nccl/errors.h"
 #include "reduce/epilogue.h"
 #include "reduce/reduce.h"
 #include "transport/matcher.h"
-#include "transport/wait.h"
 
 namespace ddp {
 namespace {
@@ -196,7 +196,7 @@ TEST(Matcher, PerTagInOrderAndGroupsAgreeInConstantTime) {
 }
 
 TEST(Backoff, PausesThenYieldsThenSleepsLonger) {
-  transport::Backoff b({3, 2, absl::Microseconds(10), absl::Microseconds(35)});
+  Backoff b({3, 2, absl::Microseconds(10), absl::Microseconds(35)});
   for (int i = 0; i < 5; ++i) EXPECT_EQ(b.Idle(), absl::ZeroDuration()) << i;
   EXPECT_TRUE(b.sleeping());
   EXPECT_EQ(b.Idle(), absl::Microseconds(10));
@@ -208,15 +208,25 @@ TEST(Backoff, PausesThenYieldsThenSleepsLonger) {
   EXPECT_EQ(b.Idle(), absl::ZeroDuration());
 }
 
+TEST(Backoff, WaitSleepsWhatIdleWouldHaveSaid) {
+  Backoff b({0, 1, absl::Milliseconds(5), absl::Milliseconds(5)});
+  b.Wait();  // the yield
+  EXPECT_TRUE(b.sleeping());
+  const absl::Time start = absl::Now();
+  b.Wait();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(5));
+  EXPECT_EQ(b.idle_rounds(), 2);
+}
+
 TEST(Backoff, FutexWaitsUntilWokenAndReturnsAtOnceOnAChangedWord) {
   std::atomic<uint32_t> word{0};
-  transport::FutexWait(&word, 1, absl::InfiniteDuration(), false);  // not 1: returns at once
+  FutexWait(&word, 1, absl::InfiniteDuration(), false);  // not 1: returns at once
   std::thread waker([&] {
     absl::SleepFor(absl::Milliseconds(20));
     word.store(1);
-    transport::FutexWakeAll(&word, false);
+    FutexWakeAll(&word, false);
   });
-  while (word.load() == 0) transport::FutexWait(&word, 0, absl::Seconds(5), false);
+  while (word.load() == 0) FutexWait(&word, 0, absl::Seconds(5), false);
   waker.join();
   EXPECT_EQ(word.load(), 1u);
 }

@@ -14,11 +14,12 @@
 
 #include <cerrno>
 #include <cstring>
-#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/status.h"
+#include "common/wait.h"
 
 namespace ddp::net {
 namespace {
@@ -196,7 +197,8 @@ absl::StatusOr<Fd> StartConnect(absl::string_view ip, int port) {
 }
 
 absl::StatusOr<Fd> ConnectWithRetry(absl::string_view ip, int port, absl::Time deadline) {
-  absl::Duration backoff = absl::Milliseconds(10);
+  // Retries after sleeps from 10 ms doubling to 0.5 s (a server that is still starting).
+  Backoff backoff({0, 0, absl::Milliseconds(10), absl::Milliseconds(500)});
   absl::Status last;
   while (true) {
     absl::StatusOr<Fd> fd = StartConnect(ip, port);
@@ -215,12 +217,12 @@ absl::StatusOr<Fd> ConnectWithRetry(absl::string_view ip, int port, absl::Time d
     } else {
       last = fd.status();
     }
-    if (absl::Now() + backoff > deadline) {
+    const absl::Duration sleep = backoff.Idle();
+    if (absl::Now() + sleep > deadline) {
       return absl::DeadlineExceededError(
           absl::StrCat("could not connect to ", JoinHostPort(ip, port), ": ", last.message()));
     }
-    std::this_thread::sleep_for(absl::ToChronoMilliseconds(backoff));
-    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+    absl::SleepFor(sleep);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/thread_priority.h"
+#include "common/wait.h"
 #include "nccl/device.h"
 #include "nccl/errors.h"
 #include "nccl/kernels.h"
@@ -149,28 +150,12 @@ struct Comm {
   int set = 0;
 };
 
-// Polls a GPU event and NCCL's state: yields the core for the first 100 us, then sleeps from
-// 20 us doubling to 200 us. A collective's end is seen at most ~200 us late (plus the kernel's
-// timer slack): the engine's next collective and the caller's synchronize wait on it, so a
-// coarser sleep (it grew to 1 ms before) delays every step by up to that much, while 200 us
-// sleeps cost a waiting thread next to nothing.
-class Backoff {
- public:
-  void Pause() {
-    const absl::Time now = absl::Now();
-    if (start_ == absl::InfinitePast()) start_ = now;
-    if (now - start_ < absl::Microseconds(100)) {
-      std::this_thread::yield();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(sleep_us_));
-    sleep_us_ = std::min(sleep_us_ * 2, 200);
-  }
-
- private:
-  absl::Time start_ = absl::InfinitePast();
-  int sleep_us_ = 20;
-};
+// How a GPU event and NCCL's state are polled: 50 rounds that yield the core (of the order of
+// 100 us, the query included), then sleeps from 20 us doubling to 200 us. A collective's end is
+// seen at most ~200 us late (plus the kernel's timer slack): the engine's next collective and the
+// caller's synchronize wait on it, so a coarser sleep delays every step by up to that much, while
+// 200 us sleeps cost a waiting thread next to nothing.
+constexpr Backoff::Policy kPollBackoff{0, 50, absl::Microseconds(20), absl::Microseconds(200)};
 
 class NcclBackend final : public Backend {
  public:
@@ -263,11 +248,11 @@ NcclBackend::~NcclBackend() {
     bool clean = failed_.ok() && ncclCommFinalize(c.comm) != ncclSystemError;
     // Finalize flushes the communicator's pending work with its peers; bounded, then abort.
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    Backoff backoff;
+    Backoff backoff(kPollBackoff);
     ncclResult_t state = ncclInProgress;
     while (clean && absl::Now() < deadline) {
       if (ncclCommGetAsyncError(c.comm, &state) != ncclSuccess || state != ncclInProgress) break;
-      backoff.Pause();
+      backoff.Wait();
     }
     if (clean && state == ncclSuccess) {
       ncclCommDestroy(c.comm);
@@ -328,9 +313,9 @@ absl::Status NcclBackend::Fail(absl::Status status) {
   // never reaches its ready event would hold the stream forever.
   if (stream_ != nullptr) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    Backoff backoff;
+    Backoff backoff(kPollBackoff);
     while (cudaStreamQuery(stream_) == cudaErrorNotReady && absl::Now() < deadline) {
-      backoff.Pause();
+      backoff.Wait();
     }
   }
   if (failed_.ok()) failed_ = status;
@@ -370,7 +355,7 @@ absl::Status NcclBackend::Issue(Comm& c, ncclResult_t r, absl::string_view what)
   if (r == ncclSuccess) return absl::OkStatus();
   if (r != ncclInProgress) return Fail(NcclError(c, r, what));
   const absl::Time deadline = absl::Now() + options_.timeout;
-  Backoff backoff;
+  Backoff backoff(kPollBackoff);
   while (true) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t q = ncclCommGetAsyncError(c.comm, &state);
@@ -378,20 +363,20 @@ absl::Status NcclBackend::Issue(Comm& c, ncclResult_t r, absl::string_view what)
     if (state == ncclSuccess) return absl::OkStatus();
     if (state != ncclInProgress) return Fail(NcclError(c, state, what));
     if (absl::Status s = Check(c, deadline, what); !s.ok()) return Fail(s);
-    backoff.Pause();
+    backoff.Wait();
   }
 }
 
 absl::Status NcclBackend::Complete(Comm& c, absl::string_view what) {
   DDP_CUDA_FAIL(cudaEventRecord(done_, stream_), "recording the done event");
   const absl::Time deadline = absl::Now() + options_.timeout;
-  Backoff backoff;
+  Backoff backoff(kPollBackoff);
   while (true) {
     const cudaError_t q = cudaEventQuery(done_);
     if (q == cudaSuccess) return absl::OkStatus();
     if (q != cudaErrorNotReady) return Fail(CudaError(q, absl::StrCat("NCCL ", what)));
     if (absl::Status s = StillRunning(c, deadline, what); !s.ok()) return Fail(s);
-    backoff.Pause();
+    backoff.Wait();
   }
 }
 

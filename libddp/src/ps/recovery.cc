@@ -10,6 +10,7 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "common/wait.h"
 #include "ddp/errors.h"
 #include "ps/worker.h"
 
@@ -131,6 +132,8 @@ absl::Status ParameterServerImpl::AwaitNewProcess(int s, absl::Time deadline) {
     std::lock_guard<std::mutex> lock(mu);
     old = incarnation[static_cast<size_t>(s)];
   }
+  // A new process takes seconds to start: polls after sleeps from 1 ms doubling to 10 ms.
+  Backoff backoff({0, 0, absl::Milliseconds(1), absl::Milliseconds(10)});
   while (t.peer_incarnation(rank) == old ||
          t.peer_state(rank) != transport::Transport::PeerState::kAlive) {
     {
@@ -146,7 +149,7 @@ absl::Status ParameterServerImpl::AwaitNewProcess(int s, absl::Time deadline) {
               " (DDP_PS_SERVER_RESTART_SECONDS; ddprun --restart-servers restarts servers)")),
           {rank});
     }
-    absl::SleepFor(absl::Milliseconds(10));
+    backoff.Wait();
   }
   return absl::OkStatus();
 }

@@ -11,7 +11,7 @@
 //   - notices (notice.h): the abort a failing rank sends, carrying the ranks its reason blames,
 //     and the goodbye, carrying the ranks that left or failed before it. Attribution is by these
 //     events: whoever hears first names the first cause.
-// Matching is matcher.h's, and waiting wait.h's, also shared by both.
+// Matching is matcher.h's, and waiting common/wait.h's, also shared by both.
 //
 // Locking: each transport has a progress lock (held by whichever thread drives it); the
 // functions marked "progress lock" need it. The small state here has its own lock, taken last.

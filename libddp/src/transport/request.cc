@@ -1,6 +1,6 @@
 // Request completion and waiting.
+#include "common/wait.h"
 #include "transport/transport.h"
-#include "transport/wait.h"
 
 namespace ddp::transport {
 

@@ -58,7 +58,7 @@ struct Descriptor {
 class Request : public std::enable_shared_from_this<Request> {
  public:
   bool Test() const { return state_.load(std::memory_order_acquire) != kPending; }
-  // Blocks (a short spin, then a futex sleep: wait.h) until complete; returns the outcome.
+  // Blocks (a short spin, then a futex sleep: common/wait.h) until complete; returns the outcome.
   absl::Status Wait();
   // Valid once Test() is true.
   const absl::Status& status() const { return status_; }

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <ctime>
 #include <iterator>
-#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -116,8 +115,13 @@ absl::Status ShmDomain::Connect(const std::vector<std::string>& names, absl::Tim
     pids_[static_cast<size_t>(p)] = peers_[static_cast<size_t>(p)].header()->creator_pid;
   }
   // Every peer maps this segment right after reading its name; then nobody needs the name.
-  for (int round = 0; own_.header()->attached.load() < static_cast<uint32_t>(n - 1); ++round) {
-    if (round % 50 == 0) {  // every 10 ms: a peer that gave up, or died, ends the wait now
+  // Between polls, sleeps from 50 us doubling to 1 ms (a join waits once, for peers that are
+  // starting too).
+  Backoff backoff({0, 0, absl::Microseconds(50), absl::Milliseconds(1)});
+  absl::Time next_check = absl::InfinitePast();
+  while (own_.header()->attached.load() < static_cast<uint32_t>(n - 1)) {
+    if (absl::Now() >= next_check) {  // every 10 ms: a peer that gave up, or died, ends the wait
+      next_check = absl::Now() + absl::Milliseconds(10);
       for (int p = 0; p < n; ++p) {
         if (p == config_.local_rank) continue;
         DDP_RETURN_IF_ERROR(GaveUp(p));
@@ -147,7 +151,7 @@ absl::Status ShmDomain::Connect(const std::vector<std::string>& names, absl::Tim
                            "; are they running, or stuck before ddp.init() finished?")),
                        missing);
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    backoff.Wait();
   }
   own_.Unlink();
   return absl::OkStatus();

@@ -17,8 +17,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/wait.h"
 #include "transport/shm/segment.h"
-#include "transport/wait.h"
 
 namespace ddp::transport::shm {
 
@@ -132,8 +132,8 @@ class ShmDomain {
   bool oversubscribed_ = false;
 };
 
-// Waits until `ready()` (wait.h): spins briefly, then may yield, then sleeps on `control`'s futex
-// word, so that ranks sharing cores hand the CPU to the rank they wait for. Between sleeps,
+// Waits until `ready()` (common/wait.h): spins briefly, then may yield, then sleeps on `control`'s
+// futex word, so that ranks sharing cores hand the CPU to the rank they wait for. Between sleeps,
 // `check()` may end the wait with an error.
 template <typename Ready, typename Check>
 absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check);

@@ -18,9 +18,9 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/thread_priority.h"
+#include "common/wait.h"
 #include "ddp/errors.h"
 #include "transport/tcp/tcp_state.h"
-#include "transport/wait.h"
 
 namespace ddp::transport::tcp {
 namespace {

@@ -27,9 +27,9 @@
 #include "absl/time/time.h"
 #include "common/auth.h"
 #include "common/socket.h"
+#include "common/wait.h"
 #include "transport/core.h"
 #include "transport/tcp/frame.h"
-#include "transport/wait.h"
 
 namespace ddp::transport::tcp {
 

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/thread_priority.h"
-#include "transport/wait.h"
+#include "common/wait.h"
 
 namespace ddp::transport::wire {
 namespace {
@@ -33,6 +33,9 @@ constexpr int kSettlePolls = 64;
 // between these bounds, by what the last waits found (WireTransport::yield_budget_).
 constexpr int kMinYields = 16;
 constexpr int kMaxYields = 1800;
+// The progress thread's idle rounds, and shutdown's waits for goodbyes and for the wire to drain:
+// a few yields, then sleeps from 10 us doubling to 0.5 ms between polls.
+constexpr Backoff::Policy kIdleBackoff{0, 4, absl::Microseconds(10), absl::Microseconds(500)};
 // Control messages overtake one another only on a wire without ordering (libfabric RDM), and
 // only by what their sender has in flight at once. A peer this far ahead of its own sequence,
 // or whose early messages hold this much, is broken or hostile: it fails instead of growing the
@@ -622,7 +625,7 @@ void WireTransport::Run() {
   NameThisThread(absl::StrCat("ddp-", wire_name_.substr(0, wire_name_.find(' '))).c_str());
   ApplyCommThreadNice();
   // Backs off to at most 0.5 ms between polls (doorbells and unwaited sends complete here).
-  Backoff backoff({0, 4, absl::Microseconds(10), absl::Microseconds(500)});
+  Backoff backoff(kIdleBackoff);
   for (;;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -746,13 +749,24 @@ absl::Status WireTransport::Shutdown() {
   if (thread_.joinable()) thread_.join();
   std::lock_guard<std::mutex> lock(progress_mu_);
   const absl::Time deadline = absl::Now() + std::min(config_.timeout, absl::Seconds(30));
-  auto sends_pending = [this] {
-    return std::any_of(pending_.begin(), pending_.end(),
-                       [](const auto& kv) { return !kv.second.receive; });
+  // Drives the wire until `done` or `until`: for the sends still pending (what the peers wait
+  // for) it only yields between polls; after them it sleeps as the progress thread does.
+  const auto progress_until = [this](const auto& done, absl::Time until, bool sleep) {
+    Backoff backoff(sleep ? kIdleBackoff : Backoff::Policy{0, 1 << 30});
+    while (!done() && absl::Now() < until) {
+      if (ProgressLocked()) {
+        backoff.Reset();
+      } else {
+        backoff.Wait();
+      }
+    }
   };
-  while (!failed() && sends_pending() && absl::Now() < deadline) {
-    if (!ProgressLocked()) sched_yield();
-  }
+  progress_until(
+      [this] {
+        return failed() || std::none_of(pending_.begin(), pending_.end(),
+                                        [](const auto& kv) { return !kv.second.receive; });
+      },
+      deadline, /*sleep=*/false);
   if (!failed()) {
     const std::string bye = Prefix(kBye, 0, kPrefix) + ByeNotice();
     for (int r = 0; r < config_.size; ++r) {
@@ -762,22 +776,19 @@ absl::Status WireTransport::Shutdown() {
     // Take the peers' goodbyes too when they come soon, so nothing is left in the library's
     // queues (MPI_Finalize wants that), then let the wire finish sending ours.
     const absl::Time grace = std::min(deadline, absl::Now() + absl::Seconds(1));
-    auto all_gone = [this] {
+    const auto all_gone = [this] {
+      if (failed()) return true;
       for (int r = 0; r < config_.size; ++r) {
         if (r != config_.rank && peer_state(r) == PeerState::kAlive) return false;
       }
       return true;
     };
-    while (!failed() && !all_gone() && absl::Now() < grace) {
-      if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    progress_until(all_gone, grace, /*sleep=*/true);
   }
   // After a failure, only the aborts are still worth sending: a dead peer never takes them.
   const absl::Time flush_deadline =
       failed() ? std::min(deadline, absl::Now() + absl::Seconds(2)) : deadline;
-  while (wire_->Busy() && absl::Now() < flush_deadline) {
-    if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
+  progress_until([this] { return !wire_->Busy(); }, flush_deadline, /*sleep=*/true);
   // Anything still pending now can never complete: cancel it, give the wire a moment to hand
   // the buffers back, then abandon it.
   const absl::Status result = health();
@@ -789,10 +800,8 @@ absl::Status WireTransport::Shutdown() {
   }
   if (!pending_.empty()) {
     wire_->Cancel();
-    const absl::Time drain = absl::Now() + absl::Seconds(1);
-    while (!pending_.empty() && absl::Now() < drain) {
-      if (!ProgressLocked()) std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
+    progress_until([this] { return pending_.empty(); }, absl::Now() + absl::Seconds(1),
+                   /*sleep=*/true);
     if (!pending_.empty()) wire_->Abandon();
     while (!pending_.empty()) CompletePending(pending_.begin(), closed);
   }

@@ -29,8 +29,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/wait.h"
 #include "transport/core.h"
-#include "transport/wait.h"
 #include "transport/wire/wire.h"
 
 namespace ddp::transport::wire {

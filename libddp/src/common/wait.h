@@ -1,7 +1,9 @@
 // The one way libddp waits for what another thread or process will do: spin, then yield the
-// core, then sleep. Every waiting loop (a request's owner, the transports' callers and progress
-// threads, the shared-memory allreduce) runs its rounds through a Backoff with a policy of its
-// own, and sleeps on a futex (futex word in shared memory too) or its own condition.
+// core, then sleep. Every loop of libddp that polls for what it waits for (a request's owner, the
+// transports' callers, progress threads and shutdowns, the shared-memory allreduce and join, the
+// NCCL plugin's polls, the parameter server's wait for a restarted server, a connect's retries)
+// runs its rounds through a Backoff with a policy of its own, and sleeps on a futex (futex word in
+// shared memory too), on its own condition, or plainly (Wait).
 //
 // Why in that order: most waits on a busy job end within microseconds, and the CPU's pause
 // instruction costs nothing to the other hyperthread; after a while the rank we wait for may
@@ -15,7 +17,7 @@
 
 #include "absl/time/time.h"
 
-namespace ddp::transport {
+namespace ddp {
 
 // The CPU's spin-wait hint (nothing where there is none).
 inline void CpuPause() {
@@ -43,6 +45,8 @@ class Backoff {
   // A round found nothing to do: pauses or yields here and returns zero, or returns how long
   // the caller should sleep now (it sleeps its own way: a futex, a condition, a poll timeout).
   absl::Duration Idle();
+  // The same for a caller with nothing to sleep on: pauses, yields or sleeps here.
+  void Wait();
   int idle_rounds() const { return idle_; }
   // Whether the next idle round sleeps.
   bool sleeping() const { return idle_ >= policy_.pauses + policy_.yields; }
@@ -78,4 +82,4 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, absl::Duration max, b
 // Wakes every thread (or process) sleeping on `word`.
 void FutexWakeAll(std::atomic<uint32_t>* word, bool shared);
 
-}  // namespace ddp::transport
+}  // namespace ddp

@@ -1,5 +1,5 @@
 // Backoff and the futex calls.
-#include "transport/wait.h"
+#include "common/wait.h"
 
 #include <linux/futex.h>
 #include <sched.h>
@@ -10,7 +10,9 @@
 #include <climits>
 #include <ctime>
 
-namespace ddp::transport {
+#include "absl/time/clock.h"
+
+namespace ddp {
 
 absl::Duration Backoff::Idle() {
   const int round = idle_++;
@@ -25,6 +27,11 @@ absl::Duration Backoff::Idle() {
   // Doubling per sleep, without overflow however long the wait.
   const int doublings = std::min(round - policy_.pauses - policy_.yields, 30);
   return std::min(policy_.sleep * (int64_t{1} << doublings), policy_.max_sleep);
+}
+
+void Backoff::Wait() {
+  const absl::Duration sleep = Idle();
+  if (sleep > absl::ZeroDuration()) absl::SleepFor(sleep);
 }
 
 void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, absl::Duration max, bool shared) {
@@ -44,4 +51,4 @@ void FutexWakeAll(std::atomic<uint32_t>* word, bool shared) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, INT_MAX, nullptr, nullptr, 0);
 }
 
-}  // namespace ddp::transport
+}  // namespace ddp
