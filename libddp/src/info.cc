@@ -6,14 +6,14 @@
 #include "ddp/rendezvous.h"
 #include "mpi/mpi.h"
 #include "nccl/device.h"
-#include "transport/ofi/ofi_wire.h"
+#include "ofi/ofi_wire.h"
 
 namespace ddp {
 
 std::vector<TransportInfo> AvailableTransports() {
   std::vector<TransportInfo> out = {{"tcp", "built in"}, {"shm", "built in"}};
   if (mpi::Available()) out.push_back({"mpi", mpi::Version()});
-  if (transport::ofi::Available()) out.push_back({"ofi", transport::ofi::Version()});
+  if (ofi::Available()) out.push_back({"ofi", ofi::Version()});
   return out;
 }
 

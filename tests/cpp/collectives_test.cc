@@ -20,7 +20,7 @@
 #include "support/conformance.h"
 #include "support/data.h"
 #include "support/multiprocess.h"
-#include "transport/ofi/ofi_wire.h"
+#include "ofi/ofi_wire.h"
 
 namespace ddp::testing {
 namespace {
@@ -137,7 +137,7 @@ class Variants : public ::testing::TestWithParam<Variant> {};
 TEST_P(Variants, AllCollectivesAllTypesAllOps) {
   const Variant& v = GetParam();
   std::string why;
-  if (v.needs_ofi && !transport::ofi::Available(&why)) GTEST_SKIP() << why;
+  if (v.needs_ofi && !ofi::Available(&why)) GTEST_SKIP() << why;
   const uint64_t seed = TestSeed();
   RecordProperty("seed", std::to_string(seed));
   JobSpec spec;
@@ -284,7 +284,7 @@ class OfiLarge : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(OfiLarge, SixteenMiBAllreducesAreExact) {
   std::string why;
-  if (!transport::ofi::Available(&why)) GTEST_SKIP() << why;
+  if (!ofi::Available(&why)) GTEST_SKIP() << why;
   JobSpec spec;
   spec.size = 4;
   spec.env = {
@@ -321,7 +321,7 @@ TEST_P(OfiLarge, SixteenMiBAllreducesAreExact) {
 // of dead processes are swept; a live process's region is left alone.
 TEST(OfiShmRegions, LeftoversOfDeadRanksAreSweptLiveOnesKept) {
   std::string why;
-  if (!transport::ofi::Available(&why)) GTEST_SKIP() << why;
+  if (!ofi::Available(&why)) GTEST_SKIP() << why;
   const pid_t child = ::fork();
   if (child == 0) ::_exit(0);
   ASSERT_GT(child, 0);

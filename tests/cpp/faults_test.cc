@@ -28,7 +28,7 @@
 #include "ddp/context.h"
 #include "ddp/errors.h"
 #include "support/multiprocess.h"
-#include "transport/ofi/ofi_wire.h"
+#include "ofi/ofi_wire.h"
 #include "transport/tcp/frame.h"
 
 namespace ddp::testing {
@@ -654,7 +654,7 @@ class WireFaults : public ::testing::TestWithParam<WireFaultCase> {
  protected:
   void SetUp() override {
     std::string why;
-    if (GetParam().needs_ofi && !transport::ofi::Available(&why)) GTEST_SKIP() << why;
+    if (GetParam().needs_ofi && !ofi::Available(&why)) GTEST_SKIP() << why;
   }
   JobSpec Spec(int n, const std::map<std::string, std::string>& extra) const {
     JobSpec spec;

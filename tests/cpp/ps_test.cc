@@ -37,7 +37,7 @@
 #include "support/check.h"
 #include "support/multiprocess.h"
 #include "support/ps_matrix.h"
-#include "transport/ofi/ofi_wire.h"
+#include "ofi/ofi_wire.h"
 
 namespace ddp::testing {
 namespace {
@@ -376,7 +376,7 @@ class PsMatrix : public ::testing::TestWithParam<Layout> {};
 TEST_P(PsMatrix, SumsExactAsyncOnceStalenessBounded) {
   const Layout& l = GetParam();
   std::string why;
-  if (std::string(l.transport) == "ofi" && !transport::ofi::Available(&why)) GTEST_SKIP() << why;
+  if (std::string(l.transport) == "ofi" && !ofi::Available(&why)) GTEST_SKIP() << why;
   const uint64_t seed = TestSeed();
   RecordProperty("seed", std::to_string(seed));
   JobResult job = RunJob(PsSpec(l), [seed](int /*rank*/) -> absl::Status {

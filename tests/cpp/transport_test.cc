@@ -28,7 +28,7 @@
 #include "support/fake_wire.h"
 #include "support/multiprocess.h"
 #include "transport/liveness.h"
-#include "transport/ofi/ofi_wire.h"
+#include "ofi/ofi_wire.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/wire/wire_transport.h"
 
@@ -113,7 +113,7 @@ class PeerFailure : public ::testing::TestWithParam<Param> {
  protected:
   void SetUp() override {
     std::string why;
-    if (std::string(GetParam().transport) == "ofi" && !transport::ofi::Available(&why)) {
+    if (std::string(GetParam().transport) == "ofi" && !ofi::Available(&why)) {
       GTEST_SKIP() << why;
     }
   }

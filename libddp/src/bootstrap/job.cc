@@ -19,7 +19,7 @@
 #include "common/status.h"
 #include "ddp/errors.h"
 #include "mpi/mpi.h"
-#include "transport/ofi/ofi_wire.h"
+#include "ofi/ofi_wire.h"
 #include "transport/routed.h"
 #include "transport/shm/shm_wire.h"
 #include "transport/tcp/tcp_transport.h"
@@ -101,7 +101,7 @@ class Assembler {
   Plan plan_;
   // Between preparation and connection.
   std::unique_ptr<transport::tcp::TcpTransport> tcp_;
-  std::unique_ptr<transport::ofi::OfiWire> ofi_;
+  std::unique_ptr<ofi::OfiWire> ofi_;
   std::unique_ptr<transport::wire::Wire> mpi_wire_;
   absl::Status shm_error_;  // PrepareShm failed (reported when connecting)
   // Whether this rank waits on anyone, as every transport of it tells its peers (core.h).
@@ -189,7 +189,7 @@ absl::StatusOr<std::string> Assembler::PrepareNet(const std::string& listen_ip) 
     return std::string();
   }
   if (options_.transport == TransportKind::kOfi) {
-    transport::ofi::OfiConfig config;
+    ofi::OfiConfig config;
     config.rank = options_.rank;
     config.size = options_.size;
     config.provider = options_.ofi_provider;
@@ -197,7 +197,7 @@ absl::StatusOr<std::string> Assembler::PrepareNet(const std::string& listen_ip) 
     config.source_ip = listen_ip;
     config.force_mr_local = options_.ofi_mr_local;
     config.max_message_bytes = static_cast<size_t>(options_.ofi_max_message_bytes);
-    DDP_ASSIGN_OR_RETURN(ofi_, transport::ofi::CreateWire(config));
+    DDP_ASSIGN_OR_RETURN(ofi_, ofi::CreateWire(config));
     DDP_LOG(kInfo, "libfabric transport: %s, mr_mode %s", ofi_->Name(), ofi_->mr_mode());
     return ofi_->address();
   }

@@ -51,9 +51,11 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "transport/ofi/ofi_wire.h"
+#include "ofi/ofi_wire.h"
 
-namespace ddp::transport::ofi {
+namespace ddp::ofi {
+
+namespace wire = transport::wire;
 namespace {
 
 constexpr uint64_t kDataBit = uint64_t{1} << 59;
@@ -765,8 +767,8 @@ std::string Version() {
 constexpr OfiPluginApi kApi = {kOfiPluginAbi, Create, Version};
 
 }  // namespace
-}  // namespace ddp::transport::ofi
+}  // namespace ddp::ofi
 
 extern "C" __attribute__((visibility("default"))) const void* ddp_ofi_plugin() {
-  return &ddp::transport::ofi::kApi;
+  return &ddp::ofi::kApi;
 }

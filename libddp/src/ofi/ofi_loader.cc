@@ -1,8 +1,8 @@
 // libddp's side of the libfabric transport: opens libddp_ofi.so on first use.
 #include "common/plugin.h"
-#include "transport/ofi/ofi_wire.h"
+#include "ofi/ofi_wire.h"
 
-namespace ddp::transport::ofi {
+namespace ddp::ofi {
 namespace {
 
 const plugin::Table<OfiPluginApi>& Plugin() {
@@ -27,4 +27,4 @@ absl::StatusOr<std::unique_ptr<OfiWire>> CreateWire(const OfiConfig& config) {
 
 std::string Version() { return Available() ? Plugin().api->version() : Plugin().error; }
 
-}  // namespace ddp::transport::ofi
+}  // namespace ddp::ofi

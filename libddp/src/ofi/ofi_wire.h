@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "transport/wire/wire.h"
 
-namespace ddp::transport::ofi {
+namespace ddp::ofi {
 
 struct OfiConfig {
   int rank = 0;
@@ -27,7 +27,7 @@ struct OfiConfig {
   size_t max_message_bytes = 0;
 };
 
-class OfiWire : public wire::Wire {
+class OfiWire : public transport::wire::Wire {
  public:
   // This endpoint's name (hex), to publish through the bootstrap.
   virtual std::string address() const = 0;
@@ -49,4 +49,4 @@ bool Available(std::string* why = nullptr);
 absl::StatusOr<std::unique_ptr<OfiWire>> CreateWire(const OfiConfig& config);
 std::string Version();
 
-}  // namespace ddp::transport::ofi
+}  // namespace ddp::ofi
