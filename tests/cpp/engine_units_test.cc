@@ -1,5 +1,6 @@
-// Tests for engine/timeline (valid Chrome-trace JSON, also after a crash) and engine/autotune
-// (search order, convergence, change reporting, CSV log, config validation).
+// Tests for engine/timeline (valid Chrome-trace JSON, also after a crash), engine/autotune
+// (search order, convergence, change reporting, CSV log, config validation) and the pool of the
+// engine's outputs.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "engine/autotune.h"
+#include "engine/output_pool.h"
 #include "engine/timeline.h"
 
 namespace ddp::engine {
@@ -647,6 +649,89 @@ TEST(AutotunerTest, CreateFailsWhenCsvCannotBeCreated) {
       << tuner.status();
   EXPECT_NE(tuner.status().message().find("No such file or directory"), absl::string_view::npos)
       << tuner.status();
+}
+
+TEST(OutputPoolTest, ABlockGivenBackIsHandedOutAgainForTheSameSizeOrALittleLess) {
+  OutputPool pool(OutputPool::Limits{});
+  const size_t mib = size_t{1} << 20;
+  size_t capacity = 0;
+  char* a = pool.Acquire(4 * mib, &capacity);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(capacity, 4 * mib);
+  a[0] = 1;
+  a[4 * mib - 1] = 2;  // all of it is usable
+  pool.Release(a, capacity);
+  EXPECT_EQ(pool.idle_blocks(), 1u);
+  EXPECT_EQ(pool.idle_bytes(), 4 * mib);
+  EXPECT_EQ(pool.Acquire(4 * mib, &capacity), a);
+  EXPECT_EQ(capacity, 4 * mib);
+  EXPECT_EQ(pool.idle_blocks(), 0u);
+  pool.Release(a, capacity);
+  char* b = pool.Acquire(3 * mib + mib / 2, &capacity);  // within a quarter: the same block
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(capacity, 4 * mib);
+  pool.Release(b, capacity);
+  char* c = pool.Acquire(2 * mib, &capacity);  // half of it would idle: a new block
+  EXPECT_NE(c, a);
+  EXPECT_EQ(capacity, 2 * mib);
+  EXPECT_EQ(pool.idle_blocks(), 1u);
+  char* d = pool.Acquire(5 * mib, &capacity);  // larger than any: new
+  EXPECT_NE(d, a);
+  pool.Release(c, 2 * mib);
+  pool.Release(d, 5 * mib);
+  EXPECT_EQ(pool.idle_blocks(), 3u);
+  EXPECT_EQ(pool.idle_bytes(), 11 * mib);
+}
+
+TEST(OutputPoolTest, SmallBlocksAreNotKeptAndTheIdleOnesStayWithinTheLimits) {
+  const size_t mib = size_t{1} << 20;
+  OutputPool pool(OutputPool::Limits{mib, 6 * mib, 2});
+  size_t capacity = 0;
+  char* small = pool.Acquire(mib / 2, &capacity);
+  pool.Release(small, capacity);
+  EXPECT_EQ(pool.idle_blocks(), 0u);
+  char* big = pool.Acquire(7 * mib, &capacity);  // above max_idle_bytes on its own
+  pool.Release(big, capacity);
+  EXPECT_EQ(pool.idle_blocks(), 0u);
+  std::vector<char*> blocks;
+  for (int i = 0; i < 3; ++i) blocks.push_back(pool.Acquire(2 * mib, &capacity));
+  for (char* b : blocks) pool.Release(b, 2 * mib);
+  EXPECT_EQ(pool.idle_blocks(), 2u);  // at most 2 blocks: the oldest went
+  EXPECT_EQ(pool.idle_bytes(), 4 * mib);
+  EXPECT_EQ(pool.Acquire(2 * mib, &capacity), blocks[1]);  // the oldest kept first
+  pool.Release(blocks[1], capacity);
+  char* three = pool.Acquire(3 * mib, &capacity);
+  pool.Release(three, capacity);  // 2 + 2 + 3 > 6 MiB: the oldest goes
+  EXPECT_LE(pool.idle_bytes(), 6 * mib);
+  EXPECT_LE(pool.idle_blocks(), 2u);
+}
+
+TEST(OutputPoolTest, AnOutputGivesItsBlockToTheProcesssPoolWhenResizedClearedOrDestroyed) {
+  const size_t mib = size_t{1} << 20;
+  OutputPool& pool = OutputPool::Process();
+  size_t capacity = 0;
+  // Whatever the process's pool held before: a size no other test uses.
+  const size_t bytes = 3 * mib + 12345;
+  char* first = nullptr;
+  {
+    HostOutput out;
+    out.resize(bytes);
+    ASSERT_NE(out.data(), nullptr);
+    EXPECT_EQ(out.size(), bytes);
+    first = out.data();
+    out.data()[bytes - 1] = 7;
+  }
+  char* again = pool.Acquire(bytes, &capacity);
+  EXPECT_EQ(again, first);
+  pool.Release(again, capacity);
+  HostOutput out;
+  out.resize(bytes);
+  EXPECT_EQ(out.data(), first);
+  out.clear();
+  EXPECT_EQ(out.data(), nullptr);
+  EXPECT_EQ(out.size(), 0u);
+  out.resize(0);
+  EXPECT_EQ(out.data(), nullptr);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/output_pool.h"
 
 namespace ddp::nccl {
 struct DoneEvent;  // nccl/device.h
@@ -32,7 +33,7 @@ struct HandleState {
   absl::Status status;  // valid once done
   std::vector<std::function<void(const absl::Status&)>> callbacks;
 
-  std::vector<char> output;  // CPU outputs
+  HostOutput output;  // CPU outputs
   // CUDA outputs (output_device >= 0): GPU memory, freed with the last reference.
   std::shared_ptr<void> device_output;
   size_t device_output_bytes = 0;
