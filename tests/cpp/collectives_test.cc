@@ -17,10 +17,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "ddp/context.h"
+#include "ofi/ofi_wire.h"
 #include "support/conformance.h"
 #include "support/data.h"
 #include "support/multiprocess.h"
-#include "ofi/ofi_wire.h"
 
 namespace ddp::testing {
 namespace {

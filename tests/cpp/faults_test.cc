@@ -27,8 +27,8 @@
 #include "common/socket.h"
 #include "ddp/context.h"
 #include "ddp/errors.h"
-#include "support/multiprocess.h"
 #include "ofi/ofi_wire.h"
+#include "support/multiprocess.h"
 #include "transport/tcp/frame.h"
 
 namespace ddp::testing {

@@ -32,12 +32,12 @@
 #include "common/socket.h"
 #include "common/status.h"
 #include "ddp/errors.h"
+#include "ofi/ofi_wire.h"
 #include "ps/protocol.h"
 #include "ps/server_core.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
 #include "support/ps_matrix.h"
-#include "ofi/ofi_wire.h"
 
 namespace ddp::testing {
 namespace {

@@ -24,11 +24,11 @@
 #include "common/socket.h"
 #include "common/status.h"
 #include "ddp/errors.h"
+#include "ofi/ofi_wire.h"
 #include "support/check.h"
 #include "support/fake_wire.h"
 #include "support/multiprocess.h"
 #include "transport/liveness.h"
-#include "ofi/ofi_wire.h"
 #include "transport/tcp/tcp_transport.h"
 #include "transport/wire/wire_transport.h"
 

@@ -1,5 +1,6 @@
 // The collective operations, over a Communicator. Arguments are validated by their callers (the
-// context for a direct call, the engine for a submitted one); these assume sane pointers and counts.
+// context for a direct call, the engine for a submitted one); these assume sane pointers and
+// counts.
 #pragma once
 
 #include <cstddef>
