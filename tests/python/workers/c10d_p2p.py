@@ -1,9 +1,13 @@
 """send and recv of the 'ddp' backend: blocking and async, matched by tag whatever the order of
 other tags, a ring exchange, batch_isend_irecv, in a later group, several dtypes; recv without
 src= (from any source): on torch 1.13 each send found once, by recv and irecv, the sender named,
-and a timeout in torch's words where nobody sends; on torch 2 refused with the reason. Run as every rank of a job of WORLD_SIZE >= 2 with torch's env://
-variables. Prints "c10d p2p ok <rank>"."""
+and a timeout in torch's words where nobody sends; on torch 2 refused with the reason; sends of
+many tags leave no threads behind. Run as every rank of a job of WORLD_SIZE >= 2 with torch's
+env:// variables. Prints "c10d p2p ok <rank>"."""
+import collections
+import re
 import sys
+import threading
 import time
 from datetime import timedelta
 
@@ -11,6 +15,11 @@ import torch
 import torch.distributed as dist
 
 import ddp.torch  # noqa: F401 - registers the backend
+from ddp.torch import c10d_finish
+
+# Idle threads go after 0.2 s here (10 s by default): every part below runs with finishers and
+# completers coming and going under it.
+c10d_finish.IDLE_SECONDS = 0.2
 
 
 def expect(what, got, want):
@@ -59,6 +68,45 @@ def any_source(rank, size):
             assert time.monotonic() - started >= 1, "failed before the group's timeout"
         else:
             sys.exit("recv from any source with no sender returned")
+
+
+def idle_threads_go(rank, size):
+    """Rank 0 sends rank 1 a tensor under each of 30 tags (a finisher each on both ends); once
+    idle, those finishers are gone, and every group keeps at most one completer; a tag used again
+    gets a finisher anew."""
+    def count():
+        names = [t.name for t in threading.enumerate()]
+        finishers = [n for n in names if re.fullmatch(r"ddp-c10d-p2p\d+>\d+\.\d+", n)]
+        completers = collections.Counter(n.rsplit("-done", 1)[0] for n in names if "-done" in n)
+        return finishers, completers
+
+    tags = range(100, 130)
+    if rank == 0:
+        works = [dist.isend(torch.full((4,), float(tag)), 1, tag=tag) for tag in tags]
+    elif rank == 1:
+        got = {tag: torch.empty(4) for tag in tags}
+        works = [dist.irecv(got[tag], 0, tag=tag) for tag in tags]
+    else:
+        works = []
+    for w in works:
+        w.wait()
+    if rank == 1:
+        for tag in tags:
+            expect(f"tag {tag}", got[tag], torch.full((4,), float(tag)))
+    if rank in (0, 1) and not count()[0]:
+        sys.exit(f"rank {rank}: no transfer finisher seen after 30 tags")
+    deadline = time.monotonic() + 20
+    while True:
+        finishers, completers = count()
+        if not finishers and all(n <= 1 for n in completers.values()):
+            break
+        if time.monotonic() > deadline:
+            sys.exit(f"rank {rank}: idle threads stayed: {finishers} {dict(completers)}")
+        time.sleep(0.1)
+    if rank in (0, 1):  # an old tag again
+        t = torch.full((2,), 7.0) if rank == 0 else torch.empty(2)
+        (dist.send if rank == 0 else dist.recv)(t, 1 - rank, tag=100)
+        expect("tag 100 again", t, torch.full((2,), 7.0))
 
 
 def main():
@@ -115,6 +163,7 @@ def main():
                 sys.exit("recv from any source was not refused")
     else:
         any_source(rank, size)
+    idle_threads_go(rank, size)
     dist.barrier()
     print(f"c10d p2p ok {rank}", flush=True)
     dist.destroy_process_group()

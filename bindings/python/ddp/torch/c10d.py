@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import queue
 import threading
 import time
 from datetime import timedelta
@@ -31,6 +30,7 @@ from torch.futures import Future
 
 from .. import _ddp, _launch, _ops
 from . import _shutdown
+from . import c10d_finish as _finish
 from . import c10d_groups as _groups
 from . import c10d_monitored as _monitored
 from . import c10d_profile as _profile
@@ -165,88 +165,6 @@ def _operation(method, title, inputs_of):
     return wrapper
 
 
-class _Completers:
-    """Threads that complete futures. Completing a future runs its callbacks on the completing
-    thread, and a callback may wait for a later operation of the same group (PowerSGD's hook
-    does): so a completion never runs on the thread that finishes operations, and whenever no
-    completer is idle another one starts (they stay for the process's life)."""
-
-    def __init__(self, group_name):
-        self._name = group_name
-        self._queue = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = 0
-        self._count = 0
-
-    def complete(self, fut, result, error):
-        with self._lock:
-            if self._idle == 0:
-                self._count += 1
-                threading.Thread(target=self._run, daemon=True,
-                                 name=f"ddp-c10d-{self._name}-done{self._count}").start()
-            else:
-                self._idle -= 1
-        self._queue.put((fut, result, error))
-
-    def _run(self):
-        while True:
-            fut, result, error = self._queue.get()
-            with _shutdown.torch_call():
-                if error is not None:
-                    fut.set_exception(error)
-                else:
-                    fut.set_result(result)
-            with self._lock:
-                self._idle += 1
-
-
-def _started_finisher(name):
-    finisher = _Finisher(name)
-    finisher.start()
-    return finisher
-
-
-class _Finisher(threading.Thread):
-    """Finishes a group's operations in issue order: waits for each (without the GIL), runs its
-    completion (copies into the caller's tensors), then hands its future to the completers."""
-
-    def __init__(self, group_name):
-        super().__init__(name=f"ddp-c10d-{group_name}", daemon=True)
-        self._queue = queue.SimpleQueue()
-        self._completers = _Completers(group_name)
-        self.failed = None  # the first error that broke the job: every later operation raises it
-
-    def submit(self, wait, result, event=None):
-        """`wait()` blocks until the operation is done; the future gets `result` (or the error).
-        The operation's profiler event (or None) ends when it does, before its future completes."""
-        fut = Future()
-        self._queue.put((wait, result, fut, event))
-        return fut
-
-    def run(self):
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            wait, result, fut, event = item
-            try:
-                wait()
-            except BaseException as e:  # noqa: BLE001 - every failure reaches the future
-                with _shutdown.torch_call():
-                    _profile.end(event)
-                error = _error(e)
-                if self.failed is None:
-                    self.failed = error
-                self._completers.complete(fut, None, error)
-                continue
-            with _shutdown.torch_call():
-                _profile.end(event)
-            self._completers.complete(fut, result, None)
-
-    def stop(self):
-        self._queue.put(None)
-
-
 if hasattr(_C, "Backend"):
     class _Work(_C.Work):
         """torch 2: a Work over the operation's future whose wait() raises its error (torch's own
@@ -370,9 +288,9 @@ class _Operations:
         else:
             self._set = _groups.make(store, rank, size, timeout)
             name = f"group{self._set - _ddp.FIRST_GROUP}"
-        self._finisher = _Finisher(name)
+        self._finisher = _finish.Finisher(name, _error)
         self._finisher.start()
-        self._p2p = _groups.PointToPoint(store, rank, timeout, _started_finisher)
+        self._p2p = _groups.PointToPoint(store, rank, timeout, self._finisher)
 
     def getBackendName(self):  # noqa: N802 - torch's name
         return NAME
@@ -640,7 +558,7 @@ class _Operations:
         def wait():
             sender, sequence = self._p2p.claim_any(self._size, tag, timed_out)
             handle, _ = self._p2p.transfer(tensor, sender, self._rank, tag, "recv",
-                                           sequence=sequence)
+                                           sequence=sequence, finisher=False)
             handle.wait()
             source.append(sender)
         return _AnySourceWork(self._submit_future([], tensors, finish=lambda _: wait(),

@@ -9,7 +9,7 @@ send and recv ride on the same thing: the first transfer between two ranks of a 
 group of the pair (through that group's store, so both ends make the same one), and a transfer
 is a broadcast from the sender within it, named by sender, receiver, tag and sequence. So a
 recv is matched with the send of the same tag in order, whatever the order of other tags; each
-direction and tag completes in order on a finisher of its own.
+direction and tag completes in order on a finisher of its own, which goes once idle (c10d_finish).
 
 A recv from any source (torch 1.13: its dist.recv asks the backend's own Work for the sender)
 finds its send through the group's store: each send there counts itself under (receiver, tag,
@@ -78,9 +78,9 @@ class PointToPoint:
     """send and recv of one process group: a pair group per peer, made at the first transfer
     between the two (each end makes it on its own first send or recv to the other)."""
 
-    def __init__(self, store, rank, timeout, new_finisher):
+    def __init__(self, store, rank, timeout, group_finisher):
         self._store, self._rank, self._timeout = store, rank, timeout
-        self._new_finisher = new_finisher
+        self._group_finisher = group_finisher  # c10d_finish.Finisher: new streams share its completers
         self._pairs = {}  # peer: group id
         self._finishers = {}  # (sender, receiver, tag): finisher
         self._sequence = Counter()  # (sender, receiver, tag): transfers so far
@@ -102,14 +102,34 @@ class PointToPoint:
         wait on them (a send completes once its recv is posted)."""
         key = (sender, receiver, tag)
         with self._lock:
-            if key not in self._finishers:
-                self._finishers[key] = self._new_finisher(f"p2p{sender}>{receiver}.{tag}")
-            return self._finishers[key]
+            finisher = self._finishers.get(key)
+            if finisher is None:
+                finisher = self._group_finisher.new_stream(
+                    f"p2p{sender}>{receiver}.{tag}", lambda f: self._retire(key, f), self._lock)
+                self._finishers[key] = finisher
+            finisher.reserved += 1  # until its operation is submitted (Finisher.submit)
+            return finisher
 
-    def transfer(self, tensor, sender, receiver, tag, what, sequence=None, announce=False):
+    def _retire(self, key, finisher):
+        """A transfer finisher idle for a while goes, unless reserved (its transfer is on the way
+        to it) or given work meanwhile; the next transfer of its key makes a new one."""
+        with self._lock:
+            if finisher.reserved or not finisher.idle() or self._finishers.get(key) is not finisher:
+                return False
+            del self._finishers[key]
+            return True
+
+    def finishers(self):
+        """How many transfer finishers are alive (tests)."""
+        with self._lock:
+            return len(self._finishers)
+
+    def transfer(self, tensor, sender, receiver, tag, what, sequence=None, announce=False,
+                 finisher=True):
         """Starts moving `tensor` from sender to receiver (one of them this rank); returns the
         engine's handle and the finisher that completes that direction and tag's transfers in
-        order. `sequence`: the transfer's number when claim_any took it already. `announce`
+        order, reserved for it (None with `finisher` False: the caller finishes it elsewhere).
+        `sequence`: the transfer's number when claim_any took it already. `announce`
         (a send, torch 1.13): counted first where a recv from any source looks for it, since
         the receiver of such a recv makes the pair's group, which this waits for, only then."""
         if not tensor.is_contiguous():
@@ -121,7 +141,6 @@ class PointToPoint:
         if announce:
             self._store.add(_any_key(receiver, tag, sender), 1)
         group = self._pair(peer)
-        finisher = self._finisher(sender, receiver, tag)
         if sequence is None:
             with self._lock:
                 key = (sender, receiver, tag)
@@ -130,14 +149,14 @@ class PointToPoint:
         handle = _f.broadcast_async_(tensor, 0 if sender < receiver else 1,
                                      name=f"p2p.{sender}>{receiver}.tag{tag}.{sequence}",
                                      process_set=group)
-        return handle, finisher
+        return handle, (self._finisher(sender, receiver, tag) if finisher else None)
 
     def any_finisher(self):
         """The finisher of this group's recvs from any source (in their issue order, apart from
         every other operation: one may wait long for its sender)."""
         with self._lock:
             if self._any_finisher is None:
-                self._any_finisher = self._new_finisher(f"p2p-any-{self._rank}")
+                self._any_finisher = self._group_finisher.new_stream(f"p2p-any-{self._rank}")
             return self._any_finisher
 
     def claim_any(self, size, tag, timeout_error):
