@@ -31,13 +31,11 @@ class Completers:
         self._lock = threading.Lock()
         self._idle = 0
         self._count = 0
-        self.threads = 0  # alive
 
     def complete(self, fut, result, error):
         with self._lock:
             if self._idle == 0:
                 self._count += 1
-                self.threads += 1
                 threading.Thread(target=self._run, daemon=True,
                                  name=f"ddp-c10d-{self._name}-done{self._count}").start()
             else:
@@ -52,7 +50,6 @@ class Completers:
                 with self._lock:
                     if self._idle > 1:  # others are idle too: this one goes
                         self._idle -= 1
-                        self.threads -= 1
                         return
                 continue
             with _shutdown.torch_call():

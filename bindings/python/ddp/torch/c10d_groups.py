@@ -119,11 +119,6 @@ class PointToPoint:
             del self._finishers[key]
             return True
 
-    def finishers(self):
-        """How many transfer finishers are alive (tests)."""
-        with self._lock:
-            return len(self._finishers)
-
     def transfer(self, tensor, sender, receiver, tag, what, sequence=None, announce=False,
                  finisher=True):
         """Starts moving `tensor` from sender to receiver (one of them this rank); returns the
