@@ -26,7 +26,6 @@ from datetime import timedelta
 
 import torch
 import torch.distributed as dist
-from torch.futures import Future
 
 from .. import _ddp, _launch, _ops
 from . import _shutdown
