@@ -106,6 +106,16 @@ TEST(Engine, BadInputFailsTheHandleAtOnce) {
                                           DataType::kInt32, {2}, ReduceOp::kSum)
                              .Wait(),
                          invalid, {"aligned"}));
+    // The engine is what checks codes (the bindings pass theirs on): refused at the call,
+    // naming the code and libddp's.
+    Handle bad_op = e.AllreduceAsync("op9", v.data(), v.data(), DataType::kFloat32, {2},
+                                     static_cast<ReduceOp>(9));
+    CHECK_OK(Expect(bad_op.refused(), "an unknown op is refused at the call"));
+    CHECK_OK(ExpectError(bad_op.Wait(), absl::StatusCode::kInvalidArgument,
+                         {"allreduce 'op9': unknown reduce op 9", "4 product"}));
+    CHECK_OK(ExpectError(e.AllgatherAsync("type9", v.data(), static_cast<DataType>(9), {1}).Wait(),
+                         absl::StatusCode::kInvalidArgument,
+                         {"allgather 'type9': unknown dtype code 9", "0 f32", "7 i64"}));
     // Empty tensors may come with null buffers (an empty torch tensor's data_ptr() is 0): every
     // kind succeeds, alone and next to a fused neighbour.
     std::vector<int64_t> empty = {0, 4};

@@ -54,15 +54,9 @@ def _shutdown_on_uncaught_exception(hook):
 
 sys.excepthook = _shutdown_on_uncaught_exception(sys.excepthook)
 
-_NUMPY_CODES = {
-    np.dtype(np.float32): _ops.F32,
-    np.dtype(np.float64): _ops.F64,
-    np.dtype(np.float16): _ops.F16,
-    np.dtype(np.int8): _ops.I8,
-    np.dtype(np.uint8): _ops.U8,
-    np.dtype(np.int32): _ops.I32,
-    np.dtype(np.int64): _ops.I64,
-}
+# numpy's dtypes by libddp's code, from the one table (_ops.DTYPE_NAMES); numpy has no bfloat16.
+_NUMPY_CODES = {np.dtype(name): code for code, name in enumerate(_ops.DTYPE_NAMES)
+                if hasattr(np, name)}
 _CODE_DTYPES = {code: dtype for dtype, code in _NUMPY_CODES.items()}
 
 
@@ -83,9 +77,9 @@ class _NumpyAdapter:
         array = _as_array(x, what, label)
         code = _NUMPY_CODES.get(array.dtype) if array.dtype.isnative else None
         if code is None:
+            known = ", ".join(str(d) for d in _NUMPY_CODES)
             raise error(f"ddp.{what}: {label} has dtype {array.dtype}, which libddp does not "
-                        f"reduce (supported: float32, float64, float16, int8, uint8, int32, "
-                        f"int64; bfloat16 through ddp.torch)")
+                        f"reduce (supported: {known}; bfloat16 through ddp.torch)")
         if not array.flags.c_contiguous:
             raise error(f"ddp.{what}: {label} is not contiguous (shape {array.shape}, strides "
                         f"{array.strides}); pass numpy.ascontiguousarray(x)")

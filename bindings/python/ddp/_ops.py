@@ -2,34 +2,34 @@
 
 `ddp` (numpy arrays and buffers) and `ddp.torch` (torch tensors) each supply an adapter that
 turns their tensors into (address, dtype code, shape) and builds results; everything else --
-names, argument checks, handles -- lives here. Nothing is copied unless an API promises a new
-tensor (allreduce without the trailing underscore, broadcast), and the engine-allocated outputs of
-allgather, alltoall and reducescatter are returned as views of the engine's memory.
+names, the conversion of arguments to codes, handles -- lives here. What an operation accepts is
+the engine's to check (docs/architecture.md, "Where arguments are checked"). Nothing is copied
+unless an API promises a new tensor (allreduce without the trailing underscore, broadcast), and
+the engine-allocated outputs of allgather, alltoall and reducescatter are returned as views of
+the engine's memory.
 """
 
 import collections
 import enum
 import math
+import operator
 import warnings
 
 from . import _ddp
 from ._ddp import DDPError, DDPValueError
 
 
-class ReduceOp(enum.IntEnum):
-    """Reduction operations; also exported as ddp.Sum, ddp.Average, ..."""
-
-    SUM = 0
-    AVERAGE = 1
-    MIN = 2
-    MAX = 3
-    PRODUCT = 4
-
-
-# libddp's dtype codes (ddp::DataType).
-F32, F64, F16, BF16, I8, U8, I32, I64 = range(8)
-DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int32", "int64")
-DTYPE_SIZES = (4, 8, 2, 2, 1, 1, 4, 8)
+# libddp's reduce ops and dtypes, by code, as the C++ layer exports them: the one table that the
+# general path, ddp.torch's fast path (bindings/python/src/tensor_path.cc) and the adapters map
+# from, so that they accept the same things. Which codes an operation takes is the engine's to
+# say: the Python layers convert their arguments to codes and check only what the C++ API cannot
+# express (Horovod's argument rules, Adasum, process sets as objects).
+ReduceOp = enum.IntEnum("ReduceOp", [(name, code) for code, name in enumerate(_ddp.reduce_ops)],
+                        module=__name__)
+ReduceOp.__doc__ = "Reduction operations; also exported as ddp.Sum, ddp.Average, ..."
+DTYPE_NAMES = tuple(name for name, _ in _ddp.dtypes)  # "float32", ... (torch's and numpy's)
+DTYPE_SIZES = tuple(size for _, size in _ddp.dtypes)
+DTYPE_CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
 
 WORLD = 0  # the process set of every rank
 
@@ -79,15 +79,25 @@ Adasum = _AdasumOp()
 
 
 def check_op(op, what):
+    """The code of a reduction's op: a ddp.ReduceOp, or an int the engine checks (an unknown one is
+    refused at the call, with the ops libddp has). Adasum is refused here: the engine has no code
+    for it."""
     if op is Adasum:
         raise error(f"ddp.{what}: op Adasum (Horovod's adaptive summation) is not implemented by "
                     f"libddp; use ddp.Average or ddp.Sum", "UNIMPLEMENTED")
+    if isinstance(op, ReduceOp):
+        return op
     try:
-        return ReduceOp(op)
-    except ValueError:
-        raise error(
-            f"ddp.{what}: unknown op {op!r} (use ddp.Sum, ddp.Average, ddp.Min, ddp.Max or "
-            f"ddp.Product)") from None
+        code = operator.index(op)
+    except TypeError:
+        raise error(f"ddp.{what}: op must be ddp.Sum, ddp.Average, ddp.Min, ddp.Max or "
+                    f"ddp.Product, got {op!r}") from None
+    return ReduceOp(code) if code in ReduceOp._value2member_map_ else code
+
+
+def op_name(op):
+    """"SUM", ..., or the code of an op libddp does not have."""
+    return ReduceOp(op).name if op in ReduceOp._value2member_map_ else repr(op)
 
 
 def resolve_op(op, average, what):
@@ -103,13 +113,11 @@ def resolve_op(op, average, what):
 
 
 def check_root(root_rank, process_set, what):
-    """The engine's root (the index in the set) of root_rank, a job rank as in Horovod."""
+    """The engine's root (the index in the set) of root_rank, a job rank as in Horovod. In the
+    world set they are the same, and the engine checks the range."""
     if not isinstance(root_rank, int) or isinstance(root_rank, bool):
         raise error(f"ddp.{what}: root_rank must be an int, got {root_rank!r}")
     if process_set == WORLD:
-        if not 0 <= root_rank < _ddp.size():
-            raise error(f"ddp.{what}: root_rank {root_rank} is out of range for a job of "
-                        f"{_ddp.size()} ranks")
         return root_rank
     members = process_set_ranks(process_set)
     if root_rank not in members:
@@ -590,6 +598,7 @@ def barrier(process_set=WORLD):
     before it and still pending are not waited for (as in Horovod)."""
     require_init("barrier")
     process_set = set_id(process_set, "barrier")
-    native = _ddp.allreduce_async(auto_name("barrier", None, process_set), 0, 0, U8, [0],
-                                  int(ReduceOp.SUM), 1.0, 1.0, process_set, None)
+    native = _ddp.allreduce_async(auto_name("barrier", None, process_set), 0, 0,
+                                  DTYPE_CODES["uint8"], [0], int(ReduceOp.SUM), 1.0, 1.0,
+                                  process_set, None)
     native.wait()

@@ -192,20 +192,29 @@ std::map<std::pair<std::string, int>, uint64_t>& AutoNameCounters() {
 
 }  // namespace
 
+// Conversions only: the engine checks that a code is one of libddp's (EngineImpl's CheckCommon),
+// the parameter server its keys' dtypes. What cannot even be carried is refused here.
 ddp::DataType ToType(int code) {
-  auto type = static_cast<ddp::DataType>(code);
-  if (code < 0 || !ddp::IsValid(type)) {
-    Raise(absl::InvalidArgumentError(absl::StrCat("unknown dtype code ", code)));
+  if (code < 0 || code > 255) {
+    Raise(absl::InvalidArgumentError(absl::StrCat("dtype code ", code, " is out of range")));
   }
-  return type;
+  return static_cast<ddp::DataType>(code);
 }
 
 ddp::ReduceOp ToOp(int code) {
-  auto op = static_cast<ddp::ReduceOp>(code);
-  if (code < 0 || !ddp::IsValid(op)) {
-    Raise(absl::InvalidArgumentError(absl::StrCat("unknown reduce op code ", code)));
+  if (code < 0 || code > 255) {
+    Raise(absl::InvalidArgumentError(absl::StrCat("reduce op ", code, " is out of range")));
   }
-  return op;
+  return static_cast<ddp::ReduceOp>(code);
+}
+
+absl::string_view FrameworkDtypeName(ddp::DataType type) {
+  // By code; torch's and numpy's spelling (numpy has no bfloat16).
+  static constexpr absl::string_view kNames[] = {"float32", "float64", "float16", "bfloat16",
+                                                 "int8",    "uint8",   "int32",   "int64"};
+  static_assert(std::size(kNames) == ddp::kNumDataTypes, "one name per libddp dtype");
+  const auto i = static_cast<size_t>(type);
+  return i < std::size(kNames) ? kNames[i] : "unknown";
 }
 
 std::string AutoName(const std::string& kind, int process_set) {

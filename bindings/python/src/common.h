@@ -64,8 +64,12 @@ bool InstallContext(std::shared_ptr<ddp::Context> context);
 // shutdown(): takes the process's context away; null if there was none.
 std::shared_ptr<ddp::Context> TakeContext();
 
+// A dtype or reduce op code as the engine takes it (the engine checks it is one of libddp's).
 ddp::DataType ToType(int code);
 ddp::ReduceOp ToOp(int code);
+// The name torch and numpy give a libddp dtype ("float32", "bfloat16", ...): the one table from
+// which the torch fast path (torch_objects.cc) and the Python layers (_ddp.dtypes) map dtypes.
+absl::string_view FrameworkDtypeName(ddp::DataType type);
 inline const void* Ptr(uintptr_t address) { return reinterpret_cast<const void*>(address); }
 inline void* MutablePtr(uintptr_t address) { return reinterpret_cast<void*>(address); }
 // -1: CPU memory; else a CUDA device ordinal and the stream (cudaStream_t) it was produced on.

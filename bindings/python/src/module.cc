@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -232,7 +233,18 @@ PYBIND11_MODULE(_ddp, m) {
   m.def("local_size", [] { return Current("local_size")->local_size(); });
   m.def("cross_rank", [] { return Current("cross_rank")->cross_rank(); });
   m.def("cross_size", [] { return Current("cross_size")->cross_size(); });
-  m.def("dtype_size", [](int code) { return ddp::DataTypeSize(ToType(code)); });
+  // What every binding converts to: libddp's dtypes as (name, bytes) and reduce ops as names,
+  // each by code. The Python layers build their dtype maps and ReduceOp from these.
+  py::list dtypes, ops;
+  for (int i = 0; i < ddp::kNumDataTypes; ++i) {
+    const auto type = static_cast<ddp::DataType>(i);
+    dtypes.append(py::make_tuple(std::string(FrameworkDtypeName(type)), ddp::DataTypeSize(type)));
+  }
+  for (int i = 0; i < ddp::kNumReduceOps; ++i) {
+    ops.append(absl::AsciiStrToUpper(ddp::ReduceOpName(static_cast<ddp::ReduceOp>(i))));
+  }
+  m.attr("dtypes") = py::tuple(dtypes);
+  m.attr("reduce_ops") = py::tuple(ops);
   m.def(
       "nccl_built", [] { return ddp::NcclAvailable(); },
       "True when libddp's NCCL backend (libddp_nccl.so) loads: CUDA tensors can be reduced.");

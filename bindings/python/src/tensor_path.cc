@@ -17,10 +17,10 @@
 // renamed it) CUDA tensors take the general path.
 //
 // Anything it does not handle -- another type, a tensor in other memory (meta, MPS...), a sparse
-// or non-contiguous tensor, an unknown dtype or op, an argument of an unusual type, a call before
-// init -- returns NotImplemented, and the caller takes the general path, which raises the same
-// errors it always did. The automatic names come from
-// the same counters (AutoName), so a job may mix both paths freely.
+// or non-contiguous tensor, a dtype libddp does not have, an argument of an unusual type, a call
+// before init -- returns NotImplemented, and the caller takes the general path, which raises the
+// same errors it always did. The automatic names come from the same counters (AutoName), so a job
+// may mix both paths freely.
 #include <Python.h>
 
 #include <array>
@@ -139,9 +139,10 @@ py::object TorchAllreduce(py::handle tensor, py::handle name, py::handle op, py:
   TorchTensor in;
   int64_t op_code = 0, set = 0;
   double pre = 1, post = 1;
+  // The op is converted, not checked: the engine refuses an unknown one, with the message the
+  // general path's call would get, raised by Wrap.
   if (!ReadTensor(torch, tensor.ptr(), &in) || !AsInt64(op.ptr(), &op_code) || op_code < 0 ||
-      op_code > 255 || !ddp::IsValid(static_cast<ddp::ReduceOp>(op_code)) ||
-      !AsDouble(prescale.ptr(), &pre) || !AsDouble(postscale.ptr(), &post) ||
+      op_code > 255 || !AsDouble(prescale.ptr(), &pre) || !AsDouble(postscale.ptr(), &post) ||
       !AsInt64(process_set.ptr(), &set) || set < 0 || set > INT32_MAX) {
     return NotImplemented();
   }

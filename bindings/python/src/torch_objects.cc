@@ -3,6 +3,10 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
+
+#include "common.h"
+
 namespace ddp_python {
 
 namespace py = pybind11;
@@ -19,12 +23,12 @@ TorchObjects& Torch() {
   t->tensor_type = attr("Tensor");
   t->strided = attr("strided");
   t->empty_like = attr("empty_like");
-  const char* names[ddp::kNumDataTypes] = {"float32", "float64", "float16", "bfloat16",
-                                           "int8",    "uint8",   "int32",   "int64"};
   bool ok = t->tensor_type != nullptr && PyType_Check(t->tensor_type) && t->strided != nullptr &&
             t->empty_like != nullptr;
   for (int i = 0; i < ddp::kNumDataTypes; ++i) {
-    t->dtypes[static_cast<size_t>(i)] = attr(names[i]);
+    // The names are the general path's too (_ddp.dtypes): both take the same dtypes.
+    const std::string name(FrameworkDtypeName(static_cast<ddp::DataType>(i)));
+    t->dtypes[static_cast<size_t>(i)] = attr(name.c_str());
     ok = ok && t->dtypes[static_cast<size_t>(i)] != nullptr;
   }
   t->is_cpu = PyUnicode_InternFromString("is_cpu");

@@ -50,11 +50,31 @@ absl::Status CheckLimits(const LocalOp& op, absl::FunctionRef<std::string()> wha
   return absl::OkStatus();
 }
 
-// Scale factors apply to every dtype: integers are scaled in f64 and truncated (Horovod's rule,
-// reduce::Scale).
+// "0 f32, 1 f64, ...": what a message about an unknown code lists.
+template <typename Enum>
+std::string Codes(int count, absl::string_view (*name)(Enum)) {
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", i, " ", name(static_cast<Enum>(i)));
+  }
+  return out;
+}
+
+// The engine is where a dtype or op code is checked: the bindings pass on what their callers gave
+// (the Python layers convert their enums and tensors' dtypes to codes, nothing more), so the
+// message names the code and the ones libddp has. Scale factors apply to every dtype: integers are
+// scaled in f64 and truncated (Horovod's rule, reduce::Scale).
 absl::Status CheckCommon(absl::FunctionRef<std::string()> what, DataType type, ReduceOp op) {
-  if (!IsValid(type)) return absl::InvalidArgumentError(absl::StrCat(what(), ": invalid dtype"));
-  if (!IsValid(op)) return absl::InvalidArgumentError(absl::StrCat(what(), ": invalid op"));
+  if (!IsValid(type)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what(), ": unknown dtype code ", static_cast<int>(type),
+                     " (libddp's: ", Codes(kNumDataTypes, &DataTypeName), ")"));
+  }
+  if (!IsValid(op)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what(), ": unknown reduce op ", static_cast<int>(op),
+                     " (libddp's: ", Codes(kNumReduceOps, &ReduceOpName), ")"));
+  }
   return absl::OkStatus();
 }
 

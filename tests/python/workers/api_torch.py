@@ -1,10 +1,12 @@
 """ddp.torch's collectives on torch tensors of every dtype (bfloat16 included) and op, against
 float64 references; autograd through allreduce; clear errors. Run on N ranks."""
+import fractions
 import sys
 
 import torch
 
 import ddp.torch as ddp
+from ddp import _ops as ddp_ops
 from ddp.torch import functions as _f
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
@@ -60,7 +62,7 @@ def expect_error(name, fn, *fragments):
         for fragment in fragments:
             if fragment not in str(e):
                 sys.exit(f"rank {ddp.rank()}: {name}: error {str(e)!r} lacks {fragment!r}")
-        return
+        return e
     sys.exit(f"rank {ddp.rank()}: {name}: no DDPError raised")
 
 
@@ -146,6 +148,24 @@ def main():
     expect_error("sparse", lambda: ddp.allreduce(torch.ones(2).to_sparse()), "sparse")
     expect_error("numpy", lambda: ddp.allreduce([1.0]), "not a torch.Tensor")
     expect_error("root", lambda: ddp.broadcast(torch.ones(2), -1), "out of range")
+    # The fast path (a dense tensor, plain arguments) and the general path (here taken for a
+    # prescale that is not a float) take the same dtypes and ops from one table and leave
+    # unknown ops to the engine: the same refusal at the call, whichever path.
+    assert [d for d in _f._TORCH_CODES] == [getattr(torch, n) for n in ddp_ops.DTYPE_NAMES]
+    fast = expect_error("fast op", lambda: ddp.allreduce_async(torch.ones(2), name="op9", op=9),
+                        "allreduce 'op9': unknown reduce op 9 (libddp's: 0 sum, 1 average")
+    general = expect_error("general op", lambda: ddp.allreduce_async(
+        torch.ones(2), name="op9", op=9, prescale_factor=fractions.Fraction(1)),
+        "unknown reduce op 9")
+    assert str(fast) == str(general), (str(fast), str(general))
+    for dtype in _f._TORCH_CODES:
+        for prescale in (1.0, fractions.Fraction(1)):
+            t = torch.ones(2, dtype=dtype)
+            assert torch.equal(ddp.allreduce(t, op=ddp.Sum, prescale_factor=prescale),
+                               torch.full((2,), size, dtype=dtype)), (dtype, prescale)
+    expect_error("adasum", lambda: ddp.allreduce_async(torch.ones(2), op=ddp.Adasum), "Adasum")
+    expect_error("op type", lambda: ddp.allreduce_async(torch.ones(2), op="sum"),
+                 "op must be ddp.Sum")
     expect_error("into dtype", lambda: _f._allgather_into_async(torch.ones(2), torch.ones(
         2 * size, dtype=torch.float64)), "float32 but its output float64")
     # An output that does not hold the result fails after the collective, on every rank.

@@ -531,7 +531,7 @@ def _set_of(op):
 def _allreduce_grad(op, grad):
     code = op.get_attr("reduce_op")
     if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
-        raise _ops.error(f"ddp.tensorflow.allreduce: op {ReduceOp(code).name} has no gradient")
+        raise _ops.error(f"ddp.tensorflow.allreduce: op {_ops.op_name(code)} has no gradient")
     return [_ops_lib.ddp_allreduce(grad, _grad_name("allreduce", op),
                                    reduce_op=code,
                                    prescale_factor=op.get_attr("prescale_factor"),
@@ -544,7 +544,7 @@ def _allreduce_grad(op, grad):
 def _grouped_allreduce_grad(op, *grads):
     code = op.get_attr("reduce_op")
     if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
-        raise _ops.error(f"ddp.tensorflow.grouped_allreduce: op {ReduceOp(code).name} has no "
+        raise _ops.error(f"ddp.tensorflow.grouped_allreduce: op {_ops.op_name(code)} has no "
                          f"gradient")
     grads = [tf.zeros_like(x) if g is None else g for g, x in zip(grads, op.inputs[:-1])]
     reduced = _ops_lib.ddp_grouped_allreduce(
@@ -591,7 +591,7 @@ def _alltoall_grad(op, grad):
 def _reducescatter_grad(op, grad):
     code = op.get_attr("reduce_op")
     if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
-        raise _ops.error(f"ddp.tensorflow.reducescatter: op {ReduceOp(code).name} has no "
+        raise _ops.error(f"ddp.tensorflow.reducescatter: op {_ops.op_name(code)} has no "
                          f"gradient")
     process_set = _set_of(op)
     scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")

@@ -9,16 +9,9 @@ from .compression import Compression
 
 Average = ReduceOp.AVERAGE
 
-_TORCH_CODES = {
-    torch.float32: _ops.F32,
-    torch.float64: _ops.F64,
-    torch.float16: _ops.F16,
-    torch.bfloat16: _ops.BF16,
-    torch.int8: _ops.I8,
-    torch.uint8: _ops.U8,
-    torch.int32: _ops.I32,
-    torch.int64: _ops.I64,
-}
+# torch's dtypes by libddp's code: the names are the ones the fast path looks up too
+# (bindings/python/src/torch_objects.cc), so both paths take the same dtypes.
+_TORCH_CODES = {getattr(torch, name): code for code, name in enumerate(_ops.DTYPE_NAMES)}
 _CODE_DTYPES = {code: dtype for dtype, code in _TORCH_CODES.items()}
 
 
@@ -56,8 +49,7 @@ class _TorchAdapter:
         code = _TORCH_CODES.get(t.dtype)
         if code is None:
             raise error(f"ddp.torch.{what}: {label} has dtype {t.dtype}, which libddp does not "
-                        f"reduce (supported: float32, float64, float16, bfloat16, int8, uint8, "
-                        f"int32, int64)")
+                        f"reduce (supported: {', '.join(_ops.DTYPE_NAMES)})")
         if not t.is_contiguous():
             raise error(f"ddp.torch.{what}: {label} is not contiguous (shape {tuple(t.shape)}, "
                         f"stride {t.stride()}); pass t.contiguous()")
@@ -125,7 +117,7 @@ class _AllreduceFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         if ctx.op not in (ReduceOp.SUM, ReduceOp.AVERAGE):
-            raise error(f"ddp.torch.allreduce: op {ReduceOp(ctx.op).name} has no gradient")
+            raise error(f"ddp.torch.allreduce: op {_ops.op_name(ctx.op)} has no gradient")
         reduced = _torch.allreduce(grad.contiguous(), op=ctx.op, prescale_factor=ctx.prescale,
                                    postscale_factor=ctx.postscale, process_set=ctx.process_set)
         return reduced, None, None, None, None, None
@@ -466,18 +458,18 @@ def alltoall(tensor, splits=None, name=None, process_set=0):
     return alltoall_async(tensor, splits, name, process_set).wait()
 
 
-def _reduction_args(name, op, what):
+def _reduction_args(name, op):
     """Horovod's reducescatter takes (tensor, name, ..., op); ddp's own order was (tensor, op,
     name): a ReduceOp where the name goes is the op."""
     if isinstance(name, ReduceOp):
         name, op = (op if isinstance(op, str) else None), name
-    return name, _ops.check_op(Average if op is None else op, what)
+    return name, Average if op is None else op
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=0, prescale_factor=1.0,
                         postscale_factor=1.0):
     """Starts a reduce-scatter; synchronize(handle) returns this rank's rows."""
-    name, op = _reduction_args(name, op, "reducescatter_async")
+    name, op = _reduction_args(name, op)
     return _torch.reducescatter_async(tensor, name, op, prescale_factor, postscale_factor,
                                       process_set)
 
@@ -487,7 +479,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
     """Reduces over ranks and returns this rank's rows of the first dimension; differentiable
     for Sum and Average (the gradient is the allgather of the ranks' gradients, scaled as the
     forward was). `compression` reduces the tensor compressed, returns it decompressed."""
-    name, op = _reduction_args(name, op, "reducescatter")
+    name, op = _reduction_args(name, op)
     if compression is not Compression.none:
         compressed, ctx = compression.compress(tensor)
         return compression.decompress(
@@ -559,14 +551,14 @@ class _AlltoallFunction(torch.autograd.Function):
 class _ReducescatterFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, process_set):
-        ctx.op, ctx.prescale, ctx.postscale = _ops.check_op(op, "reducescatter"), prescale, postscale
+        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
         ctx.process_set = process_set
         return _torch.reducescatter(tensor, op, name, prescale, postscale, process_set)
 
     @staticmethod
     def backward(ctx, grad):
         if ctx.op not in (ReduceOp.SUM, ReduceOp.AVERAGE):
-            raise error(f"ddp.torch.reducescatter: op {ReduceOp(ctx.op).name} has no gradient")
+            raise error(f"ddp.torch.reducescatter: op {_ops.op_name(ctx.op)} has no gradient")
         scale = float(ctx.prescale) * float(ctx.postscale)
         if ctx.op == ReduceOp.SUM:
             scale *= len(_ops.process_set_ranks(ctx.process_set))
@@ -601,7 +593,7 @@ def grouped_allgather(tensors, name=None, process_set=0):
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=0,
                                 prescale_factor=1.0, postscale_factor=1.0):
     """Reduce-scatters of several tensors submitted together; synchronize returns their list."""
-    name, op = _reduction_args(name, op, "grouped_reducescatter_async")
+    name, op = _reduction_args(name, op)
     return _grouped_results("grouped_reducescatter", tensors, name, process_set,
                             lambda t, n: _torch.reducescatter_async(t, n, op, prescale_factor,
                                                                     postscale_factor,
@@ -611,7 +603,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=0,
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=0, prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter of each tensor, submitted together; differentiable for Sum and Average."""
-    name, op = _reduction_args(name, op, "grouped_reducescatter")
+    name, op = _reduction_args(name, op)
     tensors = list(tensors)
     if compression is not Compression.none or any(_wants_grad(t) for t in tensors):
         name = _ops.auto_name("grouped_reducescatter", name, process_set)
@@ -640,8 +632,8 @@ def sparse_allreduce_async(tensor, name=None, op=Average, process_set=0):
                     "ones use allreduce_async)")
     op = _ops.check_op(op, "sparse_allreduce_async")
     if op not in (ReduceOp.SUM, ReduceOp.AVERAGE):
-        raise error(f"ddp.torch.sparse_allreduce_async: op {op.name} is not supported on sparse "
-                    f"tensors (Sum and Average are)")
+        raise error(f"ddp.torch.sparse_allreduce_async: op {_ops.op_name(op)} is not supported on "
+                    f"sparse tensors (Sum and Average are)")
     process_set = _ops.set_id(process_set, "sparse_allreduce_async")
     name = _ops.auto_name("sparse_allreduce", name, process_set)
     t = tensor.coalesce() if not tensor.is_coalesced() else tensor

@@ -216,7 +216,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             # Horovod's sparse path: indices and values allgathered, the union is the gradient.
             if self._op not in (ReduceOp.SUM, ReduceOp.AVERAGE):
                 raise error(f"DistributedOptimizer: '{name}' has a sparse gradient, which op "
-                            f"{self._op.name} cannot reduce (Sum and Average can; or pass "
+                            f"{_ops.op_name(self._op)} cannot reduce (Sum and Average can; or pass "
                             f"sparse_as_dense=True)")
             handle = functions.sparse_allreduce_async(grad, name=name, op=self._op,
                                                       process_set=self._process_set)
