@@ -147,10 +147,10 @@ test:
 	$(MAKE) test-torch2 TORCH2_TESTS='torch and not once'
 	$(call STAMP,test-tf)
 	$(MAKE) test-tf
-	$(call STAMP,test-deploy)
-	$(MAKE) test-deploy
-	$(call STAMP,test-pip)
-	$(MAKE) test-pip
+	@# The deployment checks (one core: linters and a rehearsal that mostly waits) beside pip's
+	@# build of libddp from scratch.
+	$(call STAMP,test-deploy and test-pip)
+	$(MAKE) -j 2 --output-sync=target test-deploy test-pip
 	$(call STAMP,sanitize)
 	$(MAKE) sanitize
 	$(call STAMP,test: done)
@@ -186,7 +186,7 @@ test-tf: build-tf
 test-deploy: build deploy-venv
 	DDP_REQUIRE_DEPLOY_TOOLS=1 $(DEPLOY_VENV)/bin/python -m pytest -q tests/deploy
 
-# `pip install .` from scratch in a clean virtual environment, then a 2-rank job (about 6 min).
+# `pip install .` from scratch in a clean virtual environment, then a 2-rank job (about 3 min).
 test-pip: deps
 	tests/pip_install_test.sh
 
@@ -220,12 +220,14 @@ TSAN_SKIP ?= ReduceTest\.|ReduceIsa|ConversionRandomTest|Hosts/Conformance\..*/U
 sanitize: asan tsan
 
 asan: asan-build
+	$(call STAMP,asan: tests)
 	cd build-asan && DDP_TEST_QUICK=1 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitizers/lsan.supp \
 	  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --output-on-failure -j $(JOBS) -L fast \
 	  -E '$(SANITIZER_SKIP)'
 
 asan-build: deps
+	$(call STAMP,asan: build)
 	cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DDDP_SANITIZE=address,undefined \
 	  -DCMAKE_CXX_FLAGS_DEBUG='-O1 -g1' -DCMAKE_C_FLAGS_DEBUG='-O1 -g1' \
 	  -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DDDP_WERROR=ON -DDDP_FUZZ=OFF \
@@ -283,11 +285,13 @@ fuzz-seeds: fuzz-build
 
 # -O1: TSan's checks are the same; its build is a third faster than at -O2.
 tsan: tsan-build
+	$(call STAMP,tsan: tests)
 	cd build-tsan && DDP_TEST_QUICK=1 \
 	  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tests/sanitizers/tsan.supp \
 	  ctest --output-on-failure -j $(JOBS) -L fast -E '$(SANITIZER_SKIP)|$(TSAN_SKIP)'
 
 tsan-build: deps
+	$(call STAMP,tsan: build)
 	cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_SANITIZE=thread \
 	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO='-O1 -g1 -DNDEBUG' -DCMAKE_C_FLAGS_RELWITHDEBINFO='-O1 -g1 -DNDEBUG' \
 	  -DDDP_WERROR=ON \
