@@ -86,6 +86,21 @@ module "eks" {
   vpc_id     = module.vpc.vpc_id
   subnet_ids = module.vpc.private_subnets
 
+  # Between pods on different nodes the module lets through DNS and TCP 1025-65535 (libddp's and
+  # Open MPI's listening sockets are ephemeral ports); mpirun in a launcher pod reaches its
+  # workers' sshd on 22, which every node group must accept from the others (tests/deploy checks
+  # the jobs' ports against these rules).
+  node_security_group_additional_rules = {
+    ingress_self_ssh = {
+      description = "mpirun's ssh from MPIJob launchers to their workers"
+      protocol    = "tcp"
+      from_port   = 22
+      to_port     = 22
+      type        = "ingress"
+      self        = true
+    }
+  }
+
   addons = {
     coredns                = {}
     kube-proxy             = {}

@@ -274,6 +274,27 @@ def dockerfile_sources(dockerfile: pathlib.Path, root: pathlib.Path = ROOT) -> l
 
 # Terraform ---------------------------------------------------------------------------------
 
+# What installs packages through apt: it needs the package lists, which images remove after each
+# layer that fetched them.
+APT_USERS = ("apt-get install", "apt install", "efa_installer.sh")
+
+
+def apt_lists(dockerfile: pathlib.Path) -> list[str]:
+    """Every RUN that installs with apt fetches the package lists first, in the same layer."""
+    problems = []
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.startswith("RUN "):
+            continue
+        for user in APT_USERS:
+            at = line.find(user)
+            if at >= 0 and "apt-get update" not in line[:at]:
+                problems.append(f"{dockerfile.name}: RUN {line[4:64].strip()}...: {user} without "
+                                "apt-get update before it in the same RUN (an earlier layer "
+                                "removed the package lists)")
+    return problems
+
+
 def terraform_fmt(folder: pathlib.Path) -> list[str]:
     done = subprocess.run(["terraform", "fmt", "-check", "-recursive", "-diff", str(folder)],
                           capture_output=True, text=True)
@@ -358,6 +379,72 @@ def module_inputs(folder: pathlib.Path) -> list[str]:
     return problems
 
 
+# Every job's ranks listen on ephemeral ports (libddp's transports and store, Open MPI's daemons):
+# Linux draws them from 32768-60999 (net.ipv4.ip_local_port_range).
+EPHEMERAL_PORTS = ("tcp", 32768, 60999)
+
+
+def _eks_module(folder: pathlib.Path) -> dict:
+    for blocks in _hcl(folder).values():
+        for block in blocks.get("module", []):
+            for body in block.values():
+                if "terraform-aws-modules/eks/aws" in str(body.get("source")):
+                    return body
+    raise LookupError(f"{folder}: no terraform-aws-modules/eks/aws module")
+
+
+def node_self_ingress(folder: pathlib.Path) -> list[tuple[str, int, int]]:
+    """(protocol, first port, last port) that a node accepts from the cluster's other nodes: the
+    EKS module's own rules (module_inputs.py) and terraform's additional self rules."""
+    from module_inputs import EKS_V21_NODE_SELF_INGRESS, EKS_V21_NODE_SELF_INGRESS_RECOMMENDED
+    eks = _eks_module(folder)
+    allowed = list(EKS_V21_NODE_SELF_INGRESS)
+    recommended = eks.get("node_security_group_enable_recommended_rules", True)
+    if isinstance(recommended, list) and len(recommended) == 1:
+        recommended = recommended[0]
+    if recommended not in (False, "false"):
+        allowed += EKS_V21_NODE_SELF_INGRESS_RECOMMENDED
+    rules = eks.get("node_security_group_additional_rules", {})
+    for block in rules if isinstance(rules, list) else [rules]:
+        for rule in block.values():
+            if rule.get("type") != "ingress" or rule.get("self") not in (True, "true"):
+                continue
+            protocol = str(rule.get("protocol")).lower()
+            if protocol in ("-1", "all"):
+                allowed += [("tcp", 0, 65535), ("udp", 0, 65535)]
+            else:
+                allowed.append((protocol, int(rule["from_port"]), int(rule["to_port"])))
+    return allowed
+
+
+def pod_traffic(overlays: dict[str, list[dict]]) -> list[tuple[str, int, int, str]]:
+    """What the rendered jobs need to reach across nodes: each launcher every port its workers'
+    containers declare (sshd for mpirun), and every rank the others' ephemeral ports."""
+    needs = [(*EPHEMERAL_PORTS, "the ranks' listening sockets (libddp, Open MPI)")]
+    for overlay, docs in overlays.items():
+        for doc in docs:
+            if doc.get("kind") != "MPIJob":
+                continue
+            worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+            for container in worker["containers"]:
+                for port in container.get("ports", []):
+                    number = int(port["containerPort"])
+                    needs.append((port.get("protocol", "TCP").lower(), number, number,
+                                  f"{overlay}: MPIJob {doc['metadata']['name']}: its launcher to "
+                                  f"its workers' {port.get('name', 'port')} ({number})"))
+    return needs
+
+
+def node_traffic(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]:
+    """Every port the jobs use between pods on different nodes is one the nodes' security group
+    lets in from the other nodes (the launcher runs on the system nodes, its workers elsewhere)."""
+    allowed = node_self_ingress(folder)
+    return [f"{why}: {protocol} {first}-{last} is not let in between nodes (terraform/main.tf: "
+            "node_security_group_additional_rules)"
+            for protocol, first, last, why in pod_traffic(overlays)
+            if not any(p == protocol and lo <= first and last <= hi for p, lo, hi in allowed)]
+
+
 def checkov(folder: pathlib.Path) -> list[str]:
     """checkov's Terraform checks; a finding is fixed, or skipped in the code with its reason."""
     done = subprocess.run([tool("checkov"), "-d", str(folder), "--framework", "terraform",
@@ -382,9 +469,10 @@ def main() -> int:
     for name, folder in OVERLAYS.items():
         problems += manifests(kustomize(folder))
     for dockerfile in DOCKERFILES:
-        problems += hadolint(dockerfile) + dockerfile_sources(dockerfile)
+        problems += hadolint(dockerfile) + dockerfile_sources(dockerfile) + apt_lists(dockerfile)
     tf = ROOT / "terraform"
     problems += terraform_parse(tf) + terraform_references(tf) + module_inputs(tf) + checkov(tf)
+    problems += node_traffic(tf, {name: kustomize(folder) for name, folder in OVERLAYS.items()})
     if shutil.which("terraform"):
         problems += terraform_fmt(tf)
     print("\n".join(problems) or "no problems")

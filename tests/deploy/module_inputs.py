@@ -64,3 +64,10 @@ public_subnet_tags private_subnet_tags tags
 """.split())
 
 MODULES = {"terraform-aws-modules/eks/aws": EKS_V21, "terraform-aws-modules/vpc/aws": VPC_V6_USED}
+
+# What the EKS module's node security group lets in from the other nodes (rules with self = true)
+# before any additional rule: node_groups.tf's ingress_self_coredns_tcp/udp, and the recommended
+# ingress_nodes_ephemeral (on unless node_security_group_enable_recommended_rules = false).
+# (protocol, first port, last port).
+EKS_V21_NODE_SELF_INGRESS = [("tcp", 53, 53), ("udp", 53, 53)]
+EKS_V21_NODE_SELF_INGRESS_RECOMMENDED = [("tcp", 1025, 65535)]

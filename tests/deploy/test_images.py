@@ -1,5 +1,5 @@
-"""k8s/image/: both Dockerfiles hadolint-clean, everything they COPY in the repository, and the
-entrypoint's wait for the hostfile's names (what the launcher pod runs before mpirun)."""
+"""k8s/image/: both Dockerfiles hadolint-clean, everything they COPY in the repository, apt's
+package lists there wherever apt installs, and the entrypoint's wait for the hostfile's names (what the launcher pod runs before mpirun)."""
 import os
 import subprocess
 
@@ -31,6 +31,23 @@ def test_hadolint_catches_a_planted_error(tmp_path):
     broken.write_text(dc.DOCKERFILES[0].read_text().replace("FROM debian:12-slim",
                                                             "FROM debian:latest"))
     assert any("DL3007" in line for line in dc.hadolint(broken))
+
+
+@pytest.mark.parametrize("dockerfile", dc.DOCKERFILES, ids=lambda p: p.name)
+def test_apt_has_its_package_lists_wherever_it_installs(dockerfile):
+    assert dc.apt_lists(dockerfile) == []
+
+
+def test_an_installer_run_after_the_lists_went_is_caught(tmp_path):
+    """The EFA installer installs .debs through apt: in a layer after the one that removed the
+    package lists, without fetching them again, their dependencies cannot be resolved."""
+    gpu = dc.DOCKERFILES[1]
+    broken = tmp_path / gpu.name
+    text = gpu.read_text()
+    assert "RUN apt-get update \\\n    && curl" in text
+    broken.write_text(text.replace("RUN apt-get update \\\n    && curl", "RUN curl"))
+    found = "\n".join(dc.apt_lists(broken))
+    assert "efa_installer.sh without apt-get update before it in the same RUN" in found, found
 
 
 @pytest.mark.parametrize("dockerfile", dc.DOCKERFILES, ids=lambda p: p.name)
