@@ -133,11 +133,11 @@ def _resource_problems(where: str, container: dict) -> list[str]:
 
 
 def _quantity(text) -> float:
-    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)?", str(text))
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|m|k|M|G|T)?", str(text))
     if not m:
         raise ValueError(f"quantity {text!r}")
-    scale = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 1e3, "M": 1e6, "G": 1e9,
-             "T": 1e12}
+    scale = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "m": 1e-3, "k": 1e3, "M": 1e6,
+             "G": 1e9, "T": 1e12}
     return float(m.group(1)) * scale.get(m.group(2), 1)
 
 
@@ -379,72 +379,6 @@ def module_inputs(folder: pathlib.Path) -> list[str]:
     return problems
 
 
-# Every job's ranks listen on ephemeral ports (libddp's transports and store, Open MPI's daemons):
-# Linux draws them from 32768-60999 (net.ipv4.ip_local_port_range).
-EPHEMERAL_PORTS = ("tcp", 32768, 60999)
-
-
-def _eks_module(folder: pathlib.Path) -> dict:
-    for blocks in _hcl(folder).values():
-        for block in blocks.get("module", []):
-            for body in block.values():
-                if "terraform-aws-modules/eks/aws" in str(body.get("source")):
-                    return body
-    raise LookupError(f"{folder}: no terraform-aws-modules/eks/aws module")
-
-
-def node_self_ingress(folder: pathlib.Path) -> list[tuple[str, int, int]]:
-    """(protocol, first port, last port) that a node accepts from the cluster's other nodes: the
-    EKS module's own rules (module_inputs.py) and terraform's additional self rules."""
-    from module_inputs import EKS_V21_NODE_SELF_INGRESS, EKS_V21_NODE_SELF_INGRESS_RECOMMENDED
-    eks = _eks_module(folder)
-    allowed = list(EKS_V21_NODE_SELF_INGRESS)
-    recommended = eks.get("node_security_group_enable_recommended_rules", True)
-    if isinstance(recommended, list) and len(recommended) == 1:
-        recommended = recommended[0]
-    if recommended not in (False, "false"):
-        allowed += EKS_V21_NODE_SELF_INGRESS_RECOMMENDED
-    rules = eks.get("node_security_group_additional_rules", {})
-    for block in rules if isinstance(rules, list) else [rules]:
-        for rule in block.values():
-            if rule.get("type") != "ingress" or rule.get("self") not in (True, "true"):
-                continue
-            protocol = str(rule.get("protocol")).lower()
-            if protocol in ("-1", "all"):
-                allowed += [("tcp", 0, 65535), ("udp", 0, 65535)]
-            else:
-                allowed.append((protocol, int(rule["from_port"]), int(rule["to_port"])))
-    return allowed
-
-
-def pod_traffic(overlays: dict[str, list[dict]]) -> list[tuple[str, int, int, str]]:
-    """What the rendered jobs need to reach across nodes: each launcher every port its workers'
-    containers declare (sshd for mpirun), and every rank the others' ephemeral ports."""
-    needs = [(*EPHEMERAL_PORTS, "the ranks' listening sockets (libddp, Open MPI)")]
-    for overlay, docs in overlays.items():
-        for doc in docs:
-            if doc.get("kind") != "MPIJob":
-                continue
-            worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
-            for container in worker["containers"]:
-                for port in container.get("ports", []):
-                    number = int(port["containerPort"])
-                    needs.append((port.get("protocol", "TCP").lower(), number, number,
-                                  f"{overlay}: MPIJob {doc['metadata']['name']}: its launcher to "
-                                  f"its workers' {port.get('name', 'port')} ({number})"))
-    return needs
-
-
-def node_traffic(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]:
-    """Every port the jobs use between pods on different nodes is one the nodes' security group
-    lets in from the other nodes (the launcher runs on the system nodes, its workers elsewhere)."""
-    allowed = node_self_ingress(folder)
-    return [f"{why}: {protocol} {first}-{last} is not let in between nodes (terraform/main.tf: "
-            "node_security_group_additional_rules)"
-            for protocol, first, last, why in pod_traffic(overlays)
-            if not any(p == protocol and lo <= first and last <= hi for p, lo, hi in allowed)]
-
-
 def checkov(folder: pathlib.Path) -> list[str]:
     """checkov's Terraform checks; a finding is fixed, or skipped in the code with its reason."""
     done = subprocess.run([tool("checkov"), "-d", str(folder), "--framework", "terraform",
@@ -472,7 +406,9 @@ def main() -> int:
         problems += hadolint(dockerfile) + dockerfile_sources(dockerfile) + apt_lists(dockerfile)
     tf = ROOT / "terraform"
     problems += terraform_parse(tf) + terraform_references(tf) + module_inputs(tf) + checkov(tf)
-    problems += node_traffic(tf, {name: kustomize(folder) for name, folder in OVERLAYS.items()})
+    import cluster_fit  # uses this module's helpers
+    rendered = {name: kustomize(folder) for name, folder in OVERLAYS.items()}
+    problems += cluster_fit.node_traffic(tf, rendered) + cluster_fit.capacity(tf, rendered)
     if shutil.which("terraform"):
         problems += terraform_fmt(tf)
     print("\n".join(problems) or "no problems")

@@ -100,31 +100,3 @@ def test_checkov_passes_and_catches_a_planted_finding(copy_of):
     found = "\n".join(dc.checkov(broken))
     assert "CKV_AWS_24" in found, found  # port 22 open to the world
 
-
-def test_the_nodes_let_in_what_the_jobs_send_between_them(copy_of):
-    """mpirun's ssh from a launcher pod (system nodes) to its workers (cpu or GPU nodes) crosses
-    the nodes' security group, which lets in only DNS and 1025-65535 unless told otherwise: the
-    check finds the missing rule, and any worker port no rule covers."""
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed here: the overlays cannot be rendered")
-    overlays = {name: dc.kustomize(folder) for name, folder in dc.OVERLAYS.items()}
-    needed = {(p, lo) for p, lo, _, _ in dc.pod_traffic(overlays)}
-    assert ("tcp", 22) in needed and len(needed) >= 2, needed
-    assert dc.node_traffic(TF, overlays) == []
-
-    broken = copy_of("terraform")
-    main = broken / "main.tf"
-    text = main.read_text()
-    assert "from_port   = 22" in text
-    main.write_text(text.replace("from_port   = 22", "from_port   = 2222")
-                    .replace("to_port     = 22", "to_port     = 2222"))
-    found = "\n".join(dc.node_traffic(broken, overlays))
-    for overlay in ("cpu", "gpu-efa"):
-        assert f"{overlay}: MPIJob ddp-digits: its launcher to its workers' ssh (22): tcp 22-22 " \
-               "is not let in between nodes" in found, found
-
-    main.write_text(text.replace("node_security_group_additional_rules = {",
-                                 "node_security_group_enable_recommended_rules = false\n"
-                                 "  node_security_group_additional_rules = {"))
-    found = "\n".join(dc.node_traffic(broken, overlays))
-    assert "the ranks' listening sockets (libddp, Open MPI): tcp 32768-60999" in found, found
