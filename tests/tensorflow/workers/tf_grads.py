@@ -107,6 +107,19 @@ def main():
     for _ in range(2):
         check("allgather gradient in tf.function", gather_step(), want_gather)
 
+    # broadcast's gradient inside a tf.function: the allreduce in it runs on every rank, the
+    # non-roots (whose gradient is zero) included; a zeros_like of its result let TensorFlow fold
+    # it away there, and the root waited for ever.
+    @tf.function
+    def broadcast_step():
+        with tf.GradientTape() as tape:
+            loss = coef * tf.reduce_sum(hvd.broadcast(w, root_rank=root, name="g.bc.fn"))
+        return tape.gradient(loss, w)
+
+    for _ in range(2):
+        check("broadcast gradient in tf.function", broadcast_step(),
+              np.full(4, sum_coef / n if r == root else 0.0))
+
     # A grouped allreduce's gradient.
     with tf.GradientTape() as tape:
         a, b = hvd.grouped_allreduce([w, 2.0 * w], op=hvd.Sum, name="g.grouped")

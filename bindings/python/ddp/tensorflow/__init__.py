@@ -576,7 +576,11 @@ def _broadcast_grad(op, grad):
                                      reduce_op=int(ReduceOp.AVERAGE), process_set=process_set)
     members = _ops.process_set_ranks(process_set)
     if members[op.get_attr("root_rank")] != _ddp.rank():
-        reduced = tf.zeros_like(reduced)
+        # Zero through the result, never tf.zeros_like(reduced): in a graph TensorFlow folds a
+        # zeros_like of a static shape into a constant, the allreduce then feeds nothing and is
+        # pruned on these ranks, and the root waits for it for ever. A gradient must keep its
+        # collective on every rank.
+        reduced = reduced * tf.constant(0, dtype=reduced.dtype)
     return [reduced, None]
 
 
