@@ -18,6 +18,12 @@ def test_gradients_follow_horovods_rules(run_job, np):
     assert result.stdout.count(": ok") == np
 
 
+@pytest.mark.parametrize("np", [3])
+def test_horovods_rank_ops_objects_inplace_broadcast_and_process_sets(run_job, np):
+    result = run_job(np, "tf_extras.py")
+    assert result.stdout.count(": ok") == np
+
+
 def test_a_killed_rank_surfaces_as_a_tensorflow_error_with_libddps_message(run_job):
     result = run_job(3, "tf_killed.py", check=False)
     assert result.returncode != 0  # the launcher reports the killed rank

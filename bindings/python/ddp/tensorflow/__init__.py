@@ -613,3 +613,8 @@ __all__ = [
     "alltoall", "reducescatter", "join", "barrier", "broadcast_variables", "Sum", "Average",
     "Min", "Max", "Product", "Adasum", "DDPError", "Compression", "DistributedGradientTape",
 ]
+
+from . import extras as _extras  # noqa: E402
+from .extras import *  # noqa: E402,F401,F403
+
+__all__ += _extras.__all__

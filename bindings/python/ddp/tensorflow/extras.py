@@ -1,0 +1,88 @@
+"""Horovod's smaller `horovod.tensorflow` helpers: the rank and size as ops, picklable objects
+through the job, broadcast in place, and process sets. Re-exported by ddp.tensorflow."""
+import numpy as np
+import tensorflow as tf
+
+from .. import _ddp, _ops
+from .. import add_process_set, allgather_object as _allgather_object  # noqa: F401
+from .. import broadcast_object as _broadcast_object
+from .. import global_process_set, ProcessSet, remove_process_set  # noqa: F401
+
+
+def _value_op(what, read, name):
+    """An int32 scalar read when the op runs, not when a tf.function is traced: a graph kept
+    across an elastic resize answers with the new job's values, as Horovod's ops do."""
+    _ops.require_init(what)
+
+    def value():
+        return np.int32(read())
+
+    out = tf.py_function(value, [], tf.int32, name=name or what)
+    out.set_shape([])
+    return out
+
+
+def _set_size(process_set_id):
+    return len(_ops.process_set_ranks(_ops.set_id(process_set_id, "size_op")))
+
+
+def rank_op(name=None):
+    """This process's rank in the job, as an op."""
+    return _value_op("rank_op", _ddp.rank, name)
+
+
+def local_rank_op(name=None):
+    """This process's rank on its host, as an op."""
+    return _value_op("local_rank_op", _ddp.local_rank, name)
+
+
+def size_op(process_set_id=0, name=None):
+    """The number of ranks of the job, or of a process set (its id or object), as an op."""
+    _set_size(process_set_id)  # an unknown set fails here, at the call
+    return _value_op("size_op", lambda: _set_size(process_set_id), name)
+
+
+def local_size_op(name=None):
+    """The number of ranks on this host, as an op."""
+    return _value_op("local_size_op", _ddp.local_size, name)
+
+
+def process_set_included_op(process_set_id=0, name=None):
+    """1 if this rank is a member of the process set, else 0, as an op."""
+    _ops.process_set_ranks(_ops.set_id(process_set_id, "process_set_included_op"))
+
+    def included():
+        return int(_ddp.rank() in _ops.process_set_ranks(_ops.set_id(process_set_id)))
+
+    return _value_op("process_set_included_op", included, name)
+
+
+def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=_ops.WORLD):
+    """root_rank's picklable obj on every rank of the set (Horovod's signature; `session`, for
+    TensorFlow 1's sessions, is not used)."""
+    del session
+    return _broadcast_object(obj, root_rank, name=name, process_set=process_set)
+
+
+def allgather_object(obj, session=None, name=None, process_set=_ops.WORLD):
+    """Every rank's picklable obj, as a list in rank order (Horovod's signature)."""
+    del session
+    return _allgather_object(obj, name=name, process_set=process_set)
+
+
+def broadcast_(variables, root_rank, name=None, process_set=_ops.WORLD):
+    """Assigns root_rank's values to the variables on every rank, in place, and returns them
+    (Horovod's in-place broadcast)."""
+    from . import _normalize, broadcast  # the package imports this module
+
+    variables = list(variables)
+    for i, var in enumerate(variables):
+        label = name or getattr(var, "path", None) or getattr(var, "name", "")
+        var.assign(broadcast(var, root_rank, name=f"broadcast_.{i}.{_normalize(label)}",
+                             ignore_name_scope=True, process_set=process_set))
+    return variables
+
+
+__all__ = ["rank_op", "local_rank_op", "size_op", "local_size_op", "process_set_included_op",
+           "broadcast_object", "allgather_object", "broadcast_", "add_process_set",
+           "remove_process_set", "ProcessSet", "global_process_set"]
