@@ -1,5 +1,5 @@
 """Horovod's smaller `horovod.tensorflow` helpers: the rank and size as ops, picklable objects
-through the job, broadcast in place, and process sets. Re-exported by ddp.tensorflow."""
+through the job, broadcast in place, grouped allgather and reducescatter, and process sets. Re-exported by ddp.tensorflow."""
 import numpy as np
 import tensorflow as tf
 
@@ -83,6 +83,33 @@ def broadcast_(variables, root_rank, name=None, process_set=_ops.WORLD):
     return variables
 
 
-__all__ = ["rank_op", "local_rank_op", "size_op", "local_size_op", "process_set_included_op",
+def _each(kind, tensors, name, run):
+    tensors = list(tensors)
+    if not tensors:
+        raise _ops.error(f"ddp.tensorflow.{kind}: needs at least one tensor")
+    return [run(t, None if name is None else f"{name}.{i}") for i, t in enumerate(tensors)]
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
+    """allgather of each tensor, all submitted at once (TensorFlow runs the ops together and the
+    engine negotiates them in one round); differentiable as allgather is."""
+    from . import allgather
+
+    return _each("grouped_allgather", tensors, name, lambda t, n: allgather(
+        t, name=n, ignore_name_scope=ignore_name_scope, process_set=process_set))
+
+
+def grouped_reducescatter(tensors, op=None, name=None, ignore_name_scope=False,
+                          process_set=_ops.WORLD, prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of each tensor (Average unless op=), all submitted at once; differentiable
+    as reducescatter is."""
+    from . import reducescatter
+
+    return _each("grouped_reducescatter", tensors, name, lambda t, n: reducescatter(
+        t, op=op, name=n, ignore_name_scope=ignore_name_scope, process_set=process_set,
+        prescale_factor=prescale_factor, postscale_factor=postscale_factor))
+
+
+__all__ = ["grouped_allgather", "grouped_reducescatter","rank_op", "local_rank_op", "size_op", "local_size_op", "process_set_included_op",
            "broadcast_object", "allgather_object", "broadcast_", "add_process_set",
            "remove_process_set", "ProcessSet", "global_process_set"]
