@@ -91,8 +91,9 @@ def _each(kind, tensors, name, run):
 
 
 def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
-    """allgather of each tensor, all submitted at once (TensorFlow runs the ops together and the
-    engine negotiates them in one round); differentiable as allgather is."""
+    """allgather of each tensor, each its own op (differentiable as allgather is): in a
+    tf.function TensorFlow runs them together and the engine fuses them; eagerly they run one
+    after the other."""
     from . import allgather
 
     return _each("grouped_allgather", tensors, name, lambda t, n: allgather(
@@ -101,8 +102,8 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=_
 
 def grouped_reducescatter(tensors, op=None, name=None, ignore_name_scope=False,
                           process_set=_ops.WORLD, prescale_factor=1.0, postscale_factor=1.0):
-    """reducescatter of each tensor (Average unless op=), all submitted at once; differentiable
-    as reducescatter is."""
+    """reducescatter of each tensor (Average unless op=), each its own op, as grouped_allgather
+    (differentiable as reducescatter is)."""
     from . import reducescatter
 
     return _each("grouped_reducescatter", tensors, name, lambda t, n: reducescatter(
