@@ -41,10 +41,19 @@ Buffer = collections.namedtuple("Buffer", "address code shape owner device strea
                                 defaults=(-1, 0))
 
 
+class DDPNotImplementedError(DDPError, NotImplementedError):
+    """A DDPError that is also a NotImplementedError (code 'UNIMPLEMENTED'): what libddp does not
+    do (Adasum, a sparse tensor with Min), as Horovod raises NotImplementedError for them."""
+
+
 def error(message, code="INVALID_ARGUMENT"):
     """A DDPError raised by the Python layer, with a status code name like the C++ layer's; a bad
-    argument's is a DDPValueError (also a ValueError), as the C++ layer's are."""
-    exc = (DDPValueError if code in _ddp.value_error_codes else DDPError)(message)
+    argument's is a DDPValueError (also a ValueError), as the C++ layer's are, and what libddp
+    does not do a DDPNotImplementedError."""
+    if code == "UNIMPLEMENTED":
+        exc = DDPNotImplementedError(message)
+    else:
+        exc = (DDPValueError if code in _ddp.value_error_codes else DDPError)(message)
     exc.code = code
     return exc
 

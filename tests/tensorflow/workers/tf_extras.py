@@ -1,6 +1,7 @@
 """Horovod's smaller ddp.tensorflow helpers on N ranks: the rank/size ops eager and in a
 tf.function (read when run), objects broadcast and gathered, variables broadcast in place, grouped
-allgather and reducescatter with their gradients, and a process set added, used by size_op and removed. Prints "rank R: ok"."""
+allgather and reducescatter with their gradients, sparse tensors as Horovod reduces them (in a
+grouped allreduce too), and a process set added, used by size_op and removed. Prints "rank R: ok"."""
 import os
 import sys
 
@@ -55,6 +56,33 @@ def main():
     # reducescatter's (Sum, Horovod's rule): the gathered gradient times the set's size.
     expect("grouped_allgather gradient", gx.numpy().tolist(), [[3.0, 3.0]] * (r + 1))
     expect("grouped_reducescatter gradient", gy.numpy().tolist(), [[float(n)] * 3] * (2 * n))
+
+    # Sparse tensors (tf.IndexedSlices), Horovod's way: gathered; Average divides truly (an
+    # integer's becomes a float); other ops and scale factors are NotImplementedError.
+    sparse = tf.IndexedSlices(tf.fill([1, 2], r + 1), tf.constant([r]), tf.constant([n, 2]))
+    summed = hvd.allreduce(sparse, op=hvd.Sum)
+    expect("sparse Sum indices", summed.indices.numpy().tolist(), list(range(n)))
+    expect("sparse Sum values", summed.values.numpy()[:, 0].tolist(), list(range(1, n + 1)))
+    averaged = hvd.allreduce(sparse, op=hvd.Average)
+    expect("sparse Average of integers", averaged.values.numpy()[:, 0].tolist(),
+           [(q + 1) / n for q in range(n)])
+    for what, call in (("Max", lambda: hvd.allreduce(sparse, op=hvd.Max)),
+                       ("prescale", lambda: hvd.allreduce(sparse, op=hvd.Sum,
+                                                          prescale_factor=2.0)),
+                       ("grouped Min", lambda: hvd.grouped_allreduce([sparse], op=hvd.Min))):
+        try:
+            call()
+        except NotImplementedError as e:
+            expect(f"sparse {what} is a DDPError too", isinstance(e, hvd.DDPError), True)
+        else:
+            expect(f"sparse {what}", "no error", "NotImplementedError")
+    dense = tf.fill([2], float(r))
+    mixed = hvd.grouped_allreduce([sparse, dense, sparse], op=hvd.Sum, name="mixed")
+    expect("grouped sparse", [type(m).__name__ for m in mixed],
+           ["IndexedSlices", "EagerTensor", "IndexedSlices"])
+    expect("grouped sparse values", mixed[2].values.numpy()[:, 1].tolist(),
+           list(range(1, n + 1)))
+    expect("grouped dense", mixed[1].numpy().tolist(), [float(n * (n - 1) // 2)] * 2)
 
     evens = hvd.add_process_set(hvd.ProcessSet(list(range(0, n, 2))))
     expect("size_op of a set", int(hvd.size_op(evens)), len(range(0, n, 2)))

@@ -215,25 +215,14 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     """op over the ranks of `tensor` (Average unless op=; Horovod's deprecated average= too),
     scaled by prescale_factor before and postscale_factor after. Sparse tensors
     (tf.IndexedSlices) are allgathered, as Horovod does (values and indices), which is their sum;
-    Average divides the values by the set's size."""
+    Average divides the values by the set's size (true division: integers become floats)."""
     del device_dense, device_sparse  # CPU tensors; GPU ones are staged by TensorFlow
     _ready("allreduce")
     _not_in_xla("allreduce")
     code = _op_code(op, average, "allreduce")
     if isinstance(tensor, tf.IndexedSlices):
-        if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
-            raise _ops.error("ddp.tensorflow.allreduce: a sparse tensor (IndexedSlices) reduces "
-                             "with Sum or Average only")
-        values = allgather(tensor.values, name=None if name is None else name + ".values",
-                           process_set=process_set, ignore_name_scope=ignore_name_scope)
-        indices = allgather(tensor.indices, name=None if name is None else name + ".indices",
-                            process_set=process_set, ignore_name_scope=ignore_name_scope)
-        scale = float(prescale_factor) * float(postscale_factor)
-        if code == int(ReduceOp.AVERAGE):
-            scale /= len(_ops.process_set_ranks(process_set))
-        if scale != 1.0:
-            values = values * tf.cast(scale, values.dtype)
-        return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+        return _sparse_allreduce(tensor, code, prescale_factor, postscale_factor, name,
+                                 process_set, ignore_name_scope, "allreduce")
     tensor = tf.convert_to_tensor(tensor)
     compressed, ctx = (tensor, None) if compression is None else compression.compress(tensor)
     reduced = _ops_lib.ddp_allreduce(
@@ -244,22 +233,50 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     return reduced if compression is None else compression.decompress(reduced, ctx)
 
 
+def _sparse_allreduce(slices, code, prescale_factor, postscale_factor, name, process_set,
+                      ignore_name_scope, what):
+    """Horovod's sparse reduction: values and indices allgathered (their union is the sum). Sum
+    and Average only, and no scale factors, as in Horovod (NotImplementedError otherwise)."""
+    if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
+        raise _ops.error(f"ddp.tensorflow.{what}: a sparse tensor (tf.IndexedSlices) reduces "
+                         f"with Sum or Average only, not {_ops.op_name(code)}", "UNIMPLEMENTED")
+    if float(prescale_factor) != 1.0 or float(postscale_factor) != 1.0:
+        raise _ops.error(f"ddp.tensorflow.{what}: prescale_factor and postscale_factor are not "
+                         f"supported with a sparse tensor (tf.IndexedSlices), as in Horovod",
+                         "UNIMPLEMENTED")
+    values = allgather(slices.values, name=None if name is None else name + ".values",
+                       process_set=process_set, ignore_name_scope=ignore_name_scope)
+    indices = allgather(slices.indices, name=None if name is None else name + ".indices",
+                        process_set=process_set, ignore_name_scope=ignore_name_scope)
+    if code == int(ReduceOp.AVERAGE):
+        values = values / len(_ops.process_set_ranks(process_set))
+    return tf.IndexedSlices(values, indices, dense_shape=slices.dense_shape)
+
+
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=None,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
                       process_set=_ops.WORLD, ignore_name_scope=False):
-    """allreduce of every tensor, negotiated and reduced as one unit (one per dtype)."""
+    """allreduce of every tensor, negotiated and reduced as one unit (one per dtype); sparse
+    ones (tf.IndexedSlices) allgathered as allreduce does them."""
     del device_dense, device_sparse
     _ready("grouped_allreduce")
     _not_in_xla("grouped_allreduce")
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = [t if isinstance(t, tf.IndexedSlices) else tf.convert_to_tensor(t)
+               for t in tensors]
     if not tensors:
         raise _ops.error("ddp.tensorflow.grouped_allreduce: needs at least one tensor")
     code = _op_code(op, average, "grouped_allreduce")
-    group = _name_of("grouped_allreduce", tensors[0], name, process_set, ignore_name_scope)
+    group = _name_of("grouped_allreduce", getattr(tensors[0], "values", tensors[0]), name,
+                     process_set, ignore_name_scope)
+    out = [None] * len(tensors)
     by_dtype = {}
     for i, t in enumerate(tensors):
-        by_dtype.setdefault(t.dtype, []).append(i)
-    out = [None] * len(tensors)
+        if isinstance(t, tf.IndexedSlices):
+            out[i] = _sparse_allreduce(t, code, prescale_factor, postscale_factor,
+                                       f"{group}.sparse.{i}", process_set, True,
+                                       "grouped_allreduce")
+        else:
+            by_dtype.setdefault(t.dtype, []).append(i)
     for k, (dtype, members) in enumerate(by_dtype.items()):
         pairs = [(tensors[i], None) if compression is None else compression.compress(tensors[i])
                  for i in members]
@@ -515,9 +532,14 @@ def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_gro
                                process_set=process_set, ignore_name_scope=True)
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices):
-            out[i] = allreduce(g, op=op, postscale_factor=scale if scaled else 1.0,
-                               name=f"{name}.sparse{i}", process_set=process_set,
-                               ignore_name_scope=True)
+            # The scale is the optimizer's (aggregation over steps), not a user's factor, which
+            # sparse reductions refuse as Horovod's do: applied here, to the gathered values.
+            r = _sparse_allreduce(g, _op_code(op, None, what), 1.0, 1.0, f"{name}.sparse{i}",
+                                  process_set, True, what)
+            if scaled and scale != 1.0:
+                r = tf.IndexedSlices(r.values * tf.cast(scale, r.values.dtype), r.indices,
+                                     dense_shape=r.dense_shape)
+            out[i] = r
     return out
 
 
