@@ -1,7 +1,7 @@
 """Horovod's smaller ddp.tensorflow helpers on N ranks: the rank/size ops eager and in a
 tf.function (read when run), objects broadcast and gathered, variables broadcast in place, grouped
 allgather and reducescatter with their gradients, sparse tensors as Horovod reduces them (in a
-grouped allreduce too), and a process set added, used by size_op and removed. Prints "rank R: ok"."""
+grouped allreduce too), dtypes libddp does not have moved as bytes, and a process set added, used by size_op and removed. Prints "rank R: ok"."""
 import os
 import sys
 
@@ -83,6 +83,35 @@ def main():
     expect("grouped sparse values", mixed[2].values.numpy()[:, 1].tolist(),
            list(range(1, n + 1)))
     expect("grouped dense", mixed[1].numpy().tolist(), [float(n * (n - 1) // 2)] * 2)
+
+    # Dtypes libddp does not reduce move as their bytes (allgather, broadcast, alltoall).
+    for dtype in (tf.int16, tf.uint16, tf.bool, tf.complex64, tf.uint32):
+        mine = tf.cast(tf.fill([r + 1, 2], r + 1), dtype)
+        got = hvd.allgather(mine, name=f"bytes.ag.{dtype.name}")
+        want = [[bool(q + 1) if dtype == tf.bool else q + 1] * 2 for q in range(n)
+                for _ in range(q + 1)]
+        expect(f"allgather {dtype.name}", (got.dtype, got.numpy().tolist()), (dtype, want))
+        got = hvd.broadcast(tf.cast(tf.constant(r + 1), dtype), root_rank=n - 1,
+                            name=f"bytes.bc.{dtype.name}")
+        expect(f"broadcast {dtype.name} scalar", (got.shape, got.numpy().item()),
+               (tf.TensorShape([]), True if dtype == tf.bool else n))
+    in_function = tf.function(lambda: hvd.allgather(tf.cast(tf.fill([r + 1, 2], r), tf.int16)))
+    expect("allgather int16 in tf.function", in_function().numpy()[:, 1].tolist(),
+           [q for q in range(n) for _ in range(q + 1)])
+    rows = tf.cast(tf.reshape(tf.range(2 * n) + 100 * r, [2 * n, 1]), tf.int16)
+    got = hvd.alltoall(rows, name="bytes.a2a")
+    expect("alltoall int16", got.numpy()[:, 0].tolist(),
+           [100 * q + 2 * r + k for q in range(n) for k in range(2)])
+    got, received = hvd.alltoall(tf.cast(tf.ones([n, 3]), tf.bool), splits=[1] * n,
+                                 name="bytes.a2av")
+    expect("alltoall bool with splits", (got.dtype, got.shape, received.numpy().tolist()),
+           (tf.bool, tf.TensorShape([n, 3]), [1] * n))
+    try:
+        hvd.allgather(tf.constant(["a"]))
+    except hvd.DDPError as e:
+        expect("a string is refused", "fixed size" in str(e), True)
+    else:
+        expect("a string is refused", "no error", "DDPError")
 
     evens = hvd.add_process_set(hvd.ProcessSet(list(range(0, n, 2))))
     expect("size_op of a set", int(hvd.size_op(evens)), len(range(0, n, 2)))

@@ -289,11 +289,41 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     return out
 
 
+# The dtypes the ops take as they are (libddp's); what only moves data (allgather, broadcast,
+# alltoall) takes any other fixed-size dtype as its bytes, as Horovod takes int16 or bool.
+_NATIVE = frozenset(tf.as_dtype(name) for name in _ops.DTYPE_NAMES)
+
+
+def _as_bytes(tensor, what):
+    """(uint8 rows of `tensor`: first dimension x bytes per row, a function that turns such rows
+    back into the dtype and trailing shape). A scalar is one row."""
+    dtype = tensor.dtype
+    if dtype == tf.string or dtype.size == 0:
+        raise _ops.error(f"ddp.tensorflow.{what}: {dtype.name} has no fixed size; libddp moves "
+                         f"fixed-size dtypes only")
+    raw = tf.cast(tensor, tf.uint8) if dtype == tf.bool else tf.bitcast(tensor, tf.uint8)
+    shape = tf.shape(tensor)
+    scalar = tensor.shape.rank == 0
+    rows = tf.reshape(raw, [1, -1] if scalar else tf.concat([shape[:1], [-1]], 0))
+
+    def back(moved):
+        dims = [] if scalar else [tf.constant([-1]), shape[1:]]
+        if dtype.size > 1 and dtype != tf.bool:
+            dims.append(tf.constant([dtype.size]))
+        full = tf.reshape(moved, tf.concat(dims, 0) if dims else tf.constant([], tf.int32))
+        return tf.cast(full, tf.bool) if dtype == tf.bool else tf.bitcast(full, dtype)
+
+    return rows, back
+
+
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=_ops.WORLD):
     """Every rank's tensor concatenated along the first dimension (which may differ)."""
     _ready("allgather")
     _not_in_xla("allgather")
     tensor = tf.convert_to_tensor(tensor)
+    if tensor.dtype not in _NATIVE:
+        rows, back = _as_bytes(tensor, "allgather")
+        return back(allgather(rows, name, ignore_name_scope, process_set))
     return _ops_lib.ddp_allgather(
         tensor, _name_of("allgather", tensor, name, process_set, ignore_name_scope),
         process_set=_ops.set_id(process_set))
@@ -304,6 +334,9 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False, process_set
     _ready("broadcast")
     _not_in_xla("broadcast")
     tensor = tf.convert_to_tensor(tensor)
+    if tensor.dtype not in _NATIVE:
+        rows, back = _as_bytes(tensor, "broadcast")
+        return back(broadcast(rows, root_rank, name, ignore_name_scope, process_set))
     root = _ops.check_root(root_rank, process_set, "broadcast")
     return _ops_lib.ddp_broadcast(
         tensor, _name_of("broadcast", tensor, name, process_set, ignore_name_scope),
@@ -318,6 +351,12 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     _ready("alltoall")
     _not_in_xla("alltoall")
     tensor = tf.convert_to_tensor(tensor)
+    if tensor.dtype not in _NATIVE:
+        rows, back = _as_bytes(tensor, "alltoall")
+        if splits is None:
+            return back(alltoall(rows, None, name, ignore_name_scope, process_set))
+        moved, received = alltoall(rows, splits, name, ignore_name_scope, process_set)
+        return back(moved), received
     name = _name_of("alltoall", tensor, name, process_set, ignore_name_scope)
     set_id = _ops.set_id(process_set)
     if splits is None:
