@@ -155,6 +155,11 @@ void Await(OpKernelContext* ctx, ddp_handle* handle, AsyncOpKernel::DoneCallback
             return;
           }
         }
+        // Ranks that disagree on the tensor (shape, dtype, root...) are Horovod's
+        // FailedPreconditionError in TensorFlow, where libddp says INVALID_ARGUMENT.
+        if (code == DDP_ERR_INVALID_ARGUMENT && ddp_handle_disagreement(p->handle) != 0) {
+          code = DDP_ERR_FAILED_PRECONDITION;
+        }
         p->Complete(StatusOf(code, message));  // `message` lives only during this call
       },
       pending);

@@ -14,6 +14,7 @@
 #include "absl/time/time.h"
 #include "ddp/context.h"
 #include "ddp/engine.h"
+#include "ddp/errors.h"
 #include "ddp/version.h"
 
 struct ddp_context {
@@ -281,6 +282,11 @@ int ddp_handle_wait_for(ddp_handle* h, double seconds) {
   const absl::Duration timeout =
       std::isfinite(seconds) ? absl::Seconds(seconds) : absl::InfiniteDuration();
   return Code(h->handle.WaitFor(timeout));
+}
+
+int ddp_handle_disagreement(const ddp_handle* h) {
+  if (h == nullptr || !ddp_handle_poll(h)) return 0;
+  return ddp::IsDisagreement(HandleStatus(h)) ? 1 : 0;
 }
 
 const char* ddp_handle_message(ddp_handle* h) {

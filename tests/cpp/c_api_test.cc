@@ -228,6 +228,7 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheTensor) {
     CHECK_OK(Expect(ddp_handle_wait(bad) == DDP_ERR_INVALID_ARGUMENT &&
                         absl::StrContains(ddp_handle_message(bad), "unknown reduce op 261"),
                     absl::StrCat("op 261: ", ddp_handle_message(bad))));
+    CHECK_OK(Expect(ddp_handle_disagreement(bad) == 0, "a bad argument is no disagreement"));
     ddp_handle_release(bad);
     bad = ddp_allreduce_async(c, "bad.ndim", v, v, DDP_FLOAT32, shape, -1, DDP_SUM, 1.0, 1.0,
                               DDP_WORLD, DDP_CPU, nullptr);
@@ -241,9 +242,12 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheTensor) {
                                         1.0, 1.0, DDP_WORLD, DDP_CPU, nullptr);
     const int code = ddp_handle_wait(h);
     const std::string message = ddp_handle_message(h);
+    const int disagreement = ddp_handle_disagreement(h);
     ddp_handle_release(h);
-    CHECK_OK(Expect(code != DDP_OK && absl::StrContains(message, "grad.disagree"),
-                    absl::StrCat("a shape mismatch: code ", code, ": ", message)));
+    CHECK_OK(Expect(code == DDP_ERR_INVALID_ARGUMENT && disagreement == 1 &&
+                        absl::StrContains(message, "grad.disagree"),
+                    absl::StrCat("a shape mismatch: code ", code, ", disagreement ", disagreement,
+                                 ": ", message)));
     // The context is still usable for agreeing calls.
     float ok[2] = {1, 1};
     const int64_t two[] = {2};

@@ -148,11 +148,14 @@ TEST(Engine, DisagreementsFailTheTensorOnEveryRankAndTheEngineGoesOn) {
     Engine& e = ctx.engine();
     const int r = ctx.rank();
     std::vector<float> x(16, 1.0f);
-    // dtype disagreement (rank 1 says f16).
+    // dtype disagreement (rank 1 says f16), marked as one (IsDisagreement) for the bindings.
     const DataType t = r == 1 ? DataType::kFloat16 : DataType::kFloat32;
-    CHECK_OK(ExpectError(e.AllreduceAsync("x", x.data(), x.data(), t, {4}, ReduceOp::kSum).Wait(),
-                         absl::StatusCode::kInvalidArgument,
+    const absl::Status dtype_status =
+        e.AllreduceAsync("x", x.data(), x.data(), t, {4}, ReduceOp::kSum).Wait();
+    CHECK_OK(ExpectError(dtype_status, absl::StatusCode::kInvalidArgument,
                          {"allreduce 'x'", "dtype", "rank 1: f16", "ranks 0, 2: f32"}));
+    CHECK_OK(Expect(IsDisagreement(dtype_status), "a disagreement is marked as one"));
+    CHECK_OK(Expect(!IsDisagreement(absl::InvalidArgumentError("x")), "a bad argument is not"));
     // Shape, op and scale disagreements.
     CHECK_OK(ExpectError(e.AllreduceAsync("s", x.data(), x.data(), DataType::kFloat32,
                                           {r == 2 ? 8 : 4}, ReduceOp::kSum)

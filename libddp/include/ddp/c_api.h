@@ -142,6 +142,9 @@ int ddp_handle_wait_for(ddp_handle* handle, double seconds);
 /* Once finished: the final status's message ("" when OK, or while running), naming the
  * tensor, the operation and the rank(s) responsible. Valid while the handle is; any thread. */
 const char* ddp_handle_message(ddp_handle* handle);
+/* 1 once finished with an error that says the ranks disagreed on the operation's description
+ * (shape, dtype, op, root, ...; its code is DDP_ERR_INVALID_ARGUMENT), else 0. Never blocks. */
+int ddp_handle_disagreement(const ddp_handle* handle);
 /* Calls done(user, code, message) once finished: at once in this thread if it already is,
  * otherwise in the engine's thread (keep it short; it must not wait on another handle).
  * `message` is valid during the call only. */

@@ -26,6 +26,13 @@ std::string BlamedTensor(const absl::Status& status);
 absl::Status WithRanks(absl::Status status, absl::Span<const int> ranks);
 // `status` about `tensor` (replacing the tensor it was about, if any).
 absl::Status WithTensor(absl::Status status, absl::string_view tensor);
+// Whether `status` says that the ranks disagreed on an operation's description (shape, dtype, op,
+// root, ...). Such an error is INVALID_ARGUMENT, the code Horovod's PyTorch API raises it with;
+// a binding whose framework expects another (Horovod's TensorFlow ops: FAILED_PRECONDITION) can
+// tell it from a plain bad argument by this, not by its text.
+bool IsDisagreement(const absl::Status& status);
+// `status` marked as such a disagreement.
+absl::Status AsDisagreement(absl::Status status);
 // `status` as the error of something broken for good: ABORTED, same message and payloads
 // (OK, CANCELLED, FAILED_PRECONDITION and ABORTED are returned as they are).
 absl::Status BrokenForGood(absl::Status status);

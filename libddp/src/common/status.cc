@@ -18,6 +18,7 @@ namespace {
 
 constexpr absl::string_view kRanksUrl = "type.libddp.dev/ddp.BlamedRanks";
 constexpr absl::string_view kTensorUrl = "type.libddp.dev/ddp.BlamedTensor";
+constexpr absl::string_view kDisagreementUrl = "type.libddp.dev/ddp.Disagreement";
 
 }  // namespace
 
@@ -50,6 +51,15 @@ absl::Status WithRanks(absl::Status status, absl::Span<const int> ranks) {
 absl::Status WithTensor(absl::Status status, absl::string_view tensor) {
   if (status.ok()) return status;
   status.SetPayload(kTensorUrl, absl::Cord(tensor));
+  return status;
+}
+
+bool IsDisagreement(const absl::Status& status) {
+  return status.GetPayload(kDisagreementUrl).has_value();
+}
+
+absl::Status AsDisagreement(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kDisagreementUrl, absl::Cord("1"));
   return status;
 }
 

@@ -189,10 +189,10 @@ absl::Status CheckAgreement(absl::string_view name, const std::vector<int>& rank
       for (size_t i = 0; i < values.size(); ++i) {
         if (values[i] != values.front()) odd.push_back(ranks[i]);
       }
-      return WithRanks(
+      return AsDisagreement(WithRanks(
           absl::InvalidArgumentError(absl::StrCat(what, ": ranks disagree on the ", field.label,
                                                   " (", WhoSaidWhat(ranks, values), ")")),
-          odd);
+          odd));
     }
   }
   return absl::OkStatus();

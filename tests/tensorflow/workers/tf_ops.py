@@ -1,5 +1,6 @@
 """Every ddp.tensorflow operation against numpy, for every dtype, eager and inside tf.function,
-on any number of ranks; then the errors: ranks that disagree on a shape (every rank's error names
+on any number of ranks; then the errors: ranks that disagree on a shape, dtype or root
+(FailedPreconditionError, as Horovod's; every rank's error names
 the tensor), an unsupported dtype, a call before init. Prints "rank R: ok"."""
 import os
 import sys
@@ -164,14 +165,29 @@ def main():
         check("same name sum", c, stack.sum(0))
         check("same name min", d, stack.min(0))
 
-    # Errors: shapes that disagree fail on every rank, naming the tensor (alone, no rank can).
+    # Errors: ranks that disagree (a shape, a dtype, a root) fail on every rank, naming the
+    # tensor (alone, no rank can), as Horovod's FailedPreconditionError; a bad argument of one
+    # rank alone stays InvalidArgumentError.
     if n > 1:
+        disagreements = {
+            "shape": lambda: hvd.allreduce(tf.ones([r + 1]), name="grad.disagree"),
+            "dtype": lambda: hvd.allgather(tf.ones([1], tf.float32 if r else tf.float64),
+                                           name="grad.disagree"),
+            "root": lambda: hvd.broadcast(tf.ones([1]), root_rank=r, name="grad.disagree"),
+        }
+        for field, call in disagreements.items():
+            try:
+                call()
+                fail(f"ranks disagreeing on the {field} did not raise")
+            except tf.errors.FailedPreconditionError as e:
+                if "grad.disagree" not in e.message or field not in e.message:
+                    fail(f"the {field} mismatch's message: {e.message}")
         try:
-            hvd.allreduce(tf.ones([r + 1]), name="grad.disagree")
-            fail("a shape mismatch did not raise")
+            hvd.alltoall(tf.ones([n + 1]), name="uneven")  # every rank: not a multiple of n
+            fail("an uneven alltoall did not raise")
         except tf.errors.InvalidArgumentError as e:
-            if "grad.disagree" not in e.message or "shape" not in e.message:
-                fail(f"the mismatch's message: {e.message}")
+            if "multiple" not in e.message:
+                fail(f"the uneven alltoall's message: {e.message}")
     try:
         hvd.allreduce(tf.ones([2], dtype=tf.complex64), name="complex")
         fail("complex64 did not raise")
