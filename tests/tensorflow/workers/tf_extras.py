@@ -106,6 +106,13 @@ def main():
                                  name="bytes.a2av")
     expect("alltoall bool with splits", (got.dtype, got.shape, received.numpy().tolist()),
            (tf.bool, tf.TensorShape([n, 3]), [1] * n))
+    # alltoall without splits: each rank splits its own rows evenly, and the ranks' row counts
+    # differ (Horovod's rule): eagerly, and in a tf.function.
+    blocks = tf.constant([j for j in range(n) for _ in range(r + 1)], tf.int32)
+    for how, run in (("eager", lambda: hvd.alltoall(blocks, name="even.rows")),
+                     ("tf.function", tf.function(lambda: hvd.alltoall(blocks)))):
+        got = run().numpy().tolist()
+        expect(f"alltoall of differing row counts ({how})", got, [r] * (n * (n + 1) // 2))
     try:
         hvd.allgather(tf.constant(["a"]))
     except hvd.DDPError as e:

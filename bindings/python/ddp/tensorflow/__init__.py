@@ -360,7 +360,26 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
     name = _name_of("alltoall", tensor, name, process_set, ignore_name_scope)
     set_id = _ops.set_id(process_set)
     if splits is None:
-        return _ops_lib.ddp_alltoall(tensor, name, process_set=set_id)
+        # Each rank splits its own first dimension evenly (Horovod's rule), and the ranks' first
+        # dimensions may differ. Eagerly the even exchange is tried first: ranks whose shapes
+        # differ all fail it (a disagreement) and all go the uneven way. A graph cannot catch
+        # that, so it always goes the uneven way (one small allgather more).
+        n = len(_ops.process_set_ranks(process_set))
+        if tf.executing_eagerly():
+            try:
+                return _ops_lib.ddp_alltoall(tensor, name, process_set=set_id)
+            except tf.errors.FailedPreconditionError as e:
+                if "shape" not in e.message:
+                    raise
+                name = f"{name}.uneven"
+        rows = tf.shape(tensor, out_type=tf.int64)[0]
+        even = tf.fill([n], rows // n)
+        return _uneven_alltoall(tensor, even, name, set_id, process_set)[0]
+    return _uneven_alltoall(tensor, splits, name, set_id, process_set)
+
+
+def _uneven_alltoall(tensor, splits, name, set_id, process_set):
+    """alltoall with Horovod's splits: (received rows, received splits)."""
     # Uneven: the ranks' splits are allgathered (each learns what it receives), every block is
     # padded to the largest, one even alltoall moves them, and the padding is cut off again.
     members = _ops.process_set_ranks(process_set)
