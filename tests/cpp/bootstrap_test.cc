@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -535,6 +536,29 @@ TEST(Frame, HeaderRoundTripAndBoundsChecks) {
   transport::tcp::EncodeFrameHeader(h, raw);
   raw[5] = 9;  // unknown type
   EXPECT_FALSE(transport::tcp::DecodeFrameHeader(raw).ok());
+}
+
+// The header's bytes are the protocol every rank of a job speaks: pinned, field by field.
+TEST(Frame, HeaderBytesAreTheFieldsInOrderLittleEndian) {
+  using transport::tcp::FrameHeader;
+  FrameHeader h;
+  h.type = transport::tcp::FrameType::kHeartbeat;
+  h.reserved = 0x0201;
+  h.tag = 0x0123456789ABCDEFULL;
+  h.length = 0x1122334455667788ULL;
+  for (size_t i = 0; i < h.descriptor.bytes.size(); ++i) {
+    h.descriptor.bytes[i] = static_cast<uint8_t>(0xA0 + i);
+  }
+  char raw[transport::tcp::kFrameHeaderSize];
+  transport::tcp::EncodeFrameHeader(h, raw);
+  const std::string expected(
+      "DDPF\x02\x04\x01\x02"              // magic, version, type, flags
+      "\xEF\xCD\xAB\x89\x67\x45\x23\x01"  // tag
+      "\x88\x77\x66\x55\x44\x33\x22\x11"  // length
+      "\xA0\xA1\xA2\xA3\xA4\xA5\xA6\xA7"  // descriptor
+      "\xA8\xA9\xAA\xAB\xAC\xAD\xAE\xAF",
+      40);
+  EXPECT_EQ(std::string(raw, sizeof(raw)), expected);
 }
 
 TEST(Notice, RoundTripAndHostileBytes) {

@@ -260,5 +260,35 @@ TEST(Negotiator, HostileAnnouncementsAreAnErrorNamingTheirSender) {
   EXPECT_FALSE(cut.ok());
 }
 
+// The vector's member records are the protocol every rank of a job speaks: a member's own
+// record, pinned field by field, sits after the cache's slots; the other members' are zero.
+TEST(Negotiator, AMembersRecordIsItsFieldsInOrderLittleEndian) {
+  Members m(2, NegotiationSettings{absl::Seconds(60), absl::ZeroDuration(), 0x0A0B0C0D});
+  m.Submit(1, "a", Allreduce({1}));
+  RoundInput& in = m.input(1);
+  in.joined = true;
+  in.stopping = true;
+  in.proposal = TunedParams{0x0102030405060708, 0.5};
+  in.set_pending = {1, 0};
+  Negotiator negotiator{NegotiationSettings{absl::Seconds(60), absl::ZeroDuration(), 0x0A0B0C0D}};
+  const Contribution c = negotiator.Prepare(m.set(1), in, absl::Now());
+  const size_t n = c.announcements.size();
+  ASSERT_GT(n, 0u);
+  ASSERT_LT(n, 256u);
+  std::string record(
+      "?\0\0\0"                           // announcement bytes (the first: n)
+      "\x07"                              // pending, joined, stopping
+      "\x08\x07\x06\x05\x04\x03\x02\x01"  // fusion threshold
+      "\0\0\0\x3f"                        // cycle time, f32 0.5
+      "\x0D\x0C\x0B\x0A",                 // cache capacity
+      21);
+  record[0] = static_cast<char>(n);
+  ASSERT_GE(c.vector.size(), 2 * record.size() + 2);
+  const auto tail = c.vector.end() - 2;
+  EXPECT_EQ(std::string(tail - 21, tail), record);
+  EXPECT_EQ(std::string(tail - 42, tail - 21), std::string(21, '\0'));
+  EXPECT_EQ(std::vector<uint8_t>(tail, c.vector.end()), in.set_pending);
+}
+
 }  // namespace
 }  // namespace ddp::engine

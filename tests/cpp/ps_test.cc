@@ -33,6 +33,7 @@
 #include "common/status.h"
 #include "ddp/errors.h"
 #include "ofi/ofi_wire.h"
+#include "ps/optimizer.h"
 #include "ps/protocol.h"
 #include "ps/server_core.h"
 #include "support/check.h"
@@ -342,6 +343,51 @@ TEST(PsCore, ARestoredServerEqualsTheCheckpointedOne) {
   const absl::Status s = broken.Restore();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
   std::system(absl::StrCat("rm -rf ", dir).c_str());
+}
+
+// An optimizer's saved state, a checkpoint's bytes: the step, the sizes of its two arrays, the
+// arrays. State that does not fit the partition is refused.
+TEST(PsOptimizer, SavedStateIsTheStepTheSizesAndTheArrays) {
+  ps::OptimizerConfig config;
+  config.learning_rate = 1;
+  config.momentum = 0.5;
+  auto sgd = ps::MakeOptimizer(config, 2);
+  ASSERT_TRUE(sgd.ok()) << sgd.status();
+  double value[2] = {0, 0};
+  const double gradient[2] = {1, 2};
+  (*sgd)->Apply(value, gradient, 2);
+  const std::string state = (*sgd)->SaveState();
+  EXPECT_EQ(state, std::string("\x01\0\0\0\0\0\0\0"    // step
+                               "\x02\0\0\0\0\0\0\0"    // momentum buffer: 2
+                               "\0\0\0\0\0\0\0\0"      // no second array
+                               "\0\0\0\0\0\0\xf0\x3f"  // 1.0
+                               "\0\0\0\0\0\0\0\x40",   // 2.0
+                               40));
+  auto restored = ps::MakeOptimizer(config, 2);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ASSERT_TRUE((*restored)->LoadState(state).ok());
+  EXPECT_EQ((*restored)->SaveState(), state);
+  EXPECT_EQ((*restored)->LoadState(state.substr(0, 23)).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ((*restored)->LoadState(state.substr(0, 32)).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ((*restored)->LoadState(state + "x").code(), absl::StatusCode::kDataLoss);
+  auto larger = ps::MakeOptimizer(config, 3);
+  ASSERT_TRUE(larger.ok()) << larger.status();
+  EXPECT_EQ((*larger)->LoadState(state).code(), absl::StatusCode::kDataLoss);
+
+  config.name = "adam";
+  auto adam = ps::MakeOptimizer(config, 2);
+  ASSERT_TRUE(adam.ok()) << adam.status();
+  (*adam)->Apply(value, gradient, 2);
+  const std::string moments = (*adam)->SaveState();
+  ASSERT_EQ(moments.size(), 24u + 4 * 8);
+  EXPECT_EQ(moments.substr(0, 24), std::string("\x01\0\0\0\0\0\0\0"
+                                               "\x02\0\0\0\0\0\0\0"
+                                               "\x02\0\0\0\0\0\0\0",
+                                               24));
+  auto adam_restored = ps::MakeOptimizer(config, 2);
+  ASSERT_TRUE(adam_restored.ok()) << adam_restored.status();
+  ASSERT_TRUE((*adam_restored)->LoadState(moments).ok());
+  EXPECT_EQ((*adam_restored)->SaveState(), moments);
 }
 
 // ---------------------------------------------------------------------------------------------

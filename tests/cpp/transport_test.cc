@@ -414,6 +414,124 @@ TEST(WireEarly, APeerFarAheadOfItsSequenceFails) {
   EXPECT_TRUE(absl::StrContains(held.message(), "while this rank expects 0")) << held;
 }
 
+// A wire that keeps the control messages the transport posts and completes data at once. It
+// takes large sends only after a clear-to-send, as libfabric does, so that the transport writes
+// every kind of control message.
+class RecordingWire final : public transport::wire::Wire {
+ public:
+  using Event = transport::wire::Event;
+  std::string Name() const override { return "recording"; }
+  size_t max_data_bytes() const override { return 1 << 16; }
+  size_t max_control_bytes() const override { return 1 << 16; }
+  bool eager_data() const override { return false; }
+  absl::Status PostControl(int, std::string payload) override {
+    sent.push_back(std::move(payload));
+    return absl::OkStatus();
+  }
+  absl::Status PostSend(int peer, uint64_t, const void*, size_t, uint64_t token) override {
+    return Done(peer, token);
+  }
+  absl::Status PostRecv(int peer, uint64_t, void*, size_t, uint64_t token) override {
+    return Done(peer, token);
+  }
+  absl::Status Poll(std::vector<Event>* events) override {
+    for (Event& e : arriving) events->push_back(std::move(e));
+    arriving.clear();
+    return absl::OkStatus();
+  }
+  void Cancel() override {}
+  void Abandon() override {}
+  bool Busy() const override { return false; }
+  void Arrive(int peer, std::string payload) {
+    Event e;
+    e.kind = Event::Kind::kControl;
+    e.peer = peer;
+    e.payload = std::move(payload);
+    arriving.push_back(std::move(e));
+  }
+
+  std::vector<std::string> sent;
+  std::vector<Event> arriving;
+
+ private:
+  absl::Status Done(int peer, uint64_t token) {
+    Event e;
+    e.peer = peer;
+    e.token = token;
+    arriving.push_back(std::move(e));
+    return absl::OkStatus();
+  }
+};
+
+std::string Le(uint64_t v, int bytes) {
+  std::string out;
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  return out;
+}
+
+// The control messages of a wire transport (MPI, libfabric, shared memory) are the protocol
+// every rank of a job speaks: pinned, field by field.
+TEST(WireProtocol, ControlMessagesAreTheFieldsInOrderLittleEndian) {
+  auto recording = std::make_unique<RecordingWire>();
+  RecordingWire* wire = recording.get();
+  transport::wire::WireConfig config;
+  config.rank = 0;
+  config.size = 2;
+  config.kind = "recording";
+  config.inline_bytes = 8;
+  config.timeout = absl::Seconds(30);
+  config.background_threads = false;
+  auto t = transport::wire::WireTransport::Create(config, std::move(recording));
+  ASSERT_TRUE(t.ok()) << t.status();
+  Descriptor d;
+  std::string d_bytes;
+  for (size_t i = 0; i < d.bytes.size(); ++i) {
+    d.bytes[i] = static_cast<uint8_t>(0xA0 + i);
+    d_bytes.push_back(static_cast<char>(d.bytes[i]));
+  }
+  // Inline, then in two data messages that wait for the peer's clear-to-send.
+  transport::RequestPtr small = (*t)->Isend(1, 0x0123456789ABCDEF, d, "abc", 3);
+  std::vector<char> out(70000, 'x');
+  transport::RequestPtr large = (*t)->Isend(1, 0x42, d, out.data(), out.size());
+  // The peer's own large message (this rank clears its data messages, tagged from 7 on), and
+  // its clear-to-send for this rank's (data tags count from 1).
+  std::vector<char> in(70000);
+  transport::RequestPtr recv = (*t)->Irecv(1, 0x43, d, in.data(), in.size());
+  wire->Arrive(1, std::string("\x01\x00\x00\x00", 4) + Le(65536, 4) + Le(0, 8) + Le(0x43, 8) +
+                      d_bytes + Le(70000, 8) + Le(7, 8));
+  wire->Arrive(1, std::string("\x05\x00\x00\x00", 4) + Le(0, 4) + Le(1, 8) + Le(1, 8));
+  ASSERT_TRUE((*t)->Wait(small.get()).ok());
+  ASSERT_TRUE((*t)->Wait(recv.get()).ok());
+  ASSERT_TRUE((*t)->Wait(large.get()).ok());
+  (*t)->Abort(absl::CancelledError("done"));
+
+  std::vector<std::string> sequenced;
+  std::string abort;
+  for (const std::string& m : wire->sent) {
+    ASSERT_GE(m.size(), 16u);
+    if (m[0] == 2) {  // heartbeats, whenever they fell due: unsequenced, waiting or not
+      EXPECT_TRUE(m == std::string("\x02\x00", 2) + Le(0, 6) + Le(~uint64_t{0}, 8) ||
+                  m == std::string("\x02\x02", 2) + Le(0, 6) + Le(~uint64_t{0}, 8));
+    } else if (m[0] == 4) {
+      abort = m;
+    } else {
+      sequenced.push_back(m);
+    }
+  }
+  const std::vector<std::string> expected = {
+      std::string("\x01\x01\x00\x00", 4) + Le(0, 4) + Le(0, 8) + Le(0x0123456789ABCDEF, 8) +
+          d_bytes + Le(3, 8) + Le(0, 8) + "abc",
+      std::string("\x01\x00\x00\x00", 4) + Le(65536, 4) + Le(1, 8) + Le(0x42, 8) + d_bytes +
+          Le(70000, 8) + Le(1, 8),
+      std::string("\x05\x00\x00\x00", 4) + Le(0, 4) + Le(2, 8) + Le(7, 8),
+  };
+  EXPECT_EQ(sequenced, expected);
+  // An abort is unsequenced; its notice (notice.h) follows.
+  EXPECT_EQ(abort.substr(0, 16),
+            std::string("\x04\x00\x00\x00", 4) + Le(0, 4) + Le(~uint64_t{0}, 8));
+  EXPECT_GT(abort.size(), 16u);
+}
+
 // A failed rank's new process takes its place (TcpTransport::Rejoin, DDP_REJOIN=1): the others,
 // which isolate failed peers, take it in as the rank's next incarnation, and messages flow both
 // ways again. Rank 1 (which both dials and is dialled at the start) forks its successor before
