@@ -1,15 +1,21 @@
-// The one codec for libddp's fixed-layout bytes (the handshake, negotiation records, notices,
-// parameter-server checkpoints): a writer that appends fields and a bounds-checked reader.
+// The one codec for libddp's fixed-layout bytes (the handshake, TCP frame headers, wire control
+// messages, negotiation records, notices, parameter-server checkpoints and optimizer state): a
+// writer that appends fields, one that fills a buffer of a size the format fixes, a reader of
+// each kind, and a store into a field of a message already built.
 //
 // A field is the raw copy of a trivially copyable value in host byte order, padding included:
 // every format read with it is read by libddp on the same kind of machine (little endian), and
-// each names itself with a magic or a version. A reader never reads past its input: every Get
+// each names itself with a magic or a version. A ByteReader never reads past its input: every Get
 // says whether the bytes were there, so that peer-supplied or on-disk bytes that end early are an
-// error the caller reports, never a crash.
+// error the caller reports, never a crash. The fixed-size writer and reader, and StoreAt, work on
+// buffers their caller sized for the format (no allocation, for the hot paths): running past one
+// is a bug in the format's code, not bad input, and stops the process.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -17,6 +23,17 @@
 #include "absl/strings/string_view.h"
 
 namespace ddp {
+namespace bytes_internal {
+
+// Cold and out of line, so that a check on a hot path costs one compare.
+[[noreturn, gnu::cold, gnu::noinline]] inline void DieOverrun(const char* what, size_t at, size_t n,
+                                                              size_t size) {
+  std::fprintf(stderr, "ddp: %s of %zu bytes at offset %zu overruns a %zu-byte buffer\n", what, n,
+               at, size);
+  std::abort();
+}
+
+}  // namespace bytes_internal
 
 // Appends to a string the caller owns (a message being built, or one that already has some).
 class ByteWriter {
@@ -91,5 +108,64 @@ class ByteReader {
  private:
   absl::string_view in_;
 };
+
+// Writes fields one after another into `size` bytes at `out` (a frame header's array, a record
+// inside a larger vector), where appending to a string would allocate.
+class FixedByteWriter {
+ public:
+  FixedByteWriter(void* out, size_t size) : out_(static_cast<char*>(out)), size_(size) {}
+
+  template <typename T>
+  void Put(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>, "a field is a trivially copyable value");
+    static_assert(!std::is_pointer_v<T>, "a pointer's value means nothing to the reader");
+    if (size_ - at_ < sizeof(T)) bytes_internal::DieOverrun("a write", at_, sizeof(T), size_);
+    std::memcpy(out_ + at_, &value, sizeof(T));
+    at_ += sizeof(T);
+  }
+  void Put(absl::string_view) = delete;
+
+  size_t remaining() const { return size_ - at_; }
+
+ private:
+  char* out_;
+  size_t size_;
+  size_t at_ = 0;
+};
+
+// Reads fields one after another from `size` bytes at `in`, which the caller knows hold them
+// all: the bytes may still be a peer's, to be validated after reading.
+class FixedByteReader {
+ public:
+  FixedByteReader(const void* in, size_t size) : in_(static_cast<const char*>(in)), size_(size) {}
+
+  template <typename T>
+  void Get(T* value) {
+    static_assert(std::is_trivially_copyable_v<T>, "a field is a trivially copyable value");
+    static_assert(!std::is_pointer_v<T>, "a pointer read from bytes points nowhere");
+    if (size_ - at_ < sizeof(T)) bytes_internal::DieOverrun("a read", at_, sizeof(T), size_);
+    std::memcpy(value, in_ + at_, sizeof(T));
+    at_ += sizeof(T);
+  }
+
+  size_t remaining() const { return size_ - at_; }
+
+ private:
+  const char* in_;
+  size_t size_;
+  size_t at_ = 0;
+};
+
+// Overwrites the field at offset `at` of a message already built (a number known only as the
+// message leaves, such as a sequence number).
+template <typename T>
+void StoreAt(std::string* message, size_t at, const T& value) {
+  static_assert(std::is_trivially_copyable_v<T>, "a field is a trivially copyable value");
+  static_assert(!std::is_pointer_v<T>, "a pointer's value means nothing to the reader");
+  if (at > message->size() || message->size() - at < sizeof(T)) {
+    bytes_internal::DieOverrun("a store", at, sizeof(T), message->size());
+  }
+  std::memcpy(message->data() + at, &value, sizeof(T));
+}
 
 }  // namespace ddp
