@@ -1,12 +1,13 @@
 // The frame header that precedes every message on an established TCP stream.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "common/bytes.h"
 #include "transport/notice.h"
 #include "transport/transport.h"
 
@@ -38,26 +39,30 @@ struct FrameHeader {
 };
 inline constexpr size_t kFrameHeaderSize = 4 + 1 + 1 + 2 + 8 + 8 + 16;
 
+// `out` and `in` hold kFrameHeaderSize bytes; nothing is allocated (every message has a header).
 inline void EncodeFrameHeader(const FrameHeader& h, char* out) {
-  std::memcpy(out, &h.magic, 4);
-  out[4] = static_cast<char>(h.version);
-  out[5] = static_cast<char>(h.type);
-  std::memcpy(out + 6, &h.reserved, 2);
-  std::memcpy(out + 8, &h.tag, 8);
-  std::memcpy(out + 16, &h.length, 8);
-  std::memcpy(out + 24, h.descriptor.bytes.data(), 16);
+  FixedByteWriter w(out, kFrameHeaderSize);
+  w.Put(h.magic);
+  w.Put(h.version);
+  w.Put(h.type);
+  w.Put(h.reserved);
+  w.Put(h.tag);
+  w.Put(h.length);
+  w.Put(h.descriptor.bytes);
 }
 
 // Validates every field before the caller acts on any of them.
 inline absl::StatusOr<FrameHeader> DecodeFrameHeader(const char* in) {
   FrameHeader h;
-  std::memcpy(&h.magic, in, 4);
-  h.version = static_cast<uint8_t>(in[4]);
-  const auto type = static_cast<uint8_t>(in[5]);
-  std::memcpy(&h.reserved, in + 6, 2);
-  std::memcpy(&h.tag, in + 8, 8);
-  std::memcpy(&h.length, in + 16, 8);
-  std::memcpy(h.descriptor.bytes.data(), in + 24, 16);
+  uint8_t type = 0;
+  FixedByteReader r(in, kFrameHeaderSize);
+  r.Get(&h.magic);
+  r.Get(&h.version);
+  r.Get(&type);
+  r.Get(&h.reserved);
+  r.Get(&h.tag);
+  r.Get(&h.length);
+  r.Get(&h.descriptor.bytes);
   if (h.magic != kFrameMagic) {
     return absl::DataLossError(absl::StrCat("corrupt frame (magic 0x", absl::Hex(h.magic), ")"));
   }
