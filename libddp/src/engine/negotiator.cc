@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/bytes.h"
 #include "common/log.h"
 #include "common/status.h"
 #include "ddp/errors.h"
@@ -28,20 +29,22 @@ struct MemberRecord {
 };
 
 void WriteMember(const MemberRecord& r, uint8_t* p) {
-  std::memcpy(p, &r.announce_bytes, 4);
-  p[4] = r.flags;
-  std::memcpy(p + 5, &r.fusion_threshold, 8);
-  std::memcpy(p + 13, &r.cycle_time_ms, 4);
-  std::memcpy(p + 17, &r.cache_capacity, 4);
+  FixedByteWriter w(p, MemberRecord::kBytes);
+  w.Put(r.announce_bytes);
+  w.Put(r.flags);
+  w.Put(r.fusion_threshold);
+  w.Put(r.cycle_time_ms);
+  w.Put(r.cache_capacity);
 }
 
 MemberRecord ReadMember(const uint8_t* p) {
   MemberRecord r;
-  std::memcpy(&r.announce_bytes, p, 4);
-  r.flags = p[4];
-  std::memcpy(&r.fusion_threshold, p + 5, 8);
-  std::memcpy(&r.cycle_time_ms, p + 13, 4);
-  std::memcpy(&r.cache_capacity, p + 17, 4);
+  FixedByteReader in(p, MemberRecord::kBytes);
+  in.Get(&r.announce_bytes);
+  in.Get(&r.flags);
+  in.Get(&r.fusion_threshold);
+  in.Get(&r.cycle_time_ms);
+  in.Get(&r.cache_capacity);
   return r;
 }
 
