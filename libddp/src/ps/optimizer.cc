@@ -1,48 +1,55 @@
 #include "ps/optimizer.h"
 
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/bytes.h"
 #include "reduce/reduce.h"
 
 namespace ddp::ps {
 
 namespace {
 
-// State serialised as raw arrays after a small header; Load checks the sizes.
+// State serialised as a small header (the step, the arrays' sizes), then the arrays raw; Load
+// checks the sizes.
 std::string SaveArrays(int64_t step, const std::vector<double>& a, const std::vector<double>& b) {
   std::string out;
-  const uint64_t na = a.size();
-  const uint64_t nb = b.size();
-  out.append(reinterpret_cast<const char*>(&step), sizeof(step));
-  out.append(reinterpret_cast<const char*>(&na), sizeof(na));
-  out.append(reinterpret_cast<const char*>(&nb), sizeof(nb));
-  if (!a.empty()) out.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(double));
-  if (!b.empty()) out.append(reinterpret_cast<const char*>(b.data()), b.size() * sizeof(double));
+  ByteWriter w(&out);
+  w.Put(step);
+  w.Put(static_cast<uint64_t>(a.size()));
+  w.Put(static_cast<uint64_t>(b.size()));
+  // An empty vector's data() may be null, which no copy may be given, even of nothing.
+  const auto put = [&w](const std::vector<double>& v) {
+    if (!v.empty()) {
+      w.PutBytes(
+          absl::string_view(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(double)));
+    }
+  };
+  put(a);
+  put(b);
   return out;
 }
 
 absl::Status LoadArrays(absl::string_view in, int64_t* step, std::vector<double>* a,
                         std::vector<double>* b) {
+  ByteReader r(in);
+  int64_t saved_step = 0;
   uint64_t na = 0;
   uint64_t nb = 0;
-  if (in.size() < sizeof(*step) + 2 * sizeof(uint64_t)) {
+  if (!r.Get(&saved_step) || !r.Get(&na) || !r.Get(&nb)) {
     return absl::DataLossError("optimizer state is truncated");
   }
-  std::memcpy(step, in.data(), sizeof(*step));
-  std::memcpy(&na, in.data() + 8, 8);
-  std::memcpy(&nb, in.data() + 16, 8);
-  if (na != a->size() || nb != b->size() || in.size() != 24 + (na + nb) * sizeof(double)) {
+  *step = saved_step;
+  if (na != a->size() || nb != b->size() || r.remaining() != (na + nb) * sizeof(double)) {
     return absl::DataLossError("optimizer state does not fit this partition");
   }
-  // (memcpy of nothing from or to an empty vector's null data() is undefined.)
-  if (na > 0) std::memcpy(a->data(), in.data() + 24, na * sizeof(double));
-  if (nb > 0) std::memcpy(b->data(), in.data() + 24 + na * sizeof(double), nb * sizeof(double));
-  return absl::OkStatus();
+  // The sizes fit: both reads succeed. (As above: no null data() given, even for nothing.)
+  const bool read = (na == 0 || r.GetBytes(na * sizeof(double), a->data())) &&
+                    (nb == 0 || r.GetBytes(nb * sizeof(double), b->data()));
+  return read ? absl::OkStatus() : absl::DataLossError("optimizer state is truncated");
 }
 
 // torch.optim.SGD: g = scale*grad + wd*p; buf = momentum*buf + g (buf = g at first);
