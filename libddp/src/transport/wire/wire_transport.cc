@@ -26,6 +26,7 @@ enum Kind : uint8_t { kMessage = 1, kHeartbeat = 2, kBye = 3, kAbort = 4, kClear
 constexpr uint8_t kInlineFlag = 1;
 constexpr uint8_t kWaitingFlag = 2;
 constexpr size_t kPrefix = 16;
+constexpr size_t kSequenceAt = 8;  // stored as the message is posted
 constexpr size_t kMessageHeader = kPrefix + 8 + 16 + 8 + 8;
 // How many polls a settling wire gets to hand over what it already holds.
 constexpr int kSettlePolls = 64;
@@ -43,24 +44,33 @@ constexpr Backoff::Policy kIdleBackoff{0, 4, absl::Microseconds(10), absl::Micro
 constexpr uint64_t kMaxEarlyAhead = uint64_t{1} << 16;
 constexpr size_t kMaxEarlyBytes = size_t{64} << 20;
 
-void Put64(std::string& s, size_t at, uint64_t v) { std::memcpy(s.data() + at, &v, 8); }
-uint64_t Get64(const std::string& s, size_t at) {
-  uint64_t v = 0;
-  std::memcpy(&v, s.data() + at, 8);
-  return v;
-}
-void Put32(std::string& s, size_t at, uint32_t v) { std::memcpy(s.data() + at, &v, 4); }
-uint32_t Get32(const std::string& s, size_t at) {
-  uint32_t v = 0;
-  std::memcpy(&v, s.data() + at, 4);
-  return v;
+// The fields every control message starts with (kPrefix bytes).
+struct ControlPrefix {
+  Kind kind = kMessage;
+  uint8_t flags = 0;
+  uint32_t segment = 0;
+  uint64_t seq = 0;
+};
+
+// A control message's prefix, with room for `total` bytes in all; the sequence number is stored
+// when it is posted (PostControlLocked).
+std::string Prefix(Kind kind, uint8_t flags, size_t total, uint32_t segment = 0) {
+  std::string m;
+  m.reserve(total);
+  ByteWriter w(&m);
+  w.Put(kind);
+  w.Put(flags);
+  w.Put(uint16_t{0});
+  w.Put(segment);
+  w.Put(uint64_t{0});
+  return m;
 }
 
-std::string Prefix(Kind kind, uint8_t flags, size_t total) {
-  std::string m(total, '\0');
-  m[0] = static_cast<char>(kind);
-  m[1] = static_cast<char>(flags);
-  return m;
+// False when the message is shorter than a prefix.
+bool ReadPrefix(ByteReader& in, ControlPrefix* prefix) {
+  uint16_t zero = 0;
+  return in.Get(&prefix->kind) && in.Get(&prefix->flags) && in.Get(&zero) &&
+         in.Get(&prefix->segment) && in.Get(&prefix->seq);
 }
 
 size_t Segments(size_t bytes, size_t max) { return bytes == 0 ? 1 : (bytes + max - 1) / max; }
@@ -164,7 +174,7 @@ void WireTransport::PostControlLocked(int peer, std::string message) {
   // Heartbeats and aborts act on arrival and take no sequence number.
   const auto kind = static_cast<Kind>(message[0]);
   const bool sequenced = kind != kHeartbeat && kind != kAbort;
-  Put64(message, 8, sequenced ? p.next_control_seq++ : ~uint64_t{0});
+  StoreAt(&message, kSequenceAt, sequenced ? p.next_control_seq++ : ~uint64_t{0});
   absl::Status s;
   {
     WireCall call(this);
@@ -185,25 +195,27 @@ RequestPtr WireTransport::Isend(int peer, uint64_t tag, const Descriptor& descri
     if (RequestPtr refused = Refused(peer, "send to")) return refused;
     Peer& p = peers_[static_cast<size_t>(peer)];
     const bool inline_payload = bytes <= config_.inline_bytes;
-    std::string m = Prefix(kMessage, inline_payload ? kInlineFlag : 0,
-                           kMessageHeader + (inline_payload ? bytes : 0));
-    Put64(m, kPrefix, tag);
-    std::memcpy(m.data() + kPrefix + 8, descriptor.bytes.data(), 16);
-    Put64(m, kPrefix + 24, bytes);
+    // A larger payload follows as data messages of up to `max` bytes, tagged from `first` on.
+    const size_t max = inline_payload ? 0 : wire_->max_data_bytes();
+    const size_t n = inline_payload ? 0 : Segments(bytes, max);
+    const uint64_t first = inline_payload ? 0 : p.next_data_tag;
+    p.next_data_tag += n;
+    std::string m =
+        Prefix(kMessage, inline_payload ? kInlineFlag : 0,
+               kMessageHeader + (inline_payload ? bytes : 0), static_cast<uint32_t>(max));
+    ByteWriter w(&m);
+    w.Put(tag);
+    w.Put(descriptor.bytes);
+    w.Put(static_cast<uint64_t>(bytes));
+    w.Put(first);
     if (inline_payload) {
-      if (bytes > 0) std::memcpy(m.data() + kMessageHeader, data, bytes);
+      if (bytes > 0) m.append(static_cast<const char*>(data), bytes);
       PostControlLocked(peer, std::move(m));
       // The payload was copied: the caller's buffer is free at once.
       if (RequestPtr refused = Refused(peer, "send to")) return refused;
       request->Complete(absl::OkStatus());
       return request;
     }
-    const size_t max = wire_->max_data_bytes();
-    const size_t n = Segments(bytes, max);
-    const uint64_t first = p.next_data_tag;
-    p.next_data_tag += n;
-    Put32(m, 4, static_cast<uint32_t>(max));
-    Put64(m, kPrefix + 32, first);
     PostControlLocked(peer, std::move(m));
     if (RequestPtr refused = Refused(peer, "send to")) return refused;
     const uint64_t token = next_token_++;
@@ -317,7 +329,7 @@ void WireTransport::Match(int peer, PostedRecv op, Header h) {
   }
   if (!wire_->eager_data() && !failed()) {
     std::string cts = Prefix(kClearToSend, 0, kPrefix + 8);
-    Put64(cts, kPrefix, h.data_tag);
+    ByteWriter(&cts).Put(h.data_tag);
     PostControlLocked(peer, std::move(cts));
   }
 }
@@ -453,23 +465,24 @@ void WireTransport::HandleControl(int peer, std::string payload) {
   if (peer_state(peer) == PeerState::kFailed) return;
   Heard(peer, absl::Now());
   heard_ns_[static_cast<size_t>(peer)].store(NowNs());
-  if (payload.size() < kPrefix) {
+  ByteReader in(payload);
+  ControlPrefix prefix;
+  if (!ReadPrefix(in, &prefix)) {
     PeerFailedLocked(
         peer, PeerError(peer, absl::StatusCode::kInternal, "sent a malformed control message"));
     return;
   }
-  const auto kind = static_cast<Kind>(payload[0]);
-  if (kind == kHeartbeat) {
-    live(peer).remote_waiting = (static_cast<uint8_t>(payload[1]) & kWaitingFlag) != 0;
+  if (prefix.kind == kHeartbeat) {
+    live(peer).remote_waiting = (prefix.flags & kWaitingFlag) != 0;
     return;
   }
-  if (kind == kAbort) {
+  if (prefix.kind == kAbort) {
     // At once: a gap in the sequence (a control message lost with the failure) must not hide it.
     PeerFailedLocked(peer, PeerAborted(peer, absl::string_view(payload).substr(kPrefix)));
     return;
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
-  const uint64_t seq = Get64(payload, 8);
+  const uint64_t seq = prefix.seq;
   if (seq != p.expected_seq) {
     if (seq < p.expected_seq) return;  // a duplicate of one handled already
     if (seq - p.expected_seq > kMaxEarlyAhead || p.early_bytes + payload.size() > kMaxEarlyBytes) {
@@ -498,19 +511,21 @@ void WireTransport::HandleControl(int peer, std::string payload) {
 void WireTransport::HandleInOrder(int peer, const std::string& m) {
   if (peer_state(peer) != PeerState::kAlive) return;  // isolated, or left
   Peer& p = peers_[static_cast<size_t>(peer)];
-  const auto kind = static_cast<Kind>(m[0]);
-  const auto flags = static_cast<uint8_t>(m[1]);
-  switch (kind) {
+  ByteReader in(m);
+  ControlPrefix prefix;
+  if (!ReadPrefix(in, &prefix)) return;  // HandleControl refuses such a message before
+  switch (prefix.kind) {
     case kHeartbeat:
     case kAbort:
       return;  // handled on arrival
     case kClearToSend: {
-      if (m.size() < kPrefix + 8) {
+      uint64_t first = 0;
+      if (!in.Get(&first)) {
         PeerFailedLocked(peer,
                          PeerError(peer, absl::StatusCode::kInternal, "sent a truncated message"));
         return;
       }
-      auto it = p.awaiting_cts.find(Get64(m, kPrefix));
+      auto it = p.awaiting_cts.find(first);
       if (it == p.awaiting_cts.end()) return;  // failed meanwhile
       const uint64_t token = it->second;
       p.awaiting_cts.erase(it);
@@ -528,20 +543,17 @@ void WireTransport::HandleInOrder(int peer, const std::string& m) {
           peer, PeerError(peer, absl::StatusCode::kInternal, "sent an unknown control message"));
       return;
   }
-  if (m.size() < kMessageHeader) {
+  Header h;
+  if (!in.Get(&h.tag_) || !in.Get(&h.descriptor_.bytes) || !in.Get(&h.bytes_) ||
+      !in.Get(&h.data_tag)) {
     PeerFailedLocked(
         peer, PeerError(peer, absl::StatusCode::kInternal, "sent a truncated message header"));
     return;
   }
-  Header h;
-  h.tag_ = Get64(m, kPrefix);
-  std::memcpy(h.descriptor_.bytes.data(), m.data() + kPrefix + 8, 16);
-  h.bytes_ = Get64(m, kPrefix + 24);
-  h.data_tag = Get64(m, kPrefix + 32);
-  h.segment = Get32(m, 4);
-  h.has_inline = (flags & kInlineFlag) != 0;
+  h.segment = prefix.segment;
+  h.has_inline = (prefix.flags & kInlineFlag) != 0;
   if (h.has_inline) {
-    if (m.size() != kMessageHeader + h.bytes_) {
+    if (in.remaining() != h.bytes_) {
       PeerFailedLocked(peer,
                        PeerError(peer, absl::StatusCode::kInternal, "sent a truncated message"));
       return;
