@@ -1,5 +1,6 @@
 // Units of the layers that need no processes: errors as data, communicator ids and tags, the
-// epilogue that finishes averages, the matcher, the wait primitive, NCCL's error text.
+// epilogue that finishes averages, the matcher, the wait primitive and a handle's wait for the
+// GPU, NCCL's error text.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -16,7 +17,9 @@
 #include "collectives/communicator.h"
 #include "common/process.h"
 #include "common/wait.h"
+#include "ddp/engine.h"
 #include "ddp/errors.h"
+#include "engine/handle_state.h"
 #include "nccl/errors.h"
 #include "reduce/epilogue.h"
 #include "reduce/reduce.h"
@@ -229,6 +232,25 @@ TEST(Backoff, FutexWaitsUntilWokenAndReturnsAtOnceOnAChangedWord) {
   while (word.load() == 0) FutexWait(&word, 0, absl::Seconds(5), false);
   waker.join();
   EXPECT_EQ(word.load(), 1u);
+}
+
+// Without a result on the GPU, being done there is being finished: the wait ends when the
+// engine finishes the operation, or at the timeout, whichever comes first.
+TEST(Handle, AWaitForTheGpuEndsWhenFinishedOrAtItsTimeout) {
+  auto state = std::make_shared<engine::HandleState>("t");
+  const Handle handle(state);
+  const absl::Time start = absl::Now();
+  EXPECT_FALSE(handle.WaitDoneOnDevice(absl::Milliseconds(20)));
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  std::thread engine([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    state->Finish(absl::InternalError("failed"));  // a failure ends the wait too
+  });
+  EXPECT_TRUE(handle.WaitDoneOnDevice(absl::Seconds(30)));
+  engine.join();
+  EXPECT_TRUE(handle.DoneOnDevice());
+  EXPECT_TRUE(handle.WaitDoneOnDevice(absl::ZeroDuration()));
+  EXPECT_TRUE(Handle().WaitDoneOnDevice(absl::ZeroDuration()));
 }
 
 TEST(NcclErrors, TheHintGoesWhenNcclDebugIsSetAndASharedGpuGetsTheFix) {

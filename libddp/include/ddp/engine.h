@@ -64,6 +64,10 @@ class Handle {
   // True once finished and, for a stream-ordered result, done on the GPU too (then its memory
   // may be reused: never blocks).
   bool DoneOnDevice() const;
+  // Waits until DoneOnDevice(), at most `timeout`, and returns it: the host's own wait for the
+  // GPU, where no stream can be made to wait instead. (A caller that must stay responsive, to a
+  // signal, waits in slices.)
+  bool WaitDoneOnDevice(absl::Duration timeout) const;
 
   const std::string& name() const;
   // Allgather, alltoall and reduce-scatter allocate their output: valid once finished OK.

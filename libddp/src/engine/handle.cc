@@ -1,4 +1,6 @@
 // Handle: waiting on, polling and chaining callbacks to an asynchronous engine operation.
+#include "absl/time/clock.h"
+#include "common/wait.h"
 #include "ddp/engine.h"
 #include "engine/handle_state.h"
 #include "nccl/device.h"
@@ -109,6 +111,21 @@ absl::Status Handle::WaitOnStream(void* stream) const {
 
 bool Handle::DoneOnDevice() const {
   return Poll() && (state_ == nullptr || nccl::DoneOnDevice(state_->device_done));
+}
+
+bool Handle::WaitDoneOnDevice(absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  // Finishing on the host is signalled: wait for that on its condition, and poll only the GPU.
+  if (!Poll()) {
+    WaitFor(timeout).IgnoreError();  // the operation's status is Wait's to report
+    if (!Poll()) return false;
+  }
+  Backoff backoff(nccl::kDevicePollBackoff);
+  while (!DoneOnDevice()) {
+    if (absl::Now() >= deadline) return false;
+    backoff.Wait();
+  }
+  return true;
 }
 
 }  // namespace ddp

@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/wait.h"
 #include "ddp/types.h"
 
 namespace ddp::nccl {
@@ -116,6 +117,13 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const BackendOptions& opt
 
 // Whether the collective behind `done` has finished on the GPU (true for null).
 bool DoneOnDevice(const DonePtr& done);
+// How a GPU event and NCCL's state are polled: 50 rounds that yield the core (of the order of
+// 100 us, the query included), then sleeps from 20 us doubling to 200 us. A collective's end is
+// seen at most ~200 us late (plus the kernel's timer slack): the engine's next collective and the
+// caller's synchronize wait on it, so a coarser sleep delays every step by up to that much, while
+// 200 us sleeps cost a waiting thread next to nothing.
+inline constexpr Backoff::Policy kDevicePollBackoff{0, 50, absl::Microseconds(20),
+                                                    absl::Microseconds(200)};
 // Makes `stream` (a cudaStream_t; null: the legacy default one) wait for `done` (no-op for null).
 absl::Status StreamWait(const DonePtr& done, void* stream);
 

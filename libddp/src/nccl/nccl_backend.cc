@@ -150,13 +150,6 @@ struct Comm {
   int set = 0;
 };
 
-// How a GPU event and NCCL's state are polled: 50 rounds that yield the core (of the order of
-// 100 us, the query included), then sleeps from 20 us doubling to 200 us. A collective's end is
-// seen at most ~200 us late (plus the kernel's timer slack): the engine's next collective and the
-// caller's synchronize wait on it, so a coarser sleep delays every step by up to that much, while
-// 200 us sleeps cost a waiting thread next to nothing.
-constexpr Backoff::Policy kPollBackoff{0, 50, absl::Microseconds(20), absl::Microseconds(200)};
-
 class NcclBackend final : public Backend {
  public:
   explicit NcclBackend(BackendOptions options) : options_(std::move(options)) {}
@@ -248,7 +241,7 @@ NcclBackend::~NcclBackend() {
     bool clean = failed_.ok() && ncclCommFinalize(c.comm) != ncclSystemError;
     // Finalize flushes the communicator's pending work with its peers; bounded, then abort.
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    Backoff backoff(kPollBackoff);
+    Backoff backoff(kDevicePollBackoff);
     ncclResult_t state = ncclInProgress;
     while (clean && absl::Now() < deadline) {
       if (ncclCommGetAsyncError(c.comm, &state) != ncclSuccess || state != ncclInProgress) break;
@@ -313,7 +306,7 @@ absl::Status NcclBackend::Fail(absl::Status status) {
   // never reaches its ready event would hold the stream forever.
   if (stream_ != nullptr) {
     const absl::Time deadline = absl::Now() + absl::Seconds(10);
-    Backoff backoff(kPollBackoff);
+    Backoff backoff(kDevicePollBackoff);
     while (cudaStreamQuery(stream_) == cudaErrorNotReady && absl::Now() < deadline) {
       backoff.Wait();
     }
@@ -355,7 +348,7 @@ absl::Status NcclBackend::Issue(Comm& c, ncclResult_t r, absl::string_view what)
   if (r == ncclSuccess) return absl::OkStatus();
   if (r != ncclInProgress) return Fail(NcclError(c, r, what));
   const absl::Time deadline = absl::Now() + options_.timeout;
-  Backoff backoff(kPollBackoff);
+  Backoff backoff(kDevicePollBackoff);
   while (true) {
     ncclResult_t state = ncclSuccess;
     const ncclResult_t q = ncclCommGetAsyncError(c.comm, &state);
@@ -370,7 +363,7 @@ absl::Status NcclBackend::Issue(Comm& c, ncclResult_t r, absl::string_view what)
 absl::Status NcclBackend::Complete(Comm& c, absl::string_view what) {
   DDP_CUDA_FAIL(cudaEventRecord(done_, stream_), "recording the done event");
   const absl::Time deadline = absl::Now() + options_.timeout;
-  Backoff backoff(kPollBackoff);
+  Backoff backoff(kDevicePollBackoff);
   while (true) {
     const cudaError_t q = cudaEventQuery(done_);
     if (q == cudaSuccess) return absl::OkStatus();
