@@ -33,12 +33,14 @@ struct Orphan {
 };
 std::vector<Orphan>* g_orphans = new std::vector<Orphan>();  // never freed: outlives the module
 
+// How long a wait goes without the GIL before it checks for a pending signal (Ctrl-C).
+constexpr absl::Duration kSignalSlice = absl::Milliseconds(100);
+
 // Waits for `handle` without the GIL, in slices, so that Ctrl-C (a pending signal) interrupts
 // the wait with KeyboardInterrupt instead of being held until the peers answer. `timeout` < 0:
 // forever. Returns the operation's status, or nullopt when the timeout expired first.
 std::optional<absl::Status> WaitInterruptibly(const ddp::Handle& handle, double timeout) {
   if (handle.Poll()) return handle.Wait();  // finished: no need to let go of the GIL
-  const absl::Duration slice = absl::Milliseconds(100);
   const absl::Time deadline =
       timeout < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout);
   while (true) {
@@ -46,8 +48,8 @@ std::optional<absl::Status> WaitInterruptibly(const ddp::Handle& handle, double 
     bool finished;
     {
       ReleaseGil release;
-      status =
-          handle.WaitFor(std::min(slice, std::max(deadline - absl::Now(), absl::ZeroDuration())));
+      status = handle.WaitFor(
+          std::min(kSignalSlice, std::max(deadline - absl::Now(), absl::ZeroDuration())));
       finished = handle.Poll();
     }
     if (finished) return status;
@@ -110,12 +112,12 @@ void PyHandle::OrderOnCurrentStream() {
     ThrowIfError(handle_.WaitOnStream(stream));
     return;
   }
-  // No torch stream to order: the host waits for the GPU (Ctrl-C interrupts it; a failed
-  // backend marks the collective done, and the error is the handle's).
+  // No torch stream to order: the host waits for the GPU, in slices that Ctrl-C interrupts (a
+  // failed backend marks the collective done, and the error is the handle's).
   while (!handle_.DoneOnDevice()) {
     {
       ReleaseGil release;
-      absl::SleepFor(absl::Microseconds(50));
+      handle_.WaitDoneOnDevice(kSignalSlice);
     }
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
   }
