@@ -120,6 +120,11 @@ class WireTransport final : public PeerTransport {
     absl::Time drain_deadline = absl::InfiniteFuture();
   };
 
+  // The progress thread's idle rounds, and shutdown's waits for goodbyes and for the wire to
+  // drain: a few yields, then sleeps from 10 us doubling to 0.5 ms between polls.
+  static constexpr Backoff::Policy kIdleBackoff{0, 4, absl::Microseconds(10),
+                                                absl::Microseconds(500)};
+
   WireTransport(WireConfig config, std::unique_ptr<Wire> wire);
   std::string PeerDetail(int /*peer*/) const override { return config_.kind; }
   void Run();
@@ -179,8 +184,13 @@ class WireTransport final : public PeerTransport {
   // Watchdog: when the wire's library has not returned from a call for 2x the timeout (a peer
   // that died holding a lock in shared memory leaves libfabric's shm provider spinning forever),
   // the background thread says so, naming the silent peers, and ends the process: nothing can
-  // make that call return.
-  struct WireCall;
+  // make that call return. A WireCall marks the time spent inside a call of the library.
+  struct WireCall {
+    explicit WireCall(WireTransport* t) : t_(t) { t_->wire_call_since_ns_.store(NowNs()); }
+    ~WireCall() { t_->wire_call_since_ns_.store(0); }
+    WireTransport* t_;
+  };
+  static int64_t NowNs();  // steady clock
   std::atomic<int64_t> wire_call_since_ns_{0};
   int64_t watched_since_ns_ = 0;  // watchdog thread only
   int watched_ticks_ = 0;
