@@ -1,9 +1,9 @@
 // The one way libddp waits for what another thread or process will do: spin, then yield the
 // core, then sleep. Every loop of libddp that polls for what it waits for (a request's owner, the
 // transports' callers, progress threads and shutdowns, the shared-memory allreduce and join, the
-// NCCL plugin's polls, the parameter server's wait for a restarted server, a connect's retries)
-// runs its rounds through a Backoff with a policy of its own, and sleeps on a futex (futex word in
-// shared memory too), on its own condition, or plainly (Wait).
+// NCCL plugin's polls, a handle's wait for the GPU, the parameter server's wait for a restarted
+// server, a connect's retries) runs its rounds through a Backoff with a policy of its own, and
+// sleeps on a futex (futex word in shared memory too), on its own condition, or plainly (Wait).
 //
 // Why in that order: most waits on a busy job end within microseconds, and the CPU's pause
 // instruction costs nothing to the other hyperthread; after a while the rank we wait for may
