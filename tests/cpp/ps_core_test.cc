@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -295,7 +296,8 @@ TEST(PsCore, ARestoredServerEqualsTheCheckpointedOne) {
   ServerCore broken(c);
   const absl::Status s = broken.Restore();
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << s;
-  std::system(absl::StrCat("rm -rf ", dir).c_str());
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 // An optimizer's saved state, a checkpoint's bytes: the step, the sizes of its two arrays, the

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -333,7 +334,9 @@ TEST(PsCheckpoint, ANewJobRestoresTheServersShards) {
   JobResult whole = run(8, dir + "/whole");
   ASSERT_FALSE(whole.hung) << whole.Summary();
   for (const RankResult& r : whole.ranks) ASSERT_TRUE(r.ok()) << whole.Summary();
-  std::system(absl::StrCat("rm -f ", dir, "/*.ckpt").c_str());
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.path().extension() == ".ckpt") std::filesystem::remove(entry.path());
+  }
   JobResult first = run(5, dir + "/first");
   for (const RankResult& r : first.ranks) ASSERT_TRUE(r.ok()) << first.Summary();
   JobResult second = run(3, dir + "/second");
@@ -342,7 +345,8 @@ TEST(PsCheckpoint, ANewJobRestoresTheServersShards) {
   const std::string w = slurp(dir + "/whole");
   EXPECT_TRUE(absl::StrContains(w, "version=16")) << w.substr(w.size() - 20);
   EXPECT_EQ(slurp(dir + "/second"), w) << "a restored job diverged from an uninterrupted one";
-  std::system(absl::StrCat("rm -rf ", dir).c_str());
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 // Strangers, garbage and wrong tokens at a server's socket, and nonsense requests from a peer
