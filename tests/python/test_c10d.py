@@ -41,6 +41,14 @@ def test_distributed_data_parallel(run_job):
     assert result.stdout.count("c10d ddp ok 6") == 3, result.stdout
 
 
+@pytest.mark.skipif(not TORCH2, reason="the Backend class is torch 2's")
+def test_distributed_data_parallel_where_torch_cannot_make_a_python_backend(run_job):
+    """torch 2 releases whose Backend binds no constructor (2.11: "No constructor defined!")
+    get a ProcessGroup of libddp's own from the creator, which torch uses whole; DDP on it."""
+    result = run_job(2, "c10d_ddp.py", "as-process-group")
+    assert result.stdout.count("c10d ddp ok 6") == 2, result.stdout
+
+
 @pytest.mark.skipif(not TORCH2, reason="FSDP on CPU needs torch 2 (this runs in .venv-torch2, "
                     "make test-torch2)")
 def test_fsdp_and_fully_shard(run_job):

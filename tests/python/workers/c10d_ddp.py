@@ -1,6 +1,7 @@
 """DistributedDataParallel on the 'ddp' backend: plain, find_unused_parameters,
 gradient_as_bucket_view, no_sync (gradient accumulation), and DDP's comm hooks (fp16 compression,
-PowerSGD). Each exact variant is checked against the same model trained in this process on every
+PowerSGD); with the argument "as-process-group", through the ProcessGroup that torch 2 releases
+without a Python-constructible Backend get. Each exact variant is checked against the same model trained in this process on every
 rank's batch; every variant ends with the same weights on every rank. Started with torchrun's
 variables (ddprun sets them). Prints "c10d ddp ok <variants>"."""
 import sys
@@ -12,6 +13,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersg
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import ddp.torch  # noqa: F401 - registers the backend
+import ddp.torch.c10d
 
 STEPS = 4
 
@@ -90,7 +92,15 @@ def close(what, got, want, tol):
 
 
 def main():
+    as_group = len(sys.argv) > 1 and sys.argv[1] == "as-process-group"
+    if as_group:
+        # As on a torch 2 whose Backend has no Python constructor (2.11): the creator's
+        # fallback, a ProcessGroup of libddp's own.
+        ddp.torch.c10d._backend_constructible = False
     dist.init_process_group("ddp")
+    if as_group:
+        group = dist.group.WORLD
+        assert isinstance(group, ddp.torch.c10d.ProcessGroupDDP), type(group)
     rank, size = dist.get_rank(), dist.get_world_size()
     variants = {
         "plain": (dict(), 1, False, 1e-12),

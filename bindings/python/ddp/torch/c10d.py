@@ -628,7 +628,8 @@ if hasattr(_C, "Backend"):
 
 
 class ProcessGroupDDP(_Operations, dist.ProcessGroup):
-    """torch 1.13: a ProcessGroup of its own (1.13 has no Backend class)."""
+    """torch 1.13 (which has no Backend class), and torch 2 releases whose Backend cannot be made
+    from Python: a ProcessGroup of its own."""
 
     def __init__(self, store, rank, size, timeout):
         dist.ProcessGroup.__init__(self, rank, size)
@@ -658,9 +659,25 @@ def _create(store, rank, size, timeout):
     return ProcessGroupDDP(store, rank, size, timeout)
 
 
+# Whether torch's Backend can be made from Python: torch 2.15's can; some torch 2 releases (2.11)
+# bind no constructor for it, and their creators may return a whole ProcessGroup instead, which
+# torch then uses as the group. Learned at the first group made.
+_backend_constructible = True
+
+
 def create_extended(options, backend_options=None):
-    """torch 2's creator (extended API): the backend that torch's ProcessGroup calls."""
-    return BackendDDP(options.store, options.group_rank, options.group_size, options.timeout)
+    """torch 2's creator (extended API): the backend that torch's ProcessGroup calls, or where
+    torch cannot make one from Python, a ProcessGroup of its own (as on torch 1.13)."""
+    global _backend_constructible
+    args = (options.store, options.group_rank, options.group_size, options.timeout)
+    if _backend_constructible:
+        try:
+            return BackendDDP(*args)
+        except TypeError as e:
+            if "No constructor defined" not in str(e):
+                raise
+            _backend_constructible = False
+    return ProcessGroupDDP(*args)
 
 
 def register():
