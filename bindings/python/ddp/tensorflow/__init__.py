@@ -432,12 +432,13 @@ def barrier(process_set=_ops.WORLD):
     return _ops_lib.ddp_barrier(name, process_set=set_id)
 
 
-def broadcast_variables(variables, root_rank, process_set=_ops.WORLD):
+def broadcast_variables(variables, root_rank, process_set=_ops.WORLD, _kind="broadcast_variables",
+                        _name=None):
     """Assigns root_rank's values to the variables on every rank."""
     for i, var in enumerate(variables):
         # The index first: Keras 3's variable names ("kernel", "bias") repeat across layers.
-        label = getattr(var, "path", None) or getattr(var, "name", "")
-        name = f"broadcast_variables.{i}.{_normalize(label)}"
+        label = _name or getattr(var, "path", None) or getattr(var, "name", "")
+        name = f"{_kind}.{i}.{_normalize(label)}"
         var.assign(broadcast(var, root_rank, name=name, ignore_name_scope=True,
                              process_set=process_set))
 

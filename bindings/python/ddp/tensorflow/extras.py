@@ -73,13 +73,10 @@ def allgather_object(obj, session=None, name=None, process_set=_ops.WORLD):
 def broadcast_(variables, root_rank, name=None, process_set=_ops.WORLD):
     """Assigns root_rank's values to the variables on every rank, in place, and returns them
     (Horovod's in-place broadcast)."""
-    from . import _normalize, broadcast  # the package imports this module
+    from . import broadcast_variables  # the package imports this module
 
     variables = list(variables)
-    for i, var in enumerate(variables):
-        label = name or getattr(var, "path", None) or getattr(var, "name", "")
-        var.assign(broadcast(var, root_rank, name=f"broadcast_.{i}.{_normalize(label)}",
-                             ignore_name_scope=True, process_set=process_set))
+    broadcast_variables(variables, root_rank, process_set, _kind="broadcast_", _name=name)
     return variables
 
 
