@@ -26,10 +26,7 @@ def node_self_ingress(folder: pathlib.Path) -> list[tuple[str, int, int]]:
     from module_inputs import EKS_V21_NODE_SELF_INGRESS, EKS_V21_NODE_SELF_INGRESS_RECOMMENDED
     eks = eks_module(folder)
     allowed = list(EKS_V21_NODE_SELF_INGRESS)
-    recommended = eks.get("node_security_group_enable_recommended_rules", True)
-    if isinstance(recommended, list) and len(recommended) == 1:
-        recommended = recommended[0]
-    if recommended not in (False, "false"):
+    if _one(eks.get("node_security_group_enable_recommended_rules", True)) not in (False, "false"):
         allowed += EKS_V21_NODE_SELF_INGRESS_RECOMMENDED
     rules = eks.get("node_security_group_additional_rules", {})
     for block in rules if isinstance(rules, list) else [rules]:
