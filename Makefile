@@ -26,7 +26,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
 
 .PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
   test-torch2 demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
-  test-fast test-slow test-matrix sanitize asan asan-build tsan tsan-build fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod install clean format
+  test-fast test-slow test-matrix sanitize asan asan-build tsan tsan-build fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod horovod-suite-tf install clean format
 
 all: build
 
@@ -308,6 +308,16 @@ bench: build
 bench-horovod: build
 	benchmarks/peers/build_horovod
 	$(VENV)/bin/python benchmarks/peers/compare_horovod --runs 3
+
+# Horovod 0.28.1's own TensorFlow tests (test/parallel/test_tensorflow.py and
+# test_tensorflow2_keras.py) with only their imports changed to ddp.tensorflow, on 2 and 3 ranks
+# (about 20 minutes each). HOROVOD=<a checkout of Horovod's repository at v0.28.1>: its tests
+# are not in the PyPI sdist. Not part of `make test`; docs/horovod-migration.md has the figures.
+HOROVOD_SUITE_NPS ?= 2 3
+horovod-suite-tf: build-tf
+	@test -n "$(HOROVOD)" || { echo "make horovod-suite-tf HOROVOD=<a Horovod v0.28.1 checkout>"; exit 2; }
+	status=0; for np in $(HOROVOD_SUITE_NPS); do \
+	  benchmarks/peers/horovod_suite_tf "$(HOROVOD)" $$np || status=$$?; done; exit $$status
 
 install: build
 	cmake --install $(BUILD) --prefix $${PREFIX:-/usr/local}

@@ -2,6 +2,7 @@
 The workers check every rank's results against numpy or closed forms and exit non-zero on the
 first mismatch, naming it."""
 import pathlib
+import re
 
 import pytest
 
@@ -51,3 +52,26 @@ def test_the_keras_demo_reaches_97_percent_on_4_ranks(run_job, tmp_path):
         "train_digits_keras.py"
     result = run_job(4, str(demo), "--target-accuracy", "0.97", timeout=600)
     assert "test accuracy:" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("np", [3])
+def test_local_state_sync_batch_norm_schedules_and_elastic_states_as_horovods(run_job, np):
+    # SyncBatchNormalization against BatchNormalization over every rank's batch (value, moving
+    # statistics, gradient), local sources and layers (tape, Keras optimizer, broadcast
+    # callback), LearningRateScheduleCallback, broadcast_global_variables in a TF1 graph,
+    # TensorFlowState and KerasState.
+    result = run_job(np, "tf_local.py")
+    assert result.stdout.count(": ok") == np
+
+
+def test_an_elastic_keras_job_goes_on_without_a_failed_worker(run_job):
+    job = run_job(3, "elastic_tf.py", "fail", "localhost:2",
+                  launcher_args=("--min-np", "2", "--max-np", "3"))
+    done = re.findall(r"^\[(localhost:\d)\] done rank (\d) size (\d) generation (\d) "
+                      r"sizes ([\d,]+) epochs (\d) checksum (\w+)$", job.stdout, re.M)
+    assert sorted(d[0] for d in done) == ["localhost:0", "localhost:1"], job.stdout + job.stderr
+    for _, _, size, generation, sizes, epochs, _ in done:
+        assert (size, generation, sizes, epochs) == ("2", "1", "3,2", "3"), job.stdout
+    # Restored to the last commit, synchronised, trained alike: the same weights everywhere.
+    assert len({d[6] for d in done}) == 1, job.stdout
+    assert "generation 1: 2 workers (worker localhost:2" in job.stderr, job.stderr

@@ -48,6 +48,41 @@ except tf.errors.NotFoundError as e:
     raise ImportError(
         f"ddp.tensorflow: {_LIBRARY} does not load into TensorFlow {tf.__version__} (it was built "
         f"against another TensorFlow; rebuild it with `make build-tf`): {e}") from e
+
+
+def _unfoldable(tensor):
+    """In a graph, `tensor` seen through a PlaceholderWithDefault (an identity that TensorFlow
+    never evaluates ahead of time). The collectives are stateless ops, so that tf.function starts
+    them together (stateful ones it chains in program order); but TensorFlow evaluates a
+    stateless op whose inputs are constant while it builds the graph (when a shape function
+    needs a value computed from its output, as a Pad's padding) and Grappler folds one: the
+    collective would then run on one rank alone, outside the step, and the others would wait
+    for it for ever. With a non-constant input it never does."""
+    if tf.executing_eagerly():
+        return tensor
+    if isinstance(tensor, (list, tuple)):
+        return [_unfoldable(t) for t in tensor]
+    return tf.raw_ops.PlaceholderWithDefault(input=tensor, shape=tensor.shape)
+
+
+class _GraphSafeOps:
+    """The op library, each collective's tensor input (the first argument) made unfoldable."""
+
+    def __init__(self, lib):
+        self._lib = lib
+
+    def __getattr__(self, name):
+        op = getattr(self._lib, name)
+        if name in ("ddp_join", "ddp_barrier"):  # no tensor input
+            return op
+
+        def call(tensor, *args, **kwargs):
+            return op(_unfoldable(tensor), *args, **kwargs)
+
+        return call
+
+
+_ops_lib = _GraphSafeOps(_ops_lib)
 _c_lib = ctypes.CDLL(_LIBRARY)
 _c_lib.ddp_tf_set_context.argtypes = [ctypes.c_size_t]
 _c_lib.ddp_tf_set_context.restype = None
@@ -180,6 +215,10 @@ def _name_of(kind, tensor, name, process_set, ignore_name_scope=False):
     if not eager and getattr(tensor, "name", None):
         return _graph_unique(f"{kind}.{tensor.name.replace(':', '_')}")
     return _ddp.auto_name(kind, set_id)
+
+
+def _set_of(op):
+    return op.get_attr("process_set")
 
 
 def _grad_name(kind, op):
@@ -373,9 +412,26 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
                     raise
                 name = f"{name}.uneven"
         rows = tf.shape(tensor, out_type=tf.int64)[0]
+        dim = tensor.shape[0] if tensor.shape.rank else None
+        tensor = _checked(tensor, rows % n if dim is None else dim % n, 0, f"ddp.tensorflow.alltoall '{name}': the first "
+                          f"dimension does not split evenly over the set's {n} ranks (give "
+                          f"splits)")
         even = tf.fill([n], rows // n)
         return _uneven_alltoall(tensor, even, name, set_id, process_set)[0]
     return _uneven_alltoall(tensor, splits, name, set_id, process_set)
+
+
+def _checked(tensor, value, want, message):
+    """`tensor`, once value == want: checked now when both are known (the error the op would
+    raise: InvalidArgumentError), else when the graph runs."""
+    static = value if isinstance(value, int) else tf.get_static_value(value)
+    if static is not None:
+        if static != want:
+            raise tf.errors.InvalidArgumentError(None, None, f"{message} ({static} != {want})")
+        return tensor
+    with tf.control_dependencies([tf.debugging.assert_equal(value, tf.cast(want, value.dtype),
+                                                            message=message)]):
+        return tf.identity(tensor)
 
 
 def _uneven_alltoall(tensor, splits, name, set_id, process_set):
@@ -384,7 +440,13 @@ def _uneven_alltoall(tensor, splits, name, set_id, process_set):
     # padded to the largest, one even alltoall moves them, and the padding is cut off again.
     members = _ops.process_set_ranks(process_set)
     n = len(members)
+    given = tf.get_static_value(splits)
     splits = tf.cast(tf.reshape(tf.convert_to_tensor(splits), [n]), tf.int64)
+    dim = tensor.shape[0] if tensor.shape.rank else None
+    tensor = _checked(tensor, int(sum(given)) - dim if given is not None and dim is not None
+                      else tf.reduce_sum(splits) - tf.shape(tensor, out_type=tf.int64)[0], 0,
+                      f"ddp.tensorflow.alltoall '{name}': the splits do not sum to the first "
+                      f"dimension (their sum minus it)")
     table = _ops_lib.ddp_allgather(tf.reshape(splits, [1, n]), f"{name}.splits",
                                    process_set=set_id)
     received = table[:, members.index(_ddp.rank())]
@@ -434,258 +496,40 @@ def barrier(process_set=_ops.WORLD):
 
 def broadcast_variables(variables, root_rank, process_set=_ops.WORLD, _kind="broadcast_variables",
                         _name=None):
-    """Assigns root_rank's values to the variables on every rank."""
+    """Assigns root_rank's values to the variables on every rank. Eagerly it is done on return;
+    in a graph it returns the op that does it (a tf.group of the assignments), as Horovod's."""
+    assigns = []
     for i, var in enumerate(variables):
         # The index first: Keras 3's variable names ("kernel", "bias") repeat across layers.
         label = _name or getattr(var, "path", None) or getattr(var, "name", "")
         name = f"{_kind}.{i}.{_normalize(label)}"
-        var.assign(broadcast(var, root_rank, name=name, ignore_name_scope=True,
-                             process_set=process_set))
+        assigns.append(var.assign(broadcast(var, root_rank, name=name, ignore_name_scope=True,
+                                            process_set=process_set)))
+    return None if tf.executing_eagerly() else tf.group(*assigns)
 
 
-class DistributedGradientTape:
-    """Wraps a tf.GradientTape: gradient() returns the gradients reduced over the ranks (Average
-    unless op=), Horovod's DistributedGradientTape. Dense gradients: an allreduce each (the
-    engine fuses them), or grouped allreduces with num_groups or groups (lists of source
-    indices); sparse ones (IndexedSlices) through allgather unless sparse_as_dense."""
-
-    def __init__(self, gradtape, device_dense="", device_sparse="", compression=None,
-                 sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0, num_groups=0,
-                 groups=None, process_set=_ops.WORLD):
-        del device_dense, device_sparse
-        self._tape = gradtape
-        self._op = _ops.check_op(op, "DistributedGradientTape")
-        self._compression = compression
-        self._sparse_as_dense = sparse_as_dense
-        self._predivide = float(gradient_predivide_factor)
-        self._num_groups = num_groups
-        self._groups = groups
-        self._process_set = process_set
-        self._calls = 0
-
-    def __getattr__(self, name):  # watch, stop_recording, ... as the wrapped tape's
-        return getattr(self._tape, name)
-
-    def __enter__(self):
-        self._tape.__enter__()
-        return self
-
-    def __exit__(self, *exc):
-        return self._tape.__exit__(*exc)
-
-    def gradient(self, target, sources, output_gradients=None, **kwargs):
-        grads = self._tape.gradient(target, sources, output_gradients, **kwargs)
-        flat = tf.nest.flatten(grads)
-        if tf.executing_eagerly():
-            # One reduction at a time (each waits for its result): one name for all of them, so
-            # that the engine's response cache knows it from the second step on.
-            name = "DistributedGradientTape"
-        else:
-            self._calls += 1
-            name = f"DistributedGradientTape.{self._calls}"
-        reduced = _reduce_gradients(flat, op=self._op, compression=self._compression,
-                                    sparse_as_dense=self._sparse_as_dense,
-                                    predivide=self._predivide, num_groups=self._num_groups,
-                                    groups=self._groups, process_set=self._process_set,
-                                    name=name, variables=tf.nest.flatten(sources))
-        return tf.nest.pack_sequence_as(grads, reduced)
+def broadcast_global_variables(root_rank, process_set=_ops.WORLD):
+    """TensorFlow 1's graphs: the op that assigns root_rank's values to every global variable
+    (tf.compat.v1.global_variables()). Eager TensorFlow has no global variables: there, use
+    broadcast_variables(model.variables, root_rank) (RuntimeError, as Horovod's)."""
+    if tf.executing_eagerly():
+        raise RuntimeError(
+            "ddp.tensorflow.broadcast_global_variables() does not work in eager mode (TensorFlow "
+            "2 keeps no global variables): use broadcast_variables(model.variables, root_rank), "
+            "or the Keras callback BroadcastGlobalVariablesCallback")
+    return broadcast_variables(tf.compat.v1.global_variables(), root_rank, process_set,
+                              _kind="broadcast_global_variables")
 
 
-def _group_indices(groups, num_groups, dense, variables, what):
-    """Horovod's groups as lists of gradient indices: `groups` an int (that many groups, as
-    num_groups), or lists of variables (matched by identity with `variables`) or of indices.
-    Every dense gradient in no group is reduced alone (Horovod's rule)."""
-    if isinstance(groups, int) and not isinstance(groups, bool):
-        num_groups, groups = groups, None
-    if groups is None:
-        if not num_groups:
-            return []
-        k = max(1, min(num_groups, len(dense)))
-        return [dense[j * len(dense) // k:(j + 1) * len(dense) // k] for j in range(k)]
-    where = {id(v): i for i, v in enumerate(variables or [])}
-    out = []
-    for group in groups:
-        members = []
-        for x in group:
-            if isinstance(x, int) and not isinstance(x, bool):
-                members.append(x)
-            elif id(x) in where:
-                members.append(where[id(x)])
-            else:
-                raise _ops.error(f"ddp.tensorflow.{what}: groups holds {x!r}, which is neither a "
-                                 f"gradient's index nor one of the variables being reduced")
-        out.append(members)
-    return out
-
-
-# Eager reductions, traced: (configuration) -> tf.function. Emptied at shutdown.
-_eager_reducers = {}
-
-
-def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
-                      process_set, name, variables=None, what="DistributedGradientTape",
-                      scale=1.0):
-    """Gradients reduced over the ranks: dense ones an allreduce each, or in grouped allreduces
-    (num_groups, groups), sparse ones (IndexedSlices) through allgather unless sparse_as_dense;
-    None stays None (every rank must agree on which are None, as with Horovod). Sum and Average
-    results are multiplied by `scale` (in the reduction's postscale).
-
-    Eager, each op would wait for its result before the next starts, so the engine would
-    negotiate and reduce the gradients one by one. As Horovod does, the reduction then runs as a
-    tf.function (traced once per configuration and list of gradient shapes), whose ops
-    TensorFlow starts together and the engine fuses."""
-    if not tf.executing_eagerly():
-        return _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_groups,
-                                groups, process_set, name, variables, what, scale)
-    if groups is not None and not isinstance(groups, int):
-        # Variables as their indices: the traced function needs no variables.
-        groups = tuple(tuple(g) for g in _group_indices(groups, 0, [], variables, what))
-    key = (what, name, op, compression, sparse_as_dense, predivide, num_groups, groups,
-           _ops.set_id(process_set), id(process_set), scale)
-    try:
-        hash(key)
-    except TypeError:  # a compressor instance that cannot be hashed
-        key = key[:3] + (id(compression),) + key[4:]
-    reduce = _eager_reducers.get(key)
-    if reduce is None:
-        def traced(gs):
-            return _reduce_in_graph(gs, op, compression, sparse_as_dense, predivide, num_groups,
-                                    groups, process_set, name, None, what, scale)
-        # reduce_retracing: sparse gradients (IndexedSlices) change their row count from step
-        # to step; after a retrace the shapes generalize instead of tracing every step.
-        reduce = _eager_reducers[key] = tf.function(traced, autograph=False,
-                                                    reduce_retracing=True)
-    return list(reduce(list(grads)))
-
-
-def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
-                     process_set, name, variables, what, scale):
-    _not_in_xla(what)
-    grads = list(grads)
-    for i, g in enumerate(grads):
-        if isinstance(g, tf.IndexedSlices) and sparse_as_dense:
-            grads[i] = tf.convert_to_tensor(g)
-    dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
-    out = list(grads)
-    scaled = op in (ReduceOp.SUM, ReduceOp.AVERAGE)
-    pre = 1.0 / predivide if scaled else 1.0
-    post = predivide * scale if scaled else 1.0
-    grouped = set()
-    for k, members in enumerate(_group_indices(groups, num_groups, dense, variables, what)):
-        members = [i for i in members if i in dense and i not in grouped]
-        if not members:
-            continue
-        grouped.update(members)
-        reduced = grouped_allreduce([grads[i] for i in members], op=op, compression=compression,
-                                    prescale_factor=pre, postscale_factor=post,
-                                    name=f"{name}.group{k}", process_set=process_set,
-                                    ignore_name_scope=True)
-        for i, r in zip(members, reduced):
-            out[i] = r
-    # The rest (all of them by default, as Horovod): an allreduce each, started as soon as
-    # TensorFlow has computed the gradient; the engine fuses those that are ready together.
-    for i in dense:
-        if i not in grouped:
-            out[i] = allreduce(grads[i], op=op, compression=compression, prescale_factor=pre,
-                               postscale_factor=post, name=f"{name}.grad{i}",
-                               process_set=process_set, ignore_name_scope=True)
-    for i, g in enumerate(grads):
-        if isinstance(g, tf.IndexedSlices):
-            # The scale is the optimizer's (aggregation over steps), not a user's factor, which
-            # sparse reductions refuse as Horovod's do: applied here, to the gathered values.
-            r = _sparse_allreduce(g, _op_code(op, None, what), 1.0, 1.0, f"{name}.sparse{i}",
-                                  process_set, True, what)
-            if scaled and scale != 1.0:
-                r = tf.IndexedSlices(r.values * tf.cast(scale, r.values.dtype), r.indices,
-                                     dense_shape=r.dense_shape)
-            out[i] = r
-    return out
-
-
-# ---- gradients, as Horovod's ---------------------------------------------------------------
-
-def _set_of(op):
-    return op.get_attr("process_set")
-
-
-@tf.RegisterGradient("DdpAllreduce")
-def _allreduce_grad(op, grad):
-    code = op.get_attr("reduce_op")
-    if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
-        raise _ops.error(f"ddp.tensorflow.allreduce: op {_ops.op_name(code)} has no gradient")
-    return [_ops_lib.ddp_allreduce(grad, _grad_name("allreduce", op),
-                                   reduce_op=code,
-                                   prescale_factor=op.get_attr("prescale_factor"),
-                                   postscale_factor=op.get_attr("postscale_factor"),
-                                   process_set=_set_of(op)),
-            None]
-
-
-@tf.RegisterGradient("DdpGroupedAllreduce")
-def _grouped_allreduce_grad(op, *grads):
-    code = op.get_attr("reduce_op")
-    if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
-        raise _ops.error(f"ddp.tensorflow.grouped_allreduce: op {_ops.op_name(code)} has no "
-                         f"gradient")
-    grads = [tf.zeros_like(x) if g is None else g for g, x in zip(grads, op.inputs[:-1])]
-    reduced = _ops_lib.ddp_grouped_allreduce(
-        grads, _grad_name("grouped_allreduce", op), reduce_op=code,
-        prescale_factor=op.get_attr("prescale_factor"),
-        postscale_factor=op.get_attr("postscale_factor"), process_set=_set_of(op))
-    return list(reduced) + [None]
-
-
-@tf.RegisterGradient("DdpAllgather")
-def _allgather_grad(op, grad):
-    process_set = _set_of(op)
-    reduced = _ops_lib.ddp_allreduce(grad, _grad_name("allgather", op),
-                                     reduce_op=int(ReduceOp.AVERAGE), process_set=process_set)
-    rows = tf.reshape(tf.shape(op.inputs[0], out_type=tf.int64)[0], [1])
-    all_rows = _ops_lib.ddp_allgather(rows, _grad_name("allgather.rows", op),
-                                      process_set=process_set)
-    members = _ops.process_set_ranks(process_set)
-    mine = members.index(_ddp.rank())
-    # The number of pieces must be static (inside a tf.function the gathered shape is not).
-    all_rows = tf.reshape(all_rows, [len(members)])
-    return [tf.split(reduced, all_rows, num=len(members), axis=0)[mine], None]
-
-
-@tf.RegisterGradient("DdpBroadcast")
-def _broadcast_grad(op, grad):
-    process_set = _set_of(op)
-    reduced = _ops_lib.ddp_allreduce(grad, _grad_name("broadcast", op),
-                                     reduce_op=int(ReduceOp.AVERAGE), process_set=process_set)
-    members = _ops.process_set_ranks(process_set)
-    if members[op.get_attr("root_rank")] != _ddp.rank():
-        # Zero through the result, never tf.zeros_like(reduced): in a graph TensorFlow folds a
-        # zeros_like of a static shape into a constant, the allreduce then feeds nothing and is
-        # pruned on these ranks, and the root waits for it for ever. A gradient must keep its
-        # collective on every rank.
-        reduced = reduced * tf.constant(0, dtype=reduced.dtype)
-    return [reduced, None]
-
-
-@tf.RegisterGradient("DdpAlltoall")
-def _alltoall_grad(op, grad):
-    process_set = _set_of(op)
-    return [_ops_lib.ddp_alltoall(grad, _grad_name("alltoall", op),
-                                  process_set=process_set), None]
-
-
-@tf.RegisterGradient("DdpReducescatter")
-def _reducescatter_grad(op, grad):
-    code = op.get_attr("reduce_op")
-    if code not in (int(ReduceOp.SUM), int(ReduceOp.AVERAGE)):
-        raise _ops.error(f"ddp.tensorflow.reducescatter: op {_ops.op_name(code)} has no "
-                         f"gradient")
-    process_set = _set_of(op)
-    scale = op.get_attr("prescale_factor") * op.get_attr("postscale_factor")
-    if code == int(ReduceOp.SUM):
-        scale *= len(_ops.process_set_ranks(process_set))
-    if scale != 1.0:
-        grad = grad * tf.cast(scale, grad.dtype)
-    return [_ops_lib.ddp_allgather(grad, _grad_name("reducescatter", op),
-                                   process_set=process_set), None]
+def __getattr__(name):
+    # Keras is imported on first use only: `import ddp.tensorflow` stays free of it.
+    if name == "SyncBatchNormalization":
+        from .sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    if name == "elastic":
+        import importlib
+        return importlib.import_module(".elastic", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = [
@@ -693,7 +537,14 @@ __all__ = [
     "cross_rank", "cross_size", "allreduce", "grouped_allreduce", "allgather", "broadcast",
     "alltoall", "reducescatter", "join", "barrier", "broadcast_variables", "Sum", "Average",
     "Min", "Max", "Product", "Adasum", "DDPError", "Compression", "DistributedGradientTape",
+    "PartialDistributedGradientTape", "broadcast_global_variables", "SyncBatchNormalization",
 ]
+
+from . import _grads  # noqa: E402,F401  (registers the ops' gradients)
+from . import util  # noqa: E402
+from ._reduce import _eager_reducers, _reduce_gradients  # noqa: E402,F401
+from .tape import DistributedGradientTape, PartialDistributedGradientTape  # noqa: E402
+from .util import _executing_eagerly  # noqa: E402,F401
 
 from . import extras as _extras  # noqa: E402
 from .extras import *  # noqa: E402,F401,F403

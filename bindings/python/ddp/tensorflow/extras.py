@@ -64,6 +64,17 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=_ops
     return _broadcast_object(obj, root_rank, name=name, process_set=process_set)
 
 
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=_ops.WORLD):
+    """A function obj -> root_rank's obj (Horovod's, for TensorFlow 1's sessions; here
+    broadcast_object with these arguments)."""
+    del session
+
+    def broadcast(obj):
+        return _broadcast_object(obj, root_rank, name=name, process_set=process_set)
+
+    return broadcast
+
+
 def allgather_object(obj, session=None, name=None, process_set=_ops.WORLD):
     """Every rank's picklable obj, as a list in rank order (Horovod's signature)."""
     del session
@@ -108,6 +119,7 @@ def grouped_reducescatter(tensors, op=None, name=None, ignore_name_scope=False,
         prescale_factor=prescale_factor, postscale_factor=postscale_factor))
 
 
-__all__ = ["grouped_allgather", "grouped_reducescatter","rank_op", "local_rank_op", "size_op", "local_size_op", "process_set_included_op",
-           "broadcast_object", "allgather_object", "broadcast_", "add_process_set",
-           "remove_process_set", "ProcessSet", "global_process_set"]
+__all__ = ["grouped_allgather", "grouped_reducescatter", "rank_op", "local_rank_op", "size_op",
+           "local_size_op", "process_set_included_op", "broadcast_object", "broadcast_object_fn",
+           "allgather_object", "broadcast_", "add_process_set", "remove_process_set",
+           "ProcessSet", "global_process_set"]

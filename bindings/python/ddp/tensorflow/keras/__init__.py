@@ -12,32 +12,58 @@ fuses; grouped with num_groups or groups) before the wrapped optimizer clips and
 so every rank applies the same update.
 """
 import keras
+import tensorflow as tf
 
 from .. import (Average, Compression, DDPError, Max, Min, Product, Sum, _ops,
                 _reduce_gradients, allgather, allreduce, alltoall, barrier, broadcast,
                 broadcast_variables, cross_rank, cross_size, grouped_allreduce, init,
                 is_initialized, join, local_rank, local_size, rank, reducescatter, shutdown, size)
-from . import callbacks
+from ..tape import _local_variables, _set_size
+from . import callbacks, elastic
 
 if not hasattr(keras.optimizers.Optimizer, "_clip_gradients"):  # pragma: no cover
     raise ImportError(f"ddp.tensorflow.keras needs Keras 3 (this is Keras {keras.__version__}); "
                       f"with Keras 2 (tf_keras), use ddp.tensorflow.DistributedGradientTape")
 
 
-def _reduce(optimizer, grads):
+def _reduce(optimizer, grads, variables=None):
+    """The gradients reduced over the ranks, but for those of local variables
+    (PartialDistributedOptimizer, register_local_var), which stay this rank's, divided by the
+    set's size unless scale_local_gradients=False (Horovod's rule)."""
     cfg = optimizer._ddp
-    return _reduce_gradients(grads, op=cfg["op"], compression=cfg["compression"],
-                             sparse_as_dense=cfg["sparse_as_dense"], predivide=cfg["predivide"],
-                             num_groups=cfg["num_groups"], groups=cfg["groups"],
-                             process_set=cfg["process_set"], name=cfg["name"],
-                             what="DistributedOptimizer", scale=cfg["scale"])
+    grads = list(grads)
+    if variables is None:
+        variables = getattr(optimizer, "_trainable_variables", None)
+    if cfg["local"] and (variables is None or len(variables) != len(grads)):
+        raise _ops.error("ddp.tensorflow.keras.DistributedOptimizer: cannot tell which gradients "
+                         "are the local variables' (apply() got no trainable_variables that "
+                         "match the gradients)")
+    local = {i for i, v in enumerate(variables or []) if id(v) in cfg["local"]}
+    reduced = _reduce_gradients([None if i in local else g for i, g in enumerate(grads)],
+                                op=cfg["op"], compression=cfg["compression"],
+                                sparse_as_dense=cfg["sparse_as_dense"],
+                                predivide=cfg["predivide"], num_groups=cfg["num_groups"],
+                                groups=cfg["groups"], process_set=cfg["process_set"],
+                                name=cfg["name"], what="DistributedOptimizer", scale=cfg["scale"])
+    for i in local:
+        # The scale of the reduced ones: the passes' sum when accumulating, and over the size.
+        g = grads[i]
+        if g is not None:
+            values = g.values if isinstance(g, tf.IndexedSlices) else g
+            scale = tf.cast(cfg["scale"], values.dtype)
+            if cfg["scale_local_gradients"]:
+                scale = scale / tf.cast(_set_size(cfg["process_set"]), values.dtype)
+            g = (tf.IndexedSlices(values * scale, g.indices, g.dense_shape)
+                 if isinstance(g, tf.IndexedSlices) else values * scale)
+        reduced[i] = g
+    return reduced
 
 
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, process_set=_ops.WORLD,
-                         average_aggregated_gradients=False):
+                         average_aggregated_gradients=False, scale_local_gradients=True):
     """A copy of the Keras optimizer `optimizer` (same class and configuration) that reduces the
     gradients over the ranks before it clips and applies them. backward_passes_per_step=N
     accumulates N passes locally (Keras' gradient_accumulation_steps) and reduces once per
@@ -80,11 +106,20 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             sparse_as_dense=sparse_as_dense, backward_passes_per_step=backward_passes_per_step,
             op=op, gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups,
             groups=groups, process_set=process_set,
-            average_aggregated_gradients=average_aggregated_gradients)
+            average_aggregated_gradients=average_aggregated_gradients,
+            scale_local_gradients=scale_local_gradients)
         return keras.optimizers.LossScaleOptimizer(
             inner, initial_scale=optimizer.initial_scale,
             dynamic_growth_steps=optimizer.dynamic_growth_steps, name=optimizer.name)
     base = type(optimizer)
+
+    def _backend_apply_gradients(self, grads, trainable_variables):
+        # The variables of the gradients that _clip_gradients gets (local ones stay local).
+        self._ddp_variables = trainable_variables
+        try:
+            return base._backend_apply_gradients(self, grads, trainable_variables)
+        finally:
+            self._ddp_variables = None
 
     def _clip_gradients(self, grads):
         # Called once per update with the gradients to apply (accumulated, if accumulating), before
@@ -92,9 +127,16 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         # LossScaleOptimizer they were reduced before its overflow check.
         if getattr(self, "_ddp_reduced_outside", False):
             return base._clip_gradients(self, grads)
-        return base._clip_gradients(self, _reduce(self, grads))
+        return base._clip_gradients(self, _reduce(self, grads,
+                                                  getattr(self, "_ddp_variables", None)))
+
+    def register_local_var(self, var):
+        """This variable's gradient stays this rank's (not reduced over the ranks)."""
+        self._ddp["local"][id(var)] = var
 
     cls = type(base.__name__, (base,), {"_clip_gradients": _clip_gradients,
+                                        "_backend_apply_gradients": _backend_apply_gradients,
+                                        "register_local_var": register_local_var,
                                         "__module__": base.__module__})
     config = optimizer.get_config()
     if backward_passes_per_step > 1:
@@ -103,8 +145,33 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     wrapped._ddp = {"name": name or f"DistributedOptimizer.{optimizer.name}", "op": op,
                     "compression": compression, "sparse_as_dense": sparse_as_dense,
                     "predivide": float(gradient_predivide_factor), "groups": groups,
-                    "num_groups": num_groups, "process_set": process_set, "scale": scale}
+                    "num_groups": num_groups, "process_set": process_set, "scale": scale,
+                    "local": {}, "scale_local_gradients": scale_local_gradients}
     return wrapped
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average, groups=None,
+                                process_set=_ops.WORLD, local_layers=None,
+                                scale_local_gradients=True, **kwargs):
+    """A DistributedOptimizer that leaves the gradients of local_layers' (Keras layers)
+    trainable variables unreduced: this rank's own, divided by the set's size unless
+    scale_local_gradients=False, as Horovod's. Other arguments: DistributedOptimizer's."""
+    if _ops.check_op(op, "PartialDistributedOptimizer") not in (Sum, Average):
+        raise _ops.error("ddp.tensorflow.keras.PartialDistributedOptimizer: op must be Average "
+                         "or Sum (as Horovod's)")
+    local = _local_variables(local_layers, "keras.PartialDistributedOptimizer")
+    opt = DistributedOptimizer(optimizer, name=name, device_dense=device_dense,
+                               device_sparse=device_sparse, compression=compression,
+                               sparse_as_dense=sparse_as_dense,
+                               gradient_predivide_factor=gradient_predivide_factor, op=op,
+                               groups=groups, process_set=process_set,
+                               scale_local_gradients=scale_local_gradients, **kwargs)
+    inner = getattr(opt, "inner_optimizer", opt)  # a LossScaleOptimizer's distributed one
+    for var in local:
+        inner.register_local_var(var)
+    return opt
 
 
 _keras_loss_scale_apply = keras.optimizers.LossScaleOptimizer.apply
@@ -120,7 +187,7 @@ def _loss_scale_apply(self, grads, trainable_variables=None):
     inner = self.inner_optimizer
     if getattr(inner, "_ddp", None) is None:
         return _keras_loss_scale_apply(self, grads, trainable_variables)
-    grads = _reduce(inner, grads)
+    grads = _reduce(inner, grads, trainable_variables)
     inner._ddp_reduced_outside = True
     try:
         return _keras_loss_scale_apply(self, grads, trainable_variables)
@@ -129,6 +196,13 @@ def _loss_scale_apply(self, grads, trainable_variables=None):
 
 
 keras.optimizers.LossScaleOptimizer.apply = _loss_scale_apply
+
+
+def __getattr__(name):
+    if name == "SyncBatchNormalization":
+        from ..sync_batch_norm import SyncBatchNormalization
+        return SyncBatchNormalization
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def broadcast_global_variables(model, root_rank):
@@ -142,6 +216,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "allreduce", "grouped_allreduce", "allgather", "broadcast",
     "alltoall", "reducescatter", "join", "barrier", "broadcast_variables",
-    "broadcast_global_variables", "DistributedOptimizer", "callbacks", "Compression", "Sum",
+    "broadcast_global_variables", "DistributedOptimizer", "PartialDistributedOptimizer",
+    "SyncBatchNormalization", "elastic", "callbacks", "Compression", "Sum",
     "Average", "Min", "Max", "Product", "DDPError",
 ]

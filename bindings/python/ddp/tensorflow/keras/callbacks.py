@@ -7,16 +7,25 @@ from .. import Average, allreduce, broadcast_variables, size
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):
     """Makes every rank start from root_rank's weights: the model's variables at the start of
-    training, the optimizer's (built by the first step) after the first batch."""
+    training, the optimizer's (built by the first step) after the first batch. local_variables
+    (or register_local_var): variables each rank keeps its own (not broadcast)."""
 
-    def __init__(self, root_rank, device=""):
+    def __init__(self, root_rank, device="", local_variables=None):
         super().__init__()
         del device
         self.root_rank = root_rank
         self._optimizer_done = False
+        self._local = {}
+        for var in local_variables or []:
+            self.register_local_var(var)
+
+    def register_local_var(self, var):
+        """A variable that this rank keeps its own: not broadcast."""
+        self._local[id(var)] = var
 
     def on_train_begin(self, logs=None):
-        broadcast_variables(self.model.variables, self.root_rank)
+        broadcast_variables([v for v in self.model.variables if id(v) not in self._local],
+                            self.root_rank)
 
     def on_train_batch_end(self, batch, logs=None):
         if self._optimizer_done:
@@ -79,15 +88,7 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
         return self.initial_lr / n * (progress * (n - 1) + 1)
 
     def _set_rate(self, new):
-        optimizer = self.model.optimizer
-        old = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
-        optimizer.learning_rate = new
-        if self.momentum_correction and old > 0 and new != old:
-            # Goyal et al.'s momentum correction: the momentum buffer holds past updates at the
-            # old rate; scaled by new / old it continues at the new one (what Horovod's callback
-            # does by scaling the momentum for one batch).
-            for buffer in _momentum_buffers(optimizer):
-                buffer.assign(buffer * (new / old))
+        _set_rate(self.model.optimizer, new, self.momentum_correction)
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._epoch >= self.warmup_epochs:
@@ -102,6 +103,67 @@ class LearningRateWarmupCallback(keras.callbacks.Callback):
                       f"{self.initial_lr:g}.")
         if logs is not None:
             logs["lr"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+
+
+class LearningRateScheduleCallback(keras.callbacks.Callback):
+    """Horovod's schedule: from start_epoch until end_epoch (exclusive; None: to the end) the
+    learning rate is initial_lr * multiplier(epoch), where multiplier is a function of the epoch
+    or a number (then multiplier ** (epoch - start_epoch)). staircase: set at each epoch's
+    start; else every batch, with the epoch's fraction (steps_per_epoch: batches per epoch,
+    else fit's). momentum_correction: as LearningRateWarmupCallback's."""
+
+    def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
+                 momentum_correction=True, steps_per_epoch=None):
+        super().__init__()
+        if initial_lr is None:
+            raise ValueError("LearningRateScheduleCallback: initial_lr is required")
+        self.initial_lr = float(initial_lr)
+        self.multiplier = (multiplier if callable(multiplier)
+                           else lambda epoch: multiplier ** (epoch - start_epoch))
+        self.start_epoch = start_epoch
+        self.end_epoch = end_epoch
+        self.staircase = staircase
+        self.momentum_correction = momentum_correction
+        self.steps_per_epoch = steps_per_epoch
+        self._epoch = 0
+
+    def on_train_begin(self, logs=None):
+        if not self.staircase and not self.steps_per_epoch:
+            self.steps_per_epoch = (self.params or {}).get("steps")
+            if not self.steps_per_epoch:
+                raise ValueError("LearningRateScheduleCallback: pass steps_per_epoch (fit did "
+                                 "not say how many batches an epoch has)")
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._epoch < self.start_epoch or (self.end_epoch is not None
+                                              and self._epoch >= self.end_epoch):
+            return
+        if self.staircase:
+            if batch == 0:
+                _set_rate(self.model.optimizer, self.initial_lr * self.multiplier(self._epoch),
+                          self.momentum_correction)
+        else:
+            epoch = self._epoch + float(batch) / self.steps_per_epoch
+            _set_rate(self.model.optimizer, self.initial_lr * self.multiplier(epoch),
+                      self.momentum_correction)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is not None:
+            logs["lr"] = float(keras.ops.convert_to_numpy(self.model.optimizer.learning_rate))
+
+
+def _set_rate(optimizer, new, momentum_correction):
+    """Sets the optimizer's learning rate. momentum_correction (Goyal et al.): the momentum
+    buffer holds past updates at the old rate; scaled by new / old it continues at the new one
+    (what Horovod's callbacks do by scaling the momentum for one batch)."""
+    old = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    optimizer.learning_rate = new
+    if momentum_correction and old > 0 and new != old:
+        for buffer in _momentum_buffers(optimizer):
+            buffer.assign(buffer * (new / old))
 
 
 def _momentum_buffers(optimizer):
@@ -119,4 +181,4 @@ def _momentum_buffers(optimizer):
 
 
 __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateWarmupCallback"]
+           "LearningRateWarmupCallback", "LearningRateScheduleCallback"]
