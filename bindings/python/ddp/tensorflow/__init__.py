@@ -498,14 +498,19 @@ def broadcast_variables(variables, root_rank, process_set=_ops.WORLD, _kind="bro
                         _name=None):
     """Assigns root_rank's values to the variables on every rank. Eagerly it is done on return;
     in a graph it returns the op that does it (a tf.group of the assignments), as Horovod's."""
+    assigns = _broadcast_assigns(variables, root_rank, process_set, _kind, _name)
+    return None if tf.executing_eagerly() else tf.group(*assigns)
+
+
+def _broadcast_assigns(variables, root_rank, process_set, kind, name):
+    """Each variable assigned root_rank's value: the assignments (in a graph, their new values)."""
     assigns = []
     for i, var in enumerate(variables):
         # The index first: Keras 3's variable names ("kernel", "bias") repeat across layers.
-        label = _name or getattr(var, "path", None) or getattr(var, "name", "")
-        name = f"{_kind}.{i}.{_normalize(label)}"
-        assigns.append(var.assign(broadcast(var, root_rank, name=name, ignore_name_scope=True,
-                                            process_set=process_set)))
-    return None if tf.executing_eagerly() else tf.group(*assigns)
+        label = name or getattr(var, "path", None) or getattr(var, "name", "")
+        assigns.append(var.assign(broadcast(var, root_rank, name=f"{kind}.{i}.{_normalize(label)}",
+                                            ignore_name_scope=True, process_set=process_set)))
+    return assigns
 
 
 def broadcast_global_variables(root_rank, process_set=_ops.WORLD):

@@ -83,12 +83,63 @@ def allgather_object(obj, session=None, name=None, process_set=_ops.WORLD):
 
 def broadcast_(variables, root_rank, name=None, process_set=_ops.WORLD):
     """Assigns root_rank's values to the variables on every rank, in place, and returns them
-    (Horovod's in-place broadcast)."""
-    from . import broadcast_variables  # the package imports this module
+    (Horovod's in-place broadcast); in a graph, the assignments' new values (evaluating them
+    broadcasts)."""
+    from . import _broadcast_assigns  # the package imports this module
 
     variables = list(variables)
-    broadcast_variables(variables, root_rank, process_set, _kind="broadcast_", _name=name)
-    return variables
+    assigns = _broadcast_assigns(variables, root_rank, process_set, "broadcast_", name)
+    return variables if tf.executing_eagerly() else assigns
+
+
+def mpi_built():
+    """Whether libddp was built with MPI (Horovod's build information, as ddp's)."""
+    return _ddp_pkg().mpi_built()
+
+
+def gloo_built():
+    """False: libddp has no Gloo (its own TCP and shared memory)."""
+    return False
+
+
+def nccl_built():
+    """False: the TensorFlow ops are CPU kernels; libddp's NCCL path serves ddp.torch."""
+    return False
+
+
+def cuda_built():
+    """False, as nccl_built()."""
+    return False
+
+
+def rocm_built():
+    return False
+
+
+def ddl_built():
+    return False
+
+
+def ccl_built():
+    return False
+
+
+def mpi_enabled():
+    """Whether this job talks through MPI."""
+    return _ddp_pkg().mpi_enabled()
+
+
+def gloo_enabled():
+    return False
+
+
+def mpi_threads_supported():
+    return _ddp_pkg().mpi_threads_supported()
+
+
+def _ddp_pkg():
+    import ddp
+    return ddp
 
 
 def _each(kind, tensors, name, run):
@@ -122,4 +173,6 @@ def grouped_reducescatter(tensors, op=None, name=None, ignore_name_scope=False,
 __all__ = ["grouped_allgather", "grouped_reducescatter", "rank_op", "local_rank_op", "size_op",
            "local_size_op", "process_set_included_op", "broadcast_object", "broadcast_object_fn",
            "allgather_object", "broadcast_", "add_process_set", "remove_process_set",
-           "ProcessSet", "global_process_set"]
+           "ProcessSet", "global_process_set", "mpi_built", "mpi_enabled", "mpi_threads_supported",
+           "gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
+           "ccl_built"]
