@@ -32,6 +32,9 @@ spec = importlib.util.spec_from_file_location("netsim",
 netsim = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(netsim)
 
+# The checkout whose .venv and build/ stand in for the image's (this one unless
+# DDP_REHEARSAL_BUILT names another, e.g. a worktree's main checkout that has been built).
+BUILT = pathlib.Path(os.environ.get("DDP_REHEARSAL_BUILT", dc.ROOT))
 IMAGE_ROOT = "/opt/libddp/"  # where the images keep examples/ (k8s/image/Dockerfile.*)
 ENTRYPOINT = dc.ROOT / "k8s" / "image" / "entrypoint.sh"
 
@@ -75,8 +78,8 @@ def rehearse(job: dict, workdir: pathlib.Path, timeout: float = 600,
     # The image's commands, from this checkout.
     bin_dir = workdir / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for command, target in (("python3", dc.ROOT / ".venv" / "bin" / "python"),
-                            ("ddp-bench", dc.ROOT / "build" / "bin" / "ddp-bench")):
+    for command, target in (("python3", BUILT / ".venv" / "bin" / "python"),
+                            ("ddp-bench", BUILT / "build" / "bin" / "ddp-bench")):
         if not target.exists():
             raise RuntimeError(f"{target} is missing: make build first")
         (bin_dir / command).write_text(f'#!/bin/sh\nexec {shlex.quote(str(target))} "$@"\n')
