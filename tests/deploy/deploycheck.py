@@ -182,7 +182,7 @@ def mpijob_rules(doc: dict) -> list[str]:
     if "command" in container:
         problems.append(f"MPIJob {name}: the launcher sets command, which bypasses the image's "
                         "entrypoint (it waits for the workers' DNS names): use args")
-    args = container.get("args", [])
+    args = launch_command(container.get("args", []))[1]
     if args[:1] != ["mpirun"]:
         problems.append(f"MPIJob {name}: the launcher's args do not start with mpirun")
         return problems
@@ -229,6 +229,61 @@ def mpijob_rules(doc: dict) -> list[str]:
     return problems
 
 
+EFA_CHECK = "ddp-efa-check"  # k8s/image/efa_check.py in the GPU image
+
+
+def launch_command(args: list[str]) -> tuple[list[str], list[str]]:
+    """(the ddp-efa-check options, the mpirun line) of a launcher's args: the check wraps the
+    mpirun line as `ddp-efa-check FLAGS -- mpirun ...`."""
+    if args[:1] == [EFA_CHECK] and "--" in args:
+        cut = args.index("--")
+        return args[1:cut], args[cut + 1:]
+    return [], args
+
+
+def efa_verification(doc: dict) -> list[str]:
+    """Jobs whose workers take EFA interfaces run their mpirun line under ddp-efa-check, which
+    fails the job unless NCCL (CUDA tensors) or libddp's ofi transport (ddp-bench --transport
+    ofi) report EFA; and they turn on the logs it reads."""
+    name = doc.get("metadata", {}).get("name", "?")
+    replicas = doc.get("spec", {}).get("mpiReplicaSpecs", {})
+    worker = replicas.get("Worker", {}).get("template", {}).get("spec", {})
+    if not any("vpc.amazonaws.com/efa" in c.get("resources", {}).get("limits", {})
+               for c in worker.get("containers", [])):
+        return []
+    container = replicas["Launcher"]["template"]["spec"]["containers"][0]
+    flags, mpirun = launch_command(container.get("args", []))
+    if container.get("args", [])[:1] != [EFA_CHECK]:
+        return [f"MPIJob {name}: its workers use EFA but its launcher does not run "
+                f"`{EFA_CHECK} ... -- mpirun ...`: nothing would notice a fall back to TCP"]
+    passed = {mpirun[i + 1].partition("=")[0]: mpirun[i + 1].partition("=")[2]
+              for i, word in enumerate(mpirun[:-1]) if word == "-x"}
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    problems = []
+    cuda = "cuda" in mpirun or "--device=cuda" in mpirun
+    ofi = "ddp-bench" in mpirun and "ofi" in mpirun[mpirun.index("ddp-bench"):]
+    if cuda and "--nccl" not in flags:
+        problems.append(f"MPIJob {name}: CUDA tensors go through NCCL: {EFA_CHECK} needs --nccl")
+    if ofi and "--ddp-ofi" not in flags:
+        problems.append(f"MPIJob {name}: ddp-bench --transport ofi: {EFA_CHECK} needs --ddp-ofi")
+    if "--nccl" in flags:
+        # NCCL_DEBUG_SUBSYS is INIT,BOOTSTRAP,ENV unless set: NET must be asked for.
+        subsys = set(passed.get("NCCL_DEBUG_SUBSYS", "INIT,BOOTSTRAP,ENV").upper().split(","))
+        if passed.get("NCCL_DEBUG", "").upper() not in ("INFO", "TRACE") or \
+                not ({"INIT", "NET"} <= subsys or "ALL" in subsys):
+            problems.append(f"MPIJob {name}: NCCL_DEBUG={passed.get('NCCL_DEBUG')} "
+                            f"NCCL_DEBUG_SUBSYS={passed.get('NCCL_DEBUG_SUBSYS')} hides NCCL's "
+                            "choice of network: pass -x NCCL_DEBUG=INFO and "
+                            "-x NCCL_DEBUG_SUBSYS=INIT,NET")
+    if "--ddp-ofi" in flags:
+        level = (passed.get("DDP_LOG_LEVEL") or env.get("DDP_LOG_LEVEL")) \
+            if "DDP_LOG_LEVEL" in passed else None
+        if str(level).lower() not in ("info", "debug", "trace"):
+            problems.append(f"MPIJob {name}: libddp reports its transport at DDP_LOG_LEVEL=info, "
+                            f"and the ranks get {level}: set it and pass it with -x")
+    return problems
+
+
 def builtin_kind(doc: dict) -> list[str]:
     """Built-in kinds against Kubernetes' own schema, strict (unknown fields are errors)."""
     import kubernetes_validate
@@ -246,7 +301,7 @@ def manifests(docs: list[dict]) -> list[str]:
     problems = []
     for doc in docs:
         if doc.get("kind") == "MPIJob":
-            problems += mpijob_schema(doc) + mpijob_rules(doc)
+            problems += mpijob_schema(doc) + mpijob_rules(doc) + efa_verification(doc)
         else:
             problems += builtin_kind(doc)
     return problems

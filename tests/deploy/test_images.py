@@ -79,3 +79,10 @@ def test_the_entrypoint_names_a_host_that_never_resolves(tmp_path):
                       "echo", "started")
     assert done.returncode == 1 and done.stdout == ""
     assert "job-worker-9.job.ns.invalid (from" in done.stderr and "after 2s" in done.stderr
+
+
+
+def test_the_gpu_image_has_the_efa_check():
+    gpu = dc.DOCKERFILES[1].read_text()
+    assert "COPY k8s/image/efa_check.py /usr/local/bin/ddp-efa-check" in gpu
+    assert (dc.ROOT / "k8s" / "image" / "efa_check.py").stat().st_mode & 0o111

@@ -155,3 +155,36 @@ def test_mpirun_passes_only_variables_the_image_sets(rendered):
     args = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["args"]
     args[1:1] = ["-x", "LD_LIBRARY_PATH"]  # the CPU image does not set it (the GPU one does)
     assert any("-x LD_LIBRARY_PATH passes a variable" in p for p in dc.mpijob_rules(job))
+
+
+def launcher_of(job):
+    return job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+
+
+def test_gpu_jobs_verify_that_they_used_efa(rendered):
+    """Each GPU job's mpirun runs under ddp-efa-check with the logs it reads turned on: NCCL's
+    network (INFO, INIT and NET) for CUDA tensors, libddp's transport report (info) for
+    ddp-bench over ofi. NCCL_DEBUG=WARN, as the overlay had it, hid a fall back to sockets."""
+    gpu = jobs(rendered["gpu-efa"])
+    assert all(dc.efa_verification(job) == [] for job in gpu.values())
+    flags = {name: dc.launch_command(launcher_of(job)["args"])[0] for name, job in gpu.items()}
+    assert flags == {"ddp-digits": ["--nccl"], "ddp-synthetic": ["--nccl"],
+                     "ddp-bench": ["--ddp-ofi"]}, flags
+    assert all(dc.efa_verification(job) == [] for job in jobs(rendered["cpu"]).values())
+
+    digits = copy.deepcopy(gpu["ddp-digits"])
+    args = launcher_of(digits)["args"]
+    args[args.index("NCCL_DEBUG=INFO")] = "NCCL_DEBUG=WARN"
+    assert "NCCL_DEBUG=WARN NCCL_DEBUG_SUBSYS=INIT,NET hides NCCL's choice of network" in \
+        "\n".join(dc.efa_verification(digits))
+    args[:3] = ["ddp-efa-check", "--ddp-ofi", "--"]
+    assert "CUDA tensors go through NCCL: ddp-efa-check needs --nccl" in \
+        "\n".join(dc.efa_verification(digits))
+    del args[:3]
+    assert "does not run `ddp-efa-check ... -- mpirun ...`" in dc.efa_verification(digits)[0]
+    assert dc.mpijob_rules(digits) == []  # the rules still read the mpirun line
+
+    bench = copy.deepcopy(gpu["ddp-bench"])
+    next(e for e in launcher_of(bench)["env"] if e["name"] == "DDP_LOG_LEVEL")["value"] = "warning"
+    assert "libddp reports its transport at DDP_LOG_LEVEL=info, and the ranks get warning" in \
+        "\n".join(dc.efa_verification(bench))
