@@ -350,6 +350,27 @@ def apt_lists(dockerfile: pathlib.Path) -> list[str]:
     return problems
 
 
+def one_nccl(dockerfile: pathlib.Path) -> list[str]:
+    """A CUDA base image ships NCCL (libnccl2) and PyTorch's wheel another under the same soname:
+    whichever a process loads first serves torch, libddp and aws-ofi-nccl. With both, the image
+    must remove the base's, build libddp against the wheel's, and check that one is left."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    base_has_nccl = re.search(r"^FROM\s+nvidia/cuda:\S*-(?:devel|runtime)", text, re.M)
+    wheel_has_nccl = re.search(r"pip install[^\n]*\btorch==", text)
+    if not (base_has_nccl and wheel_has_nccl):
+        return []
+    problems = []
+    if not re.search(r"apt-get (?:purge|remove)[^\n]*\blibnccl2\b", text):
+        problems.append(f"{dockerfile.name}: the CUDA image's NCCL (libnccl2) stays beside "
+                        "PyTorch's: which one loads depends on load order (apt-get purge it)")
+    if "-DDDP_WITH_NCCL=ON" in text and not re.search(r"-DNCCL_LIBRARY=\S*nvidia/nccl/", text):
+        problems.append(f"{dockerfile.name}: libddp's NCCL backend is not built against the "
+                        "wheel's NCCL (-DNCCL_LIBRARY=.../nvidia/nccl/lib/libnccl.so.2)")
+    if not re.search(r"find [^\n]*libnccl\.so[^\n]*wc -l\)\"? = 1", text):
+        problems.append(f"{dockerfile.name}: no build step checks that one libnccl.so is left")
+    return problems
+
+
 def terraform_fmt(folder: pathlib.Path) -> list[str]:
     done = subprocess.run(["terraform", "fmt", "-check", "-recursive", "-diff", str(folder)],
                           capture_output=True, text=True)

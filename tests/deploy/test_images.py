@@ -81,6 +81,26 @@ def test_the_entrypoint_names_a_host_that_never_resolves(tmp_path):
     assert "job-worker-9.job.ns.invalid (from" in done.stderr and "after 2s" in done.stderr
 
 
+def test_the_gpu_image_keeps_one_nccl(tmp_path):
+    """The CUDA image's NCCL and PyTorch's wheel's share a soname: with both, which one serves
+    torch, libddp and aws-ofi-nccl depended on load order. Without the purge, the build against
+    the wheel's and the count, the check names each."""
+    gpu = dc.DOCKERFILES[1]
+    assert dc.one_nccl(gpu) == [] and dc.one_nccl(dc.DOCKERFILES[0]) == []
+    text = gpu.read_text()
+    broken = tmp_path / gpu.name
+    for line in ("    && apt-get purge -y --allow-change-held-packages libnccl2 libnccl-dev \\\n",
+                 '      -DNCCL_LIBRARY="$site/nvidia/nccl/lib/libnccl.so.2" \\\n',
+                 "    && ldconfig \\\n    && test \"$(find / -xdev -type f -name 'libnccl.so*' | "
+                 "wc -l)\" = 1\n"):
+        assert line in text, line
+        text = text.replace(line, "")
+    broken.write_text(text)
+    found = "\n".join(dc.one_nccl(broken))
+    for message in ("the CUDA image's NCCL (libnccl2) stays beside PyTorch's",
+                    "not built against the wheel's NCCL", "no build step checks that one"):
+        assert message in found, found
+
 
 def test_the_gpu_image_has_the_efa_check():
     gpu = dc.DOCKERFILES[1].read_text()
