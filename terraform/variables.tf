@@ -21,9 +21,9 @@ variable "cluster_name" {
 }
 
 variable "kubernetes_version" {
-  description = "EKS Kubernetes version."
+  description = "EKS Kubernetes version: one in EKS standard support (1.35 until 2027-03-27; a version in extended support costs $0.60 per hour instead of $0.10)."
   type        = string
-  default     = "1.33"
+  default     = "1.35"
 
   validation {
     condition     = can(regex("^1\\.(2[89]|3[0-9])$", var.kubernetes_version))

@@ -21,7 +21,7 @@ SHARED = pathlib.Path(os.environ.get("DDP_SHARED", ROOT.parent / "shared"))
 MPIJOB_SCHEMA = SHARED / "schemas" / "mpijob-kubeflow-v2beta1.json"
 OVERLAYS = {p.name: p for p in sorted((ROOT / "k8s" / "mpijob" / "overlays").iterdir())}
 DOCKERFILES = sorted((ROOT / "k8s" / "image").glob("Dockerfile.*"))
-KUBERNETES_VERSION = "1.33"  # terraform/variables.tf's default
+KUBERNETES_VERSION = "1.35"  # terraform/variables.tf's default (kubernetes_version_support)
 
 
 def tool(name: str) -> str | None:
@@ -453,6 +453,32 @@ def module_inputs(folder: pathlib.Path) -> list[str]:
                                  if key not in EKS_V21_MANAGED_NODE_GROUP
                                  and not key.startswith("__")]
     return problems
+
+
+def kubernetes_version_support(folder: pathlib.Path, months: int = 3) -> list[str]:
+    """The default Kubernetes version is in EKS standard support for at least `months` after the
+    calendar in module_inputs.py was recorded (extended support costs 6x the control plane's
+    $0.10/h), and is the version the manifests are validated against."""
+    import datetime
+
+    from module_inputs import CALENDAR_RECORDED, EKS_STANDARD_SUPPORT_ENDS
+    variables = [b for blocks in _hcl(folder).values() for b in blocks.get("variable", [])]
+    body = next((b["kubernetes_version"] for b in variables if "kubernetes_version" in b), {})
+    version = body.get("default")
+    version = version[0] if isinstance(version, list) and len(version) == 1 else version
+    if version != KUBERNETES_VERSION:
+        return [f"variables.tf: kubernetes_version defaults to {version}, but the manifests are "
+                f"validated against {KUBERNETES_VERSION} (deploycheck.KUBERNETES_VERSION)"]
+    ends = EKS_STANDARD_SUPPORT_ENDS.get(version)
+    if ends is None:
+        return [f"variables.tf: kubernetes_version {version} is not in EKS's calendar "
+                "(tests/deploy/module_inputs.py)"]
+    recorded = datetime.date.fromisoformat(CALENDAR_RECORDED)
+    if datetime.date.fromisoformat(ends) < recorded + datetime.timedelta(days=30 * months):
+        return [f"variables.tf: kubernetes_version {version} leaves EKS standard support on {ends}"
+                f" (within {months} months of {CALENDAR_RECORDED}): a cluster made now pays "
+                "extended support ($0.60/h) soon; pick a newer version"]
+    return []
 
 
 def checkov(folder: pathlib.Path) -> list[str]:

@@ -71,3 +71,10 @@ MODULES = {"terraform-aws-modules/eks/aws": EKS_V21, "terraform-aws-modules/vpc/
 # (protocol, first port, last port).
 EKS_V21_NODE_SELF_INGRESS = [("tcp", 53, 53), ("udp", 53, 53)]
 EKS_V21_NODE_SELF_INGRESS_RECOMMENDED = [("tcp", 1025, 65535)]
+
+# EKS's release calendar (docs.aws.amazon.com/eks/latest/userguide/kubernetes-versions.html):
+# the end of standard support of each version, as recorded on CALENDAR_RECORDED. After it a
+# cluster is in extended support, whose control plane costs $0.60 per hour instead of $0.10.
+CALENDAR_RECORDED = "2026-11-28"
+EKS_STANDARD_SUPPORT_ENDS = {"1.32": "2026-03-23", "1.33": "2026-07-29", "1.34": "2026-12-02",
+                             "1.35": "2027-03-27"}

@@ -100,3 +100,21 @@ def test_checkov_passes_and_catches_a_planted_finding(copy_of):
     found = "\n".join(dc.checkov(broken))
     assert "CKV_AWS_24" in found, found  # port 22 open to the world
 
+
+def test_the_default_kubernetes_version_is_in_standard_support(copy_of):
+    """1.33, the old default, left EKS standard support on 2026-07-29: a cluster made in 2026-11
+    paid extended support's $0.60/h for its control plane, not the $0.10 the cost table said."""
+    assert dc.kubernetes_version_support(TF) == []
+    broken = copy_of("terraform")
+    variables = broken / "variables.tf"
+    variables.write_text(variables.read_text().replace('default     = "1.35"',
+                                                       'default     = "1.33"'))
+    assert "defaults to 1.33, but the manifests are validated against 1.35" in \
+        dc.kubernetes_version_support(broken)[0]
+    old = dc.KUBERNETES_VERSION
+    try:
+        dc.KUBERNETES_VERSION = "1.33"
+        assert "1.33 leaves EKS standard support on 2026-07-29" in \
+            dc.kubernetes_version_support(broken)[0]
+    finally:
+        dc.KUBERNETES_VERSION = old
