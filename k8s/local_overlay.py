@@ -8,6 +8,7 @@ edited, so a walk-through leaves `git status` clean.
     python3 k8s/local_overlay.py --overlay gpu-efa --image "$REPO:gpu-efa-$TAG" \\
         --terraform-outputs /tmp/outputs.json [--job ddp-digits]
     kubectl apply -k k8s/local/gpu-efa
+    python3 k8s/local_overlay.py --karpenter --terraform-outputs /tmp/outputs.json
 """
 from __future__ import annotations
 
@@ -71,6 +72,24 @@ _Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
     "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
 
 
+def karpenter_kustomization(cluster: str, relative_root: str = "../..") -> dict:
+    """k8s/karpenter/ for a cluster_name other than libddp: terraform's names follow it."""
+    ops = [{"op": "replace", "path": "/spec/role", "value": f"{cluster}-karpenter-node"},
+           {"op": "replace", "path": "/spec/subnetSelectorTerms/0/tags",
+            "value": {"karpenter.sh/discovery": cluster}},
+           {"op": "replace", "path": "/spec/securityGroupSelectorTerms/0/tags",
+            "value": {"karpenter.sh/discovery": cluster}}]
+    gpu = ops + [{"op": "replace", "path": "/spec/securityGroupSelectorTerms/1/tags",
+                  "value": {"libddp/efa": cluster}},
+                 {"op": "replace", "path": "/spec/placementGroupSelector/name",
+                  "value": f"{cluster}-gpu-efa"}]
+    return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [f"{relative_root}/karpenter"],
+            "patches": [{"target": {"kind": "EC2NodeClass", "name": name},
+                         "patch": yaml.safe_dump(patch, sort_keys=False)}
+                        for name, patch in (("gpu-efa", gpu), ("cpu", ops))]}
+
+
 def write(out: pathlib.Path, doc: dict) -> pathlib.Path:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "kustomization.yaml"
@@ -81,12 +100,25 @@ def write(out: pathlib.Path, doc: dict) -> pathlib.Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--overlay", required=True, choices=["cpu", "gpu-efa"])
-    parser.add_argument("--image", required=True, help="REPOSITORY:TAG you pushed")
+    parser.add_argument("--overlay", choices=["cpu", "gpu-efa"])
+    parser.add_argument("--image", help="REPOSITORY:TAG you pushed")
+    parser.add_argument("--karpenter", action="store_true",
+                        help="k8s/karpenter/ for terraform's cluster_name (k8s/local/karpenter)")
     parser.add_argument("--terraform-outputs", help="`terraform output -json` (gpu-efa: FSx)")
     parser.add_argument("--job", choices=JOBS, help="only this job, resumed")
     parser.add_argument("--out", type=pathlib.Path, help="default: k8s/local/OVERLAY")
     args = parser.parse_args(argv)
+    if args.karpenter:
+        if not args.terraform_outputs:
+            parser.error("--karpenter needs --terraform-outputs (the cluster's name)")
+        outputs = json.loads(pathlib.Path(args.terraform_outputs).read_text())
+        out = args.out or K8S / "local" / "karpenter"
+        doc = karpenter_kustomization(outputs["cluster_name"]["value"],
+                                      os.path.relpath(K8S, out.resolve()))
+        print(f"wrote {write(out, doc)}: kubectl apply -k {out}")
+        return 0
+    if not (args.overlay and args.image):
+        parser.error("--overlay and --image (or --karpenter)")
     fsx = None
     if args.overlay == "gpu-efa":
         if not args.terraform_outputs:

@@ -66,8 +66,9 @@ module "vpc" {
   enable_nat_gateway = true
   single_nat_gateway = true
 
+  # karpenter.sh/discovery: where Karpenter launches nodes (k8s/karpenter/).
   public_subnet_tags  = { "kubernetes.io/role/elb" = 1 }
-  private_subnet_tags = { "kubernetes.io/role/internal-elb" = 1 }
+  private_subnet_tags = { "kubernetes.io/role/internal-elb" = 1, "karpenter.sh/discovery" = var.cluster_name }
 }
 
 module "eks" {
@@ -101,6 +102,9 @@ module "eks" {
     }
   }
 
+  # The node security group, for Karpenter's nodes to find (k8s/karpenter/).
+  node_security_group_tags = { "karpenter.sh/discovery" = var.cluster_name }
+
   addons = {
     coredns                = {}
     kube-proxy             = {}
@@ -126,7 +130,7 @@ module "eks" {
       instance_types        = [var.cpu_instance_type]
       min_size              = 0
       max_size              = max(var.cpu_nodes, 1)
-      desired_size          = var.cpu_nodes
+      desired_size          = var.karpenter ? 0 : var.cpu_nodes # Karpenter makes them instead
       labels                = { "libddp/pool" = "cpu" }
       cloudinit_pre_nodeadm = local.lustre_client
     }
@@ -137,9 +141,9 @@ module "eks" {
     gpu = {
       ami_type           = "AL2023_x86_64_NVIDIA"
       instance_types     = [var.gpu_instance_type]
-      min_size           = var.gpu_nodes
+      min_size           = var.karpenter ? 0 : var.gpu_nodes # Karpenter makes them instead
       max_size           = var.gpu_nodes
-      desired_size       = var.gpu_nodes
+      desired_size       = var.karpenter ? 0 : var.gpu_nodes
       subnet_ids         = [module.vpc.private_subnets[0]]
       enable_efa_support = true
       enable_efa_only    = true

@@ -36,3 +36,8 @@ output "fsx_env" {
     FSX_MOUNT_NAME=${aws_fsx_lustre_file_system.data.mount_name}
   EOT
 }
+
+output "karpenter_node_role" {
+  description = "IAM role of the nodes Karpenter makes (k8s/karpenter/'s EC2NodeClasses: role)."
+  value       = var.karpenter ? module.karpenter[0].node_iam_role_name : null
+}

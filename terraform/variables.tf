@@ -146,6 +146,34 @@ variable "mpi_operator_version" {
   }
 }
 
+variable "karpenter" {
+  description = "Install Karpenter (terraform/karpenter.tf, k8s/karpenter/): GPU+EFA nodes from capacity reservations and Capacity Blocks only while a job runs, CPU nodes on demand; the managed cpu and gpu node groups then start empty."
+  type        = bool
+  default     = false
+}
+
+variable "karpenter_version" {
+  description = "Karpenter's Helm chart version (its v1 CRDs are what k8s/karpenter/ is validated against)."
+  type        = string
+  default     = "1.14.1"
+
+  validation {
+    condition     = can(regex("^1\\.[0-9]+\\.[0-9]+$", var.karpenter_version))
+    error_message = "karpenter_version must be a 1.x release such as 1.14.1 (Karpenter v1 APIs)."
+  }
+}
+
+variable "karpenter_chart_repository" {
+  description = "The OCI repository Karpenter's chart is published in, as Karpenter's install guide gives it (oci://HOST/karpenter); needed when karpenter = true."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.karpenter_chart_repository == null || can(regex("^oci://", var.karpenter_chart_repository))
+    error_message = "karpenter_chart_repository must be an oci:// address."
+  }
+}
+
 variable "tags" {
   description = "Tags on every AWS resource."
   type        = map(string)

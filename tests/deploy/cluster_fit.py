@@ -15,7 +15,7 @@ def eks_module(folder: pathlib.Path) -> dict:
     for blocks in _hcl(folder).values():
         for block in blocks.get("module", []):
             for body in block.values():
-                if "terraform-aws-modules/eks/aws" in str(body.get("source")):
+                if _one(body.get("source")) == "terraform-aws-modules/eks/aws":  # not submodules
                     return body
     raise LookupError(f"{folder}: no terraform-aws-modules/eks/aws module")
 

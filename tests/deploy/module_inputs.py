@@ -63,7 +63,25 @@ source version name cidr azs private_subnets public_subnets enable_nat_gateway s
 public_subnet_tags private_subnet_tags tags
 """.split())
 
-MODULES = {"terraform-aws-modules/eks/aws": EKS_V21, "terraform-aws-modules/vpc/aws": VPC_V6_USED}
+# terraform-aws-modules/eks v21.19.0, modules/karpenter/variables.tf (every input).
+EKS_V21_KARPENTER = set("""
+create tags cluster_name region create_iam_role enable_inline_policy iam_role_name
+iam_role_use_name_prefix iam_role_path iam_role_description iam_role_max_session_duration
+iam_role_permissions_boundary_arn iam_role_tags iam_policy_name iam_policy_use_name_prefix
+iam_policy_path iam_policy_description iam_role_override_assume_policy_documents
+iam_role_source_assume_policy_documents iam_policy_statements iam_role_policies
+ami_id_ssm_parameter_arns create_pod_identity_association namespace service_account
+enable_spot_termination queue_name queue_managed_sse_enabled queue_kms_master_key_id
+queue_kms_data_key_reuse_period_seconds queue_policy_statements create_node_iam_role
+cluster_ip_family node_iam_role_arn node_iam_role_name node_iam_role_use_name_prefix
+node_iam_role_path node_iam_role_description node_iam_role_max_session_duration
+node_iam_role_permissions_boundary node_iam_role_attach_cni_policy
+node_iam_role_additional_policies node_iam_role_tags create_access_entry access_entry_type
+create_instance_profile rule_name_prefix
+""".split()) | {"source", "version", "providers", "depends_on", "count", "for_each"}
+
+MODULES = {"terraform-aws-modules/eks/aws": EKS_V21, "terraform-aws-modules/vpc/aws": VPC_V6_USED,
+           "terraform-aws-modules/eks/aws//modules/karpenter": EKS_V21_KARPENTER}
 
 # What the EKS module's node security group lets in from the other nodes (rules with self = true)
 # before any additional rule: node_groups.tf's ingress_self_coredns_tcp/udp, and the recommended

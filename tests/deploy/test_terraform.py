@@ -118,3 +118,26 @@ def test_the_default_kubernetes_version_is_in_standard_support(copy_of):
             dc.kubernetes_version_support(broken)[0]
     finally:
         dc.KUBERNETES_VERSION = old
+
+
+def test_karpenter_is_an_option_with_what_its_node_classes_name(copy_of):
+    """karpenter = true: the submodule with the fixed node role name k8s/karpenter/ uses, the
+    chart with the reserved-capacity feature gate, the placement group and EFA security group
+    the GPU EC2NodeClass selects; its inputs are the submodule's own."""
+    import yaml
+    text = (TF / "karpenter.tf").read_text()
+    assert 'node_iam_role_name            = "${var.cluster_name}-karpenter-node"' in text
+    assert "reservedCapacity = true" in text
+    node_class = yaml.safe_load((dc.ROOT / "k8s" / "karpenter" /
+                                 "ec2nodeclass-gpu-efa.yaml").read_text())
+    assert node_class["spec"]["role"] == "libddp-karpenter-node"  # cluster_name's default
+    assert node_class["spec"]["placementGroupSelector"]["name"] == "libddp-gpu-efa"
+    assert {"libddp/efa": "libddp"} in [t["tags"] for t in
+                                        node_class["spec"]["securityGroupSelectorTerms"]]
+    assert 'name     = "${var.cluster_name}-gpu-efa"' in text
+    assert 'tags        = { "libddp/efa" = var.cluster_name }' in text
+    broken = copy_of("terraform")
+    karpenter = broken / "karpenter.tf"
+    karpenter.write_text(text.replace("node_iam_role_use_name_prefix", "node_role_use_name_prefix"))
+    assert "module karpenter: node_role_use_name_prefix is not an input of " \
+           "terraform-aws-modules/eks/aws//modules/karpenter" in "\n".join(dc.module_inputs(broken))
