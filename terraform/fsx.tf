@@ -77,3 +77,80 @@ resource "aws_fsx_lustre_file_system" "data" {
 
   tags = { Name = "${var.cluster_name}-data" }
 }
+
+# The data's home in S3, linked to the file system by two data repository associations: /data
+# imports from s3://BUCKET/data (the training data, staged by `make eks-stage-data`; new and
+# changed objects appear on FSx as they land), /checkpoints exports to s3://BUCKET/checkpoints
+# (what the jobs write there reaches S3 and outlives the file system).
+resource "aws_s3_bucket" "data" {
+  #checkov:skip=CKV_AWS_18:access logging would need a second bucket; this holds a demo's data and checkpoints
+  #checkov:skip=CKV_AWS_144:cross-region replication is not wanted for re-creatable training data
+  #checkov:skip=CKV2_AWS_62:nothing consumes event notifications; FSx imports through its association
+  #checkov:skip=CKV_AWS_145:SSE-S3 (AES256): FSx's service-linked role reads it without a key grant
+  bucket_prefix = "${var.cluster_name}-data-"
+  force_destroy = true # terraform destroy removes the data with the file system (README)
+}
+
+resource "aws_s3_bucket_public_access_block" "data" {
+  bucket                  = aws_s3_bucket.data.id
+  block_public_acls       = true
+  block_public_policy     = true
+  ignore_public_acls      = true
+  restrict_public_buckets = true
+}
+
+resource "aws_s3_bucket_versioning" "data" {
+  bucket = aws_s3_bucket.data.id
+  versioning_configuration {
+    status = "Enabled" # an overwritten checkpoint can be recovered
+  }
+}
+
+resource "aws_s3_bucket_server_side_encryption_configuration" "data" {
+  bucket = aws_s3_bucket.data.id
+  rule {
+    apply_server_side_encryption_by_default {
+      sse_algorithm = "AES256"
+    }
+  }
+}
+
+resource "aws_s3_bucket_lifecycle_configuration" "data" {
+  bucket = aws_s3_bucket.data.id
+  rule {
+    id     = "old-versions-and-uploads"
+    status = "Enabled"
+    filter {}
+    noncurrent_version_expiration {
+      noncurrent_days = 30
+    }
+    abort_incomplete_multipart_upload {
+      days_after_initiation = 7
+    }
+  }
+}
+
+resource "aws_fsx_data_repository_association" "data" {
+  file_system_id                   = aws_fsx_lustre_file_system.data.id
+  file_system_path                 = "/data"
+  data_repository_path             = "s3://${aws_s3_bucket.data.id}/data/"
+  batch_import_meta_data_on_create = true
+
+  s3 {
+    auto_import_policy {
+      events = ["NEW", "CHANGED", "DELETED"]
+    }
+  }
+}
+
+resource "aws_fsx_data_repository_association" "checkpoints" {
+  file_system_id       = aws_fsx_lustre_file_system.data.id
+  file_system_path     = "/checkpoints"
+  data_repository_path = "s3://${aws_s3_bucket.data.id}/checkpoints/"
+
+  s3 {
+    auto_export_policy {
+      events = ["NEW", "CHANGED", "DELETED"]
+    }
+  }
+}

@@ -41,3 +41,8 @@ output "karpenter_node_role" {
   description = "IAM role of the nodes Karpenter makes (k8s/karpenter/'s EC2NodeClasses: role)."
   value       = var.karpenter ? module.karpenter[0].node_iam_role_name : null
 }
+
+output "data_bucket" {
+  description = "S3 bucket behind FSx: s3://BUCKET/data/ appears at /fsx/data, /fsx/checkpoints is exported to s3://BUCKET/checkpoints/ (make eks-stage-data fills data/)."
+  value       = aws_s3_bucket.data.id
+}

@@ -169,3 +169,38 @@ def capacity(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]
                         "pool and wait for the rest for ever; suspend all but one "
                         "(spec.runPolicy.suspend) or add nodes")
     return problems
+
+
+def _association_paths(folder: pathlib.Path) -> dict[str, set[str]]:
+    """{file system path: {"import", "export"}} of terraform's FSx data repository associations."""
+    paths = {}
+    for blocks in _hcl(folder).values():
+        for block in blocks.get("resource", []):
+            for body in block.get("aws_fsx_data_repository_association", {}).values():
+                s3 = _one(body.get("s3", [{}])) or {}
+                kinds = {k.split("_")[1] for k in ("auto_import_policy", "auto_export_policy")
+                         if s3.get(k)}
+                paths[_one(body["file_system_path"]).rstrip("/")] = kinds
+    return paths
+
+
+def checkpoints_exported(folder: pathlib.Path, overlays: dict[str, list[dict]],
+                         mount: str = "/fsx") -> list[str]:
+    """Every checkpoint a job writes on FSx (--checkpoint under the mount) lands in a folder that
+    a data repository association exports to S3, or it is lost with the file system."""
+    exported = [p for p, kinds in _association_paths(folder).items() if "export" in kinds]
+    problems = []
+    for overlay, docs in overlays.items():
+        for job in (d for d in docs if d.get("kind") == "MPIJob"):
+            args = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"][
+                "containers"][0].get("args", [])
+            for i, word in enumerate(args[:-1]):
+                path = args[i + 1]
+                if word != "--checkpoint" or not path.startswith(mount + "/"):
+                    continue
+                inside = path[len(mount):]
+                if not any(inside.startswith(p + "/") for p in exported):
+                    problems.append(f"{overlay}: MPIJob {job['metadata']['name']}: checkpoint "
+                                    f"{path} is in no folder exported to S3 (FSx associations "
+                                    f"export {', '.join(sorted(exported)) or 'nothing'})")
+    return problems

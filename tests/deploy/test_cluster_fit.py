@@ -80,3 +80,18 @@ def test_jobs_that_could_wait_on_each_other_for_ever_are_caught(overlays):
     name = job["metadata"]["name"]
     assert f"cpu: MPIJob {name}: a pod requests cpu 20, more than a c6i.4xlarge has" in found
     assert f"cpu: MPIJob {name}: its pods select pool 'arm', which no node group has" in found
+
+
+def test_checkpoints_on_fsx_are_exported_to_s3(copy_of, overlays):
+    """The GPU demo writes /fsx/checkpoints/digits.pt: the checkpoints association exports that
+    folder to S3 (and the data association imports /data); without it the checkpoint would go
+    with the file system."""
+    assert cf._association_paths(TF) == {"/data": {"import"}, "/checkpoints": {"export"}}
+    assert cf.checkpoints_exported(TF, overlays) == []
+    broken = copy_of("terraform")
+    fsx = broken / "fsx.tf"
+    fsx.write_text(fsx.read_text().replace('file_system_path     = "/checkpoints"',
+                                           'file_system_path     = "/models"'))
+    found = "\n".join(cf.checkpoints_exported(broken, overlays))
+    assert "gpu-efa: MPIJob ddp-digits: checkpoint /fsx/checkpoints/digits.pt is in no folder " \
+           "exported to S3 (FSx associations export /models)" in found, found
