@@ -111,6 +111,13 @@ module "eks" {
     eks-pod-identity-agent = { before_compute = true }
     # EFA-only interfaces (enable_efa_only below) need VPC CNI 1.18.4 or later.
     vpc-cni = { before_compute = true, most_recent = true }
+    # Container Insights with GPU (DCGM exporter) and EFA metrics: terraform/monitoring.tf.
+    amazon-cloudwatch-observability = {
+      pod_identity_association = [{
+        role_arn        = aws_iam_role.cloudwatch_agent.arn
+        service_account = "cloudwatch-agent"
+      }]
+    }
   }
 
   eks_managed_node_groups = {

@@ -432,7 +432,7 @@ def terraform_references(folder: pathlib.Path) -> list[str]:
 def module_inputs(folder: pathlib.Path) -> list[str]:
     """Every argument given to a registry module, and to an EKS managed node group, is an input
     of that module's version (tests/deploy/module_inputs.py)."""
-    from module_inputs import EKS_V21_MANAGED_NODE_GROUP, MODULES
+    from module_inputs import EKS_V21_ADDON, EKS_V21_MANAGED_NODE_GROUP, MODULES
     problems = []
     for path, blocks in _hcl(folder).items():
         for block in blocks.get("module", []):
@@ -452,6 +452,11 @@ def module_inputs(folder: pathlib.Path) -> list[str]:
                                  "EKS managed node group" for key in settings
                                  if key not in EKS_V21_MANAGED_NODE_GROUP
                                  and not key.startswith("__")]
+                addons = unwrap(body.get("addons", {}))
+                for addon, settings in (addons.items() if isinstance(addons, dict) else ()):
+                    problems += [f"{path.name}: add-on {addon}: {key} is not an attribute of an "
+                                 "eks module add-on" for key in settings
+                                 if key not in EKS_V21_ADDON and not key.startswith("__")]
     return problems
 
 

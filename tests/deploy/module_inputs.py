@@ -58,6 +58,13 @@ security_group_description security_group_ingress_rules security_group_egress_ru
 security_group_tags tags
 """.split())
 
+# The attributes of one entry of the eks module's `addons` map (variables.tf, v21.19.0).
+EKS_V21_ADDON = set("""
+name before_compute most_recent addon_version configuration_values pod_identity_association
+preserve resolve_conflicts_on_create resolve_conflicts_on_update service_account_role_arn
+timeouts tags
+""".split())
+
 VPC_V6_USED = set("""
 source version name cidr azs private_subnets public_subnets enable_nat_gateway single_nat_gateway
 public_subnet_tags private_subnet_tags tags

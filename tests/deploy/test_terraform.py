@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 
+import cluster_fit as cf
 import deploycheck as dc
 from conftest import needs
 
@@ -118,6 +119,33 @@ def test_the_default_kubernetes_version_is_in_standard_support(copy_of):
             dc.kubernetes_version_support(broken)[0]
     finally:
         dc.KUBERNETES_VERSION = old
+
+
+def test_gpu_and_efa_metrics_reach_cloudwatch(copy_of):
+    """Monitoring is the amazon-cloudwatch-observability add-on (the CloudWatch agent and the
+    DCGM exporter), whose agent gets CloudWatchAgentServerPolicy through EKS Pod Identity; an
+    add-on attribute misspelt is caught like a module input."""
+    blocks = dc._hcl(TF)
+    eks = next(body for b in blocks[TF / "main.tf"]["module"] for name, body in b.items()
+               if name == "eks")
+    one = cf._one
+    addon = one(one(eks["addons"])["amazon-cloudwatch-observability"])
+    association = one(addon["pod_identity_association"])
+    assert association["service_account"] == "cloudwatch-agent"
+    assert "aws_iam_role.cloudwatch_agent.arn" in association["role_arn"]
+    monitoring = blocks[TF / "monitoring.tf"]["resource"]
+    attachment = next(b["aws_iam_role_policy_attachment"]["cloudwatch_agent"] for b in monitoring
+                      if "aws_iam_role_policy_attachment" in b)
+    assert one(attachment["policy_arn"]).endswith(":policy/CloudWatchAgentServerPolicy")
+    role = next(b["aws_iam_role"]["cloudwatch_agent"] for b in monitoring if "aws_iam_role" in b)
+    assert "pods.eks.amazonaws.com" in str(role["assume_role_policy"])
+
+    broken = copy_of("terraform")
+    main = broken / "main.tf"
+    main.write_text(main.read_text().replace("pod_identity_association = [{",
+                                             "pod_identity_associations = [{"))
+    assert "add-on amazon-cloudwatch-observability: pod_identity_associations is not an " \
+           "attribute" in "\n".join(dc.module_inputs(broken))
 
 
 def test_karpenter_is_an_option_with_what_its_node_classes_name(copy_of):
