@@ -26,6 +26,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
 
 .PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
   test-torch2 demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
+  eks-up eks-run eks-stage-data eks-down \
   test-fast test-slow test-matrix sanitize asan asan-build tsan tsan-build fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod horovod-suite-tf install clean format
 
 all: build
@@ -186,6 +187,22 @@ test-tf: build-tf
 # the rehearsal) are used where present, skipped with the reason where not.
 test-deploy: build deploy-venv
 	DDP_REQUIRE_DEPLOY_TOOLS=1 $(DEPLOY_VENV)/bin/python -m pytest -q tests/deploy
+
+# A libddp cluster on EKS, one command each (k8s/eks.py): eks-up (terraform apply, outputs to the
+# git-ignored k8s/local/), eks-run JOB=ddp-digits|ddp-synthetic|ddp-bench [OVERLAY=gpu-efa|cpu]
+# (image built and pushed, the job applied and waited for, accuracy, busbw and the EFA check
+# printed), eks-stage-data (the training data to S3, which FSx imports), eks-down (the job and
+# the stack deleted). DRY_RUN=1 runs what works offline (render, validate; REHEARSE=1 rehearses
+# the job too) and prints every cloud command instead of running it.
+EKS := $(DEPLOY_VENV)/bin/python k8s/eks.py
+eks-up: deploy-venv
+	$(EKS) up
+eks-run: deploy-venv
+	$(EKS) run JOB=$(JOB) OVERLAY=$(or $(OVERLAY),gpu-efa)
+eks-stage-data: deploy-venv
+	PYTHON=$(abspath $(VENV))/bin/python $(EKS) stage-data
+eks-down: deploy-venv
+	$(EKS) down
 
 # `pip install .` from scratch in a clean virtual environment, then a 2-rank job (about 3 min).
 test-pip: deps

@@ -505,19 +505,54 @@ def checkov(folder: pathlib.Path) -> list[str]:
     return problems
 
 
-def main() -> int:
-    problems = parse_yaml(yaml_files()) + yamllint(yaml_files())
-    for name, folder in OVERLAYS.items():
-        problems += manifests(kustomize(folder))
-    for dockerfile in DOCKERFILES:
-        problems += hadolint(dockerfile) + dockerfile_sources(dockerfile) + apt_lists(dockerfile)
+def check_rendered(folder: pathlib.Path) -> list[str]:
+    """One overlay (a local one too): rendered, validated, and fitted to terraform's cluster."""
+    import cluster_fit
+    docs = kustomize(folder)
     tf = ROOT / "terraform"
-    problems += terraform_parse(tf) + terraform_references(tf) + module_inputs(tf) + checkov(tf)
-    import cluster_fit  # uses this module's helpers
-    rendered = {name: kustomize(folder) for name, folder in OVERLAYS.items()}
-    problems += cluster_fit.node_traffic(tf, rendered) + cluster_fit.capacity(tf, rendered)
+    rendered = {folder.name: docs}
+    return manifests(docs) + cluster_fit.node_traffic(tf, rendered) + \
+        cluster_fit.capacity(tf, rendered) + cluster_fit.checkpoints_exported(tf, rendered)
+
+
+def check_terraform(tf: pathlib.Path = ROOT / "terraform") -> list[str]:
+    problems = terraform_parse(tf) + terraform_references(tf) + module_inputs(tf) + checkov(tf)
+    problems += kubernetes_version_support(tf)
     if shutil.which("terraform"):
         problems += terraform_fmt(tf)
+    return problems
+
+
+def check_all() -> list[str]:
+    problems = parse_yaml(yaml_files()) + yamllint(yaml_files())
+    for name, folder in OVERLAYS.items():
+        problems += check_rendered(folder)
+    for dockerfile in DOCKERFILES:
+        problems += hadolint(dockerfile) + dockerfile_sources(dockerfile) + apt_lists(dockerfile)
+        problems += one_nccl(dockerfile)
+    problems += check_terraform()
+    import karpenter
+    rendered = {name: kustomize(folder) for name, folder in OVERLAYS.items()}
+    nodes = karpenter.render()
+    problems += [p for d in nodes for p in karpenter.schema(d) + karpenter.cel_rules(d)]
+    problems += karpenter.fits_libddp(nodes, rendered)
+    import walkthrough
+    problems += [p for doc in walkthrough.DOCS for p in walkthrough.tracked_writes(doc)]
+    return problems
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--render", type=pathlib.Path, help="check this overlay only")
+    parser.add_argument("--terraform", action="store_true", help="check terraform/ only")
+    args = parser.parse_args(argv)
+    if args.render:
+        problems = check_rendered(args.render)
+    elif args.terraform:
+        problems = check_terraform()
+    else:
+        problems = check_all()
     print("\n".join(problems) or "no problems")
     return 1 if problems else 0
 
