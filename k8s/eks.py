@@ -181,6 +181,8 @@ def run(job: str, overlay: str, timeout_s: int) -> int:
     folder = render_and_check(overlay, job, ref)
     with step(f"apply {job}"):
         sh(f"kubectl -n {NAMESPACE} delete mpijob {job} --ignore-not-found")
+        if job == "ddp-digits":  # its model check starts again suspended
+            sh(f"kubectl -n {NAMESPACE} delete job ddp-model-check --ignore-not-found")
         sh(f"kubectl apply -k {folder}")
     with step(f"wait for {job} to succeed or fail (at most {timeout_s} s)"):
         state = wait(job, timeout_s)
@@ -193,7 +195,26 @@ def run(job: str, overlay: str, timeout_s: int) -> int:
             (LOCAL / "logs" / f"{job}.log").write_text(log)
         for line in report(log) if not DRY_RUN else []:
             print(f"    {line}")
+    if state.startswith("Succeeded") and job == "ddp-digits" and overlay == "gpu-efa":
+        return model_check(timeout_s)
     return 0 if state.startswith("Succeeded") else 1
+
+
+def model_check(timeout_s: int) -> int:
+    """Resumes the suspended ddp-model-check Job (the demo's checkpoint on FSx) and reports."""
+    job = "ddp-model-check"
+    with step(f"{job}: the checkpoint's accuracy on the held-out images"):
+        sh(f"kubectl -n {NAMESPACE} patch job {job} --type merge "
+           "-p '{\"spec\":{\"suspend\":false}}'")
+        ok = not DRY_RUN and subprocess.run(
+            f"kubectl -n {NAMESPACE} wait --for=condition=complete job/{job} "
+            f"--timeout={timeout_s}s", shell=True, cwd=ROOT).returncode == 0
+        if DRY_RUN:
+            sh(f"kubectl -n {NAMESPACE} wait --for=condition=complete job/{job}")
+        log = sh(f"kubectl -n {NAMESPACE} logs job/{job}", capture=True)
+        for line in re.findall(r"model check: [^\n]*", log):
+            print(f"    {line}")
+    return 0 if ok or DRY_RUN else 1
 
 
 def stage_data() -> None:
