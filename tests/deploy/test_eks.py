@@ -89,8 +89,9 @@ def test_what_a_finished_job_reports():
     spec.loader.exec_module(eks)
     log = (LOGS / "nccl-efa.log").read_text() + "ddp-efa-check: OK: NCCL used EFA on all 16 " \
         "ranks\n"
-    assert eks.report(log) == ["final test accuracy 97.78% after 20 epochs in 41.0 s; 0.4 "
-                               "s/epoch", "ddp-efa-check: OK: NCCL used EFA on all 16 ranks"]
+    assert eks.report(log) == ["final test accuracy 97.78% after 20 epochs in 41.0 s; "
+                               "throughput 701 images/s over 16 ranks (44 per rank)",
+                               "ddp-efa-check: OK: NCCL used EFA on all 16 ranks"]
     bench = ("[1,0]<stdout>:        1024           256     f32      sum      55.1     0.02"
              "     0.03       0\n[1,0]<stdout>:  1073741824     268435456     f32      sum"
              "   25000.0    42.95    80.53       0\n")
