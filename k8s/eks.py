@@ -2,7 +2,7 @@
 """One command each for a libddp cluster on EKS (the Makefile's eks-* targets call this):
 
     python3 k8s/eks.py up                         terraform apply; its outputs to k8s/local/
-    python3 k8s/eks.py run JOB=ddp-digits [OVERLAY=gpu-efa]
+    python3 k8s/eks.py run JOB=ddp-digits [OVERLAY=gpu-efa]      (or JOB=ddp-ps OVERLAY=ps)
         image built and pushed (docker buildx), a local overlay with that job alone (resumed),
         applied; waits for success or failure; prints accuracy, busbw and the EFA verification
     python3 k8s/eks.py stage-data                 the training data to s3://BUCKET/data/ (FSx /data)
@@ -111,7 +111,8 @@ def up() -> None:
 
 def image(overlay: str) -> str:
     """Builds and pushes the overlay's image, tagged with the commit (the repository's tags are
-    immutable); returns REPOSITORY:TAG."""
+    immutable); returns REPOSITORY:TAG. The ps jobs run the CPU image."""
+    overlay = "cpu" if overlay == "ps" else overlay
     repository = outputs()["image_repository"]["value"]
     tag = sh("git rev-parse --short HEAD", offline=True, capture=True).strip() or "dev"
     ref = f"{repository}:{overlay}-{tag}"
@@ -132,9 +133,9 @@ def render_and_check(overlay: str, job: str, ref: str) -> pathlib.Path:
     folder = LOCAL / overlay
     with step(f"local overlay {folder}: {job} alone, resumed"):
         out = outputs_file()
+        alone = f" --job {job}" if overlay != "ps" else ""  # k8s/ps/ is one job
         sh(f"{shlex.quote(sys.executable)} k8s/local_overlay.py --overlay {overlay} --image "
-           f"{shlex.quote(ref)} --terraform-outputs {out} --job {job} --out {folder}",
-           offline=True)
+           f"{shlex.quote(ref)} --terraform-outputs {out}{alone} --out {folder}", offline=True)
     with step("render and validate (schemas, controller rules, EFA verification, fit)"):
         sh(f"{shlex.quote(sys.executable)} tests/deploy/deploycheck.py --render {folder}",
            offline=True)
@@ -145,16 +146,17 @@ def render_and_check(overlay: str, job: str, ref: str) -> pathlib.Path:
     return folder
 
 
-def wait(job: str, timeout_s: int) -> str:
-    """Polls the MPIJob's conditions until Succeeded or Failed; returns which."""
-    query = (f"kubectl -n {NAMESPACE} get mpijob {job} -o jsonpath="
+def wait(job: str, timeout_s: int, kind: str = "mpijob") -> str:
+    """Polls the job's conditions until Succeeded or Failed (a batch Job's Complete counts as
+    Succeeded); returns which."""
+    query = (f"kubectl -n {NAMESPACE} get {kind} {job} -o jsonpath="
              "'{range .status.conditions[?(@.status==\"True\")]}{.type} {end}'")
     if DRY_RUN:
         sh(query)
         return "Succeeded (dry run)"
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        states = sh(query, capture=True).split()
+        states = ["Succeeded" if s == "Complete" else s for s in sh(query, capture=True).split()]
         for final in ("Succeeded", "Failed"):
             if final in states:
                 return final
@@ -176,7 +178,29 @@ def report(log: str) -> list[str]:
     return lines or ["(nothing to report: see the log)"]
 
 
+def run_ps(timeout_s: int) -> int:
+    """k8s/ps/: the token Secret made fresh, the two Indexed Jobs applied, the workers waited
+    for, worker 0's log (rank 0) read."""
+    folder = render_and_check("ps", "ddp-ps", image("ps"))
+    with step("apply ddp-ps (a fresh token Secret, workers and servers)"):
+        sh(f"kubectl -n {NAMESPACE} delete job ddp-ps-worker ddp-ps-server --ignore-not-found")
+        sh(f"kubectl apply -k {folder}")  # the namespace first
+        sh(f"kubectl -n {NAMESPACE} create secret generic ddp-ps-token --from-literal=token="
+           '"$(openssl rand -hex 16)" --dry-run=client -o yaml | kubectl apply -f -')
+    with step(f"wait for the workers to succeed or fail (at most {timeout_s} s)"):
+        state = wait("ddp-ps-worker", timeout_s, kind="job")
+        print(f"    ddp-ps: {state}")
+    with step("worker 0's log"):
+        log = sh(f"kubectl -n {NAMESPACE} logs -l job-name=ddp-ps-worker,"
+                 "batch.kubernetes.io/job-completion-index=0", capture=True)
+        for line in report(log) if not DRY_RUN else []:
+            print(f"    {line}")
+    return 0 if state.startswith("Succeeded") else 1
+
+
 def run(job: str, overlay: str, timeout_s: int) -> int:
+    if overlay == "ps" or job == "ddp-ps":
+        return run_ps(timeout_s)
     ref = image(overlay)
     folder = render_and_check(overlay, job, ref)
     with step(f"apply {job}"):
@@ -237,7 +261,7 @@ def stage_data() -> None:
 
 
 def down() -> None:
-    for overlay in ("gpu-efa", "cpu"):
+    for overlay in ("gpu-efa", "cpu", "ps"):
         if (LOCAL / overlay).exists() or DRY_RUN:
             with step(f"delete the jobs of k8s/local/{overlay}"):
                 sh(f"kubectl delete -k {LOCAL / overlay} --ignore-not-found")

@@ -41,15 +41,16 @@ def kustomization(overlay: str, image: str, fsx: dict[str, str] | None,
     name, _, tag = image.rpartition(":")
     if not name or "/" in tag:
         raise ValueError(f"--image {image!r}: give REPOSITORY:TAG")
+    base = "ps" if overlay == "ps" else f"mpijob/overlays/{overlay}"  # ps: k8s/ps/
     doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-           "resources": [f"{relative_root}/mpijob/overlays/{overlay}"],
+           "resources": [f"{relative_root}/{base}"],
            "images": [{"name": "libddp", "newName": name, "newTag": tag}], "patches": []}
     if fsx is not None:
         ops = [{"op": "replace", "path": path, "value": fsx[key]}
                for key, path in FSX_FIELDS.items()]
         doc["patches"].append({"target": {"kind": "PersistentVolume", "name": "fsx"},
                                "patch": yaml.safe_dump(ops, sort_keys=False)})
-    if job is not None:
+    if job is not None and overlay != "ps":  # k8s/ps/ holds one job
         if job not in JOBS:
             raise ValueError(f"--job {job}: one of {', '.join(JOBS)}")
         for other in JOBS:
@@ -100,7 +101,7 @@ def write(out: pathlib.Path, doc: dict) -> pathlib.Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--overlay", choices=["cpu", "gpu-efa"])
+    parser.add_argument("--overlay", choices=["cpu", "gpu-efa", "ps"])
     parser.add_argument("--image", help="REPOSITORY:TAG you pushed")
     parser.add_argument("--karpenter", action="store_true",
                         help="k8s/karpenter/ for terraform's cluster_name (k8s/local/karpenter)")

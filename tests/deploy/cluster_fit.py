@@ -47,15 +47,18 @@ def pod_traffic(overlays: dict[str, list[dict]]) -> list[tuple[str, int, int, st
     needs = [(*EPHEMERAL_PORTS, "the ranks' listening sockets (libddp, Open MPI)")]
     for overlay, docs in overlays.items():
         for doc in docs:
-            if doc.get("kind") != "MPIJob":
+            if doc.get("kind") not in ("MPIJob", "Job"):
                 continue
-            worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+            worker = doc["spec"]["template"]["spec"] if doc["kind"] == "Job" else \
+                doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
             for container in worker["containers"]:
                 for port in container.get("ports", []):
                     number = int(port["containerPort"])
+                    who = "its launcher to its workers'" if doc["kind"] == "MPIJob" else \
+                        "the other pods to its"
                     needs.append((port.get("protocol", "TCP").lower(), number, number,
-                                  f"{overlay}: MPIJob {doc['metadata']['name']}: its launcher to "
-                                  f"its workers' {port.get('name', 'port')} ({number})"))
+                                  f"{overlay}: {doc['kind']} {doc['metadata']['name']}: {who} "
+                                  f"{port.get('name', 'port')} ({number})"))
     return needs
 
 
@@ -120,9 +123,18 @@ def node_pools(folder: pathlib.Path) -> dict[str, tuple[str, int]]:
 
 
 def _pods(job: dict):
-    """(replicas, pod spec) of each of a job's replica groups."""
+    """(replicas, pod spec) of each of a job's replica groups (an MPIJob's launcher and
+    workers; a batch Job's parallel pods)."""
+    if job["kind"] == "Job":
+        yield int(job["spec"].get("parallelism", 1)), job["spec"]["template"]["spec"]
+        return
     for spec in job["spec"]["mpiReplicaSpecs"].values():
         yield int(spec.get("replicas", 1)), spec["template"]["spec"]
+
+
+def _suspended(job: dict) -> bool:
+    spec = job["spec"]
+    return bool(spec.get("suspend") or spec.get("runPolicy", {}).get("suspend"))
 
 
 def capacity(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]:
@@ -134,15 +146,16 @@ def capacity(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]
     for overlay, docs in overlays.items():
         wanted: dict[str, dict[str, float]] = {}
         running: dict[str, list[str]] = {}
-        for job in (d for d in docs if d.get("kind") == "MPIJob"):
+        for job in (d for d in docs if d.get("kind") in ("MPIJob", "Job")):
             name = job["metadata"]["name"]
-            if job["spec"].get("runPolicy", {}).get("suspend"):
+            if _suspended(job):
                 continue
             for replicas, pod in _pods(job):
                 pool = pod.get("nodeSelector", {}).get("libddp/pool")
                 if pool not in pools:
-                    problems.append(f"{overlay}: MPIJob {name}: its pods select pool {pool!r}, "
-                                    f"which no node group has ({', '.join(sorted(pools))})")
+                    problems.append(f"{overlay}: {job['kind']} {name}: its pods select pool "
+                                    f"{pool!r}, which no node group has "
+                                    f"({', '.join(sorted(pools))})")
                     continue
                 node = INSTANCES[pools[pool][0]]
                 running.setdefault(pool, []).append(name)
@@ -153,8 +166,9 @@ def capacity(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]
                             continue
                         amount = _quantity(quantity)
                         if amount > node[key]:
-                            problems.append(f"{overlay}: MPIJob {name}: a pod requests {key} "
-                                            f"{quantity}, more than a {pools[pool][0]} has")
+                            problems.append(f"{overlay}: {job['kind']} {name}: a pod requests "
+                                            f"{key} {quantity}, more than a {pools[pool][0]} "
+                                            "has")
                         total = wanted.setdefault(pool, {})
                         total[key] = total.get(key, 0) + replicas * amount
         for pool, total in wanted.items():

@@ -511,8 +511,12 @@ def check_rendered(folder: pathlib.Path) -> list[str]:
     docs = kustomize(folder)
     tf = ROOT / "terraform"
     rendered = {folder.name: docs}
-    return manifests(docs) + cluster_fit.node_traffic(tf, rendered) + \
+    problems = manifests(docs) + cluster_fit.node_traffic(tf, rendered) + \
         cluster_fit.capacity(tf, rendered) + cluster_fit.checkpoints_exported(tf, rendered)
+    if any(d["kind"] == "Job" and d["spec"].get("completionMode") == "Indexed" for d in docs):
+        import ps_check  # the parameter-server job's ranks, sizes and names
+        problems += ps_check.ps_rules(docs)
+    return problems
 
 
 def check_terraform(tf: pathlib.Path = ROOT / "terraform") -> list[str]:
@@ -525,7 +529,7 @@ def check_terraform(tf: pathlib.Path = ROOT / "terraform") -> list[str]:
 
 def check_all() -> list[str]:
     problems = parse_yaml(yaml_files()) + yamllint(yaml_files())
-    for name, folder in OVERLAYS.items():
+    for folder in [*OVERLAYS.values(), ROOT / "k8s" / "ps"]:
         problems += check_rendered(folder)
     for dockerfile in DOCKERFILES:
         problems += hadolint(dockerfile) + dockerfile_sources(dockerfile) + apt_lists(dockerfile)
