@@ -11,15 +11,24 @@ differs from a cluster, and only this: Open MPI's remote shell is `ip netns exec
 (sshd itself is not rehearsed), the image's /opt/libddp is this checkout, and `python3` and
 `ddp-bench` are this checkout's .venv and build.
 
-    python3 tests/deploy/rehearsal.py [--overlay cpu] [--job ddp-digits]    (as root)
+    python3 tests/deploy/rehearsal.py [--overlay cpu|gpu-efa|ps] [--job ddp-digits]  (as root)
+
+The gpu-efa overlay's launch lines run as written (ddp-efa-check around mpirun, --prefix, every
+-x) but with CPU tensors (--device cpu), 2 ranks per worker instead of 8, this machine's Open MPI
+for the EFA installer's, and FSx in the work folder: ddp-efa-check must then fail (no NCCL, no
+EFA). The parameter-server job (k8s/ps/, two Indexed Jobs) runs one namespace per pod.
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import os
 import pathlib
+import re
+import secrets
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -65,6 +74,60 @@ def operator_view(job: dict) -> dict:
     }
 
 
+def image_commands(workdir: pathlib.Path) -> pathlib.Path:
+    """A folder of the image's commands, from this checkout (and BUILT's .venv and build)."""
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    python = BUILT / ".venv" / "bin" / "python"
+    for command, target in (("python3", [python]),
+                            ("ddp-bench", [BUILT / "build" / "bin" / "ddp-bench"]),
+                            ("ddp-efa-check", [python, dc.ROOT / "k8s/image/efa_check.py"]),
+                            ("ddp-model-check", [python, dc.ROOT / "k8s/image/model_check.py"])):
+        if not target[0].exists():
+            raise RuntimeError(f"{target[0]} is missing: make build first")
+        line = " ".join(shlex.quote(str(word)) for word in target)
+        (bin_dir / command).write_text(f'#!/bin/sh\nexec {line} "$@"\n')
+        (bin_dir / command).chmod(0o755)
+    return bin_dir
+
+
+def image_env(dockerfile: pathlib.Path, env: dict) -> dict:
+    """env with the image's ENV lines applied, ${VAR} expanded as docker does."""
+    env = dict(env)
+    for name, value in dc.image_env_values(dockerfile).items():
+        env[name] = re.sub(r"\$\{(\w+)\}", lambda m: env.get(m.group(1), ""), value)
+    return env
+
+
+def on_this_machine(args: list[str], workdir: pathlib.Path) -> list[str]:
+    """A launcher's args as this machine runs them: the image's files from this checkout, FSx
+    (/fsx) in the work folder, the EFA installer's Open MPI (--prefix; OPAL_PREFIX is dropped)
+    this machine's, and CUDA tensors on the CPU."""
+    out = [a.replace(IMAGE_ROOT, f"{dc.ROOT}/").replace("/fsx/", f"{workdir}/fsx/")
+           for a in args]
+    if "/opt/amazon/openmpi" in out:  # a prefix whose bin/ holds this machine's orted alone
+        prefix = workdir / "openmpi"
+        (prefix / "bin").mkdir(parents=True, exist_ok=True)
+        (prefix / "lib").mkdir(exist_ok=True)
+        if not (prefix / "bin" / "orted").exists():
+            (prefix / "bin" / "orted").symlink_to(shutil.which("orted") or "/usr/bin/orted")
+        out = [str(prefix) if a == "/opt/amazon/openmpi" else a for a in out]
+    return ["cpu" if a == "cuda" and out[i - 1] == "--device" else a for i, a in enumerate(out)]
+
+
+def scale_slots(job: dict, slots: int) -> dict:
+    """The job with SLOTS ranks per worker (slotsPerWorker, mpirun's -np and -N): a GPU job's
+    8 ranks per node are more processes than this machine's cores hold."""
+    job = copy.deepcopy(job)
+    job["spec"]["slotsPerWorker"] = slots
+    container = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    workers = job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"]
+    args[args.index("-np") + 1] = str(workers * slots)
+    args[args.index("-N") + 1] = str(slots)
+    return job
+
+
 def rehearse(job: dict, workdir: pathlib.Path, timeout: float = 600,
              dockerfile: pathlib.Path = dc.ROOT / "k8s" / "image" / "Dockerfile.cpu"):
     """Runs the job's launcher command; returns the CompletedProcess (text, output captured)."""
@@ -75,23 +138,17 @@ def rehearse(job: dict, workdir: pathlib.Path, timeout: float = 600,
     container = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     hostfile = workdir / "hostfile"
     hostfile.write_text(view["hostfile"])
-    # The image's commands, from this checkout.
-    bin_dir = workdir / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    for command, target in (("python3", BUILT / ".venv" / "bin" / "python"),
-                            ("ddp-bench", BUILT / "build" / "bin" / "ddp-bench")):
-        if not target.exists():
-            raise RuntimeError(f"{target} is missing: make build first")
-        (bin_dir / command).write_text(f'#!/bin/sh\nexec {shlex.quote(str(target))} "$@"\n')
-        (bin_dir / command).chmod(0o755)
+    bin_dir = image_commands(workdir)
     env = {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(workdir),
            "LANG": "C.UTF-8"}
-    env.update(dc.image_env_values(dockerfile))  # the image's ENV
+    env = image_env(dockerfile, env)  # the image's ENV
+    if env.get("OPAL_PREFIX") == "/opt/amazon/openmpi":  # the EFA installer's: not here
+        del env["OPAL_PREFIX"]
     env.update({e["name"]: e["value"] for e in container.get("env", [])})  # the pod's
     env.update(view["env"])  # the operator's
     env["OMPI_MCA_orte_default_hostfile"] = str(hostfile)  # /etc/mpi/hostfile in the pod
     env["OMPI_MCA_plm_rsh_agent"] = "{rsh}"  # ssh in the pod
-    args = [a.replace(IMAGE_ROOT, f"{dc.ROOT}/") for a in container["args"]]
+    args = on_this_machine(container["args"], workdir)
     with netsim.Cluster(len(view["pods"]), names=view["pods"], domain=view["domain"],
                         sshd_env=True) as cluster:
         env["OMPI_MCA_plm_rsh_agent"] = cluster.rsh
@@ -99,14 +156,74 @@ def rehearse(job: dict, workdir: pathlib.Path, timeout: float = 600,
                            capture_output=True, text=True, timeout=timeout)
 
 
+def indexed_pods(docs: list[dict]) -> list[tuple[str, int, dict, str]]:
+    """(pod name, completion index, container, subdomain) of every pod of the Indexed Jobs, as
+    the Job controller names them (<job>-<index>)."""
+    pods = []
+    for job in (d for d in docs if d["kind"] == "Job"):
+        pod = job["spec"]["template"]["spec"]
+        for index in range(int(job["spec"].get("completions", 1))):
+            pods.append((f"{job['metadata']['name']}-{index}", index, pod["containers"][0],
+                         pod.get("subdomain", "")))
+    return pods
+
+
+def rehearse_jobs(docs: list[dict], workdir: pathlib.Path, timeout: float = 300,
+                  dockerfile: pathlib.Path = dc.ROOT / "k8s" / "image" / "Dockerfile.cpu"):
+    """Runs every pod of the Indexed Jobs at once, one namespace each (named and resolvable as
+    <pod>.<subdomain>.<namespace>.svc), each with its container's args through the entrypoint,
+    its env (a Secret's value: a fresh token) and JOB_COMPLETION_INDEX. Returns {pod: (exit
+    status, output)}."""
+    why = netsim.available()
+    if why:
+        raise RuntimeError(f"network namespaces: {why}")
+    pods = indexed_pods(docs)
+    namespace = next(d for d in docs if d["kind"] == "Job")["metadata"].get("namespace",
+                                                                          "default")
+    bin_dir = image_commands(workdir)
+    token = secrets.token_hex(16)
+    base = image_env(dockerfile, {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+                                  "HOME": str(workdir), "LANG": "C.UTF-8"})
+    with netsim.Cluster(len(pods), names=[p[0] for p in pods],
+                        domain=f"{pods[0][3]}.{namespace}.svc") as cluster:
+        running = []
+        for host, (name, index, container, _) in enumerate(pods):
+            env = dict(base, JOB_COMPLETION_INDEX=str(index))
+            env.update({e["name"]: e["value"] if "value" in e else token
+                        for e in container.get("env", [])})
+            args = on_this_machine(container.get("command", []) + container["args"], workdir)
+            running.append((name, cluster.popen(host, ["sh", str(ENTRYPOINT), *args], env=env,
+                                                cwd=str(workdir), stdout=subprocess.PIPE,
+                                                stderr=subprocess.STDOUT, text=True)))
+        done = {}
+        for name, process in running:
+            try:
+                out, _ = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, _ = process.communicate()
+            done[name] = (process.returncode, out)
+    return done
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--overlay", default="cpu", choices=sorted(dc.OVERLAYS))
+    parser.add_argument("--overlay", default="cpu", choices=sorted(dc.OVERLAYS) + ["ps"],
+                        help="ps: k8s/ps/'s Jobs; gpu-efa: CPU tensors, 2 ranks per worker")
     parser.add_argument("--job", default="ddp-digits")
     args = parser.parse_args()
-    job = find_job(args.overlay, args.job)
     with tempfile.TemporaryDirectory(prefix="rehearsal-") as workdir:
-        done = rehearse(job, pathlib.Path(workdir))
+        if args.overlay == "ps":
+            done = rehearse_jobs(dc.kustomize(dc.ROOT / "k8s" / "ps"), pathlib.Path(workdir))
+            for name, (status, out) in done.items():
+                sys.stdout.write(f"--- {name}: exit {status}\n{out}")
+            return max(status for status, _ in done.values())
+        job = find_job(args.overlay, args.job)
+        if args.overlay == "gpu-efa":
+            done = rehearse(scale_slots(job, 2), pathlib.Path(workdir),
+                            dockerfile=dc.ROOT / "k8s" / "image" / "Dockerfile.gpu-efa")
+        else:
+            done = rehearse(job, pathlib.Path(workdir))
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
     return done.returncode

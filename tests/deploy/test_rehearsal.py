@@ -1,10 +1,12 @@
-"""The cpu overlay's MPIJobs rehearsed on network namespaces named as the operator names the pods
+"""The cpu overlay's MPIJobs, the gpu-efa overlay's launch line and the parameter-server job
+rehearsed on network namespaces named as the operator names the pods
 (tests/deploy/rehearsal.py says what is and is not the same as on a cluster): the digits demo
 trains to >= 97%, ddp-bench's allreduces are all exact, and the ranks sit where the hostfile
 puts them. Skipped, saying why, where namespaces cannot be made (not root)."""
 import copy
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -62,3 +64,41 @@ def test_the_allreduce_benchmark_checks_every_result(tmp_path):
     assert sizes[0] == 1024 and sizes[-1] == 64 << 20, out
     assert all(wrong == "0" for _, wrong in rows), out
     assert "Out of bounds values : 0 OK" in out
+
+
+def test_the_gpu_overlays_launch_line_with_cpu_tensors(tmp_path):
+    """The gpu-efa demo's launcher args as written (ddp-efa-check around mpirun, --prefix, every
+    -x, the GPU image's environment) with CPU tensors and 2 ranks per worker: it trains to 97%,
+    writes its checkpoint on "FSx", the model check scores that checkpoint above the bar, and
+    ddp-efa-check fails the job because NCCL never reported EFA (there is none here)."""
+    job = rehearsal.scale_slots(rehearsal.find_job("gpu-efa", "ddp-digits"), 2)
+    gpu_image = rehearsal.dc.ROOT / "k8s" / "image" / "Dockerfile.gpu-efa"
+    done = rehearsal.rehearse(job, tmp_path, timeout=300, dockerfile=gpu_image)
+    out = done.stdout + done.stderr
+    assert "could not find environment variable" not in out, out  # every -x is set
+    accuracy = float(re.search(r"final test accuracy ([\d.]+)% after 20 epochs", out).group(1))
+    assert accuracy >= 97.0 and "training on 4 ranks" in out, out
+    assert done.returncode == 3, out
+    assert "ddp-efa-check: FAILED: NCCL: no 'Using network' line" in out
+    checkpoint = tmp_path / "fsx" / "checkpoints" / "digits.pt"
+    check = subprocess.run([str(tmp_path / "bin" / "ddp-model-check"), "--checkpoint",
+                            str(checkpoint), "--demo",
+                            str(rehearsal.dc.ROOT / "examples" / "pytorch" / "train_digits.py"),
+                            "--min-accuracy", "0.97"], capture_output=True, text=True,
+                           timeout=120)
+    assert check.returncode == 0, check
+    assert f"model check: test accuracy {accuracy:.2f}% on 359 held-out images" in check.stdout
+
+
+def test_the_parameter_server_job(tmp_path):
+    """k8s/ps/'s two Indexed Jobs, one namespace per pod, ranks from their indexes, rank 0's
+    store found by its DNS name: every pod exits 0 and worker 0 reaches 97%."""
+    done = rehearsal.rehearse_jobs(rehearsal.dc.kustomize(rehearsal.dc.ROOT / "k8s" / "ps"),
+                                   tmp_path, timeout=300)
+    assert sorted(done) == ["ddp-ps-server-0", "ddp-ps-server-1", "ddp-ps-worker-0",
+                            "ddp-ps-worker-1", "ddp-ps-worker-2", "ddp-ps-worker-3"]
+    assert all(status == 0 for status, _ in done.values()), done
+    out = done["ddp-ps-worker-0"][1]
+    assert "4 workers, 2 servers" in out, out
+    accuracy = float(re.search(r"final test accuracy ([\d.]+)%", out).group(1))
+    assert accuracy >= 97.0, out
