@@ -542,6 +542,12 @@ def check_all() -> list[str]:
     problems += karpenter.fits_libddp(nodes, rendered)
     import walkthrough
     problems += [p for doc in walkthrough.DOCS for p in walkthrough.tracked_writes(doc)]
+    import cluster_fit
+    import trainjob_check
+    trainjobs = kustomize(trainjob_check.FOLDER)
+    problems += [p for d in trainjobs for p in trainjob_check.schema(d)]
+    problems += trainjob_check.rules(trainjobs) + trainjob_check.fits(
+        trainjobs, cluster_fit.node_pools(ROOT / "terraform"), cluster_fit.INSTANCES)
     return problems
 
 
