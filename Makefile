@@ -182,8 +182,8 @@ test-torch2: build-torch2
 test-tf: build-tf
 	$(TF_VENV)/bin/python -m pytest -q tests/tensorflow
 
-# k8s/ and terraform/ checked offline, and the MPIJob rehearsed on network namespaces
-# (tests/deploy; about 1 min). The PyPI tools must be there; kubectl, terraform and root (for
+# k8s/ and terraform/ checked offline, and the jobs rehearsed on network namespaces
+# (tests/deploy; about 2 min). The PyPI tools must be there; kubectl, terraform and root (for
 # the rehearsal) are used where present, skipped with the reason where not.
 test-deploy: build deploy-venv
 	DDP_REQUIRE_DEPLOY_TOOLS=1 $(DEPLOY_VENV)/bin/python -m pytest -q tests/deploy
