@@ -3,8 +3,10 @@
 
     python3 k8s/eks.py up                         terraform apply; its outputs to k8s/local/
     python3 k8s/eks.py run JOB=ddp-digits [OVERLAY=gpu-efa]      (or JOB=ddp-ps OVERLAY=ps)
-        image built and pushed (docker buildx), a local overlay with that job alone (resumed),
-        applied; waits for success or failure; prints accuracy, busbw and the EFA verification
+        image built and pushed (docker buildx; without it, or with IMAGE_BUILDER=codebuild,
+        terraform's CodeBuild project from a zip of the commit), a local overlay with that job
+        alone (resumed), applied; waits for success or failure; prints accuracy, busbw and the
+        EFA verification
     python3 k8s/eks.py stage-data                 the training data to s3://BUCKET/data/ (FSx /data)
     python3 k8s/eks.py down                       the job deleted, terraform destroy
 
@@ -37,7 +39,8 @@ PLACEHOLDER_OUTPUTS = {
     "fsx_id": {"value": "fs-0123456789abcdef0"},
     "fsx_dns_name": {"value": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com"},
     "fsx_mount_name": {"value": "abcdefgh"}, "data_bucket": {"value": "BUCKET"},
-    "configure_kubectl": {"value": "aws eks --region us-west-2 update-kubeconfig --name libddp"}}
+    "configure_kubectl": {"value": "aws eks --region us-west-2 update-kubeconfig --name libddp"},
+    "codebuild_project": {"value": "libddp-images"}}
 
 
 @contextlib.contextmanager
@@ -109,6 +112,18 @@ def up() -> None:
             sh(f"kubectl apply -k {LOCAL / 'karpenter'}")
 
 
+def builder() -> str:
+    """docker (buildx here) or codebuild (terraform's project): IMAGE_BUILDER, else docker
+    where buildx answers."""
+    chosen = os.environ.get("IMAGE_BUILDER")
+    if chosen in ("docker", "codebuild"):
+        return chosen
+    if chosen:
+        raise SystemExit(f"eks.py: IMAGE_BUILDER={chosen}: docker or codebuild")
+    found = subprocess.run("docker buildx version", shell=True, capture_output=True)
+    return "docker" if found.returncode == 0 else "codebuild"
+
+
 def image(overlay: str) -> str:
     """Builds and pushes the overlay's image, tagged with the commit (the repository's tags are
     immutable); returns REPOSITORY:TAG. The ps jobs run the CPU image."""
@@ -116,17 +131,47 @@ def image(overlay: str) -> str:
     repository = outputs()["image_repository"]["value"]
     tag = sh("git rev-parse --short HEAD", offline=True, capture=True).strip() or "dev"
     ref = f"{repository}:{overlay}-{tag}"
-    with step(f"image {ref}: build and push"):
-        if not DRY_RUN and subprocess.run(["docker", "buildx", "version"],
-                                          capture_output=True).returncode != 0:
-            raise SystemExit("eks.py: docker buildx is needed to build the image (no Docker "
-                             "here: build it where there is, and push it to " + repository + ")")
+    how = builder()
+    with step(f"image {ref}: build and push ({how})"):
+        if how == "codebuild":
+            codebuild(overlay, tag)
+            return ref
         region = re.search(r"--region (\S+)", outputs()["configure_kubectl"]["value"])
         sh(f"aws ecr get-login-password --region {region.group(1) if region else 'us-west-2'}"
            f" | docker login --username AWS --password-stdin {repository.split('/')[0]}")
         sh(f"docker buildx build --platform linux/amd64 -f k8s/image/Dockerfile.{overlay} "
            f"-t {ref} --push .")
     return ref
+
+
+def codebuild(flavour: str, tag: str, timeout_s: int = 3 * 3600) -> None:
+    """The commit's files (git archive: what is committed, nothing else) to
+    s3://BUCKET/build/source.zip, then terraform's CodeBuild project, waited for."""
+    source = LOCAL / "source.zip"
+    LOCAL.mkdir(parents=True, exist_ok=True)
+    sh(f"git archive --format=zip -o {source} HEAD", offline=True)
+    bucket = outputs()["data_bucket"]["value"]
+    project = (outputs().get("codebuild_project") or {}).get("value", "libddp-images")
+    sh(f"aws s3 cp {source} s3://{bucket}/build/source.zip")
+    start = (f"aws codebuild start-build --project-name {project} --query build.id --output "
+             f"text --environment-variables-override name=FLAVOUR,value={flavour} "
+             f"name=TAG,value={tag}")
+    build = sh(start, capture=True).strip()
+    query = ("aws codebuild batch-get-builds --ids {} --query 'builds[0].buildStatus' "
+             "--output text")
+    if DRY_RUN:
+        sh(query.format("BUILD_ID"))
+        return
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status = sh(query.format(build), capture=True).strip()
+        if status == "SUCCEEDED":
+            return
+        if status in ("FAILED", "FAULT", "STOPPED", "TIMED_OUT"):
+            raise SystemExit(f"eks.py: CodeBuild {build}: {status} (its log: the console, or "
+                             f"/codebuild/{project} in CloudWatch Logs)")
+        time.sleep(30)
+    raise SystemExit(f"eks.py: CodeBuild {build} did not end in {timeout_s} s")
 
 
 def render_and_check(overlay: str, job: str, ref: str) -> pathlib.Path:

@@ -46,3 +46,8 @@ output "data_bucket" {
   description = "S3 bucket behind FSx: s3://BUCKET/data/ appears at /fsx/data, /fsx/checkpoints is exported to s3://BUCKET/checkpoints/ (make eks-stage-data fills data/)."
   value       = aws_s3_bucket.data.id
 }
+
+output "codebuild_project" {
+  description = "CodeBuild project that builds and pushes the images where there is no Docker (k8s/eks.py, IMAGE_BUILDER=codebuild)."
+  value       = aws_codebuild_project.images.name
+}

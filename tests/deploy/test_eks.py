@@ -50,7 +50,8 @@ def dry_run(fake_bin, local, *args, **env):
 def test_run_renders_and_validates_and_prints_the_cloud_commands(fake_bin, tmp_path):
     before = subprocess.run(["git", "-C", str(dc.ROOT), "status", "--porcelain"],
                             capture_output=True, text=True).stdout
-    out = dry_run(fake_bin, tmp_path, "run", "JOB=ddp-bench", "OVERLAY=gpu-efa")
+    out = dry_run(fake_bin, tmp_path, "run", "JOB=ddp-bench", "OVERLAY=gpu-efa",
+                  IMAGE_BUILDER="docker")
     assert "would run: docker buildx build --platform linux/amd64 -f " \
            "k8s/image/Dockerfile.gpu-efa -t REGISTRY/libddp:gpu-efa-" in out, out
     assert f"would run: kubectl apply -k {tmp_path}/gpu-efa" in out
@@ -62,8 +63,13 @@ def test_run_renders_and_validates_and_prints_the_cloud_commands(fake_bin, tmp_p
                if line.startswith("<== "))
     rendered = dc.kustomize(tmp_path / "gpu-efa")
     assert [d["metadata"]["name"] for d in rendered if d["kind"] == "MPIJob"] == ["ddp-bench"]
-    out = dry_run(fake_bin, tmp_path, "run", "JOB=ddp-digits", "OVERLAY=cpu")
-    assert "-f k8s/image/Dockerfile.cpu" in out and "\nno problems\n" in out
+    # Without Docker: terraform's CodeBuild project, from a zip of the commit (made offline).
+    out = dry_run(fake_bin, tmp_path, "run", "JOB=ddp-digits", "OVERLAY=cpu",
+                  IMAGE_BUILDER="codebuild")
+    assert f"would run: aws s3 cp {tmp_path}/source.zip s3://BUCKET/build/source.zip" in out
+    assert "would run: aws codebuild start-build --project-name libddp-images" in out
+    assert "name=FLAVOUR,value=cpu name=TAG,value=" in out and "\nno problems\n" in out
+    assert (tmp_path / "source.zip").stat().st_size > 0
     assert not fake_bin[1].exists(), fake_bin[1].read_text()  # no cloud command ran
     after = subprocess.run(["git", "-C", str(dc.ROOT), "status", "--porcelain"],
                            capture_output=True, text=True).stdout

@@ -169,3 +169,29 @@ def test_karpenter_is_an_option_with_what_its_node_classes_name(copy_of):
     karpenter.write_text(text.replace("node_iam_role_use_name_prefix", "node_role_use_name_prefix"))
     assert "module karpenter: node_role_use_name_prefix is not an input of " \
            "terraform-aws-modules/eks/aws//modules/karpenter" in "\n".join(dc.module_inputs(broken))
+
+
+def test_codebuild_builds_what_eks_run_uploads_and_pushes_only_to_the_repository():
+    """Where there is no Docker, k8s/eks.py zips the commit to s3://BUCKET/build/source.zip and
+    starts terraform's CodeBuild project with FLAVOUR and TAG; the project reads that key,
+    builds k8s/image/Dockerfile.$FLAVOUR privileged, pushes $REPOSITORY:$FLAVOUR-$TAG (the tag
+    eks.py then deploys), and its role may push to this repository alone."""
+    one = cf._one
+    blocks = dc._hcl(TF)[TF / "codebuild.tf"]
+    local = one(blocks["locals"])
+    eks = (dc.ROOT / "k8s" / "eks.py").read_text()
+    assert f"/{one(local['source_key'])}\"" in eks  # the same key
+    assert 'ref = f"{repository}:{overlay}-{tag}"' in eks
+    buildspec = one(local["buildspec"])
+    assert 'docker build -f "k8s/image/Dockerfile.$FLAVOUR" -t "$REPOSITORY:$FLAVOUR-$TAG" .' in \
+        buildspec and 'docker push "$REPOSITORY:$FLAVOUR-$TAG"' in buildspec
+    project = next(b["aws_codebuild_project"]["images"] for b in blocks["resource"]
+                   if "aws_codebuild_project" in b)
+    environment = one(project["environment"])
+    assert one(environment["privileged_mode"]) in (True, "true")
+    assert "aws_ecr_repository.libddp.repository_url" in str(environment["environment_variable"])
+    assert "local.source_key" in one(one(project["source"])["location"])
+    policy = str(next(b["aws_iam_role_policy"]["codebuild"] for b in blocks["resource"]
+                      if "aws_iam_role_policy" in b)["policy"])
+    assert "ecr:PutImage" in policy and "aws_ecr_repository.libddp.arn" in policy
+
