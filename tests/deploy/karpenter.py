@@ -122,6 +122,7 @@ def _gpu_pool(pool: dict | None, classes: dict, gpu_jobs: list[dict]) -> list[st
     types = _requirement(pool, "node.kubernetes.io/instance-type") or []
     per_node = min((GPUS_PER_NODE.get(t, 0) for t in types), default=0)
     limit = _quantity(spec.get("limits", {}).get("nvidia.com/gpu", 0))
+    at_once, started = 0.0, []
     for job in gpu_jobs:
         if job["kind"] != "MPIJob":
             continue
@@ -131,6 +132,15 @@ def _gpu_pool(pool: dict | None, classes: dict, gpu_jobs: list[dict]) -> list[st
         if per_node == 0 or gpus > limit:
             problems.append(f"NodePool {name}: limit nvidia.com/gpu {limit:g} cannot hold "
                             f"MPIJob {job['metadata']['name']} ({gpus:g} GPUs)")
+        if not job["spec"].get("runPolicy", {}).get("suspend"):
+            at_once += gpus
+            started.append(job["metadata"]["name"])
+    # Karpenter makes nodes up to the limit and no further: jobs that start together beyond it
+    # could each hold part of it and wait for the rest for ever, as on a fixed node group.
+    if at_once > limit:
+        problems.append(f"NodePool {name}: the GPU jobs that start at once "
+                        f"({', '.join(sorted(started))}) ask for {at_once:g} GPUs, beyond its "
+                        f"limit {limit:g}: suspend all but one")
     return problems
 
 

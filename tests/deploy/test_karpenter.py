@@ -103,3 +103,17 @@ def test_another_cluster_name_gets_its_own_names(tmp_path, rendered):
     assert {"libddp/efa": "team-a"} in [t["tags"] for t in gpu["securityGroupSelectorTerms"]]
     if all(p.exists() for p in kp.SCHEMAS.values()):
         assert [p for d in docs for p in kp.schema(d) + kp.cel_rules(d)] == []
+
+
+def test_jobs_started_together_beyond_the_limit_are_caught(rendered):
+    """Under Karpenter the GPU pool is its NodePool's limit (16 GPUs, two p5): the overlay's
+    three GPU jobs unsuspended would ask for 48 and could wait on each other for ever."""
+    docs, overlays = rendered
+    overlays = copy.deepcopy(overlays)
+    for doc in overlays["gpu-efa"]:
+        if doc["kind"] == "MPIJob":
+            doc["spec"]["runPolicy"].pop("suspend", None)
+    found = "\n".join(kp.fits_libddp(docs, overlays))
+    assert "NodePool gpu-efa: the GPU jobs that start at once (ddp-bench, ddp-digits, " \
+           "ddp-synthetic) ask for 48 GPUs, beyond its limit 16" in found, found
+
