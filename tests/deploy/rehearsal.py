@@ -82,8 +82,12 @@ def image_commands(workdir: pathlib.Path) -> pathlib.Path:
     for command, target in (("python3", [python]),
                             ("ddp-bench", [BUILT / "build" / "bin" / "ddp-bench"]),
                             ("ddp-efa-check", [python, dc.ROOT / "k8s/image/efa_check.py"]),
-                            ("ddp-model-check", [python, dc.ROOT / "k8s/image/model_check.py"])):
+                            ("ddp-model-check", [python, dc.ROOT / "k8s/image/model_check.py"]),
+                            # torch 2's: Debian's 1.13 torchrun fails under Python 3.11
+                            ("torchrun", [BUILT / ".venv-torch2" / "bin" / "torchrun"])):
         if not target[0].exists():
+            if command == "torchrun":
+                continue  # only the TrainJob's rehearsal needs it (make build-torch2)
             raise RuntimeError(f"{target[0]} is missing: make build first")
         line = " ".join(shlex.quote(str(word)) for word in target)
         (bin_dir / command).write_text(f'#!/bin/sh\nexec {line} "$@"\n')
@@ -206,13 +210,62 @@ def rehearse_jobs(docs: list[dict], workdir: pathlib.Path, timeout: float = 300,
     return done
 
 
+def rehearse_trainjob(docs: list[dict], workdir: pathlib.Path, procs: int = 1,
+                      timeout: float = 300,
+                      dockerfile: pathlib.Path = dc.ROOT / "k8s" / "image" / "Dockerfile.gpu-efa"):
+    """A TrainJob's nodes, one namespace each, named as JobSet names them
+    (<trainjob>-node-0-<i>, resolvable as <pod>.<trainjob>), each running the trainer's command
+    with the PET_* variables Trainer's torch plugin sets (PET_MASTER_ADDR the first node's name,
+    port 29400) and PROCS processes per node instead of numProcPerNode. Returns {pod: (exit
+    status, output)}."""
+    why = netsim.available()
+    if why:
+        raise RuntimeError(f"network namespaces: {why}")
+    job = next(d for d in docs if d["kind"] == "TrainJob")
+    name, trainer = job["metadata"]["name"], job["spec"]["trainer"]
+    nodes = int(trainer.get("numNodes", 1))
+    pods = [f"{name}-node-0-{i}" for i in range(nodes)]
+    bin_dir = image_commands(workdir)
+    if not (bin_dir / "torchrun").exists():
+        raise RuntimeError("no torchrun of torch 2 in .venv-torch2 (make build-torch2)")
+    base = image_env(dockerfile, {"PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+                                  "HOME": str(workdir), "LANG": "C.UTF-8"})
+    base.pop("OPAL_PREFIX", None)
+    base.update({e["name"]: e["value"] for e in trainer.get("env", [])})
+    base.update({"PET_NNODES": str(nodes), "PET_NPROC_PER_NODE": str(procs),
+                 "PET_MASTER_ADDR": f"{pods[0]}.{name}", "PET_MASTER_PORT": "29400"})
+    command = on_this_machine(trainer["command"] + trainer.get("args", []), workdir)
+    with netsim.Cluster(nodes, names=pods, domain=name) as cluster:
+        running = [(pod, cluster.popen(i, ["sh", str(ENTRYPOINT), *command],
+                                       env=dict(base, PET_NODE_RANK=str(i)), cwd=str(workdir),
+                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                       text=True)) for i, pod in enumerate(pods)]
+        done = {}
+        for pod, process in running:
+            try:
+                out, _ = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                out, _ = process.communicate()
+            done[pod] = (process.returncode, out)
+    return done
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--overlay", default="cpu", choices=sorted(dc.OVERLAYS) + ["ps"],
-                        help="ps: k8s/ps/'s Jobs; gpu-efa: CPU tensors, 2 ranks per worker")
+    parser.add_argument("--overlay", default="cpu",
+                        choices=sorted(dc.OVERLAYS) + ["ps", "trainjob"],
+                        help="ps: k8s/ps/'s Jobs; trainjob: k8s/trainjob/'s nodes, 1 process "
+                        "each; gpu-efa: CPU tensors, 2 ranks per worker")
     parser.add_argument("--job", default="ddp-digits")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="rehearsal-") as workdir:
+        if args.overlay == "trainjob":
+            done = rehearse_trainjob(dc.kustomize(dc.ROOT / "k8s" / "trainjob"),
+                                     pathlib.Path(workdir))
+            for name, (status, out) in done.items():
+                sys.stdout.write(f"--- {name}: exit {status}\n{out}")
+            return max(status for status, _ in done.values())
         if args.overlay == "ps":
             done = rehearse_jobs(dc.kustomize(dc.ROOT / "k8s" / "ps"), pathlib.Path(workdir))
             for name, (status, out) in done.items():
