@@ -190,6 +190,7 @@ test-deploy: build deploy-venv
 
 # A libddp cluster on EKS, one command each (k8s/eks.py): eks-up (terraform apply, outputs to the
 # git-ignored k8s/local/), eks-run JOB=ddp-digits|ddp-synthetic|ddp-bench [OVERLAY=gpu-efa|cpu]
+# (or JOB=ddp-ps OVERLAY=ps, JOB=ddp-torch-digits OVERLAY=trainjob)
 # (image built and pushed, the job applied and waited for, accuracy, busbw and the EFA check
 # printed), eks-stage-data (the training data to S3, which FSx imports), eks-down (the job and
 # the stack deleted). DRY_RUN=1 runs what works offline (render, validate; REHEARSE=1 rehearses

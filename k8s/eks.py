@@ -2,7 +2,8 @@
 """One command each for a libddp cluster on EKS (the Makefile's eks-* targets call this):
 
     python3 k8s/eks.py up                         terraform apply; its outputs to k8s/local/
-    python3 k8s/eks.py run JOB=ddp-digits [OVERLAY=gpu-efa]      (or JOB=ddp-ps OVERLAY=ps)
+    python3 k8s/eks.py run JOB=ddp-digits [OVERLAY=gpu-efa]      (or JOB=ddp-ps OVERLAY=ps,
+                                                 JOB=ddp-torch-digits OVERLAY=trainjob)
         image built and pushed (docker buildx; without it, or with IMAGE_BUILDER=codebuild,
         terraform's CodeBuild project from a zip of the commit), a local overlay with that job
         alone (resumed), applied; waits for success or failure; prints accuracy, busbw and the
@@ -178,7 +179,7 @@ def render_and_check(overlay: str, job: str, ref: str) -> pathlib.Path:
     folder = LOCAL / overlay
     with step(f"local overlay {folder}: {job} alone, resumed"):
         out = outputs_file()
-        alone = f" --job {job}" if overlay != "ps" else ""  # k8s/ps/ is one job
+        alone = f" --job {job}" if overlay not in ("ps", "trainjob") else ""  # one job each
         sh(f"{shlex.quote(sys.executable)} k8s/local_overlay.py --overlay {overlay} --image "
            f"{shlex.quote(ref)} --terraform-outputs {out}{alone} --out {folder}", offline=True)
     with step("render and validate (schemas, controller rules, EFA verification, fit)"):
@@ -243,9 +244,29 @@ def run_ps(timeout_s: int) -> int:
     return 0 if state.startswith("Succeeded") else 1
 
 
+def run_trainjob(job: str, timeout_s: int) -> int:
+    """k8s/trainjob/ (Kubeflow Trainer v2 installed): the GPU image, the TrainJob resumed, its
+    conditions waited for, every node's log read (JobSet labels its pods by the TrainJob)."""
+    folder = render_and_check("trainjob", job, image("gpu-efa"))
+    with step(f"apply TrainJob {job} and its runtime"):
+        sh(f"kubectl -n {NAMESPACE} delete trainjob {job} --ignore-not-found")
+        sh(f"kubectl apply -k {folder}")
+    with step(f"wait for {job} to succeed or fail (at most {timeout_s} s)"):
+        state = wait(job, timeout_s, kind="trainjob")
+        print(f"    {job}: {state}")
+    with step("the nodes' logs"):
+        log = sh(f"kubectl -n {NAMESPACE} logs -l jobset.sigs.k8s.io/jobset-name={job} "
+                 "--tail=-1 --prefix", capture=True)
+        for line in report(log) if not DRY_RUN else []:
+            print(f"    {line}")
+    return 0 if state.startswith("Succeeded") else 1
+
+
 def run(job: str, overlay: str, timeout_s: int) -> int:
     if overlay == "ps" or job == "ddp-ps":
         return run_ps(timeout_s)
+    if overlay == "trainjob":
+        return run_trainjob(job, timeout_s)
     ref = image(overlay)
     folder = render_and_check(overlay, job, ref)
     with step(f"apply {job}"):
@@ -306,7 +327,7 @@ def stage_data() -> None:
 
 
 def down() -> None:
-    for overlay in ("gpu-efa", "cpu", "ps"):
+    for overlay in ("gpu-efa", "cpu", "ps", "trainjob"):
         if (LOCAL / overlay).exists() or DRY_RUN:
             with step(f"delete the jobs of k8s/local/{overlay}"):
                 sh(f"kubectl delete -k {LOCAL / overlay} --ignore-not-found")

@@ -41,16 +41,20 @@ def kustomization(overlay: str, image: str, fsx: dict[str, str] | None,
     name, _, tag = image.rpartition(":")
     if not name or "/" in tag:
         raise ValueError(f"--image {image!r}: give REPOSITORY:TAG")
-    base = "ps" if overlay == "ps" else f"mpijob/overlays/{overlay}"  # ps: k8s/ps/
+    base = overlay if overlay in ("ps", "trainjob") else f"mpijob/overlays/{overlay}"
     doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
            "resources": [f"{relative_root}/{base}"],
            "images": [{"name": "libddp", "newName": name, "newTag": tag}], "patches": []}
+    if overlay == "trainjob":  # the TrainJob names its image in spec.trainer.image, resumed
+        doc["configurations"] = ["kustomizeconfig.yaml"]
+        doc["patches"].append({"target": {"kind": "TrainJob"}, "patch": yaml.safe_dump(
+            [{"op": "replace", "path": "/spec/suspend", "value": False}])})
     if fsx is not None:
         ops = [{"op": "replace", "path": path, "value": fsx[key]}
                for key, path in FSX_FIELDS.items()]
         doc["patches"].append({"target": {"kind": "PersistentVolume", "name": "fsx"},
                                "patch": yaml.safe_dump(ops, sort_keys=False)})
-    if job is not None and overlay != "ps":  # k8s/ps/ holds one job
+    if job is not None and overlay not in ("ps", "trainjob"):  # those hold one job each
         if job not in JOBS:
             raise ValueError(f"--job {job}: one of {', '.join(JOBS)}")
         for other in JOBS:
@@ -93,6 +97,9 @@ def karpenter_kustomization(cluster: str, relative_root: str = "../..") -> dict:
 
 def write(out: pathlib.Path, doc: dict) -> pathlib.Path:
     out.mkdir(parents=True, exist_ok=True)
+    if "kustomizeconfig.yaml" in doc.get("configurations", []):  # kustomize reads it from here
+        (out / "kustomizeconfig.yaml").write_text(
+            (K8S / "trainjob" / "kustomizeconfig.yaml").read_text())
     path = out / "kustomization.yaml"
     path.write_text("# Made by k8s/local_overlay.py (terraform's outputs, the pushed image): "
                     "not tracked.\n" + yaml.dump(doc, Dumper=_Dumper, sort_keys=False))
@@ -101,7 +108,7 @@ def write(out: pathlib.Path, doc: dict) -> pathlib.Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--overlay", choices=["cpu", "gpu-efa", "ps"])
+    parser.add_argument("--overlay", choices=["cpu", "gpu-efa", "ps", "trainjob"])
     parser.add_argument("--image", help="REPOSITORY:TAG you pushed")
     parser.add_argument("--karpenter", action="store_true",
                         help="k8s/karpenter/ for terraform's cluster_name (k8s/local/karpenter)")

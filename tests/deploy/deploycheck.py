@@ -510,9 +510,16 @@ def check_rendered(folder: pathlib.Path) -> list[str]:
     import cluster_fit
     docs = kustomize(folder)
     tf = ROOT / "terraform"
+    trainer = [d for d in docs if d["kind"] in ("TrainJob", "ClusterTrainingRuntime")]
+    docs = [d for d in docs if d not in trainer]
     rendered = {folder.name: docs}
     problems = manifests(docs) + cluster_fit.node_traffic(tf, rendered) + \
         cluster_fit.capacity(tf, rendered) + cluster_fit.checkpoints_exported(tf, rendered)
+    if trainer:
+        import trainjob_check  # Kubeflow Trainer's kinds: their own schemas and rules
+        problems += [p for d in trainer for p in trainjob_check.schema(d)]
+        problems += trainjob_check.rules(trainer) + trainjob_check.fits(
+            trainer, cluster_fit.node_pools(tf), cluster_fit.INSTANCES)
     if any(d["kind"] == "Job" and d["spec"].get("completionMode") == "Indexed" for d in docs):
         import ps_check  # the parameter-server job's ranks, sizes and names
         problems += ps_check.ps_rules(docs)
@@ -542,13 +549,7 @@ def check_all() -> list[str]:
     problems += karpenter.fits_libddp(nodes, rendered)
     import walkthrough
     problems += [p for doc in walkthrough.DOCS for p in walkthrough.tracked_writes(doc)]
-    import cluster_fit
-    import trainjob_check
-    trainjobs = kustomize(trainjob_check.FOLDER)
-    problems += [p for d in trainjobs for p in trainjob_check.schema(d)]
-    problems += trainjob_check.rules(trainjobs) + trainjob_check.fits(
-        trainjobs, cluster_fit.node_pools(ROOT / "terraform"), cluster_fit.INSTANCES)
-    return problems
+    return problems + check_rendered(ROOT / "k8s" / "trainjob")
 
 
 def main(argv: list[str] | None = None) -> int:

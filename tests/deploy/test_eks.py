@@ -70,6 +70,14 @@ def test_run_renders_and_validates_and_prints_the_cloud_commands(fake_bin, tmp_p
     assert "would run: aws codebuild start-build --project-name libddp-images" in out
     assert "name=FLAVOUR,value=cpu name=TAG,value=" in out and "\nno problems\n" in out
     assert (tmp_path / "source.zip").stat().st_size > 0
+    # Kubeflow Trainer's TrainJob: the GPU image in spec.trainer.image, resumed, validated.
+    out = dry_run(fake_bin, tmp_path, "run", "JOB=ddp-torch-digits", "OVERLAY=trainjob",
+                  IMAGE_BUILDER="docker")
+    assert "would run: kubectl -n libddp get trainjob ddp-torch-digits" in out
+    assert "\nno problems\n" in out, out
+    trainjob = next(d for d in dc.kustomize(tmp_path / "trainjob") if d["kind"] == "TrainJob")
+    assert trainjob["spec"]["suspend"] is False
+    assert trainjob["spec"]["trainer"]["image"].startswith("REGISTRY/libddp:gpu-efa-")
     assert not fake_bin[1].exists(), fake_bin[1].read_text()  # no cloud command ran
     after = subprocess.run(["git", "-C", str(dc.ROOT), "status", "--porcelain"],
                            capture_output=True, text=True).stdout
