@@ -13,7 +13,8 @@ def test_every_op_and_dtype_matches_numpy_eager_and_in_tf_function(run_job, np):
     assert result.stdout.count(": ok") == np
 
 
-@pytest.mark.parametrize("np", [2, 3])
+# 3 ranks (2 are Horovod's own suite's, make horovod-suite-tf, and tf_ops.py's here).
+@pytest.mark.parametrize("np", [3])
 def test_gradients_follow_horovods_rules(run_job, np):
     result = run_job(np, "tf_grads.py")
     assert result.stdout.count(": ok") == np
@@ -32,7 +33,7 @@ def test_a_killed_rank_surfaces_as_a_tensorflow_error_with_libddps_message(run_j
     assert result.stdout.count(": ok (AbortedError") == 2, result.stdout + result.stderr
 
 
-@pytest.mark.parametrize("np", [2, 3])
+@pytest.mark.parametrize("np", [3])
 def test_keras_training_is_identical_on_every_rank_and_equals_one_process(run_job, np):
     # fit with DistributedOptimizer and the callbacks, a DistributedGradientTape loop in a
     # tf.function, gradient accumulation, the warmup.
