@@ -48,6 +48,8 @@ def dry_run(fake_bin, local, *args, **env):
 
 
 def test_run_renders_and_validates_and_prints_the_cloud_commands(fake_bin, tmp_path):
+    if not dc.MPIJOB_SCHEMA.exists():  # the render step validates the MPIJobs against it
+        pytest.skip(f"no MPIJob schema at {dc.MPIJOB_SCHEMA} (set DDP_SHARED)")
     before = subprocess.run(["git", "-C", str(dc.ROOT), "status", "--porcelain"],
                             capture_output=True, text=True).stdout
     out = dry_run(fake_bin, tmp_path, "run", "JOB=ddp-bench", "OVERLAY=gpu-efa",
