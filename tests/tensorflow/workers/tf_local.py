@@ -2,9 +2,9 @@
 batches of different sizes) against Keras' BatchNormalization on every rank's batch together, in
 value, moving statistics and gradient; DistributedGradientTape.register_local_source and
 PartialDistributedGradientTape; Keras' PartialDistributedOptimizer in fit and accumulating;
-sparse_as_dense and sparse gradients accumulated; the accumulators after an overflow; the broadcast callback
-with local variables; LearningRateScheduleCallback; broadcast_global_variables in a TF1 graph and
-its refusal eagerly; broadcast_object_fn; the elastic states (sync, restore, commit). What
+sparse_as_dense and sparse gradients accumulated; the accumulators after an overflow; the
+broadcast callback with local variables; LearningRateScheduleCallback; broadcast_global_variables
+in a TF1 graph and its refusal eagerly; broadcast_object_fn; the elastic states (sync, restore, commit). What
 Horovod's own tests check with Keras-2-only APIs, on Keras 3. Prints "rank R: ok"."""
 import os
 import sys
@@ -82,7 +82,8 @@ def model_of(r):
     init = keras.initializers.Constant(float(r + 1))
     model = keras.Sequential([keras.Input((3,)),
                               keras.layers.Dense(2, kernel_initializer=init, bias_initializer=init),
-                              keras.layers.Dense(1, kernel_initializer=init, bias_initializer=init)])
+                              keras.layers.Dense(1, kernel_initializer=init,
+                                                 bias_initializer=init)])
     return model
 
 
@@ -170,8 +171,8 @@ def check_partial_optimizer_accumulating(r, n):
     for i, b in enumerate(before):
         mine = passes[0][i] + passes[1][i]
         if i < 2:
-            close(f"accumulating with a local layer: local variable {i}", model.trainable_variables[i],
-                  b - 0.1 * mine / n)
+            close(f"accumulating with a local layer: local variable {i}",
+                  model.trainable_variables[i], b - 0.1 * mine / n)
         else:
             close(f"accumulating with a local layer: shared variable {i}",
                   model.trainable_variables[i],

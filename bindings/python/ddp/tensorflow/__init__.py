@@ -413,9 +413,9 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False, process_se
                 name = f"{name}.uneven"
         rows = tf.shape(tensor, out_type=tf.int64)[0]
         dim = tensor.shape[0] if tensor.shape.rank else None
-        tensor = _checked(tensor, rows % n if dim is None else dim % n, 0, f"ddp.tensorflow.alltoall '{name}': the first "
-                          f"dimension does not split evenly over the set's {n} ranks (give "
-                          f"splits)")
+        tensor = _checked(tensor, rows % n if dim is None else dim % n, 0,
+                          f"ddp.tensorflow.alltoall '{name}': the first dimension does not split "
+                          f"evenly over the set's {n} ranks (give splits)")
         even = tf.fill([n], rows // n)
         return _uneven_alltoall(tensor, even, name, set_id, process_set)[0]
     return _uneven_alltoall(tensor, splits, name, set_id, process_set)
