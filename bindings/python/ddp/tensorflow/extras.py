@@ -7,6 +7,8 @@ from .. import _ddp, _ops
 from .. import add_process_set, allgather_object as _allgather_object  # noqa: F401
 from .. import broadcast_object as _broadcast_object
 from .. import global_process_set, ProcessSet, remove_process_set  # noqa: F401
+from .. import (ccl_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: F401
+                mpi_enabled, mpi_threads_supported, rocm_built)
 
 
 def _value_op(what, read, name):
@@ -92,54 +94,15 @@ def broadcast_(variables, root_rank, name=None, process_set=_ops.WORLD):
     return variables if tf.executing_eagerly() else assigns
 
 
-def mpi_built():
-    """Whether libddp was built with MPI (Horovod's build information, as ddp's)."""
-    return _ddp_pkg().mpi_built()
-
-
-def gloo_built():
-    """False: libddp has no Gloo (its own TCP and shared memory)."""
-    return False
-
-
 def nccl_built():
-    """False: the TensorFlow ops are CPU kernels; libddp's NCCL path serves ddp.torch."""
+    """False: the TensorFlow ops are CPU kernels; libddp's NCCL path serves ddp.torch (ddp's own
+    build information, the rest of Horovod's, is re-exported as it is)."""
     return False
 
 
 def cuda_built():
     """False, as nccl_built()."""
     return False
-
-
-def rocm_built():
-    return False
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
-def mpi_enabled():
-    """Whether this job talks through MPI."""
-    return _ddp_pkg().mpi_enabled()
-
-
-def gloo_enabled():
-    return False
-
-
-def mpi_threads_supported():
-    return _ddp_pkg().mpi_threads_supported()
-
-
-def _ddp_pkg():
-    import ddp
-    return ddp
 
 
 def _each(kind, tensors, name, run):
