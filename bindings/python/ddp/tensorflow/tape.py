@@ -70,17 +70,9 @@ class DistributedGradientTape:
                                     groups=self._groups, process_set=self._process_set,
                                     name=name, variables=flat_sources)
         for i in local:
-            reduced[i] = self._scaled_local(flat[i]) if self.scale_local_gradients else flat[i]
+            reduced[i] = _local_gradient(flat[i], self._process_set, 1.0,
+                                         self.scale_local_gradients)
         return tf.nest.pack_sequence_as(grads, reduced)
-
-    def _scaled_local(self, grad):
-        if grad is None:
-            return None
-        n = _set_size(self._process_set)
-        if isinstance(grad, tf.IndexedSlices):
-            return tf.IndexedSlices(grad.values / tf.cast(n, grad.values.dtype), grad.indices,
-                                    grad.dense_shape)
-        return grad / tf.cast(n, grad.dtype)
 
     def get_local_and_global_gradients(self, target, sources, output_gradients=None, **kwargs):
         """gradient(), split: ([(local source, its gradient)], [(source, reduced gradient)])."""
@@ -89,6 +81,21 @@ class DistributedGradientTape:
         for s, g in zip(tf.nest.flatten(sources), tf.nest.flatten(grads)):
             (local if self._is_local(s) else shared).append((s, g))
         return local, shared
+
+
+def _local_gradient(grad, process_set, scale, over_size):
+    """A local source's gradient with the scale the reduced ones carry: `scale` (a Keras
+    optimizer's accumulation) and, with over_size (scale_local_gradients, Horovod's default),
+    divided by the set's size."""
+    if grad is None:
+        return None
+    values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+    factor = tf.cast(scale, values.dtype)
+    if over_size:
+        factor = factor / tf.cast(_set_size(process_set), values.dtype)
+    if isinstance(grad, tf.IndexedSlices):
+        return tf.IndexedSlices(values * factor, grad.indices, grad.dense_shape)
+    return values * factor
 
 
 def _set_size(process_set):

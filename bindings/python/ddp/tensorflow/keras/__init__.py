@@ -12,13 +12,12 @@ fuses; grouped with num_groups or groups) before the wrapped optimizer clips and
 so every rank applies the same update.
 """
 import keras
-import tensorflow as tf
 
 from .. import (Average, Compression, DDPError, Max, Min, Product, Sum, _ops,
                 _reduce_gradients, allgather, allreduce, alltoall, barrier, broadcast,
                 broadcast_variables, cross_rank, cross_size, grouped_allreduce, init,
                 is_initialized, join, local_rank, local_size, rank, reducescatter, shutdown, size)
-from ..tape import _local_variables, _set_size
+from ..tape import _local_gradient, _local_variables
 from . import callbacks, elastic
 
 if not hasattr(keras.optimizers.Optimizer, "_clip_gradients"):  # pragma: no cover
@@ -46,16 +45,8 @@ def _reduce(optimizer, grads, variables=None):
                                 groups=cfg["groups"], process_set=cfg["process_set"],
                                 name=cfg["name"], what="DistributedOptimizer", scale=cfg["scale"])
     for i in local:
-        # The scale of the reduced ones: the passes' sum when accumulating, and over the size.
-        g = grads[i]
-        if g is not None:
-            values = g.values if isinstance(g, tf.IndexedSlices) else g
-            scale = tf.cast(cfg["scale"], values.dtype)
-            if cfg["scale_local_gradients"]:
-                scale = scale / tf.cast(_set_size(cfg["process_set"]), values.dtype)
-            g = (tf.IndexedSlices(values * scale, g.indices, g.dense_shape)
-                 if isinstance(g, tf.IndexedSlices) else values * scale)
-        reduced[i] = g
+        reduced[i] = _local_gradient(grads[i], cfg["process_set"], cfg["scale"],
+                                     cfg["scale_local_gradients"])
     return reduced
 
 
