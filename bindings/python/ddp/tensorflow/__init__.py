@@ -79,6 +79,7 @@ class _GraphSafeOps:
         def call(tensor, *args, **kwargs):
             return op(_unfoldable(tensor), *args, **kwargs)
 
+        setattr(self, name, call)  # made once: later calls find it without __getattr__
         return call
 
 
