@@ -101,8 +101,8 @@ $(TORCH2_VENV)/.ok: bindings/python/requirements-torch2.txt
 	touch $@
 
 # ddp.torch on PyTorch 2: the same build (the extension does not link torch) installed into
-# .venv-torch2, and the backend's profiler events built for its torch too
-# (bindings/torch_profiling: one small module per torch line, about 30 s).
+# .venv-torch2, and the backend's torch-native part built for its torch too (bindings/torch_native:
+# one small module per torch line, the profiler's events and torch 2's C++ Backend, about 1 min).
 build-torch2: build torch2-venv
 	cmake -S . -B $(BUILD) \
 	  -DDDP_TORCH_PYTHONS='$(abspath $(VENV))/bin/python;$(abspath $(TORCH2_VENV))/bin/python' >/dev/null

@@ -28,7 +28,7 @@ def test_every_op_dtype_and_reduce_op(run_job, np):
 
 def test_profiler_events_name_every_operation_with_its_input_shapes(run_job):
     """Under torch's profiler every operation is one async event "ddp:<op>" with its inputs'
-    shapes, as Gloo's are (the module built against this torch: bindings/torch_profiling)."""
+    shapes, as Gloo's are (the module built against this torch: bindings/torch_native)."""
     result = run_job(3, "c10d_profile.py")
     assert result.stdout.count("c10d profile ok 11") == 3, result.stdout
     assert "records no profiler events" not in result.stderr, result.stderr
@@ -42,10 +42,13 @@ def test_distributed_data_parallel(run_job):
 
 
 @pytest.mark.skipif(not TORCH2, reason="the Backend class is torch 2's")
-def test_distributed_data_parallel_where_torch_cannot_make_a_python_backend(run_job):
-    """torch 2 releases whose Backend binds no constructor (2.11: "No constructor defined!")
-    get a ProcessGroup of libddp's own from the creator, which torch uses whole; DDP on it."""
-    result = run_job(2, "c10d_ddp.py", "as-process-group")
+@pytest.mark.parametrize("how", ["python-backend", "as-process-group"])
+def test_distributed_data_parallel_without_the_backends_cpp_part(run_job, how):
+    """torch 2 without the module built for it (`pip install` with build isolation): the
+    Backend written in Python, through torch's trampolines, or where torch's Backend binds no
+    constructor (2.11: "No constructor defined!") a ProcessGroup of libddp's own from the
+    creator, which torch uses whole; DDP on each, and a warning that says what is missing."""
+    result = run_job(2, "c10d_ddp.py", how)
     assert result.stdout.count("c10d ddp ok 6") == 2, result.stdout
 
 

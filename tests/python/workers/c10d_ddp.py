@@ -1,10 +1,13 @@
 """DistributedDataParallel on the 'ddp' backend: plain, find_unused_parameters,
 gradient_as_bucket_view, no_sync (gradient accumulation), and DDP's comm hooks (fp16 compression,
-PowerSGD); with the argument "as-process-group", through the ProcessGroup that torch 2 releases
-without a Python-constructible Backend get. Each exact variant is checked against the same model trained in this process on every
+PowerSGD), on torch 2 through the backend's C++ part (bindings/torch_native), DDP's logging data
+naming the backend; with the argument "python-backend" or "as-process-group", torch 2 without
+that part: the Backend written in Python, or the ProcessGroup that torch 2 releases without a
+Python-constructible Backend get. Each exact variant is checked against the same model trained in this process on every
 rank's batch; every variant ends with the same weights on every rank. Started with torchrun's
 variables (ddprun sets them). Prints "c10d ddp ok <variants>"."""
 import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -92,16 +95,31 @@ def close(what, got, want, tol):
 
 
 def main():
-    as_group = len(sys.argv) > 1 and sys.argv[1] == "as-process-group"
-    if as_group:
-        # As on a torch 2 whose Backend has no Python constructor (2.11): the creator's
-        # fallback, a ProcessGroup of libddp's own.
-        ddp.torch.c10d._backend_constructible = False
-    dist.init_process_group("ddp")
-    if as_group:
-        group = dist.group.WORLD
+    how = sys.argv[1] if len(sys.argv) > 1 else "native"
+    if how in ("python-backend", "as-process-group"):
+        # torch 2 without the backend's C++ part (a build that did not see this torch): the
+        # Backend written in Python, or where torch cannot make one from Python (2.11), the
+        # creator's fallback, a ProcessGroup of libddp's own. Both warn that they lack the C++
+        # part.
+        ddp.torch._native.module = None
+        ddp.torch.c10d._backend_constructible = how == "python-backend"
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        dist.init_process_group("ddp")
+    group = dist.group.WORLD
+    if how == "as-process-group":
         assert isinstance(group, ddp.torch.c10d.ProcessGroupDDP), type(group)
+    elif how == "python-backend":
+        assert isinstance(group._get_backend(torch.device("cpu")),  # noqa: SLF001
+                          ddp.torch.c10d.BackendDDP), group
+    elif hasattr(torch._C._distributed_c10d, "Backend"):  # torch 2 through the C++ part
+        assert type(group).__name__ == "NamedProcessGroup", type(group)
+    python_only = [w for w in warned if "Python trampolines" in str(w.message)]
+    assert bool(python_only) == (how != "native"), [str(w.message) for w in warned]
     rank, size = dist.get_rank(), dist.get_world_size()
+    if how == "native":  # torch's reports name the backend: DDP's logging data here
+        name = DDP(Net(False).double())._get_ddp_logging_data().get("backend_name")  # noqa: SLF001
+        assert name == "ddp", f"DDP's logging data names the backend {name!r}"
     variants = {
         "plain": (dict(), 1, False, 1e-12),
         "find_unused_parameters": (dict(find_unused_parameters=True), 1, True, 1e-12),

@@ -1,10 +1,12 @@
 """send and recv of the 'ddp' backend: blocking and async, matched by tag whatever the order of
 other tags, a ring exchange, batch_isend_irecv, in a later group, several dtypes; recv without
-src= (from any source): on torch 1.13 each send found once, by recv and irecv, the sender named,
-and a timeout in torch's words where nobody sends; on torch 2 refused with the reason; sends of
+src= (from any source): each send found once, by recv and irecv, the sender named, and a timeout
+in torch's words where nobody sends (torch 1.13, and torch 2 through the backend's C++ part;
+without it, refused with the reason); an isend's and irecv's Work completed after wait(); sends of
 many tags leave no threads behind. Run as every rank of a job of WORLD_SIZE >= 2 with torch's
 env:// variables. Prints "c10d p2p ok <rank>"."""
 import collections
+import os
 import re
 import sys
 import threading
@@ -14,12 +16,13 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-import ddp.torch  # noqa: F401 - registers the backend
+import ddp.torch  # registers the backend
 from ddp.torch import c10d_finish
 
 # Idle threads go after 0.2 s here (10 s by default): every part below runs with finishers and
 # completers coming and going under it.
 c10d_finish.IDLE_SECONDS = 0.2
+forwarded = False
 
 
 def expect(what, got, want):
@@ -28,7 +31,7 @@ def expect(what, got, want):
 
 
 def any_source(rank, size):
-    """torch 1.13: every rank sends each other rank two tensors of its rank (tag 5), and one
+    """Every rank sends each other rank two tensors of its rank (tag 5), and one
     more with tag 6 that the receiver takes by src= first; every rank receives with recv and
     irecv without src=: each send is taken once, holding its sender's rank."""
     mine, sends = torch.full((10,), float(rank)), []
@@ -110,8 +113,13 @@ def idle_threads_go(rank, size):
 
 
 def main():
+    global forwarded
     dist.init_process_group("ddp")
     rank, size = dist.get_rank(), dist.get_world_size()
+    # torch 2: whether torch calls the backend's C++ part (bindings/torch_native), as built here.
+    forwarded = hasattr(ddp.torch._native.module, "ForwardingBackend")
+    assert forwarded or not hasattr(torch._C._distributed_c10d, "Backend") or \
+        "DDP_TEST_NO_NATIVE" in os.environ, "torch 2: the backend's C++ part was not built"
     # Rank 0 sends each other rank two tensors, tags 1 then 2; the receiver takes tag 2 first.
     if rank == 0:
         for peer in range(1, size):
@@ -132,6 +140,11 @@ def main():
         works = [dist.isend(out, (rank + 1) % size), dist.irecv(got, (rank - 1) % size)]
         for w in works:
             w.wait()
+            if forwarded or not hasattr(torch._C._distributed_c10d, "Backend"):
+                assert w.is_completed(), f"ring step {step}: a Work not completed after wait()"
+        if forwarded:  # torch's Work.result(): the tensor each moved
+            assert works[1].result()[0].data_ptr() == got.data_ptr(), "irecv's result()"
+            assert works[0].exception() is None, works[0].exception()
         expect(f"ring step {step}", got, torch.full((1000,), float(((rank - 1) % size) * 100 +
                                                                    step)))
     # batch_isend_irecv: the same ring, the other way.
@@ -152,9 +165,9 @@ def main():
             t = torch.empty(4)
             dist.recv(t, src=first, group=group)
             expect("in a group", t, torch.arange(4.0))
-    # From any source.
-    if hasattr(torch._C._distributed_c10d, "Backend"):
-        if size > 1 and rank == 1:  # torch 2: refused, saying why
+    # From any source: served on torch 1.13 and, through the backend's C++ part, on torch 2.
+    if hasattr(torch._C._distributed_c10d, "Backend") and not forwarded:
+        if size > 1 and rank == 1:  # torch 2 without that part: refused, saying why
             try:
                 dist.recv(torch.empty(1))
             except (NotImplementedError, RuntimeError) as e:

@@ -1,9 +1,12 @@
 """The torch.distributed backend "ddp": `dist.init_process_group("ddp")` on libddp's engine.
 
-`import ddp.torch` registers it. The backend is thin, as third-party backends are: a
-ProcessGroup whose operations submit to the same fusion engine as ddp.torch's (shared memory
-within a host, TCP, MPI or libfabric between hosts, NCCL for CUDA tensors), and a Work per
-operation that wraps a torch Future, which DDP's reducer chains its callbacks on. A thread per
+`import ddp.torch` registers it. The backend is thin, as third-party backends are: operations
+that submit to the same fusion engine as ddp.torch's (shared memory within a host, TCP, MPI or
+libfabric between hosts, NCCL for CUDA tensors), and a Work per operation that wraps a torch
+Future, which DDP's reducer chains its callbacks on. On torch 2 torch calls a C++ Backend built
+for its torch (bindings/torch_native/backend.cc, in a ProcessGroup named "ddp"), which forwards
+each operation here (_Forwarded); on torch 1.13, and on torch 2 without that module, torch calls
+a Python ProcessGroup or Backend of this file. A thread per
 process group finishes the operations in the order they were issued (the engine finishes them in
 that order) and completes their futures, with torch's backend error (DistBackendError where the
 version has it) when the job broke: the message names the ranks, host and tensor as DDPError
@@ -22,13 +25,14 @@ import functools
 import inspect
 import threading
 import time
+import warnings
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from .. import _ddp, _launch, _ops
-from . import _shutdown
+from . import _native, _shutdown
 from . import c10d_finish as _finish
 from . import c10d_groups as _groups
 from . import c10d_monitored as _monitored
@@ -116,8 +120,6 @@ def _scaled_op(opts, tensor, what):
 
 
 _TIMED_OUT = "torch.distributed backend 'ddp': Timed out waiting on other ranks: "
-# torch 1.13's recv from any source asks the backend's own Work for the sender: served there.
-_ANY_SOURCE = not hasattr(_C, "Backend")
 
 
 def _error(e: BaseException, bad_input_stays: bool = False) -> BaseException:
@@ -164,6 +166,28 @@ def _operation(method, title, inputs_of):
     return wrapper
 
 
+def _tensors(value):
+    """The tensors of an operation's result, in order (allgather's lists of lists flattened)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for item in (value or []) for t in _tensors(item)]
+
+
+def _wait_for(future, timeout=None):
+    """Waits for an operation's future, at most `timeout` (a timedelta; None or 0: no limit);
+    raises the operation's error, or torch's backend error once the timeout has passed."""
+    seconds = timeout.total_seconds() if timeout is not None else 0
+    if seconds > 0:
+        deadline = time.monotonic() + seconds
+        while not future.done():
+            if time.monotonic() > deadline:
+                raise BackendError(f"torch.distributed backend 'ddp': the operation did "
+                                   f"not finish within {seconds:g} s (wait(timeout))")
+            time.sleep(0.001)
+    future.wait()  # raises the operation's error
+    return True
+
+
 if hasattr(_C, "Backend"):
     class _Work(_C.Work):
         """torch 2: a Work over the operation's future whose wait() raises its error (torch's own
@@ -174,19 +198,14 @@ if hasattr(_C, "Backend"):
             self._future = future
 
         def wait(self, timeout=None):
-            seconds = timeout.total_seconds() if timeout is not None else 0
-            if seconds > 0:
-                deadline = time.monotonic() + seconds
-                while not self._future.done():
-                    if time.monotonic() > deadline:
-                        raise BackendError(f"torch.distributed backend 'ddp': the operation did "
-                                           f"not finish within {seconds:g} s (wait(timeout))")
-                    time.sleep(0.001)
-            self._future.wait()  # raises the operation's error
-            return True
+            return _wait_for(self._future, timeout)
 
         def get_future(self):
             return self._future
+
+        def result(self):
+            """The operation's tensors (torch's Work.result()), lists of lists flattened."""
+            return _tensors(self._future.wait())
 
         def is_completed(self):
             return self._future.done()
@@ -203,43 +222,44 @@ if hasattr(_C, "Backend"):
     def _work(future):
         return _Work(future)
 else:
-    class _AnySourceWork(_C.Work):
-        """torch 1.13: a recv from any source, which 1.13's dist.recv and irecv hand back as it
-        is (a Python Work): its wait() raises the error, and it names the sender once done."""
-
-        def __init__(self, future, source):
-            super().__init__()
-            self._future, self._source = future, source
-
-        def wait(self, timeout=None):
-            self._future.wait()  # raises the operation's error
-            return True
-
-        def is_completed(self):
-            return self._future.done()
-
-        def is_success(self):
-            return bool(self._source)
-
-        def get_future(self):
-            return self._future
-
-        def result(self):
-            return self._future.wait()
-
-        def _source_rank(self):
-            if not self._source:
-                raise RuntimeError("torch.distributed backend 'ddp': the sender of a recv from "
-                                   "any source is known once the recv has completed")
-            return self._source[0]
-
-        source_rank = _source_rank
-
     def _work(future):
         """torch 1.13: its future-wrapping Work (1.13 cannot call a Python Work from C++). Its
         wait() does not raise: a failed operation's error is raised by the group's next one, and
         by anything that reads the future (DDP's reducer does)."""
         return _C._create_work_from_future(future)
+
+
+class _AnySourceWork(_C.Work):
+    """A recv from any source: its wait() raises the error, and it names the sender once done
+    (torch 1.13's dist.recv and irecv hand it back as it is; on torch 2 the C++ Backend's Work
+    asks it)."""
+
+    def __init__(self, future, source):
+        super().__init__()
+        self._future, self._source = future, source
+
+    def wait(self, timeout=None):
+        return _wait_for(self._future, timeout)
+
+    def is_completed(self):
+        return self._future.done()
+
+    def is_success(self):
+        return bool(self._source)
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        return self._future.wait()
+
+    def _source_rank(self):
+        if not self._source:
+            raise RuntimeError("torch.distributed backend 'ddp': the sender of a recv from "
+                               "any source is known once the recv has completed")
+        return self._source[0]
+
+    source_rank = _source_rank
 
 
 def _flat(tensors):
@@ -275,11 +295,14 @@ class _Operations:
     """The operations, shared by the torch 2 Backend and the torch 1.13 ProcessGroup below (both
     are pybind11 classes whose C++ side calls these Python methods by name)."""
 
-    def _start(self, store, rank, size, timeout):
+    def _start(self, store, rank, size, timeout, any_source):
         """The default group runs on libddp's job (joined here through torch's store unless
         ddp.init() joined it); every later group (new_group) on a group of its own, a libddp job
-        among its members alone (as Gloo gives each process group its own connections)."""
-        self._rank, self._size = rank, size
+        among its members alone (as Gloo gives each process group its own connections).
+        `any_source`: whether torch can ask this backend's Work for a recv's sender (torch 1.13,
+        and torch 2 through the C++ Backend): then recv from any source is served, and every
+        send announces itself for it (c10d_groups.PointToPoint)."""
+        self._rank, self._size, self._any_source = rank, size, any_source
         self._store, self._monitored = store, 0
         if not _ddp.is_initialized() or not dist.is_initialized():
             _join(store, rank, size, timeout)
@@ -532,7 +555,7 @@ class _Operations:
         completes once the receiver has posted its recv, as NCCL's send does."""
         _check_one(tensors, "send")
         handle, finisher = self._p2p.transfer(tensors[0], self._rank, dst, tag, "send",
-                                              announce=_ANY_SOURCE)
+                                              announce=self._any_source)
         return self._submit([handle], tensors, finisher=finisher)
 
     def recv(self, tensors, src, tag):
@@ -541,13 +564,13 @@ class _Operations:
         return self._submit([handle], tensors, finisher=finisher)
 
     def recv_anysource(self, tensors, tag):
-        """torch 1.13: the first send of `tag` to this rank that no recv has taken, from any
-        rank (c10d_groups.PointToPoint.claim_any); the Work tells the sender once it is done."""
-        if not _ANY_SOURCE:
+        """The first send of `tag` to this rank that no recv has taken, from any rank
+        (c10d_groups.PointToPoint.claim_any); the Work tells the sender once it is done."""
+        if not self._any_source:
             raise NotImplementedError(
-                "torch.distributed backend 'ddp': recv without src= (from any source) is not "
-                "supported on torch 2: torch asks the Work for the sender through a C++ method "
-                "that a backend written in Python cannot provide there; pass src=")
+                f"torch.distributed backend 'ddp': recv without src= (from any source) needs "
+                f"the backend's C++ part on torch 2 (torch asks the Work for the sender through "
+                f"C++): {_native.missing}; or pass src=")
         _check_one(tensors, "recv")
         tensor, source = tensors[0], []
 
@@ -624,7 +647,15 @@ if hasattr(_C, "Backend"):
 
         def __init__(self, store, rank, size, timeout):
             _C.Backend.__init__(self, rank, size)
-            self._start(store, rank, size, timeout)
+            self._start(store, rank, size, timeout, any_source=False)
+
+
+class _Forwarded(_Operations):
+    """torch 2: the operations behind the C++ Backend (bindings/torch_native/backend.cc), which
+    torch calls and which forwards each operation here."""
+
+    def __init__(self, store, rank, size, timeout):
+        self._start(store, rank, size, timeout, any_source=True)
 
 
 class ProcessGroupDDP(_Operations, dist.ProcessGroup):
@@ -633,7 +664,7 @@ class ProcessGroupDDP(_Operations, dist.ProcessGroup):
 
     def __init__(self, store, rank, size, timeout):
         dist.ProcessGroup.__init__(self, rank, size)
-        self._start(store, rank, size, timeout)
+        self._start(store, rank, size, timeout, any_source=not hasattr(_C, "Backend"))
 
 
 def _first(out):
@@ -665,11 +696,55 @@ def _create(store, rank, size, timeout):
 _backend_constructible = True
 
 
+def _named_group(options, backend):
+    """The process group torch uses for the C++ backend: torch's own, named "ddp" (torch names a
+    plugin's group "custom"), with the backend for CPU and CUDA tensors. Under
+    TORCH_DISTRIBUTED_DEBUG=DETAIL the backend is wrapped in torch's checking wrapper, as torch
+    wraps Gloo's and NCCL's."""
+    group = _native.module.NamedProcessGroup(options.store, options.group_rank,
+                                             options.group_size)
+    kind = dist.ProcessGroup.BackendType.CUSTOM
+    group._set_default_backend(kind)  # noqa: SLF001 - torch's own set-up of a group
+    torchs = getattr(options, "process_group", None)
+    if getattr(torchs, "bound_device_id", None) is not None:
+        group.bound_device_id = torchs.bound_device_id
+    c10d = dist.distributed_c10d
+    if (hasattr(c10d, "_create_process_group_wrapper") and dist.is_gloo_available() and
+            c10d.get_debug_level() == c10d.DebugLevel.DETAIL):
+        backend = c10d._create_process_group_wrapper(  # noqa: SLF001 - what torch does here
+            wrapped_pg=backend, store_prefix=str(getattr(options, "group_id", "ddp")),
+            store=options.store, rank=options.group_rank, world_size=options.group_size,
+            timeout=options.timeout)
+    for device in ("cpu", "cuda"):
+        group._register_backend(torch.device(device), kind, backend)  # noqa: SLF001
+    return group
+
+
+_warned_python_only = False
+
+
+def _python_only():
+    """Says once that torch 2's backend runs without its C++ part, and what that leaves out."""
+    global _warned_python_only
+    if not _warned_python_only:
+        _warned_python_only = True
+        warnings.warn(f"ddp.torch: the torch.distributed backend 'ddp' runs through torch's "
+                      f"Python trampolines on torch {torch.__version__}, without recv from any "
+                      f"source, Work.is_completed() and its name in torch's reports: "
+                      f"{_native.missing}", RuntimeWarning, stacklevel=3)
+
+
 def create_extended(options, backend_options=None):
-    """torch 2's creator (extended API): the backend that torch's ProcessGroup calls, or where
-    torch cannot make one from Python, a ProcessGroup of its own (as on torch 1.13)."""
+    """torch 2's creator (extended API): the C++ Backend (the module built for this torch) over
+    the Python operations; without that module, a Backend written in Python or, where torch
+    cannot make one from Python, a ProcessGroup of its own (as on torch 1.13)."""
     global _backend_constructible
     args = (options.store, options.group_rank, options.group_size, options.timeout)
+    forwarding = getattr(_native.module, "ForwardingBackend", None)
+    if forwarding is not None:
+        backend = forwarding(_Forwarded(*args), options.group_rank, options.group_size)
+        return _named_group(options, backend)
+    _python_only()
     if _backend_constructible:
         try:
             return BackendDDP(*args)

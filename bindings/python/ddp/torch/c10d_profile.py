@@ -7,34 +7,25 @@ finishes the operation, as Gloo's and NCCL's are), its input shapes those of the
 operation reads (complex tensors as their real views, as Gloo records them), its time from the
 call to the operation's end.
 
-The events come from a small module built against the torch in use,
-ddp/torch/_profiling_torch<major>_<minor> (bindings/torch_profiling): torch's Python
-record_function takes no tensors and must end on the thread that opened it. Without that module
-(a torch the package was not built for, or `pip install` with build isolation, where the build
-sees no torch), the backend works the same and warns once, when a profiler first runs, that it
-records no events.
+The events come from the module built against the torch in use (_native.py,
+bindings/torch_native): torch's Python record_function takes no tensors and must end on the
+thread that opened it. Without that module (a torch the package was not built for, or `pip
+install` with build isolation, where the build sees no torch), the backend works the same and
+warns once, when a profiler first runs, that it records no events.
 """
 
-import importlib
 import warnings
 
 import torch
 
+from . import _native
+
 _profiler_enabled = torch.autograd._profiler_enabled  # a C call: the whole cost when it is off
 
 
-def _load():
-    major, minor = torch.__version__.split("+")[0].split(".")[:2]
-    name = f"ddp.torch._profiling_torch{major}_{minor}"
-    try:
-        return importlib.import_module(name).Event, None
-    except ImportError as e:
-        return None, (f"ddp.torch: the torch.distributed backend 'ddp' records no profiler events "
-                      f"on torch {torch.__version__}: {name} is not built ({e}); `make build`, or "
-                      f"`pip install --no-build-isolation .` in this environment, builds it")
-
-
-_Event, _missing = _load()
+_Event = _native.module.Event if _native.module is not None else None
+_missing = (f"ddp.torch: the torch.distributed backend 'ddp' records no profiler events: "
+            f"{_native.missing}")
 _warned = False
 
 

@@ -1,7 +1,8 @@
-"""Prints what bindings/torch_profiling/CMakeLists.txt needs to build against this Python's torch.
+"""Prints what bindings/torch_native/CMakeLists.txt needs to build against this Python's torch.
 
 One line per field, `key=value`: version (major_minor), include (|-separated), libdir, abi (the
-_GLIBCXX_USE_CXX11_ABI torch was built with), python_include, ext_suffix; or `missing=<why>`
+_GLIBCXX_USE_CXX11_ABI torch was built with), python_include, ext_suffix,
+pybind11 (the PYBIND11_* ABI definitions torch was built with, |-separated); or `missing=<why>`
 when there is no torch or it has no C++ headers (Debian's torch: apt install libtorch-dev).
 """
 import os
@@ -33,3 +34,7 @@ print(f"libdir={os.path.join(root, 'lib')}")
 print(f"abi={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
 print(f"python_include={sysconfig.get_paths()['include']}")
 print(f"ext_suffix={sysconfig.get_config_var('EXT_SUFFIX')}")
+abi = [f'PYBIND11_{name}="{getattr(torch._C, f"_PYBIND11_{name}")}"'
+       for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI")
+       if getattr(torch._C, f"_PYBIND11_{name}", None) is not None]
+print("pybind11=" + "|".join(abi))

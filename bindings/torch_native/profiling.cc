@@ -4,7 +4,7 @@
 // A torch.distributed backend written in Python cannot make them with torch's Python API: a
 // record_function there takes a string, not tensors (so the profiler has no input shapes), and
 // ends on the thread that opened it, with that thread's profiler state. This module is compiled
-// against one torch (bindings/torch_profiling/CMakeLists.txt, one module per torch line found)
+// against one torch (bindings/torch_native/CMakeLists.txt, one module per torch line found)
 // and does what the C++ backends do: an asynchronous RecordFunction opened with the operation's
 // tensors on the calling thread, ended by whichever thread finishes the operation, under the
 // opening thread's thread-local state (that is where the profiler keeps its events).
@@ -13,7 +13,6 @@
 #include <ATen/ThreadLocalState.h>
 #include <ATen/core/ivalue.h>
 #include <ATen/record_function.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include <memory>
 #include <optional>
@@ -21,6 +20,9 @@
 #include <utility>
 #include <vector>
 
+#include "native.h"
+
+namespace ddp_torch_native {
 namespace {
 
 // One operation's record: open from construction to end() (or destruction, if the operation
@@ -68,15 +70,12 @@ class Event {
 
 }  // namespace
 
-#ifndef DDP_PROFILING_MODULE
-#error "DDP_PROFILING_MODULE names the module (its torch line in the name)"
-#endif
-
-PYBIND11_MODULE(DDP_PROFILING_MODULE, m) {
-  m.doc() = "ddp.torch's profiler events, built for one torch line";
+void BindProfiling(py::module_& m) {
   py::class_<Event>(m, "Event")
       .def(py::init<const std::string&, const std::vector<at::Tensor>&>(), py::arg("name"),
            py::arg("inputs"))
       .def_property_readonly("active", &Event::active)
       .def("end", &Event::end, py::call_guard<py::gil_scoped_release>());
 }
+
+}  // namespace ddp_torch_native
