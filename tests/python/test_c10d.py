@@ -67,11 +67,16 @@ def _ranks(ddp_env, tmp_path, worker, args, size=2, extra=None):
     return run_ranks([dict(base, RANK=str(r)) for r in range(size)], worker, args(port), tmp_path)
 
 
-@pytest.mark.parametrize("how", ["env", "tcp", "file", "store", "tcp-no-rank"])
+@pytest.mark.parametrize("how", ["env", "tcp", "file", "store", "tcp-no-rank", "env-detail"])
 def test_every_init_method_and_bad_input(ddp_env, tmp_path, how):
+    """Each init method; env-detail: under TORCH_DISTRIBUTED_DEBUG=DETAIL, where torch 2 wraps
+    the backend in its checking wrapper (which asks its name and sequence numbers)."""
+    store_port = _free_port()
     where = (lambda port: [how, str(tmp_path / "rendezvous")]) if how == "file" else \
-        (lambda port: [how, str(port + 1 if how == "store" else port)])
-    for rank, (code, out, err) in enumerate(_ranks(ddp_env, tmp_path, "c10d_init.py", where)):
+        (lambda port: [how, str(store_port if how == "store" else port)])
+    extra = {"TORCH_DISTRIBUTED_DEBUG": "DETAIL"} if how == "env-detail" else None
+    for rank, (code, out, err) in enumerate(_ranks(ddp_env, tmp_path, "c10d_init.py", where,
+                                                   extra=extra)):
         assert code == 0 and f"c10d init ok {how}" in out, f"rank {rank}: {code}\n{out}\n{err}"
 
 

@@ -17,7 +17,7 @@ how, where = sys.argv[1], sys.argv[2]
 # handed both, and the launcher's half-set variables must not matter.
 rank = int(os.environ["RANK"] if how != "tcp-no-rank" else os.environ.pop("RANK"))
 size = int(os.environ["WORLD_SIZE"])
-if how == "env":
+if how in ("env", "env-detail"):  # env-detail: under TORCH_DISTRIBUTED_DEBUG=DETAIL
     dist.init_process_group("ddp")
 elif how in ("tcp", "tcp-no-rank"):
     dist.init_process_group("ddp", init_method=f"tcp://127.0.0.1:{where}", rank=rank,
@@ -31,6 +31,10 @@ assert (dist.get_rank(), dist.get_world_size()) == (rank, size)
 t = torch.full((3,), float(rank + 1))
 dist.all_reduce(t)
 assert t.tolist() == [size * (size + 1) / 2] * 3, t
+if how == "env-detail":  # torch's checking wrapper around a later group's backend (torch 2)
+    objects = [None] * size
+    dist.all_gather_object(objects, {"rank": rank}, group=dist.new_group(list(range(size))))
+    assert objects == [{"rank": r} for r in range(size)], objects
 
 
 def refused(what, call, *words):
