@@ -46,8 +46,8 @@ class PyOwned {
     if (!object_) {
       return;
     }
-    if (Py_IsInitialized() == 0) {
-      object_.release();  // the interpreter is gone: nothing to give back to
+    if (Py_IsInitialized() == 0 || Finalizing()) {
+      object_.release();  // the interpreter is (being) gone: taking the GIL could end the thread
       return;
     }
     py::gil_scoped_acquire gil;
@@ -57,6 +57,14 @@ class PyOwned {
   const py::object& get() const { return object_; }
 
  private:
+  static bool Finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+    return Py_IsFinalizing() != 0;
+#else
+    return _Py_IsFinalizing() != 0;
+#endif
+  }
+
   py::object object_;
 };
 
@@ -101,10 +109,14 @@ class ForwardingWork : public c10d::Work {
 
 class ForwardingBackend : public c10d::Backend {
  public:
-  ForwardingBackend(py::object impl, int rank, int size)
-      : Backend(rank, size), impl_(std::move(impl)) {}
+  ForwardingBackend(py::object impl, int rank, int size, std::chrono::milliseconds timeout)
+      : Backend(rank, size),
+        impl_(std::move(impl)),
+        options_(c10::make_intrusive<Options>("ddp", timeout)) {}
 
   const std::string getBackendName() const override { return "ddp"; }
+
+  c10::intrusive_ptr<Options> getBackendOptions() override { return options_; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override {
@@ -118,7 +130,7 @@ class ForwardingBackend : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Work> allreduce_sparse(std::vector<at::Tensor>& tensors,
                                                   const c10d::AllreduceOptions& opts) override {
-    return Call("allreduce_sparse", c10d::OpType::ALLREDUCE, tensors, opts);
+    return Call("allreduce_sparse", c10d::OpType::_ALLREDUCE_SPARSE, tensors, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
@@ -151,7 +163,8 @@ class ForwardingBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::AllgatherOptions& opts) override {
-    return Call("allgather_into_tensor_coalesced", c10d::OpType::COALESCED, outputs, inputs, opts);
+    return Call("allgather_into_tensor_coalesced", c10d::OpType::ALLGATHER_INTO_TENSOR_COALESCED,
+                outputs, inputs, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -180,7 +193,8 @@ class ForwardingBackend : public c10d::Backend {
   c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(
       std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
       const c10d::ReduceScatterOptions& opts) override {
-    return Call("reduce_scatter_tensor_coalesced", c10d::OpType::COALESCED, outputs, inputs, opts);
+    return Call("reduce_scatter_tensor_coalesced", c10d::OpType::REDUCE_SCATTER_TENSOR_COALESCED,
+                outputs, inputs, opts);
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -220,7 +234,8 @@ class ForwardingBackend : public c10d::Backend {
 
   // The group's sequence number, which torch's debug wrapper (TORCH_DISTRIBUTED_DEBUG=DETAIL)
   // compares across ranks before each collective: the collectives issued so far, from 0 on every
-  // rank. Sends and receives do not count (only some ranks issue them), as in Gloo.
+  // rank, counted once the implementation took them (a call refused on one rank alone does not
+  // set the ranks apart for good). Sends and receives do not count: only some ranks issue them.
   void setSequenceNumberForGroup() override { sequence_ = 0; }
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
@@ -237,18 +252,19 @@ class ForwardingBackend : public c10d::Backend {
   // (bad input, a broken job) propagates as it is: torch's Python API raises it unchanged.
   template <typename... Args>
   c10::intrusive_ptr<c10d::Work> Call(const char* name, c10d::OpType type, Args&... args) {
+    py::gil_scoped_acquire gil;
+    py::object work = impl_.get().attr(name)(args...);
     if (type != c10d::OpType::SEND && type != c10d::OpType::RECV &&
         type != c10d::OpType::RECVANYSOURCE) {
       ++sequence_;
     }
-    py::gil_scoped_acquire gil;
-    py::object work = impl_.get().attr(name)(args...);
     py::object future = work.attr("get_future")();
     auto wrapped = future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>();
     return c10::make_intrusive<ForwardingWork>(std::move(work), wrapped->fut, type);
   }
 
   PyOwned impl_;
+  c10::intrusive_ptr<Options> options_;
   std::atomic<uint64_t> sequence_{0};
 };
 
@@ -272,7 +288,8 @@ void BindBackend(py::module_& m) {
   py::class_<ForwardingBackend, c10d::Backend, c10::intrusive_ptr<ForwardingBackend>>(
       m, "ForwardingBackend",
       "torch's Backend for 'ddp': each operation forwards to the Python implementation given")
-      .def(py::init<py::object, int, int>(), py::arg("impl"), py::arg("rank"), py::arg("size"))
+      .def(py::init<py::object, int, int, std::chrono::milliseconds>(), py::arg("impl"),
+           py::arg("rank"), py::arg("size"), py::arg("timeout"))
       .def_property_readonly("impl", &ForwardingBackend::Impl);
 }
 

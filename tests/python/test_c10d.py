@@ -67,10 +67,14 @@ def _ranks(ddp_env, tmp_path, worker, args, size=2, extra=None):
     return run_ranks([dict(base, RANK=str(r)) for r in range(size)], worker, args(port), tmp_path)
 
 
-@pytest.mark.parametrize("how", ["env", "tcp", "file", "store", "tcp-no-rank", "env-detail"])
+@pytest.mark.parametrize("how", ["env", "tcp", "file", "store", "tcp-no-rank", "env-detail",
+                                 "env-mixed"])
 def test_every_init_method_and_bad_input(ddp_env, tmp_path, how):
     """Each init method; env-detail: under TORCH_DISTRIBUTED_DEBUG=DETAIL, where torch 2 wraps
-    the backend in its checking wrapper (which asks its name and sequence numbers)."""
+    the backend in its checking wrapper (which asks its name and sequence numbers); env-mixed:
+    "cpu:ddp,cuda:gloo" (torch 2), both backends in torch's group."""
+    if how == "env-mixed" and not TORCH2:
+        pytest.skip("a backend per device is torch 2's")
     store_port = _free_port()
     where = (lambda port: [how, str(tmp_path / "rendezvous")]) if how == "file" else \
         (lambda port: [how, str(store_port if how == "store" else port)])

@@ -19,6 +19,10 @@ rank = int(os.environ["RANK"] if how != "tcp-no-rank" else os.environ.pop("RANK"
 size = int(os.environ["WORLD_SIZE"])
 if how in ("env", "env-detail"):  # env-detail: under TORCH_DISTRIBUTED_DEBUG=DETAIL
     dist.init_process_group("ddp")
+elif how == "env-mixed":  # torch 2: ddp for CPU tensors beside another backend for CUDA's
+    dist.init_process_group("cpu:ddp,cuda:gloo")
+    cpu = dist.group.WORLD._get_backend(torch.device("cpu"))  # noqa: SLF001
+    assert cpu.name() == "ddp" or "DDP" in type(cpu).__name__, type(cpu)
 elif how in ("tcp", "tcp-no-rank"):
     dist.init_process_group("ddp", init_method=f"tcp://127.0.0.1:{where}", rank=rank,
                             world_size=size)

@@ -696,13 +696,35 @@ def _create(store, rank, size, timeout):
 _backend_constructible = True
 
 
+def _ddp_alone(options):
+    """Whether the group torch is making runs ddp on every device. torch hands a creator no
+    backend string: this reads the backend map of torch's helper that called it (its local
+    `backend_config`), and says False where it cannot tell (torch then registers the backend in
+    its own group, named "custom")."""
+    torchs = getattr(options, "process_group", None)
+    if torchs is None or list(getattr(torchs, "_device_types", [])):
+        return False  # no group to stand in for, or another backend is in it already
+    frame = inspect.currentframe()
+    try:
+        while frame is not None:
+            config = frame.f_locals.get("backend_config")
+            if hasattr(config, "get_device_backend_map"):
+                return set(config.get_device_backend_map().values()) == {NAME}
+            frame = frame.f_back
+        return False
+    finally:
+        del frame
+
+
 def _named_group(options, backend):
     """The process group torch uses for the C++ backend: torch's own, named "ddp" (torch names a
     plugin's group "custom"), with the backend for CPU and CUDA tensors. Under
     TORCH_DISTRIBUTED_DEBUG=DETAIL the backend is wrapped in torch's checking wrapper, as torch
     wraps Gloo's and NCCL's."""
-    group = _native.module.NamedProcessGroup(options.store, options.group_rank,
-                                             options.group_size)
+    # torch gives the backend the group's store under a device prefix ("cpu/"); the group's own is
+    # the one under it.
+    store = getattr(options.store, "underlying_store", options.store)
+    group = _native.module.NamedProcessGroup(store, options.group_rank, options.group_size)
     kind = dist.ProcessGroup.BackendType.CUSTOM
     group._set_default_backend(kind)  # noqa: SLF001 - torch's own set-up of a group
     torchs = getattr(options, "process_group", None)
@@ -742,8 +764,11 @@ def create_extended(options, backend_options=None):
     args = (options.store, options.group_rank, options.group_size, options.timeout)
     forwarding = getattr(_native.module, "ForwardingBackend", None)
     if forwarding is not None:
-        backend = forwarding(_Forwarded(*args), options.group_rank, options.group_size)
-        return _named_group(options, backend)
+        backend = forwarding(_Forwarded(*args), options.group_rank, options.group_size,
+                             options.timeout)
+        # A group of ddp alone gets the group named "ddp"; in a group of several backends
+        # ("cpu:ddp,cuda:nccl") torch registers this one beside the others.
+        return _named_group(options, backend) if _ddp_alone(options) else backend
     _python_only()
     if _backend_constructible:
         try:
