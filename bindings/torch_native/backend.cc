@@ -244,9 +244,6 @@ class ForwardingBackend : public c10d::Backend {
     impl_.get().attr("shutdown")();
   }
 
-  // The Python implementation (tests and torch's Python helpers reach it through this).
-  py::object Impl() const { return impl_.get(); }
-
  private:
   // Calls the implementation's method `name`; its Python Work becomes torch's. A Python error
   // (bad input, a broken job) propagates as it is: torch's Python API raises it unchanged.
@@ -289,8 +286,7 @@ void BindBackend(py::module_& m) {
       m, "ForwardingBackend",
       "torch's Backend for 'ddp': each operation forwards to the Python implementation given")
       .def(py::init<py::object, int, int, std::chrono::milliseconds>(), py::arg("impl"),
-           py::arg("rank"), py::arg("size"), py::arg("timeout"))
-      .def_property_readonly("impl", &ForwardingBackend::Impl);
+           py::arg("rank"), py::arg("size"), py::arg("timeout"));
 }
 
 }  // namespace ddp_torch_native

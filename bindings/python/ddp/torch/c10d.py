@@ -188,37 +188,39 @@ def _wait_for(future, timeout=None):
     return True
 
 
+class _Work(_C.Work):
+    """A Work over the operation's future whose wait() raises its error (torch's own
+    future-wrapping Work returns True whatever happened): torch 2's, and on both lines a recv
+    from any source's (below)."""
+
+    def __init__(self, future):
+        super().__init__()
+        self._future = future
+
+    def wait(self, timeout=None):
+        return _wait_for(self._future, timeout)
+
+    def get_future(self):
+        return self._future
+
+    def result(self):
+        """The operation's tensors (torch's Work.result()), lists of lists flattened."""
+        return _tensors(self._future.wait())
+
+    def is_completed(self):
+        return self._future.done()
+
+    def is_success(self):
+        if not self._future.done():
+            return False
+        try:
+            self._future.value()
+        except Exception:  # noqa: BLE001 - failed
+            return False
+        return True
+
+
 if hasattr(_C, "Backend"):
-    class _Work(_C.Work):
-        """torch 2: a Work over the operation's future whose wait() raises its error (torch's own
-        future-wrapping Work returns True whatever happened)."""
-
-        def __init__(self, future):
-            super().__init__()
-            self._future = future
-
-        def wait(self, timeout=None):
-            return _wait_for(self._future, timeout)
-
-        def get_future(self):
-            return self._future
-
-        def result(self):
-            """The operation's tensors (torch's Work.result()), lists of lists flattened."""
-            return _tensors(self._future.wait())
-
-        def is_completed(self):
-            return self._future.done()
-
-        def is_success(self):
-            if not self._future.done():
-                return False
-            try:
-                self._future.value()
-            except Exception:  # noqa: BLE001 - failed
-                return False
-            return True
-
     def _work(future):
         return _Work(future)
 else:
@@ -229,29 +231,16 @@ else:
         return _C._create_work_from_future(future)
 
 
-class _AnySourceWork(_C.Work):
-    """A recv from any source: its wait() raises the error, and it names the sender once done
-    (torch 1.13's dist.recv and irecv hand it back as it is; on torch 2 the C++ Backend's Work
-    asks it)."""
+class _AnySourceWork(_Work):
+    """A recv from any source: names the sender once done (torch 1.13's dist.recv and irecv hand
+    it back as it is; on torch 2 the C++ Backend's Work asks it)."""
 
     def __init__(self, future, source):
-        super().__init__()
-        self._future, self._source = future, source
-
-    def wait(self, timeout=None):
-        return _wait_for(self._future, timeout)
-
-    def is_completed(self):
-        return self._future.done()
+        super().__init__(future)
+        self._source = source
 
     def is_success(self):
         return bool(self._source)
-
-    def get_future(self):
-        return self._future
-
-    def result(self):
-        return self._future.wait()
 
     def _source_rank(self):
         if not self._source:
