@@ -116,7 +116,8 @@ class EngineImpl final : public Engine {
 
   // --- the loop (engine_loop.cc), the engine's thread ---
   void Loop();
-  bool WaitForWork();  // false: stop
+  bool WaitForWork();                                         // false: stop
+  void WaitWhilePending(std::unique_lock<std::mutex>& lock);  // inbox_->mu held
   // A rank that wakes rings every peer, so that all come to the next round.
   absl::Status Wake();
   void PostDoorbells();
@@ -157,6 +158,15 @@ class EngineImpl final : public Engine {
   bool joined_ = false;  // the thread's copy of the join state
   std::shared_ptr<HandleState> active_join_;
   bool asleep_ = true;
+  // Asleep while something is pending (RunCycle): whether this rank has work of its own in it,
+  // whether its next round has something to say without a new submission (an operation to
+  // describe again), and when it wakes by itself to look again (stalls are found in rounds).
+  struct Waiting {
+    bool active = false;
+    bool has_local = false;
+    bool has_news = false;
+    absl::Time recheck;
+  } waiting_;
   uint32_t epoch_ = 0;
   std::vector<transport::RequestPtr> doorbells_;
   uint64_t doorbell_tag_base_ = 0;  // the doorbells' communicator, as a tag (epoch added)

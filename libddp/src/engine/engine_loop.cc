@@ -16,6 +16,9 @@
 namespace ddp::engine {
 namespace {
 
+// How long ranks asleep while something is pending go without a round (WaitWhilePending).
+constexpr absl::Duration kPendingRecheck = absl::Milliseconds(20);
+
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -51,11 +54,17 @@ bool EngineImpl::WaitForWork() {
   std::unique_lock<std::mutex> lock(inbox_->mu);
   if (asleep_) {
     inbox_->idle = true;
-    inbox_->cv.wait(lock, [&] {
-      return inbox_->stop || !inbox_->queue.empty() || inbox_->join_requested || inbox_->doorbell;
-    });
+    if (waiting_.active) {
+      WaitWhilePending(lock);
+    } else {
+      inbox_->cv.wait(lock, [&] {
+        return inbox_->stop || !inbox_->queue.empty() || inbox_->join_requested || inbox_->doorbell;
+      });
+    }
     inbox_->idle = false;
-    if (inbox_->stop) return false;
+    // A rank asleep with nothing pending anywhere may leave; one that others wait for comes to
+    // the rounds until nothing is pending (the stopping branch below).
+    if (inbox_->stop && !waiting_.active) return false;
     inbox_->doorbell = false;
     lock.unlock();
     absl::Status s = Wake();
@@ -65,6 +74,7 @@ bool EngineImpl::WaitForWork() {
       return false;
     }
     asleep_ = false;
+    waiting_.active = false;
     return true;
   }
   if (inbox_->stop) {
@@ -80,6 +90,24 @@ bool EngineImpl::WaitForWork() {
   // Awake: gather submissions for the rest of the cycle time before the next round.
   inbox_->cv.wait_until(lock, absl::ToChronoTime(next_cycle_), [&] { return inbox_->stop; });
   return true;
+}
+
+// Asleep while something is pending: every rank agreed that no round can run anything until some
+// rank submits more. A rank the others wait for (nothing of its own pending) wakes them all at its
+// first submission; a rank whose own work waits for the others wakes at a submission only once
+// the cycle time has passed (its submissions keep coming in a burst: one round each would steal
+// the laggards' time), and at once for a doorbell. Every rank also wakes by itself after a while
+// (kPendingRecheck), so that rounds keep finding stalls.
+void EngineImpl::WaitWhilePending(std::unique_lock<std::mutex>& lock) {
+  while (true) {
+    if (inbox_->stop || inbox_->join_requested || inbox_->doorbell || waiting_.has_news) return;
+    const absl::Time now = absl::Now();
+    const bool queued = !inbox_->queue.empty();
+    if (queued && (!waiting_.has_local || now >= next_cycle_)) return;
+    if (now >= waiting_.recheck) return;
+    const absl::Time until = queued ? std::min(waiting_.recheck, next_cycle_) : waiting_.recheck;
+    inbox_->cv.wait_until(lock, absl::ToChronoTime(until));
+  }
 }
 
 // Doorbells have a communicator id of the notification range (transport.h), and the sleep
@@ -227,11 +255,28 @@ absl::Status EngineImpl::RunCycle() {
     if (stopping_) return absl::CancelledError("the context has been shut down");
     asleep_ = true;
     if (size_ > 1) PostDoorbells();
+  } else if (size_ > 1 && world.responses.empty() && world.stopping.empty() &&
+             std::all_of(world.set_pending.begin() + (world.set_pending.empty() ? 0 : 1),
+                         world.set_pending.end(), [](uint8_t p) { return p == 0; })) {
+    // Something is pending, but no rank had what the others have: every rank saw the same, no
+    // process set ran a round, and no rank is stopping (that one paces the rounds as below). Rather
+    // than a round per cycle time until the last rank submits, all sleep until a rank submits more
+    // (WaitWhilePending): the op then runs as soon as the last rank submits it, not up to a cycle
+    // time later.
+    asleep_ = true;
+    waiting_.active = true;
+    waiting_.has_local = HasLocalWork();
+    waiting_.has_news = std::any_of(sets_.begin(), sets_.end(),
+                                    [](const auto& set) { return !set->fresh.empty(); });
+    waiting_.recheck = start + kPendingRecheck;
+    PostDoorbells();
   }
   // A round that ran something is followed at once by the next: a burst of submissions is not
   // held back by the cycle time, and while collectives run, the next gradients queue up and
-  // fuse by themselves. The cycle time paces only rounds that found nothing to run. (This is
-  // pacing only: ranks that decide differently simply wait for each other in the next round.)
+  // fuse by themselves. The cycle time paces only rounds that found nothing to run (while a
+  // process set runs or a rank stops; otherwise ranks sleep, above), and a sleeping rank with
+  // work of its own waiting (WaitWhilePending). (This is pacing only: ranks that decide
+  // differently simply wait for each other in the next round.)
   next_cycle_ = ran_something ? start : start + absl::Milliseconds(params_.cycle_time_ms);
   return absl::OkStatus();
 }
