@@ -7,9 +7,10 @@
 // source could not name its sender (Work::sourceRank), torch's debug wrapper could not ask the
 // backend's name, and torch names a plugin's process group "custom". Here every part of torch's
 // Work and Backend interface that the backend serves is answered: completion, success and the
-// exception from the operation's future (no Python call, no GIL), wait(timeout) and the sender from
-// the Python Work (which raises the operation's own error type, BackendError, with its ranks), the
-// name "ddp".
+// exception from the operation's future (no Python call, no GIL), a failed wait, wait(timeout)
+// and the sender from the Python Work (which raises the operation's own error type,
+// BackendError, with its ranks), the name "ddp". An allreduce or broadcast of CPU tensors
+// completes from libddp's engine without a Python thread (completion.h).
 //
 // Compiled against one torch 2 line (bindings/torch_native/CMakeLists.txt); torch 1.13 has no
 // Backend class and keeps its Python ProcessGroup. Nothing of libddp is linked here.
@@ -32,6 +33,8 @@
 #include <utility>
 #include <vector>
 
+#include "completion.h"
+
 namespace ddp_torch_native {
 namespace {
 
@@ -46,7 +49,7 @@ class PyOwned {
     if (!object_) {
       return;
     }
-    if (Py_IsInitialized() == 0 || Finalizing()) {
+    if (PythonGone()) {
       object_.release();  // the interpreter is (being) gone: taking the GIL could end the thread
       return;
     }
@@ -57,24 +60,21 @@ class PyOwned {
   const py::object& get() const { return object_; }
 
  private:
-  static bool Finalizing() {
-#if PY_VERSION_HEX >= 0x030D0000
-    return Py_IsFinalizing() != 0;
-#else
-    return _Py_IsFinalizing() != 0;
-#endif
-  }
-
   py::object object_;
 };
 
-// One operation: torch's Work over the Python Work the implementation returned.
+// One operation: torch's Work over the Python Work the implementation returned, and the future
+// torch sees for it (completion.h: completed by libddp's engine, or from the Python future).
 class ForwardingWork : public c10d::Work {
  public:
-  ForwardingWork(py::object work, c10::intrusive_ptr<c10::ivalue::Future> future, c10d::OpType type)
-      : Work(-1, type), work_(std::move(work)), future_(std::move(future)) {}
+  ForwardingWork(py::object work, c10::intrusive_ptr<c10::ivalue::Future> future, c10d::OpType type,
+                 EngineOperation engine = {})
+      : Work(-1, type),
+        work_(std::move(work)),
+        future_(std::move(future)),
+        engine_(std::move(engine)) {}
 
-  bool isCompleted() override { return future_->completed(); }
+  bool isCompleted() override { return engine_ ? engine_.Finished() : future_->completed(); }
 
   bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
 
@@ -93,9 +93,27 @@ class ForwardingWork : public c10d::Work {
     return work_.get().attr("result")().cast<std::vector<at::Tensor>>();
   }
 
-  // The Python Work's wait: it raises the operation's own error (BackendError with its ranks),
+  // Waits for the operation's future without the GIL; a failure, and a wait with a timeout, go to
+  // the Python Work's wait: it raises the operation's own error (BackendError with its ranks),
   // and a timeout as torch's backends do.
   bool wait(std::chrono::milliseconds timeout) override {
+    if (timeout == kNoTimeout && engine_) {
+      // The engine's word wakes this thread at once; the future completes on a completer.
+      if (PyGILState_Check() != 0) {
+        py::gil_scoped_release release;
+        if (engine_.WaitSucceeded()) return true;
+      } else if (engine_.WaitSucceeded()) {
+        return true;
+      }
+    } else if (timeout == kNoTimeout) {
+      if (PyGILState_Check() != 0) {
+        py::gil_scoped_release release;  // a Python completer may need it to complete the future
+        future_->wait();
+      } else {
+        future_->wait();
+      }
+      if (!future_->hasError()) return true;
+    }
     py::gil_scoped_acquire gil;
     return work_.get().attr("wait")(timeout).cast<bool>();
   }
@@ -105,6 +123,7 @@ class ForwardingWork : public c10d::Work {
  private:
   PyOwned work_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
+  EngineOperation engine_;  // set when the engine completes it
 };
 
 class ForwardingBackend : public c10d::Backend {
@@ -255,12 +274,33 @@ class ForwardingBackend : public c10d::Backend {
         type != c10d::OpType::RECVANYSOURCE) {
       ++sequence_;
     }
-    py::object future = work.attr("get_future")();
-    auto wrapped = future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>();
-    return c10::make_intrusive<ForwardingWork>(std::move(work), wrapped->fut, type);
+    if (py::hasattr(work, "_engine_handles")) {
+      // Its result needs no Python step: the engine's word completes it (on a C++ completer),
+      // unless ddp._ddp's completion API does not serve its handles after all.
+      auto tensors = work.attr("_result").cast<std::vector<at::Tensor>>();
+      EngineOperation engine = FromEngine(work.attr("_engine_handles"),
+                                          c10::List<at::Tensor>(tensors), tensors, completers_);
+      if (engine) {
+        ++engine_completed_;
+        auto future = engine.future;
+        return c10::make_intrusive<ForwardingWork>(std::move(work), std::move(future), type,
+                                                   std::move(engine));
+      }
+      work = work.attr("_finished_in_python")();
+    }
+    py::object python_future = work.attr("get_future")();
+    return c10::make_intrusive<ForwardingWork>(
+        std::move(work),
+        FutureOfPython(python_future.cast<std::shared_ptr<torch::jit::PythonFutureWrapper>>()->fut),
+        type);
   }
 
   PyOwned impl_;
+  std::shared_ptr<Completers> completers_ = std::make_shared<Completers>();
+
+ public:
+  // Operations the engine completed (FromEngine), not the Python side: for tests.
+  std::atomic<uint64_t> engine_completed_{0};
   c10::intrusive_ptr<Options> options_;
   std::atomic<uint64_t> sequence_{0};
 };
@@ -286,7 +326,10 @@ void BindBackend(py::module_& m) {
       m, "ForwardingBackend",
       "torch's Backend for 'ddp': each operation forwards to the Python implementation given")
       .def(py::init<py::object, int, int, std::chrono::milliseconds>(), py::arg("impl"),
-           py::arg("rank"), py::arg("size"), py::arg("timeout"));
+           py::arg("rank"), py::arg("size"), py::arg("timeout"))
+      .def_property_readonly(
+          "engine_completed", [](const ForwardingBackend& b) { return b.engine_completed_.load(); },
+          "How many operations libddp's engine completed without a Python thread.");
 }
 
 }  // namespace ddp_torch_native

@@ -17,6 +17,15 @@
 
 namespace ddp_torch_native {
 
+// Whether the interpreter is gone or going: a thread that takes the GIL then may be ended.
+inline bool PythonGone() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsInitialized() == 0 || Py_IsFinalizing() != 0;
+#else
+  return Py_IsInitialized() == 0 || _Py_IsFinalizing() != 0;
+#endif
+}
+
 void BindProfiling(py::module_& m);
 #if DDP_TORCH_HAS_BACKEND
 void BindBackend(py::module_& m);

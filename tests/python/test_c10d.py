@@ -84,7 +84,7 @@ def test_every_init_method_and_bad_input(ddp_env, tmp_path, how):
         assert code == 0 and f"c10d init ok {how}" in out, f"rank {rank}: {code}\n{out}\n{err}"
 
 
-@pytest.mark.parametrize("mode", ["kill", "kill-async", "mismatch", "late"])
+@pytest.mark.parametrize("mode", ["kill", "kill-async", "mismatch", "late", "future"])
 def test_a_dead_or_disagreeing_rank_is_torchs_backend_error_naming_it(ddp_env, tmp_path, mode):
     results = _ranks(ddp_env, tmp_path, "c10d_faults.py", lambda port: [mode], size=3,
                      extra={"DDP_TIMEOUT_SECONDS": "10"})

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "ddp_completion_api.h"
 #include "pythread.h"
 #include "structmember.h"
 #include "torch_objects.h"
@@ -331,6 +332,28 @@ ddp.synchronize(handle) or handle.wait() returns its result; ddp.poll(handle) or
 says whether it has finished. Dropping a handle does not cancel the operation: its buffers stay
 alive until it finishes.)";
 
+// ddp._ddp._completion_api (ddp_completion_api.h): torch's C++ Backend completes torch's future
+// for an operation from the engine's word that it finished, without a Python thread.
+int ServesCompletion(PyObject* handle) {
+  return Py_TYPE(handle) == g_handle_type && Of(handle).CompletesWithoutPython() ? 1 : 0;
+}
+
+int OnCompletion(PyObject* handle, DdpCompletionCallback done, void* context) {
+  if (ServesCompletion(handle) == 0) return -1;
+  Of(handle).OnComplete([done, context](const absl::Status& status) {
+    if (status.ok()) {
+      done(context, nullptr);
+    } else {
+      const std::string message(status.message());
+      done(context, message.c_str());
+    }
+  });
+  return 0;
+}
+
+const DdpCompletionApi g_completion_api = {DDP_COMPLETION_API_VERSION, &ServesCompletion,
+                                           &OnCompletion};
+
 }  // namespace
 
 py::object ToPython(HandlePtr handle) {
@@ -364,6 +387,7 @@ void DefineHandle(py::module_& m) {
   g_handle_type = reinterpret_cast<PyTypeObject*>(type);  // the module's reference below keeps it
   Py_INCREF(type);  // and this one, for g_handle_type, for the life of the process
   m.add_object("Handle", py::reinterpret_steal<py::object>(type));
+  m.add_object("_completion_api", py::capsule(&g_completion_api, DDP_COMPLETION_API_NAME));
 }
 
 }  // namespace ddp_python

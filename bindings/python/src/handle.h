@@ -4,6 +4,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,16 @@ class PyHandle {
   void SetCheck(py::object tensor, uintptr_t address) {
     check_tensor_ = std::move(tensor);
     check_address_ = address;
+  }
+
+  // Whether the operation's result is in the caller's memory once it finishes, with no Python
+  // step (finish) and no GPU stream to order: then the completion API (ddp_completion_api.h)
+  // serves it, and OnComplete says when it is done.
+  bool CompletesWithoutPython() const {
+    return !done_ && !finish_ && handle_.stream_ordered_device() < 0;
+  }
+  void OnComplete(std::function<void(const absl::Status&)> callback) const {
+    handle_.OnComplete(std::move(callback));
   }
 
   // Finished, and for a stream-ordered CUDA allreduce done on the GPU too (as torch's

@@ -1,7 +1,7 @@
 """DistributedDataParallel on the 'ddp' backend: plain, find_unused_parameters,
 gradient_as_bucket_view, no_sync (gradient accumulation), and DDP's comm hooks (fp16 compression,
 PowerSGD), on torch 2 through the backend's C++ part (bindings/torch_native), DDP's logging data
-naming the backend; with the argument "python-backend" or "as-process-group", torch 2 without
+naming the backend, its allreduces completed by libddp's engine from C++; with the argument "python-backend" or "as-process-group", torch 2 without
 that part: the Backend written in Python, or the ProcessGroup that torch 2 releases without a
 Python-constructible Backend get. Each exact variant is checked against the same model trained in this process on every
 rank's batch; every variant ends with the same weights on every rank. Started with torchrun's
@@ -137,6 +137,11 @@ def main():
                                    start_powerSGD_iter=2)
     params = train(rank, size, hook=lambda m: m.register_comm_hook(state, powersgd.powerSGD_hook))
     same_everywhere("powerSGD_hook", params, size)
+    if how == "native" and hasattr(torch._C._distributed_c10d, "Backend"):
+        # DDP's gradient allreduces (and the hooks') were completed by libddp's engine, from C++,
+        # not by the Python side's threads: at least one per step of each variant.
+        completed = group._get_backend(torch.device("cpu")).engine_completed  # noqa: SLF001
+        assert completed >= STEPS * len(variants), completed
     print(f"c10d ddp ok {len(variants) + 1}", flush=True)
     dist.destroy_process_group()
 

@@ -3,8 +3,10 @@ disagree on a tensor's size. Every survivor's collective raises torch's backend 
 (DistBackendError where torch has it; also a ddp.DDPError) naming the rank, and carrying the
 ranks as data, within the job's timeout. Modes: kill (the error from the call), kill-async (from
 Work.wait()), mismatch, late (a group made with timeout=2 s: rank 0's barrier fails after those 2 s
-with torch's "Timed out", blaming the ranks that never came; they wait and leave). Prints
-"survived <rank>: ..."."""
+with torch's "Timed out", blaming the ranks that never came; they wait and leave), future (a
+failed operation's future raises torch's backend error, for an operation the engine completes
+(allreduce) and one the Python side finishes (all_gather_into_tensor); on torch 2 the Work says
+it failed too). Prints "survived <rank>: ..."."""
 import os
 import sys
 import time
@@ -31,6 +33,31 @@ if mode == "late":
         time.sleep(6)
         print(f"survived {rank}: stayed away", flush=True)
         os._exit(0)
+if mode == "future":  # rank 1's tensors are float64, the others' float32
+    dtype = torch.float64 if rank == 1 else torch.float32
+    size = dist.get_world_size()
+    starts = {
+        "allreduce": lambda: dist.all_reduce(torch.ones(10, dtype=dtype), async_op=True),
+        "all_gather_into_tensor": lambda: dist.all_gather_into_tensor(
+            torch.empty(10 * size, dtype=dtype), torch.ones(10, dtype=dtype), async_op=True),
+    }
+    for what, start in starts.items():
+        work = None
+        try:
+            work = start()  # torch 1.13: the second raises the first one's error here
+            value = work.get_future().wait()
+        except Exception as e:  # noqa: BLE001 - the type is what is checked
+            assert isinstance(e, getattr(dist, "DistBackendError", RuntimeError)), (type(e), e)
+            assert "disagree" in str(e), str(e)
+            raised = type(e).__name__
+        else:
+            sys.exit(f"rank {rank}: {what}'s future gave {value!r}")
+        if hasattr(dist, "DistBackendError"):  # torch 2: the Work's own account
+            assert work is not None, what
+            assert not work.is_success() and "disagree" in str(work.exception()), what
+        print(f"{what}: {raised}", flush=True)
+    print(f"survived {rank}: futures raised", flush=True)
+    sys.exit(0)
 try:
     if mode == "late":
         started = time.monotonic()

@@ -227,8 +227,55 @@ else:
     def _work(future):
         """torch 1.13: its future-wrapping Work (1.13 cannot call a Python Work from C++). Its
         wait() does not raise: a failed operation's error is raised by the group's next one, and
-        by anything that reads the future (DDP's reducer does)."""
-        return _C._create_work_from_future(future)
+        by anything that reads the future (DDP's reducer does). The future it hands out is the
+        operation's read through a callback: torch keeps a Python future's exception as its value
+        and raises it only through the very object set_exception() was called on, so a future
+        torch hands out again would give the exception as the result; the callback raises it, and
+        the future it completes fails."""
+        return _C._create_work_from_future(future.then(_value_or_error))
+
+
+def _value_or_error(future):
+    return future.value()  # raises the operation's error
+
+
+class _EngineWork:
+    """An operation that torch's C++ Backend completes from libddp's engine (backend.cc,
+    completion.h): it reads `_engine_handles` and `_result` (the tensors, written in place), and
+    calls `_finished_in_python()` where ddp._ddp's completion API does not serve the handles.
+    wait() is for what goes wrong: it raises the operation's own error (BackendError with its
+    ranks), and torch's timeout error."""
+
+    __slots__ = ("_ops", "_engine_handles", "_result")
+
+    def __init__(self, ops, handles, result):
+        self._ops, self._engine_handles, self._result = ops, handles, result
+
+    def _finished_in_python(self):
+        return _work(self._ops._submit_future(self._engine_handles, self._result))
+
+    def wait(self, timeout=None):
+        seconds = timeout.total_seconds() if timeout is not None else 0
+        try:
+            for h in self._engine_handles:
+                h.wait(seconds if seconds > 0 else None)
+        except TimeoutError as e:
+            raise BackendError(f"{_TIMED_OUT}{e}") from None
+        except BaseException as e:  # noqa: BLE001 - the job's error, as the finisher's
+            error = _error(e)
+            if self._ops._finisher.failed is None:
+                self._ops._finisher.failed = error
+            if error is e:
+                raise
+            raise error from e
+        return True
+
+    def result(self):
+        return list(self._result)
+
+    def _source_rank(self):
+        raise RuntimeError("torch.distributed backend 'ddp': only a recv from any source names "
+                           "its sender")
 
 
 class _AnySourceWork(_Work):
@@ -308,7 +355,19 @@ class _Operations:
 
     # Operations -----------------------------------------------------------------------------
 
+    # Whether torch's C++ Backend (backend.cc) may complete an operation from libddp's engine
+    # itself (_Forwarded's): then an operation whose result needs no Python step skips the
+    # finisher and its completers (two hops between Python threads, most of a small allreduce).
+    _engine_completes = False
+
     def _submit(self, handles, result, finish=None, finisher=None, wait_here=False):
+        if (self._engine_completes and finish is None and finisher is None and handles and
+                getattr(_calling, "event", None) is None and  # a profiler's event ends here
+                all(type(h) is _ddp.Handle for h in handles) and
+                all(t.device.type == "cpu" for t in result)):
+            if self._finisher.failed is not None:
+                raise self._finisher.failed
+            return _EngineWork(self, handles, result)
         future = self._submit_future(handles, result, finish, finisher)
         if wait_here:
             future.wait()  # raises the operation's error
@@ -642,6 +701,8 @@ if hasattr(_C, "Backend"):
 class _Forwarded(_Operations):
     """torch 2: the operations behind the C++ Backend (bindings/torch_native/backend.cc), which
     torch calls and which forwards each operation here."""
+
+    _engine_completes = True
 
     def __init__(self, store, rank, size, timeout):
         self._start(store, rank, size, timeout, any_source=True)
