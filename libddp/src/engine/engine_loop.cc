@@ -100,7 +100,11 @@ bool EngineImpl::WaitForWork() {
 // (kPendingRecheck), so that rounds keep finding stalls.
 void EngineImpl::WaitWhilePending(std::unique_lock<std::mutex>& lock) {
   while (true) {
-    if (inbox_->stop || inbox_->join_requested || inbox_->doorbell || waiting_.has_news) return;
+    // A join waits for this rank's own work: it is news only to a rank without any.
+    if (inbox_->stop || (inbox_->join_requested && !waiting_.has_local) || inbox_->doorbell ||
+        waiting_.has_news) {
+      return;
+    }
     const absl::Time now = absl::Now();
     const bool queued = !inbox_->queue.empty();
     if (queued && (!waiting_.has_local || now >= next_cycle_)) return;
@@ -255,7 +259,7 @@ absl::Status EngineImpl::RunCycle() {
     if (stopping_) return absl::CancelledError("the context has been shut down");
     asleep_ = true;
     if (size_ > 1) PostDoorbells();
-  } else if (size_ > 1 && world.responses.empty() && world.stopping.empty() &&
+  } else if (size_ > 1 && !ran_something && world.stopping.empty() &&
              std::all_of(world.set_pending.begin() + (world.set_pending.empty() ? 0 : 1),
                          world.set_pending.end(), [](uint8_t p) { return p == 0; })) {
     // Something is pending, but no rank had what the others have: every rank saw the same, no
@@ -266,8 +270,9 @@ absl::Status EngineImpl::RunCycle() {
     asleep_ = true;
     waiting_.active = true;
     waiting_.has_local = HasLocalWork();
-    waiting_.has_news = std::any_of(sets_.begin(), sets_.end(),
-                                    [](const auto& set) { return !set->fresh.empty(); });
+    waiting_.has_news = std::any_of(sets_.begin(), sets_.end(), [](const auto& set) {
+      return !set->fresh.empty() || !set->stall_fail_outbox.empty();
+    });
     waiting_.recheck = start + kPendingRecheck;
     PostDoorbells();
   }
