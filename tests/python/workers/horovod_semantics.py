@@ -37,19 +37,26 @@ def expect_value_error(what, call, *words):
 
 
 def duplicate_names(rank, size):
-    # Horovod's test, as it is: the second submission of a name still in flight raises at the
-    # call (not at synchronize), on each rank in turn; the barriers between do not wait for the
-    # pending first submission, which completes once the other ranks submit theirs.
+    # Horovod's test, made deterministic: the second submission of a name still in flight raises
+    # at the call (not at synchronize), on each rank in turn. Each rank's turn has a name of its
+    # own, which no other rank has submitted yet, so its first submission cannot have finished
+    # (in Horovod's test the other ranks' first submissions complete the operation, and the
+    # second one is refused only while the engine has not run it yet: a race, which an engine
+    # that runs an operation as soon as its last rank submits it loses). The barriers between do
+    # not wait for the pending submissions; each completes once every rank has submitted its name.
     x = torch.full((17, 17), float(rank + 1))
     handles = []
     for turn in range(size):
         if rank == turn:
-            handles.append(hvd.allreduce_async(x, name="dup", op=hvd.Sum))
-            expect_value_error("duplicate name", lambda: hvd.allreduce_async(x, name="dup"),
-                               "'dup'", "in flight")
+            handles.append(hvd.allreduce_async(x, name=f"dup{turn}", op=hvd.Sum))
+            expect_value_error("duplicate name", lambda: hvd.allreduce_async(x, name=f"dup{turn}"),
+                               f"'dup{turn}'", "in flight")
         hvd.barrier()
-    check("the first submission's sum", hvd.synchronize(handles[0]),
-          torch.full((17, 17), float(size * (size + 1) // 2)))
+    handles += [hvd.allreduce_async(x, name=f"dup{turn}", op=hvd.Sum)
+                for turn in range(size) if turn != rank]
+    for h in handles:
+        check("the first submission's sum", hvd.synchronize(h),
+              torch.full((17, 17), float(size * (size + 1) // 2)))
     # A refused call leaves nothing pending and does not advance the automatic names.
     check("after the refusal", hvd.allreduce(x, op=hvd.Sum), torch.full((17, 17),
                                                                       float(size * (size + 1) // 2)))
