@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <optional>
 #include <string>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -74,7 +75,7 @@ class ForwardingWork : public c10d::Work {
         future_(std::move(future)),
         engine_(std::move(engine)) {}
 
-  bool isCompleted() override { return engine_ ? engine_.Finished() : future_->completed(); }
+  bool isCompleted() override { return future_->completed(); }
 
   bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
 
@@ -93,37 +94,37 @@ class ForwardingWork : public c10d::Work {
     return work_.get().attr("result")().cast<std::vector<at::Tensor>>();
   }
 
-  // Waits for the operation's future without the GIL; a failure, and a wait with a timeout, go to
-  // the Python Work's wait: it raises the operation's own error (BackendError with its ranks),
-  // and a timeout as torch's backends do.
+  // Waits for the operation's future without the GIL (completing it on this thread where the
+  // engine finished it and nobody holds the future: completion.h); a failure, and a wait with a
+  // timeout, go to the Python Work's wait: it raises the operation's own error (BackendError
+  // with its ranks), and a timeout as torch's backends do.
   bool wait(std::chrono::milliseconds timeout) override {
-    if (timeout == kNoTimeout && engine_) {
-      // The engine's word wakes this thread at once; the future completes on a completer.
-      if (PyGILState_Check() != 0) {
-        py::gil_scoped_release release;
-        if (engine_.WaitSucceeded()) return true;
-      } else if (engine_.WaitSucceeded()) {
-        return true;
-      }
-    } else if (timeout == kNoTimeout) {
-      if (PyGILState_Check() != 0) {
-        py::gil_scoped_release release;  // a Python completer may need it to complete the future
-        future_->wait();
-      } else {
-        future_->wait();
-      }
-      if (!future_->hasError()) return true;
+    if (timeout == kNoTimeout) {
+      std::optional<py::gil_scoped_release> release;
+      if (PyGILState_Check() != 0) release.emplace();  // a Python completer may need it
+      if (WaitForFuture()) return true;
     }
     py::gil_scoped_acquire gil;
     return work_.get().attr("wait")(timeout).cast<bool>();
   }
 
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override {
+    handed_out_ = true;  // callbacks may be on it from now on: only a completer completes it
+    return future_;
+  }
 
  private:
+  // True when the operation succeeded.
+  bool WaitForFuture() {
+    if (engine_) return engine_.WaitAndComplete(!handed_out_);
+    future_->wait();
+    return !future_->hasError();
+  }
+
   PyOwned work_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
   EngineOperation engine_;  // set when the engine completes it
+  std::atomic<bool> handed_out_{false};
 };
 
 class ForwardingBackend : public c10d::Backend {
@@ -258,6 +259,9 @@ class ForwardingBackend : public c10d::Backend {
   void setSequenceNumberForGroup() override { sequence_ = 0; }
   uint64_t getSequenceNumberForGroup() override { return sequence_; }
 
+  // Operations the engine completed (FromEngine), not the Python side: for tests.
+  uint64_t engine_completed() const { return engine_completed_.load(); }
+
   void shutdown() override {
     py::gil_scoped_acquire gil;
     impl_.get().attr("shutdown")();
@@ -297,9 +301,6 @@ class ForwardingBackend : public c10d::Backend {
 
   PyOwned impl_;
   std::shared_ptr<Completers> completers_ = std::make_shared<Completers>();
-
- public:
-  // Operations the engine completed (FromEngine), not the Python side: for tests.
   std::atomic<uint64_t> engine_completed_{0};
   c10::intrusive_ptr<Options> options_;
   std::atomic<uint64_t> sequence_{0};
@@ -318,6 +319,12 @@ class NamedProcessGroup : public c10d::ProcessGroup {
 }  // namespace
 
 void BindBackend(py::module_& m) {
+  LoadCompletionApi();
+  m.def(
+      "end_completions", [](double seconds) { EndCompletions(seconds); }, py::arg("seconds"),
+      py::call_guard<py::gil_scoped_release>(),
+      "The interpreter is ending: the backend's C++ completers run nothing more; waits up to "
+      "`seconds` for those running.");
   py::class_<NamedProcessGroup, c10d::ProcessGroup, c10::intrusive_ptr<NamedProcessGroup>>(
       m, "NamedProcessGroup", "torch's ProcessGroup, named after the backend 'ddp'")
       .def(py::init<const c10::intrusive_ptr<c10d::Store>&, int, int>(), py::arg("store"),
@@ -328,7 +335,7 @@ void BindBackend(py::module_& m) {
       .def(py::init<py::object, int, int, std::chrono::milliseconds>(), py::arg("impl"),
            py::arg("rank"), py::arg("size"), py::arg("timeout"))
       .def_property_readonly(
-          "engine_completed", [](const ForwardingBackend& b) { return b.engine_completed_.load(); },
+          "engine_completed", [](const ForwardingBackend& b) { return b.engine_completed(); },
           "How many operations libddp's engine completed without a Python thread.");
 }
 

@@ -5,6 +5,7 @@
 #if DDP_TORCH_HAS_BACKEND
 
 #include <c10/util/Exception.h>
+#include <pthread.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 
 #include <atomic>
@@ -50,19 +51,41 @@ c10::IValue TorchValue(const py::object& object, c10::IValue python) {
   return lists;
 }
 
-// ddp._ddp's completion API, or null where ddp._ddp lends none (another version of it). With
-// the GIL (the first call imports it).
-const DdpCompletionApi* CompletionApi() {
-  static const DdpCompletionApi* const api = []() -> const DdpCompletionApi* {
-    auto* found =
-        static_cast<const DdpCompletionApi*>(PyCapsule_Import(DDP_COMPLETION_API_NAME, 0));
-    if (found == nullptr) {
-      PyErr_Clear();
-      return nullptr;
-    }
-    return found->version == DDP_COMPLETION_API_VERSION ? found : nullptr;
-  }();
-  return api;
+// ddp._ddp's completion API (LoadCompletionApi), or null where ddp._ddp lends none.
+const DdpCompletionApi* g_api = nullptr;
+
+// torch's words for a timeout, as the Python side's errors have them (c10d.py's _TIMED_OUT).
+constexpr const char* kTimedOut =
+    "torch.distributed backend 'ddp': Timed out waiting on other ranks: ";
+constexpr int kDeadlineExceeded = 4;  // absl::StatusCode::kDeadlineExceeded
+
+// The interpreter's end (EndCompletions): completers run torch's callbacks, which take the GIL,
+// and a thread that takes it while the interpreter shuts down is ended inside torch's C++
+// (std::terminate). From then on they run nothing; the jobs under way are waited for a while.
+// Never destroyed: a parked thread still waits on it when the process's exit handlers run.
+struct Ending {
+  std::mutex mu;
+  std::condition_variable cv;
+  int busy = 0;  // guarded by mu, as ending
+  bool ending = false;
+};
+Ending& g_end = *new Ending();
+
+// Before a job: once the interpreter ends, the thread stays parked for good.
+void EnterJob() {
+  std::unique_lock<std::mutex> lock(g_end.mu);
+  if (g_end.ending) {
+    g_end.cv.wait(lock, [] { return false; });  // parked: the process is ending
+  }
+  ++g_end.busy;
+}
+
+void LeaveJob() {
+  {
+    std::lock_guard<std::mutex> lock(g_end.mu);
+    --g_end.busy;
+  }
+  g_end.cv.notify_all();
 }
 
 }  // namespace
@@ -75,6 +98,8 @@ struct EngineCompletion {
   std::vector<std::pair<at::Tensor, const void*>> in_place;  // each tensor, its memory at start
   std::shared_ptr<Completers> completers;
   std::atomic<int> remaining{0};
+  std::atomic<bool> claimed{
+      false};  // whoever sets it completes the future: a completer or a waiter
   std::mutex mu;
   std::condition_variable finished_cv;
   bool finished = false;  // guarded by mu, as failed and error
@@ -110,7 +135,7 @@ void Complete(EngineCompletion& done) {
 // operation's shared pointer, shared by its handles): the last one wakes the waiters and hands the
 // completion to a completer. Nothing here waits or takes the GIL, and nothing of Python is
 // dropped here: the reference goes to the completer.
-void HandleDone(void* context, const char* error) {
+void HandleDone(void* context, const char* error, int code) {
   auto* owner = static_cast<std::shared_ptr<EngineCompletion>*>(context);
   EngineCompletion& done = **owner;
   if (error != nullptr) {
@@ -118,6 +143,7 @@ void HandleDone(void* context, const char* error) {
     if (!done.failed) {
       done.failed = true;
       done.error = *error != '\0' ? error : "the operation failed";
+      if (code == kDeadlineExceeded) done.error = kTimedOut + done.error;
     }
   }
   if (done.remaining.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
@@ -129,7 +155,9 @@ void HandleDone(void* context, const char* error) {
   }
   owned->finished_cv.notify_all();
   std::shared_ptr<Completers> completers = owned->completers;
-  completers->Run([owned = std::move(owned)] { Complete(*owned); });
+  completers->Run([owned = std::move(owned)] {
+    if (!owned->claimed.exchange(true)) Complete(*owned);
+  });
 }
 
 }  // namespace
@@ -150,7 +178,10 @@ void Completers::Run(std::function<void()> job) {
     return;
   }
   try {
-    std::thread([self = shared_from_this()] { self->Serve(); }).detach();
+    std::thread([self = shared_from_this()] {
+      pthread_setname_np(pthread_self(), "ddp-c10d-done");  // not its creator's (the engine's)
+      self->Serve();
+    }).detach();
   } catch (const std::system_error&) {
     // No thread to be had: this one serves the queue (better late than never).
     std::function<void()> next;
@@ -179,8 +210,10 @@ void Completers::Serve() {
     std::function<void()> job = std::move(jobs_.front());
     jobs_.pop_front();
     lock.unlock();
+    EnterJob();
     job();
     job = nullptr;  // what it held goes here, off the lock
+    LeaveJob();
     lock.lock();
     ++idle_;
   }
@@ -225,24 +258,38 @@ c10::intrusive_ptr<c10::ivalue::Future> FutureOfPython(
   return future;
 }
 
-bool EngineOperation::Finished() const {
-  std::lock_guard<std::mutex> lock(state->mu);
-  return state->finished;
-}
-
-bool EngineOperation::WaitSucceeded() const {
+bool EngineOperation::WaitAndComplete(bool may_complete) const {
   {
     std::unique_lock<std::mutex> lock(state->mu);
     state->finished_cv.wait(lock, [this] { return state->finished; });
-    if (state->failed) return false;
   }
-  return state->MemoryKept();
+  if (may_complete && !state->claimed.exchange(true)) {
+    Complete(*state);  // no callback can be on the future yet: nobody was handed it
+  } else {
+    future->wait();
+  }
+  return !future->hasError();
+}
+
+void LoadCompletionApi() {
+  auto* found = static_cast<const DdpCompletionApi*>(PyCapsule_Import(DDP_COMPLETION_API_NAME, 0));
+  if (found == nullptr) {
+    PyErr_Clear();  // an older ddp._ddp: every operation is finished by the Python side
+    return;
+  }
+  if (found->version == DDP_COMPLETION_API_VERSION) g_api = found;
+}
+
+void EndCompletions(double seconds) {
+  std::unique_lock<std::mutex> lock(g_end.mu);
+  g_end.ending = true;
+  g_end.cv.wait_for(lock, std::chrono::duration<double>(seconds), [] { return g_end.busy == 0; });
 }
 
 EngineOperation FromEngine(const py::handle& handles, c10::IValue value,
                            const std::vector<at::Tensor>& in_place,
                            const std::shared_ptr<Completers>& completers) {
-  const DdpCompletionApi* api = CompletionApi();
+  const DdpCompletionApi* api = g_api;
   if (api == nullptr) return {};
   std::vector<PyObject*> served;
   for (py::handle handle : handles) {

@@ -19,6 +19,12 @@
 
 namespace ddp_torch_native {
 
+// Loads ddp._ddp's completion API (at the module's import, with the GIL); without it every
+// operation is finished by the Python side.
+void LoadCompletionApi();
+// The interpreter is ending: completers run nothing more; waits up to `seconds` for those running.
+void EndCompletions(double seconds);
+
 // Threads that complete futures. Completing a future runs its callbacks on the completing thread,
 // and a callback may wait for a later operation of the same group (PowerSGD's hook does): so a
 // completion never runs on the engine's thread, and whenever no completer is idle another one
@@ -49,18 +55,17 @@ c10::intrusive_ptr<c10::ivalue::Future> FutureOfPython(
 struct EngineCompletion;
 
 // An operation that libddp's engine completes: torch's future for it, and the engine's own word
-// that it finished, on which a waiting caller wakes at once (the future completes a moment later,
-// on a completer).
+// that it finished, on which a waiting caller wakes at once.
 struct EngineOperation {
   c10::intrusive_ptr<c10::ivalue::Future> future;
   std::shared_ptr<EngineCompletion> state;
 
   explicit operator bool() const { return state != nullptr; }
-  // The engine said it finished (never blocks).
-  bool Finished() const;
-  // Blocks (without the GIL) until the engine says it finished; true when it succeeded and the
-  // tensors written in place still have the memory they had when it started.
-  bool WaitSucceeded() const;
+  // Blocks (without the GIL) until the engine says it finished and the future is completed: by
+  // this thread when `may_complete` (nobody was handed the future, so no callback of anyone's can
+  // run here) and no completer took it first, else by a completer. True when it succeeded (and
+  // the tensors written in place still have the memory they had when it started).
+  bool WaitAndComplete(bool may_complete) const;
 };
 
 // The operation whose ddp._ddp.Handles (`handles`, a Python list) ddp._ddp's completion API

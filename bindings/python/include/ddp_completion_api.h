@@ -16,14 +16,15 @@ extern "C" {
 #endif
 
 // `error`: null when the operation succeeded, else the engine's message (it names the tensor, the
-// operation and the rank(s) responsible); valid during the call only.
-typedef void (*DdpCompletionCallback)(void* context, const char* error);
+// operation and the rank(s) responsible), valid during the call only; `code`: 0, or the failure's
+// status code (absl::StatusCode's numbers: 4 is a deadline exceeded, a timeout).
+typedef void (*DdpCompletionCallback)(void* context, const char* error, int code);
 
 typedef struct DdpCompletionApi {
   int version;  // DDP_COMPLETION_API_VERSION
   // 1 when on_complete serves `handle`: a ddp._ddp.Handle, not yet waited on, whose result is in
-  // the caller's memory once the operation finishes (no Python finishing step, no GPU stream to
-  // order); else 0. With the GIL.
+  // the caller's memory once the operation finishes (no Python finishing step; for host memory:
+  // a stream-ordered CUDA operation says so only once finished); else 0. With the GIL.
   int (*serves)(PyObject* handle);
   // Registers `done(context, error)` to run once when the operation of `handle` finishes: at once
   // on this thread if it has, else on the engine's thread, without the GIL. `done` must be

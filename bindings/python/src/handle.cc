@@ -282,6 +282,9 @@ PyObject* HandleOutputAddress(PyObject* self, void* /*unused*/) {
 PyObject* HandleOutputBytes(PyObject* self, void* /*unused*/) {
   return PyLong_FromSize_t(Of(self).output_bytes());
 }
+PyObject* HandleCompletesWithoutPython(PyObject* self, void* /*unused*/) {
+  return PyBool_FromLong(Of(self).CompletesWithoutPython() ? 1 : 0);
+}
 PyObject* HandleOutput(PyObject* self, void* /*unused*/) {
   return Guarded([&] { return py::cast(PyOutput(Of(self).Finished())); });
 }
@@ -320,6 +323,9 @@ PyGetSetDef g_handle_getset[] = {
      nullptr},
     {"output_bytes", HandleOutputBytes, nullptr, "The output's size once finished.", nullptr},
     {"output", HandleOutput, nullptr, "The engine-allocated output (ddp._ddp.Output).", nullptr},
+    {"completes_without_python", HandleCompletesWithoutPython, nullptr,
+     "Whether its result needs no Python step once it finishes (ddp_completion_api.h serves it).",
+     nullptr},
     {nullptr, nullptr, nullptr, nullptr, nullptr}};
 
 PyMemberDef g_handle_members[] = {
@@ -342,10 +348,10 @@ int OnCompletion(PyObject* handle, DdpCompletionCallback done, void* context) {
   if (ServesCompletion(handle) == 0) return -1;
   Of(handle).OnComplete([done, context](const absl::Status& status) {
     if (status.ok()) {
-      done(context, nullptr);
+      done(context, nullptr, 0);
     } else {
       const std::string message(status.message());
-      done(context, message.c_str());
+      done(context, message.c_str(), static_cast<int>(status.code()));
     }
   });
   return 0;

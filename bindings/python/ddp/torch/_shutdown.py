@@ -7,7 +7,8 @@ whose unwinding through a noexcept frame is std::terminate ("terminate called wi
 exception", SIGABRT, after the script itself ended well). So each such call is made inside
 `torch_call()`: at the interpreter's end, before it starts shutting down (threading's exit hook),
 new calls are refused for good (the thread waits for the process to end) and the calls under way
-are waited for (a few seconds at most: a completion's callback may wait on more work).
+are waited for (a few seconds at most: a completion's callback may wait on more work). The C++
+completers of torch 2's backend (bindings/torch_native/completion.cc) end the same way.
 """
 from __future__ import annotations
 
@@ -47,11 +48,16 @@ def park():
         time.sleep(3600)
 
 
+_native_ends = []  # the C++ completers' own end (c10d.py adds it where the module has them)
+
+
 def _at_exit():
     global _ending
     with _cond:
         _ending = True
         _cond.wait_for(lambda: _busy == 0, timeout=_WAIT_AT_EXIT_S)
+    for end in _native_ends:
+        end(_WAIT_AT_EXIT_S)
 
 
 # Run as the main thread finishes, before the interpreter starts shutting down (and before the

@@ -256,14 +256,15 @@ class _EngineWork:
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if timeout is not None else 0
+        deadline = time.monotonic() + seconds if seconds > 0 else None
         try:
             for h in self._engine_handles:
-                h.wait(seconds if seconds > 0 else None)
+                h.wait(None if deadline is None else max(deadline - time.monotonic(), 0.0))
         except TimeoutError as e:
             raise BackendError(f"{_TIMED_OUT}{e}") from None
-        except BaseException as e:  # noqa: BLE001 - the job's error, as the finisher's
+        except _ddp.DDPError as e:
             error = _error(e)
-            if self._ops._finisher.failed is None:
+            if self._ops._finisher.failed is None:  # as the finisher's: later operations raise it
                 self._ops._finisher.failed = error
             if error is e:
                 raise
@@ -363,7 +364,7 @@ class _Operations:
     def _submit(self, handles, result, finish=None, finisher=None, wait_here=False):
         if (self._engine_completes and finish is None and finisher is None and handles and
                 getattr(_calling, "event", None) is None and  # a profiler's event ends here
-                all(type(h) is _ddp.Handle for h in handles) and
+                all(type(h) is _ddp.Handle and h.completes_without_python for h in handles) and
                 all(t.device.type == "cpu" for t in result)):
             if self._finisher.failed is not None:
                 raise self._finisher.failed
@@ -814,6 +815,9 @@ def create_extended(options, backend_options=None):
     args = (options.store, options.group_rank, options.group_size, options.timeout)
     forwarding = getattr(_native.module, "ForwardingBackend", None)
     if forwarding is not None:
+        end = _native.module.end_completions
+        if end not in _shutdown._native_ends:  # noqa: SLF001 - this package's own
+            _shutdown._native_ends.append(end)  # noqa: SLF001
         backend = forwarding(_Forwarded(*args), options.group_rank, options.group_size,
                              options.timeout)
         # A group of ddp alone gets the group named "ddp"; in a group of several backends
