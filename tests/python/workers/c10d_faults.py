@@ -56,8 +56,18 @@ if mode == "future":  # rank 1's tensors are float64, the others' float32
             assert work is not None, what
             assert not work.is_success() and "disagree" in str(work.exception()), what
         print(f"{what}: {raised}", flush=True)
+    # No rank leaves before all are done (on torch 1.13 a rank's second call fails at once, and
+    # a rank that left would be the others' error): the ranks meet through torch's store.
+    # Rank 0 hosts the store: it leaves last.
+    store = dist.distributed_c10d._get_default_store()  # noqa: SLF001
+    for key in ("future-done", "future-left") if rank == 0 else ("future-done",):
+        store.add(key, 1)
+        while store.add(key, 0) < dist.get_world_size():
+            time.sleep(0.01)
+    if rank != 0:
+        store.add("future-left", 1)
     print(f"survived {rank}: futures raised", flush=True)
-    sys.exit(0)
+    os._exit(0)
 try:
     if mode == "late":
         started = time.monotonic()
