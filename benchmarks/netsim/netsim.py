@@ -142,7 +142,9 @@ class Cluster:
         self.congestion, self.mtu = congestion, mtu
         self.tag = f"ns{os.getpid() % 100000}{secrets.token_hex(2)}"
         self.bridge = f"{self.tag}br"
-        self.namespaces = list(names) if names else [f"{self.tag}h{i}" for i in range(hosts)]
+        # Namespaces are named by the tag, never by the hosts' names: two clusters of the same
+        # host names (two runs of one test suite on a machine) must not take each other's.
+        self.namespaces = [f"{self.tag}h{i}" for i in range(hosts)]
         self.addresses = [f"{SUBNET}.{i + 1}" for i in range(hosts)]
         # Each host's own host name (a UTS namespace per command): Open MPI keys its session
         # directories and shared-memory files by it, libddp its idea of "same host".
@@ -174,8 +176,7 @@ class Cluster:
         for namespace in (self.bridge, *self.namespaces):
             if os.path.exists(f"/var/run/netns/{namespace}"):
                 raise NetsimError(f"a network namespace named {namespace} exists already "
-                                  "(another cluster of these names is running, or was left: "
-                                  f"ip netns del {namespace})")
+                                  f"(left by a run that was killed: ip netns del {namespace})")
             _ip("netns", "add", namespace)
             self._made.append(namespace)
         if self.named:

@@ -1,5 +1,5 @@
 """The cpu overlay's MPIJobs, the gpu-efa overlay's launch line and the parameter-server job
-rehearsed on network namespaces named as the operator names the pods
+rehearsed on network namespaces whose hosts are named as the operator names the pods
 (tests/deploy/rehearsal.py says what is and is not the same as on a cluster): the digits demo
 trains to >= 97%, ddp-bench's allreduces are all exact, and the ranks sit where the hostfile
 puts them. Skipped, saying why, where namespaces cannot be made (not root)."""
