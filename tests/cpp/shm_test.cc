@@ -248,6 +248,37 @@ TEST(ShmJoin, TheTimeoutNamesThePeersThatDidNotAttach) {
   }
 }
 
+// The allreduce's slice per step when none is configured: 256 KiB up to 4 ranks, halved until all
+// ranks' reduction areas fit in 40 MiB, never below 64 KiB; an explicit size is kept.
+TEST(ShmDomain, TheDefaultChunkKeepsTheReductionAreasWithinTheirBudget) {
+  using transport::shm::DefaultChunkBytes;
+  for (int n = 1; n <= 4; ++n) EXPECT_EQ(DefaultChunkBytes(n, 2, 4), size_t{256} << 10) << n;
+  EXPECT_EQ(DefaultChunkBytes(5, 2, 4), size_t{128} << 10);
+  for (int n : {6, 8, 64}) EXPECT_EQ(DefaultChunkBytes(n, 2, 4), size_t{64} << 10) << n;
+  EXPECT_EQ(DefaultChunkBytes(4, 2, 16), size_t{64} << 10);  // more slots, smaller steps
+  EXPECT_EQ(DefaultChunkBytes(2, 1, 4), size_t{256} << 10);
+  for (int n = 1; n <= 8; ++n) {
+    const size_t chunk = DefaultChunkBytes(n, 2, 4);
+    const auto ranks = static_cast<size_t>(n);
+    if (chunk > (size_t{64} << 10)) {
+      EXPECT_LE(ranks * 2 * 4 * (ranks + 1) * chunk, 40u << 20) << n;
+    }
+  }
+  auto d = Domains(2);  // no chunk configured
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_EQ(d[0]->config().chunk_bytes, size_t{256} << 10);
+  EXPECT_EQ(d[0]->group_bytes(), size_t{512} << 10);
+  transport::shm::ShmConfig config;
+  config.local_size = 2;
+  config.ranks = {0, 1};
+  config.hosts = {"h", "h"};
+  config.token = "chunk-token";
+  config.chunk_bytes = 4096;
+  auto explicit_chunk = transport::shm::ShmDomain::Create(config);
+  ASSERT_TRUE(explicit_chunk.ok()) << explicit_chunk.status();
+  EXPECT_EQ((*explicit_chunk)->config().chunk_bytes, 4096u);
+}
+
 // Four ranks sharing two cores (and eight in the conformance suite): waits must sleep, not spin,
 // or each step takes a scheduler time slice. Checks results, never time.
 TEST(ShmAllreduce, MoreRanksThanCoresStayCorrect) {

@@ -52,6 +52,18 @@ void Publish(AreaControl* control) {
   if (control->sleepers.load() > 0) FutexWakeAll(&control->word, /*shared=*/true);
 }
 
+size_t DefaultChunkBytes(int local_size, int areas, size_t slots) {
+  constexpr size_t kLeast = 64 << 10;
+  constexpr size_t kMost = 256 << 10;
+  constexpr size_t kBudget = 40 << 20;  // all local ranks' reduction areas together
+  const size_t n = static_cast<size_t>(std::max(local_size, 1));
+  // Each area holds `slots` steps of every rank's input (n chunks) and of its reduced slice.
+  const size_t per_chunk = n * static_cast<size_t>(std::max(areas, 1)) * slots * (n + 1);
+  size_t chunk = kMost;
+  while (chunk > kLeast && per_chunk * chunk > kBudget) chunk /= 2;
+  return chunk;
+}
+
 ShmDomain::ShmDomain(ShmConfig config) : config_(std::move(config)) {
   const size_t n = static_cast<size_t>(config_.local_size);
   ring_stride_ = RoundUp(sizeof(RingControl) + config_.ring_bytes, kPage);
@@ -72,6 +84,9 @@ ShmDomain::ShmDomain(ShmConfig config) : config_(std::move(config)) {
 ShmDomain::~ShmDomain() = default;
 
 absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
+  if (config.chunk_bytes == 0) {
+    config.chunk_bytes = DefaultChunkBytes(config.local_size, config.areas, config.slots);
+  }
   if (config.local_size < 1 || config.local_rank < 0 || config.local_rank >= config.local_size ||
       config.ring_bytes < 4096 || config.chunk_bytes < 64 || config.slots < 2 ||
       config.slots > kMaxSlots) {

@@ -29,7 +29,8 @@ struct ShmConfig {
   std::vector<std::string> hosts;  // by local index, for names
   std::string token;
   size_t ring_bytes = 256 << 10;  // each inbound point-to-point ring
-  size_t chunk_bytes = 64 << 10;  // allreduce: each rank's slice of one pipeline step
+  // allreduce: each rank's slice of one pipeline step; 0: DefaultChunkBytes
+  size_t chunk_bytes = 0;
   size_t slots = 4;               // allreduce: pipeline steps in flight
   size_t small_bytes = 32 << 10;  // allreduce: at most this, every rank reduces it all
   size_t stream_bytes = 8 << 20;  // allreduce: from this size, write the output around caches
@@ -40,6 +41,14 @@ struct ShmConfig {
   int ranks_on_machine = 0;
   bool native_allreduce = true;
 };
+
+// The allreduce's slice per rank and pipeline step when none is configured: the largest power of
+// two from 64 KiB to 256 KiB whose reduction areas, on all `local_size` ranks together, take at
+// most 40 MiB of /dev/shm (8 ranks and their rings then fit in Docker's default 64 MiB). Fewer,
+// larger steps mean fewer waits on the peers, which costs most where ranks share cores: 4 ranks
+// on 2 cores reduce 64 MiB 20% faster with 256 KiB than with 64 KiB (docs/results.md). Depends
+// only on what every local rank agrees on (never on this process's cores or caches).
+size_t DefaultChunkBytes(int local_size, int areas, size_t slots);
 
 // A cache line of its own: flags written by one rank and read by others must not share one.
 struct alignas(64) Line {
