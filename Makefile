@@ -147,6 +147,8 @@ test:
 	$(MAKE) test-python
 	$(call STAMP,test-torch2)
 	$(MAKE) test-torch2 TORCH2_TESTS='torch and not once'
+	$(call STAMP,torch-suite-ci)
+	$(MAKE) torch-suite-ci
 	$(call STAMP,test-tf)
 	$(MAKE) test-tf
 	@# The deployment checks (one core: linters and a rehearsal that mostly waits) beside pip's
@@ -348,8 +350,9 @@ clean:
 
 # PyTorch's own distributed suite (torch/testing/_internal/distributed/distributed_test.py) on
 # gloo and on ddp, in .venv (torch 1.13) and .venv-torch2: every test that passes on gloo and not on
-# ddp, by reason (tests/torch_suite, docs/testing.md). Not part of `make test`. torch-suite-ci: the
-# tests of tests/torch_suite/ci_tests.txt, failing if one passes on gloo and not on ddp.
+# ddp, by reason (tests/torch_suite, docs/testing.md). Not part of `make test`. torch-suite-ci (in
+# `make test`): the tests of tests/torch_suite/ci_tests.txt, failing if one passes on gloo and not
+# on ddp.
 .PHONY: torch-suite torch-suite-ci
 torch-suite: build-torch2
 	tests/torch_suite/run_all.sh full

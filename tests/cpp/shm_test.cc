@@ -248,35 +248,43 @@ TEST(ShmJoin, TheTimeoutNamesThePeersThatDidNotAttach) {
   }
 }
 
-// The allreduce's slice per step when none is configured: 256 KiB up to 4 ranks, halved until all
-// ranks' reduction areas fit in 40 MiB, never below 64 KiB; an explicit size is kept.
-TEST(ShmDomain, TheDefaultChunkKeepsTheReductionAreasWithinTheirBudget) {
+// The allreduce's slice per step when none is configured: 64 KiB where every rank has a core;
+// where ranks outnumber cores, 256 KiB up to 4 ranks, halved until all ranks' reduction areas fit
+// in 40 MiB, never below 64 KiB. An explicit size is kept.
+TEST(ShmDomain, TheDefaultChunkGrowsWhereRanksShareCoresWithinItsBudget) {
   using transport::shm::DefaultChunkBytes;
-  for (int n = 1; n <= 4; ++n) EXPECT_EQ(DefaultChunkBytes(n, 2, 4), size_t{256} << 10) << n;
-  EXPECT_EQ(DefaultChunkBytes(5, 2, 4), size_t{128} << 10);
-  for (int n : {6, 8, 64}) EXPECT_EQ(DefaultChunkBytes(n, 2, 4), size_t{64} << 10) << n;
-  EXPECT_EQ(DefaultChunkBytes(4, 2, 16), size_t{64} << 10);  // more slots, smaller steps
-  EXPECT_EQ(DefaultChunkBytes(2, 1, 4), size_t{256} << 10);
+  constexpr size_t kKiB = 1024;
+  for (int n : {1, 2, 4, 8, 64}) EXPECT_EQ(DefaultChunkBytes(n, 2, 4, false), 64 * kKiB) << n;
+  for (int n = 1; n <= 4; ++n) EXPECT_EQ(DefaultChunkBytes(n, 2, 4, true), 256 * kKiB) << n;
+  EXPECT_EQ(DefaultChunkBytes(5, 2, 4, true), 128 * kKiB);
+  for (int n : {6, 8, 64}) EXPECT_EQ(DefaultChunkBytes(n, 2, 4, true), 64 * kKiB) << n;
+  EXPECT_EQ(DefaultChunkBytes(4, 2, 16, true), 64 * kKiB);  // more slots, smaller steps
+  EXPECT_EQ(DefaultChunkBytes(2, 1, 4, true), 256 * kKiB);
   for (int n = 1; n <= 8; ++n) {
-    const size_t chunk = DefaultChunkBytes(n, 2, 4);
+    const size_t chunk = DefaultChunkBytes(n, 2, 4, true);
     const auto ranks = static_cast<size_t>(n);
-    if (chunk > (size_t{64} << 10)) {
+    if (chunk > 64 * kKiB) {
       EXPECT_LE(ranks * 2 * 4 * (ranks + 1) * chunk, 40u << 20) << n;
     }
   }
-  auto d = Domains(2);  // no chunk configured
-  ASSERT_EQ(d.size(), 2u);
-  EXPECT_EQ(d[0]->config().chunk_bytes, size_t{256} << 10);
-  EXPECT_EQ(d[0]->group_bytes(), size_t{512} << 10);
-  transport::shm::ShmConfig config;
-  config.local_size = 2;
-  config.ranks = {0, 1};
-  config.hosts = {"h", "h"};
-  config.token = "chunk-token";
-  config.chunk_bytes = 4096;
-  auto explicit_chunk = transport::shm::ShmDomain::Create(config);
-  ASSERT_TRUE(explicit_chunk.ok()) << explicit_chunk.status();
-  EXPECT_EQ((*explicit_chunk)->config().chunk_bytes, 4096u);
+  // A domain without a chunk gets the default for this machine: ranks_on_machine says how many
+  // of the job's ranks share it.
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  for (int sharing : {2, static_cast<int>(online) + 1}) {
+    transport::shm::ShmConfig config;
+    config.local_size = 2;
+    config.ranks = {0, 1};
+    config.hosts = {"h", "h"};
+    config.token = "chunk-token";
+    config.ranks_on_machine = sharing;
+    auto d = transport::shm::ShmDomain::Create(config);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_EQ((*d)->config().chunk_bytes, DefaultChunkBytes(2, 2, 4, sharing > online)) << sharing;
+    config.chunk_bytes = 4096;
+    auto explicit_chunk = transport::shm::ShmDomain::Create(config);
+    ASSERT_TRUE(explicit_chunk.ok()) << explicit_chunk.status();
+    EXPECT_EQ((*explicit_chunk)->config().chunk_bytes, 4096u);
+  }
 }
 
 // Four ranks sharing two cores (and eight in the conformance suite): waits must sleep, not spin,

@@ -52,9 +52,10 @@ void Publish(AreaControl* control) {
   if (control->sleepers.load() > 0) FutexWakeAll(&control->word, /*shared=*/true);
 }
 
-size_t DefaultChunkBytes(int local_size, int areas, size_t slots) {
+size_t DefaultChunkBytes(int local_size, int areas, size_t slots, bool crowded) {
   constexpr size_t kLeast = 64 << 10;
   constexpr size_t kMost = 256 << 10;
+  if (!crowded) return kLeast;
   constexpr size_t kBudget = 40 << 20;  // all local ranks' reduction areas together
   const size_t n = static_cast<size_t>(std::max(local_size, 1));
   // Each area holds `slots` steps of every rank's input (n chunks) and of its reduced slice.
@@ -85,7 +86,11 @@ ShmDomain::~ShmDomain() = default;
 
 absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
   if (config.chunk_bytes == 0) {
-    config.chunk_bytes = DefaultChunkBytes(config.local_size, config.areas, config.slots);
+    // The machine's CPUs, the same for every process on it (sched_getaffinity may differ).
+    const long online = sysconf(_SC_NPROCESSORS_ONLN);
+    const int sharing = std::max(config.local_size, config.ranks_on_machine);
+    config.chunk_bytes =
+        DefaultChunkBytes(config.local_size, config.areas, config.slots, sharing > online);
   }
   if (config.local_size < 1 || config.local_rank < 0 || config.local_rank >= config.local_size ||
       config.ring_bytes < 4096 || config.chunk_bytes < 64 || config.slots < 2 ||

@@ -42,13 +42,15 @@ struct ShmConfig {
   bool native_allreduce = true;
 };
 
-// The allreduce's slice per rank and pipeline step when none is configured: the largest power of
-// two from 64 KiB to 256 KiB whose reduction areas, on all `local_size` ranks together, take at
-// most 40 MiB of /dev/shm (8 ranks and their rings then fit in Docker's default 64 MiB). Fewer,
-// larger steps mean fewer waits on the peers, which costs most where ranks share cores: 4 ranks
-// on 2 cores reduce 64 MiB 20% faster with 256 KiB than with 64 KiB (docs/results.md). Depends
-// only on what every local rank agrees on (never on this process's cores or caches).
-size_t DefaultChunkBytes(int local_size, int areas, size_t slots);
+// The allreduce's slice per rank and pipeline step when none is configured. Where the machine has
+// a core for every rank (`crowded` false), 64 KiB: a step's working set stays in the caches.
+// Where ranks outnumber the machine's cores, every step waits until each rank has had a core, a
+// hand-over through the scheduler: the largest power of two from 64 KiB to 256 KiB whose
+// reduction areas, on all `local_size` ranks together, take at most 40 MiB of /dev/shm (8 ranks
+// and their rings then fit in Docker's default 64 MiB). 4 ranks on 2 cores reduce 1-64 MiB
+// 10-20% faster with 256 KiB (docs/results.md). Every local rank must get the same answer: the
+// arguments are ones they agree on (the machine's online CPUs, not this process's affinity).
+size_t DefaultChunkBytes(int local_size, int areas, size_t slots, bool crowded);
 
 // A cache line of its own: flags written by one rank and read by others must not share one.
 struct alignas(64) Line {
