@@ -267,19 +267,18 @@ TEST(ShmDomain, TheDefaultChunkGrowsWhereRanksShareCoresWithinItsBudget) {
       EXPECT_LE(ranks * 2 * 4 * (ranks + 1) * chunk, 40u << 20) << n;
     }
   }
-  // A domain without a chunk gets the default for this machine: ranks_on_machine says how many
-  // of the job's ranks share it.
-  const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  for (int sharing : {2, static_cast<int>(online) + 1}) {
+  // A domain without a chunk gets the default for its ranks (`crowded`: the bootstrap's
+  // agreed answer to whether ranks outnumber their cores).
+  for (bool crowded : {false, true}) {
     transport::shm::ShmConfig config;
     config.local_size = 2;
     config.ranks = {0, 1};
     config.hosts = {"h", "h"};
     config.token = "chunk-token";
-    config.ranks_on_machine = sharing;
+    config.crowded = crowded;
     auto d = transport::shm::ShmDomain::Create(config);
     ASSERT_TRUE(d.ok()) << d.status();
-    EXPECT_EQ((*d)->config().chunk_bytes, DefaultChunkBytes(2, 2, 4, sharing > online)) << sharing;
+    EXPECT_EQ((*d)->config().chunk_bytes, (crowded ? 256 : 64) * kKiB) << crowded;
     config.chunk_bytes = 4096;
     auto explicit_chunk = transport::shm::ShmDomain::Create(config);
     ASSERT_TRUE(explicit_chunk.ok()) << explicit_chunk.status();

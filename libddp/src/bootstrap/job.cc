@@ -232,6 +232,7 @@ std::string Assembler::PrepareShm() {
   config.small_bytes = static_cast<size_t>(options_.shm_small_bytes);
   config.timeout = options_.timeout;
   config.ranks_on_machine = ranks_on_machine_;
+  config.crowded = job_.crowded;
   config.areas = backend_slots_;
   // The allreduce of shared memory alone runs when this host holds the whole job; with other
   // hosts, the hierarchical algorithm uses the point-to-point path. DDP_ALGO=ring or rd asks for

@@ -86,11 +86,8 @@ ShmDomain::~ShmDomain() = default;
 
 absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
   if (config.chunk_bytes == 0) {
-    // The machine's CPUs, the same for every process on it (sched_getaffinity may differ).
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    const int sharing = std::max(config.local_size, config.ranks_on_machine);
     config.chunk_bytes =
-        DefaultChunkBytes(config.local_size, config.areas, config.slots, sharing > online);
+        DefaultChunkBytes(config.local_size, config.areas, config.slots, config.crowded);
   }
   if (config.local_size < 1 || config.local_rank < 0 || config.local_rank >= config.local_size ||
       config.ring_bytes < 4096 || config.chunk_bytes < 64 || config.slots < 2 ||

@@ -39,6 +39,9 @@ struct ShmConfig {
   // Ranks of the job on this machine, whatever their host names (0: local_size). More than its
   // cores, and waits spin briefly before yielding.
   int ranks_on_machine = 0;
+  // The job has more ranks on some machine than the CPUs they may run on (bootstrap/job.h's
+  // Job::crowded, agreed by every rank): decides the default chunk_bytes.
+  bool crowded = false;
   bool native_allreduce = true;
 };
 
@@ -49,7 +52,7 @@ struct ShmConfig {
 // reduction areas, on all `local_size` ranks together, take at most 40 MiB of /dev/shm (8 ranks
 // and their rings then fit in Docker's default 64 MiB). 4 ranks on 2 cores reduce 1-64 MiB
 // 10-20% faster with 256 KiB (docs/results.md). Every local rank must get the same answer: the
-// arguments are ones they agree on (the machine's online CPUs, not this process's affinity).
+// arguments are ones they agree on (never this process's own affinity or caches).
 size_t DefaultChunkBytes(int local_size, int areas, size_t slots, bool crowded);
 
 // A cache line of its own: flags written by one rank and read by others must not share one.
