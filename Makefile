@@ -127,7 +127,8 @@ demo-ps: build
 	  --target-accuracy 0.97
 
 # What CI runs: the C++ suite (fast and slow labels; tests/cpp/CMakeLists.txt says what the
-# matrix label holds), the Python suite, the TensorFlow suite (in .venv-tf), the deployment
+# matrix label holds), the Python suite, ddp.torch's tests on PyTorch 2, PyTorch's own suite's CI
+# part (torch-suite-ci, 120 s a test at most), the TensorFlow suite (in .venv-tf), the deployment
 # checks, `pip install .` from scratch,
 # then ASan/UBSan (built
 # with clang, so a second compiler's warnings stop the build too) and TSan builds of the fast
@@ -148,7 +149,7 @@ test:
 	$(call STAMP,test-torch2)
 	$(MAKE) test-torch2 TORCH2_TESTS='torch and not once'
 	$(call STAMP,torch-suite-ci)
-	$(MAKE) torch-suite-ci
+	TORCH_SUITE_TIMEOUT=120 $(MAKE) torch-suite-ci
 	$(call STAMP,test-tf)
 	$(MAKE) test-tf
 	@# The deployment checks (one core: linters and a rehearsal that mostly waits) beside pip's

@@ -20,9 +20,10 @@ of its own, so nothing here touches the machine's own interfaces or routes, and 
 the cluster. Commands run in a host get its own host name (host0, host1, ...: a UTS namespace
 each), but all hosts share /dev/shm and the file system.
 
-Named hosts (`names=`, e.g. the pods of an MPIJob) get namespaces of those names, and every host
-resolves every other by name, and by NAME.DOMAIN with `domain=` (a cluster DNS's records), through
-a hosts file that `ip netns exec` puts over /etc/hosts (/etc/netns/NAME/hosts, deleted with the
+Named hosts (`names=`, e.g. the pods of an MPIJob) get those host names (the namespaces keep the
+cluster's own tag, so that two clusters of the same names never meet), and every host resolves
+every other by name, and by NAME.DOMAIN with `domain=` (a cluster DNS's records), through a hosts
+file that `ip netns exec` puts over /etc/hosts (/etc/netns/NAMESPACE/hosts, deleted with the
 cluster).
 Needs root and iproute2.
 """

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """A rehearsal of an MPIJob on this machine, as close to a cluster as it gets: the overlay is
 rendered, the launcher's command and environment are taken from it, one network namespace is made
-per pod and named as the MPI operator names them (<job>-launcher, <job>-worker-<i>, each with that
-host name and resolving the others as <pod>.<job>.<namespace>.svc, as the headless Service's DNS
+per pod, its host named as the MPI operator names the pods (<job>-launcher, <job>-worker-<i>),
+resolving the others as <pod>.<job>.<namespace>.svc, as the headless Service's DNS
 does), the hostfile is written as the operator writes /etc/mpi/hostfile and given to Open MPI with
 the operator's own variables, and the command runs in the launcher's namespace through the image's
 entrypoint. Commands on the workers start with an sshd session's environment (PATH, HOME, LANG),
@@ -174,7 +174,7 @@ def indexed_pods(docs: list[dict]) -> list[tuple[str, int, dict, str]]:
 
 def rehearse_jobs(docs: list[dict], workdir: pathlib.Path, timeout: float = 300,
                   dockerfile: pathlib.Path = dc.ROOT / "k8s" / "image" / "Dockerfile.cpu"):
-    """Runs every pod of the Indexed Jobs at once, one namespace each (named and resolvable as
+    """Runs every pod of the Indexed Jobs at once, one namespace each (its host named and resolvable as
     <pod>.<subdomain>.<namespace>.svc), each with its container's args through the entrypoint,
     its env (a Secret's value: a fresh token) and JOB_COMPLETION_INDEX. Returns {pod: (exit
     status, output)}."""
@@ -213,7 +213,7 @@ def rehearse_jobs(docs: list[dict], workdir: pathlib.Path, timeout: float = 300,
 def rehearse_trainjob(docs: list[dict], workdir: pathlib.Path, procs: int = 1,
                       timeout: float = 300,
                       dockerfile: pathlib.Path = dc.ROOT / "k8s" / "image" / "Dockerfile.gpu-efa"):
-    """A TrainJob's nodes, one namespace each, named as JobSet names them
+    """A TrainJob's nodes, one namespace each, their hosts named as JobSet names them
     (<trainjob>-node-0-<i>, resolvable as <pod>.<trainjob>), each running the trainer's command
     with the PET_* variables Trainer's torch plugin sets (PET_MASTER_ADDR the first node's name,
     port 29400) and PROCS processes per node instead of numProcPerNode. Returns {pod: (exit

@@ -232,7 +232,6 @@ std::string Assembler::PrepareShm() {
   config.small_bytes = static_cast<size_t>(options_.shm_small_bytes);
   config.timeout = options_.timeout;
   config.ranks_on_machine = ranks_on_machine_;
-  config.crowded = job_.crowded;
   config.areas = backend_slots_;
   // The allreduce of shared memory alone runs when this host holds the whole job; with other
   // hosts, the hierarchical algorithm uses the point-to-point path. DDP_ALGO=ring or rd asks for
@@ -240,6 +239,9 @@ std::string Assembler::PrepareShm() {
   config.native_allreduce =
       local.size() == job_.hosts.size() &&
       (options_.algorithm == Algorithm::kAuto || options_.algorithm == Algorithm::kHierarchical);
+  // The larger steps of a crowded machine only where the native allreduce runs: elsewhere the
+  // reduction areas are not used, and their /dev/shm stays as small as with a core per rank.
+  config.crowded = job_.crowded && config.native_allreduce;
   auto domain = transport::shm::ShmDomain::Create(std::move(config));
   if (!domain.ok()) {
     shm_error_ = domain.status();

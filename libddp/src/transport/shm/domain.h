@@ -49,10 +49,10 @@ struct ShmConfig {
 // a core for every rank (`crowded` false), 64 KiB: a step's working set stays in the caches.
 // Where ranks outnumber the machine's cores, every step waits until each rank has had a core, a
 // hand-over through the scheduler: the largest power of two from 64 KiB to 256 KiB whose
-// reduction areas, on all `local_size` ranks together, take at most 40 MiB of /dev/shm (8 ranks
-// and their rings then fit in Docker's default 64 MiB). 4 ranks on 2 cores reduce 1-64 MiB
-// 10-20% faster with 256 KiB (docs/results.md). Every local rank must get the same answer: the
-// arguments are ones they agree on (never this process's own affinity or caches).
+// reduction areas, on all `local_size` ranks together, take at most 40 MiB of /dev/shm (up to 8
+// ranks, one process group's segments then fit in Docker's default 64 MiB). 4 ranks on 2 cores
+// reduce 1-64 MiB 10-20% faster with 256 KiB (docs/results.md). Every local rank must get the same
+// answer: the arguments are ones they agree on (never this process's own affinity or caches).
 size_t DefaultChunkBytes(int local_size, int areas, size_t slots, bool crowded);
 
 // A cache line of its own: flags written by one rank and read by others must not share one.
