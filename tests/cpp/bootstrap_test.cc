@@ -339,10 +339,16 @@ TEST(Store, AFloodOfSilentStrangersIsCappedAndAClientStillGetsThrough) {
   EXPECT_EQ(*(*good)->Get("k", absl::Seconds(1)), "v");
   EXPECT_LT(absl::Now() - asked, absl::Seconds(5)) << "the client waited behind the strangers";
   // Every stranger has been accepted by now (the genuine client came after them); at most the
-  // cap of them hold a thread.
-  const int threads = ThreadCount() - threads_before;
-  EXPECT_LE(threads, static_cast<int>(bootstrap::kMaxStoreHandshaking) + 8)
-      << threads << " threads for " << kStrangers << " strangers";
+  // cap of them hold a thread. The threads of those cut off end once their connection is shut:
+  // on a busy machine some are still ending here, so the count may take a moment to settle
+  // (without the cap, every stranger would hold its thread for the 10 s handshake timeout).
+  const int cap = static_cast<int>(bootstrap::kMaxStoreHandshaking) + 8;
+  int threads = ThreadCount() - threads_before;
+  for (const absl::Time settle = absl::Now() + absl::Seconds(3);
+       threads > cap && absl::Now() < settle; threads = ThreadCount() - threads_before) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_LE(threads, cap) << threads << " threads for " << kStrangers << " strangers";
   // The oldest were cut off: their connections end (after the server's Hello).
   int ended = 0;
   for (net::Fd& fd : strangers) {
