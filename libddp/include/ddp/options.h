@@ -66,8 +66,8 @@ struct Options {
   // Shared memory (between the ranks of one host): each inbound point-to-point ring
   // (DDP_SHM_RING_BYTES), each rank's slice of one allreduce pipeline step
   // (DDP_SHM_CHUNK_BYTES; 0: 64 KiB, or up to 256 KiB where ranks outnumber the CPUs they
-  // may run on: transport/shm/domain.h), steps in flight (DDP_SHM_SLOTS), and the allreduce size up to
-  // which every rank reduces the whole buffer in one step (DDP_SHM_SMALL_BYTES).
+  // may run on: transport/shm/domain.h), steps in flight (DDP_SHM_SLOTS), and the allreduce size up
+  // to which every rank reduces the whole buffer in one step (DDP_SHM_SMALL_BYTES).
   int64_t shm_ring_bytes = 256 << 10;
   int64_t shm_chunk_bytes = 0;
   int shm_slots = 4;
