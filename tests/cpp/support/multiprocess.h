@@ -31,6 +31,7 @@ struct JobSpec {
 
 struct RankResult {
   int rank = 0;
+  int pid = 0;         // its process, reaped by the time the job returns
   int exit_code = -1;  // valid when signal == 0
   int signal = 0;      // the signal that killed it, or 0
   bool status_reported = false;
