@@ -68,6 +68,36 @@ if hasattr(torch._C._distributed_c10d, "Backend") and ddp.torch._native.module i
     # torch 2 without the backend's C++ part (served otherwise: workers/c10d_p2p.py)
     refused("recv from any source", lambda: dist.recv(torch.ones(1)), "src=")
 refused("send to itself", lambda: dist.send(torch.ones(1), dst=rank), "rank")
+# Outputs that cannot hold what the input asks for: refused at the call, before anything is sent
+# (every rank here passes the same, so the ranks stay in step).
+refused("all_gather outputs of another size", lambda: dist.all_gather(
+    [torch.empty(3) for _ in range(size)], torch.ones(2)), "elements")
+refused("all_gather_into_tensor of another dtype", lambda: dist.all_gather_into_tensor(
+    torch.empty(2 * size, dtype=torch.float64), torch.ones(2)), "float64")
+refused("all_to_all_single split sizes", lambda: dist.all_to_all_single(
+    torch.empty(size), torch.ones(size), input_split_sizes=[1] * (size + 1)), "split sizes")
+if size > 1:
+    refused("all_to_all_single uneven without splits", lambda: dist.all_to_all_single(
+        torch.empty(size + 1), torch.ones(size + 1)), "evenly")
+dist.barrier()
+t = torch.ones(2)
+dist.all_reduce(t)
+assert t.tolist() == [float(size)] * 2, f"after the refusals: {t}"
+# Outputs that do not hold what the peers send (each sends one element, each output holds two):
+# known once the data has moved. On torch 2 that operation fails, on its own (the group goes
+# on); torch 1.13's Work cannot raise, so there the group's next operation raises it.
+outs = [torch.empty(2) for _ in range(size)]
+try:
+    dist.all_to_all(outs, [torch.ones(1) for _ in range(size)])
+    if torch.__version__ < "2":
+        dist.barrier()
+except (ValueError, RuntimeError) as e:
+    assert "the ranks sent [1" in str(e), e
+else:
+    sys.exit(f"rank {rank}: all_to_all into outputs of other sizes was not refused")
+if torch.__version__ < "2":
+    print(f"c10d init ok {how}", flush=True)
+    sys.exit(0)
 dist.barrier()
 print(f"c10d init ok {how}", flush=True)
 dist.destroy_process_group()

@@ -1,10 +1,10 @@
 """send and recv of the 'ddp' backend: blocking and async, matched by tag whatever the order of
-other tags, a ring exchange, batch_isend_irecv, in a later group, several dtypes; recv without
-src= (from any source): each send found once, by recv and irecv, the sender named, and a timeout
-in torch's words where nobody sends (torch 1.13, and torch 2 through the backend's C++ part;
-without it, refused with the reason); an isend's and irecv's Work completed after wait(); sends of
-many tags leave no threads behind. Run as every rank of a job of WORLD_SIZE >= 2 with torch's
-env:// variables. Prints "c10d p2p ok <rank>"."""
+other tags, a ring exchange as the first transfers, batch_isend_irecv, in a later group, several
+dtypes; recv without src= (from any source): each send found once, by recv and irecv, the sender
+named, and a timeout in torch's words where nobody sends (torch 1.13, and torch 2 through the
+backend's C++ part; without it, refused with the reason); an isend's and irecv's Work completed
+after wait(); sends of many tags leave no threads behind. Run as every rank of a job of
+WORLD_SIZE >= 2 with torch's env:// variables. Prints "c10d p2p ok <rank>"."""
 import collections
 import re
 import sys
@@ -119,6 +119,22 @@ def main():
     forwarded = hasattr(ddp.torch._native.module, "ForwardingBackend")
     assert forwarded or not hasattr(torch._C._distributed_c10d, "Backend"), \
         "torch 2: the backend's C++ part was not built"
+    # A ring: everyone sends right and receives from the left at once, three times. These are the
+    # first transfers: each rank's first isend waits for its right neighbour, whose own first
+    # isend waits for the next one (with 3 ranks or more, a cycle, unless the pairs' groups are
+    # made off the caller's thread).
+    for step in range(3):
+        out, got = torch.full((1000,), float(rank * 100 + step)), torch.empty(1000)
+        works = [dist.isend(out, (rank + 1) % size), dist.irecv(got, (rank - 1) % size)]
+        for w in works:
+            w.wait()
+            if forwarded or not hasattr(torch._C._distributed_c10d, "Backend"):
+                assert w.is_completed(), f"ring step {step}: a Work not completed after wait()"
+        if forwarded:  # torch's Work.result(): the tensor each moved
+            assert works[1].result()[0].data_ptr() == got.data_ptr(), "irecv's result()"
+            assert works[0].exception() is None, works[0].exception()
+        expect(f"ring step {step}", got, torch.full((1000,), float(((rank - 1) % size) * 100 +
+                                                                   step)))
     # Rank 0 sends each other rank two tensors, tags 1 then 2; the receiver takes tag 2 first.
     if rank == 0:
         for peer in range(1, size):
@@ -133,19 +149,6 @@ def main():
             w2.wait()
             expect(f"tag 1 {dtype}", first, torch.full((3,), rank * 10 + 1, dtype=dtype))
             expect(f"tag 2 {dtype}", second, torch.full((5,), rank * 10 + 2, dtype=dtype))
-    # A ring: everyone sends right and receives from the left at once, three times.
-    for step in range(3):
-        out, got = torch.full((1000,), float(rank * 100 + step)), torch.empty(1000)
-        works = [dist.isend(out, (rank + 1) % size), dist.irecv(got, (rank - 1) % size)]
-        for w in works:
-            w.wait()
-            if forwarded or not hasattr(torch._C._distributed_c10d, "Backend"):
-                assert w.is_completed(), f"ring step {step}: a Work not completed after wait()"
-        if forwarded:  # torch's Work.result(): the tensor each moved
-            assert works[1].result()[0].data_ptr() == got.data_ptr(), "irecv's result()"
-            assert works[0].exception() is None, works[0].exception()
-        expect(f"ring step {step}", got, torch.full((1000,), float(((rank - 1) % size) * 100 +
-                                                                   step)))
     # batch_isend_irecv: the same ring, the other way.
     out, got = torch.full((7,), float(rank)), torch.empty(7)
     ops = [dist.P2POp(dist.isend, out, (rank - 1) % size),

@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from .. import _ddp, _launch, _ops
 from . import _native, _shutdown
+from . import c10d_checks as _checks
 from . import c10d_finish as _finish
 from . import c10d_groups as _groups
 from . import c10d_monitored as _monitored
@@ -119,9 +120,14 @@ def _operation(method, title, inputs_of):
     """An operation of the backend: its profiler event ("ddp:<title>" reading `inputs_of(*args)`,
     closed when it finishes), and torch's error when its submission fails (the job broke before
     it). No autograd, as in Gloo and NCCL: a tensor that requires grad (a Parameter) moves as
-    data (torch.distributed.nn has the differentiable forms)."""
+    data (torch.distributed.nn has the differentiable forms). Once an operation of the group
+    broke the job, every later one raises that error, before it submits anything (whose own
+    error would be a later symptom: a peer that has left since)."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
+        finisher = getattr(self, "_finisher", None)
+        if finisher is not None and finisher.failed is not None:
+            raise finisher.failed
         _calling.event = _profile.begin(title, inputs_of, args)
         try:
             with torch.no_grad():
@@ -160,10 +166,7 @@ def _as_rows(tensor, rows):
     return tensor.reshape(rows, -1)
 
 
-def _check_one(tensors, what):
-    if len(tensors) != 1:
-        raise ValueError(f"torch.distributed backend 'ddp': {what} takes one tensor per rank "
-                         f"(got {len(tensors)}); use one process per device")
+_check_one = _checks.one
 
 
 class _Operations:
@@ -210,7 +213,7 @@ class _Operations:
         future = self._submit_future(handles, result, finish, finisher)
         if wait_here:
             future.wait()  # raises the operation's error
-        return _work(future)
+        return _work(future, chained=not self._engine_completes)
 
     def _submit_future(self, handles, result, finish=None, finisher=None):
         """Hands the operation to its finisher; returns the future its completion sets."""
@@ -306,10 +309,9 @@ class _Operations:
 
     def allgather(self, output_lists, inputs, opts=None):
         _check_one(inputs, "allgather")
+        _check_one(output_lists, "allgather")
         outputs = output_lists[0]
-        if len(outputs) != self._size:
-            raise ValueError(f"torch.distributed backend 'ddp': allgather needs {self._size} "
-                             f"output tensors, got {len(outputs)}")
+        _checks.like(outputs, self._size, inputs[0].numel(), inputs[0].dtype, "allgather")
         handle = _f.allgather_async(inputs[0].reshape(1, -1), process_set=self._set)
         return self._submit([handle], output_lists, lambda outs: _copy_chunks(
             outs[0].reshape(-1), outputs))
@@ -319,6 +321,7 @@ class _Operations:
             raise ValueError(f"torch.distributed backend 'ddp': all_gather_into_tensor's output "
                              f"has {output.numel()} elements, not {self._size} x the input's "
                              f"{input.numel()}")
+        _checks.dtypes([output], input.dtype, "all_gather_into_tensor")
         if _f._into_fits(input, output):  # noqa: SLF001 - the package's own
             return self._submit([_f._allgather_into_async(  # noqa: SLF001
                 input, output, process_set=self._set)], [output])
@@ -327,6 +330,11 @@ class _Operations:
             outs[0].reshape(output.shape)))
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
+        if len(output_lists) != self._size:
+            raise ValueError(f"torch.distributed backend 'ddp': allgather_coalesced needs "
+                             f"{self._size} output lists (one per rank), got {len(output_lists)}")
+        for outputs in output_lists:
+            _checks.coalesced(outputs, inputs, 1, 1, inputs[0].dtype, "allgather_coalesced")
         flat = _flat(inputs)
         handle = _f.allgather_async(flat.reshape(1, -1), process_set=self._set)
 
@@ -339,6 +347,10 @@ class _Operations:
     def gather(self, output_lists, inputs, opts):
         _check_one(inputs, "gather")
         root = opts.rootRank
+        if self._rank == root:
+            _check_one(output_lists, "gather")
+            _checks.like(output_lists[0], self._size, inputs[0].numel(), inputs[0].dtype,
+                         "gather")
         handle = _f.allgather_async(inputs[0].reshape(1, -1), process_set=self._set)
 
         def finish(outs):
@@ -350,6 +362,8 @@ class _Operations:
         _check_one(outputs, "scatter")
         root, out = opts.rootRank, outputs[0]
         if self._rank == root:
+            _check_one(input_lists, "scatter")
+            _checks.like(input_lists[0], self._size, out.numel(), out.dtype, "scatter", "input")
             whole = _flat(input_lists[0]).clone()
         else:
             whole = torch.empty(out.numel() * self._size, dtype=out.dtype, device=out.device)
@@ -365,6 +379,7 @@ class _Operations:
         if any(t.numel() != out.numel() for t in inputs) or len(inputs) != self._size:
             raise ValueError("torch.distributed backend 'ddp': reduce_scatter needs one input per "
                              "rank, each the size of the output")
+        _checks.dtypes(inputs, out.dtype, "reduce_scatter")
         handle = _f.reducescatter_async(_as_rows(_flat(inputs), self._size), op=op,
                                         prescale_factor=scale, process_set=self._set)
         return self._submit([handle], outputs, lambda outs: out.copy_(outs[0].view_as(out)))
@@ -375,6 +390,7 @@ class _Operations:
             raise ValueError(f"torch.distributed backend 'ddp': reduce_scatter_tensor's input "
                              f"has {input.numel()} elements, not {self._size} x the output's "
                              f"{output.numel()}")
+        _checks.dtypes([input], output.dtype, "reduce_scatter_tensor")
         if _f._into_fits(input, output):  # noqa: SLF001 - the package's own
             return self._submit([_f._reducescatter_into_async(  # noqa: SLF001
                 _as_rows(input, self._size), output, op, scale, self._set)], [output])
@@ -385,6 +401,8 @@ class _Operations:
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         """FSDP's: several all_gather_into_tensor at once, in one allgather."""
+        _checks.coalesced(outputs, inputs, self._size, self._size, inputs[0].dtype,
+                          "all_gather_into_tensor (coalesced)")
         sizes = [t.numel() for t in inputs]
         handle = _f.allgather_async(_flat(inputs).reshape(1, -1), process_set=self._set)
 
@@ -399,6 +417,8 @@ class _Operations:
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         """FSDP's: several reduce_scatter_tensor at once, in one reduce-scatter."""
         op, scale = _scaled_op(opts, outputs[0], "reduce_scatter")
+        _checks.coalesced(inputs, outputs, self._size, self._size, outputs[0].dtype,
+                          "reduce_scatter_tensor (coalesced)")
         sizes = [t.numel() for t in outputs]
         rows = torch.cat([t.reshape(self._size, n) for t, n in zip(inputs, sizes)], dim=1)
         handle = _f.reducescatter_async(rows, op=op, prescale_factor=scale, process_set=self._set)
@@ -407,18 +427,51 @@ class _Operations:
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes,  # noqa: A002
                       opts=None):
+        what = "all_to_all_single"
+        _checks.dtypes([output], input.dtype, what)
         rows = input.shape[0] if input.dim() else 1
-        splits = list(input_split_sizes) or [rows // self._size] * self._size
-        handle = _f.alltoall_async(_as_rows(input, rows), splits=splits, process_set=self._set)
-        return self._submit([handle], [output], lambda outs: output.copy_(
-            _first(outs[0]).reshape(output.shape)))
+        out_rows = output.shape[0] if output.dim() else 1
+        sends = _checks.splits(input_split_sizes, rows, self._size, what, "input")
+        wants = _checks.splits(output_split_sizes, out_rows, self._size, what, "output")
+        if not sends and not wants:  # even: one alltoall, no round for the splits
+            if output.numel() != input.numel():
+                raise ValueError(f"torch.distributed backend 'ddp': {what}: the output has "
+                                 f"{output.numel()} elements, the input {input.numel()}")
+            handle = _f.alltoall_async(_as_rows(input, rows), process_set=self._set)
+            return self._submit([handle], [output], lambda outs: output.copy_(
+                _first(outs[0]).reshape(output.shape)))
+        wants = wants or [out_rows // self._size] * self._size
+
+        def finish(out, got):
+            _checks.received(got, wants, what)
+            output.copy_(out.reshape(output.shape))
+        return self._alltoallv(_as_rows(input, rows),
+                               sends or [rows // self._size] * self._size, [output], finish)
 
     def alltoall(self, outputs, inputs, opts=None):
-        splits = [t.numel() for t in inputs]
-        handle = _f.alltoall_async(_flat(inputs).reshape(-1, 1), splits=splits,
-                                   process_set=self._set)
-        return self._submit([handle], outputs, lambda outs: _copy_chunks(
-            _first(outs[0]).reshape(-1), outputs))
+        what = "all_to_all"
+        if len(inputs) != self._size or len(outputs) != self._size:
+            raise ValueError(f"torch.distributed backend 'ddp': {what} needs {self._size} input "
+                             f"and output tensors, got {len(inputs)} and {len(outputs)}")
+        _checks.dtypes(list(outputs) + list(inputs), inputs[0].dtype, what)
+
+        def finish(out, got):
+            _checks.received(got, [t.numel() for t in outputs], what)
+            _copy_chunks(out.reshape(-1), outputs)
+        return self._alltoallv(_flat(inputs).reshape(-1, 1), [t.numel() for t in inputs],
+                               outputs, finish)
+
+    def _alltoallv(self, rows, splits, result, finish):
+        """An alltoall with split sizes: the ranks' splits are exchanged first (an allgather)
+        and the rows after it, both on the group's finisher, so that the call returns at once;
+        `finish(received rows, received splits)` copies into the caller's tensors there."""
+        name = _ops.auto_name("alltoall", None, self._set)  # here: the ranks' call order
+
+        def run(_):
+            out, got = _f.alltoall_async(rows, splits=splits, name=name,
+                                         process_set=self._set).wait()
+            finish(out, [int(c) for c in got.tolist()])
+        return self._submit([], result, finish=run)
 
     def barrier(self, opts=None):
         token = torch.zeros(1)
@@ -462,7 +515,9 @@ class _Operations:
         tensor, source = tensors[0], []
 
         def timed_out(message):
-            return BackendError(f"{_TIMED_OUT}{message}")
+            error = BackendError(f"{_TIMED_OUT}{message}")
+            error.local = True  # nothing was taken: later recvs from any source may still work
+            return error
 
         def wait():
             sender, sequence = self._p2p.claim_any(self._size, tag, timed_out)

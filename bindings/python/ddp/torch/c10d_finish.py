@@ -11,12 +11,29 @@ from __future__ import annotations
 import queue
 import threading
 
+import torch
 from torch.futures import Future
 
+from .. import _ddp
 from . import _shutdown
 from . import c10d_profile as _profile
 
 IDLE_SECONDS = 10.0
+
+
+# torch 2's Work.wait() raises the operation's error; torch 1.13's cannot (c10d_work._work).
+_WAIT_RAISES = hasattr(torch._C._distributed_c10d, "Backend")
+
+
+def breaks_the_job(error: BaseException) -> bool:
+    """Whether an operation's failure fails every later one of its stream too: libddp's errors
+    (a rank died, stalled or disagreed), not those of this rank's own part alone (a copy into the
+    caller's tensors, a wait that timed out here with nothing sent: `local = True`), which fail
+    their own operation. On torch 1.13 every failure does: its Work.wait() cannot raise, and the
+    next operation is where the script hears of it."""
+    if not _WAIT_RAISES:
+        return True
+    return isinstance(error, _ddp.DDPError) and not getattr(error, "local", False)
 
 
 class Completers:
@@ -114,7 +131,7 @@ class Finisher(threading.Thread):
             with _shutdown.torch_call():
                 _profile.end(event)
             error = self._error_of(e)
-            if self.failed is None:
+            if self.failed is None and breaks_the_job(e):
                 self.failed = error
             self._completers.complete(fut, None, error)
             return

@@ -81,7 +81,7 @@ class PointToPoint:
     def __init__(self, store, rank, timeout, group_finisher):
         self._store, self._rank, self._timeout = store, rank, timeout
         self._group_finisher = group_finisher  # c10d_finish.Finisher: new streams share its completers
-        self._pairs = {}  # peer: group id
+        self._pairs = {}  # peer: _Pair
         self._finishers = {}  # (sender, receiver, tag): finisher
         self._sequence = Counter()  # (sender, receiver, tag): transfers so far
         self._lock = threading.Lock()
@@ -89,12 +89,17 @@ class PointToPoint:
         self._any_finisher = None
 
     def _pair(self, peer):
+        """The pair's group, made by the first transfer that needs it. Each peer's is made under
+        a lock of its own, never the object's: a rank may be making pairs with two peers at
+        once, each waiting for its peer to join (a ring's first isend and irecv)."""
         with self._lock:
-            if peer not in self._pairs:
+            entry = self._pairs.setdefault(peer, _Pair())
+        with entry.lock:
+            if entry.group is None:
                 low, high = sorted((self._rank, peer))
                 store = dist.PrefixStore(f"ddp-p2p/{low}-{high}/", self._store)
-                self._pairs[peer] = make(store, 0 if self._rank == low else 1, 2, self._timeout)
-            return self._pairs[peer]
+                entry.group = make(store, 0 if self._rank == low else 1, 2, self._timeout)
+            return entry.group
 
     def _finisher(self, sender, receiver, tag):
         """The finisher of one direction and tag between two ranks: their transfers complete in
@@ -135,15 +140,24 @@ class PointToPoint:
                              f"itself ({peer})")
         if announce:
             self._store.add(_any_key(receiver, tag, sender), 1)
-        group = self._pair(peer)
         if sequence is None:
             with self._lock:
                 key = (sender, receiver, tag)
                 sequence = self._sequence[key]
                 self._sequence[key] += 1
-        handle = _f.broadcast_async_(tensor, 0 if sender < receiver else 1,
-                                     name=f"p2p.{sender}>{receiver}.tag{tag}.{sequence}",
-                                     process_set=group)
+        name = f"p2p.{sender}>{receiver}.tag{tag}.{sequence}"
+        root = 0 if sender < receiver else 1
+
+        def start(group):
+            return _f.broadcast_async_(tensor, root, name=name, process_set=group)
+        with self._lock:
+            entry = self._pairs.get(peer)
+            group = entry.group if entry is not None else None
+        # The pair's first transfer makes its group where it is waited for (on its finisher):
+        # making it here would wait for the peer to make it too, and ranks whose first transfers
+        # form a cycle (each isend to the next rank, then irecv from the previous) would each
+        # wait for the next one.
+        handle = start(group) if group is not None else _Deferred(lambda: start(self._pair(peer)))
         return handle, (self._finisher(sender, receiver, tag) if finisher else None)
 
     def any_finisher(self):
@@ -184,7 +198,8 @@ class PointToPoint:
 
     def close(self):
         with self._lock:
-            pairs, self._pairs = list(self._pairs.values()), {}
+            pairs = [entry.group for entry in self._pairs.values() if entry.group is not None]
+            self._pairs = {}
             finishers, self._finishers = list(self._finishers.values()), {}
             if self._any_finisher is not None:
                 finishers.append(self._any_finisher)
@@ -196,6 +211,29 @@ class PointToPoint:
 
 
 _TORCH_DEFAULT_TIMEOUT = timedelta(minutes=30)
+
+
+class _Pair:
+    """A peer's pair group (its id once made) and the lock its making holds."""
+
+    __slots__ = ("lock", "group")
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.group = None
+
+
+class _Deferred:
+    """A transfer whose engine operation starts when it is waited for (`start()` returns the
+    engine's handle): a pair's first, whose group is made on the finisher's thread."""
+
+    __slots__ = ("_start",)
+
+    def __init__(self, start):
+        self._start = start
+
+    def wait(self, timeout=None):
+        return self._start().wait(timeout)
 
 
 def _any_key(receiver, tag, sender):

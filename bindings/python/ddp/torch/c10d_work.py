@@ -58,8 +58,8 @@ def _wait_for(future, timeout=None):
         deadline = time.monotonic() + seconds
         while not future.done():
             if time.monotonic() > deadline:
-                raise BackendError(f"torch.distributed backend 'ddp': the operation did "
-                                   f"not finish within {seconds:g} s (wait(timeout))")
+                raise BackendError(f"{_TIMED_OUT}the operation did not finish within "
+                                   f"{seconds:g} s (wait(timeout))")
             time.sleep(0.001)
     future.wait()  # raises the operation's error
     return True
@@ -68,17 +68,22 @@ def _wait_for(future, timeout=None):
 class _Work(_C.Work):
     """A Work over the operation's future whose wait() raises its error (torch's own
     future-wrapping Work returns True whatever happened): torch 2's, and on both lines a recv
-    from any source's (below)."""
+    from any source's (below). `chained`: torch's C++ reads the future that get_future() gives
+    (a Backend of Python's, without the C++ part), and would take the exception that a Python
+    future keeps as its value for a result: it gets the future read through a callback instead,
+    which fails (as torch 1.13's, _work below). The C++ part reads the operation's own future
+    and turns that value into torch's backend error itself (completion.cc)."""
 
-    def __init__(self, future):
+    def __init__(self, future, chained=False):
         super().__init__()
         self._future = future
+        self._chained = future.then(_value_or_error) if chained else None
 
     def wait(self, timeout=None):
         return _wait_for(self._future, timeout)
 
     def get_future(self):
-        return self._future
+        return self._chained if self._chained is not None else self._future
 
     def result(self):
         """The operation's tensors (torch's Work.result()), lists of lists flattened."""
@@ -98,10 +103,10 @@ class _Work(_C.Work):
 
 
 if hasattr(_C, "Backend"):
-    def _work(future):
-        return _Work(future)
+    def _work(future, chained=False):
+        return _Work(future, chained)
 else:
-    def _work(future):
+    def _work(future, chained=False):  # noqa: ARG001 - every future is chained here
         """torch 1.13: its future-wrapping Work (1.13 cannot call a Python Work from C++). Its
         wait() does not raise: a failed operation's error is raised by the group's next one, and
         by anything that reads the future (DDP's reducer does). The future it hands out is the
