@@ -309,6 +309,30 @@ TEST(ShmAllreduce, MoreRanksThanCoresStayCorrect) {
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
+// Ranks that reduce different counts fail, each blaming (as data) the rank that runs the other
+// call, whichever rank saw it first: rank 2 disagrees with the others, so the innocent rank 1's
+// error blames rank 2, whether it found the difference itself or heard of it in an abort.
+TEST(ShmAllreduce, RanksThatDisagreeAreBlamedNotTheRankThatNoticed) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.env["DDP_TIMEOUT_SECONDS"] = "30";
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    const size_t count = ctx.rank() == 2 ? 2000 : 1000;
+    std::vector<float> v(2000, 1.0f);
+    absl::Status s = ctx.Allreduce(v.data(), v.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    return s.ok() ? absl::InternalError("an allreduce of different counts succeeded") : s;
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (int r : {0, 1}) {
+    const std::string& status = job.ranks[static_cast<size_t>(r)].status;
+    EXPECT_TRUE(absl::StrContains(status, "disagree")) << job.Summary();
+    const size_t at = status.find("ddp.BlamedRanks='");
+    ASSERT_NE(at, std::string::npos) << job.Summary();
+    const std::string blamed = status.substr(at + 17, status.find('\'', at + 17) - at - 17);
+    EXPECT_TRUE(absl::StrContains(absl::StrCat(",", blamed, ","), ",2,")) << job.Summary();
+  }
+}
+
 // A rank that shuts down (on purpose, and stays alive) is named by the others at once: the
 // allreduce they wait in learns of its goodbye, not only of its death or a timeout. Rank 1 lives
 // until both others have their error, so nothing here can come from its process exiting.

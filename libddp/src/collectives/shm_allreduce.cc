@@ -256,11 +256,16 @@ absl::Status ShmAllreduce::CheckCalls(uint64_t step, size_t count, DataType type
         domain_->area_control(p, area_)->calls[step % domain_->config().slots];
     if (call.step.load(std::memory_order_acquire) != step || call.count != count ||
         call.type != static_cast<uint32_t>(type) || call.op != static_cast<uint32_t>(op)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ranks disagree: this rank runs ",
-          CallText(count, static_cast<uint32_t>(type), static_cast<uint32_t>(op)), " but ",
-          domain_->PeerName(p), " runs ", CallText(call.count, call.type, call.op),
-          " (every rank must make the same collective calls in the same order)"));
+      // Both ranks as data, the peer first (as Check's): the abort this rank sends, and the
+      // launcher's report, name the pair, not this rank alone.
+      const std::vector<int>& ranks = domain_->config().ranks;
+      return WithRanks(
+          absl::InvalidArgumentError(absl::StrCat(
+              "ranks disagree: ", domain_->PeerName(me), " runs ",
+              CallText(count, static_cast<uint32_t>(type), static_cast<uint32_t>(op)), " but ",
+              domain_->PeerName(p), " runs ", CallText(call.count, call.type, call.op),
+              " (every rank must make the same collective calls in the same order)")),
+          {ranks[static_cast<size_t>(p)], ranks[static_cast<size_t>(me)]});
     }
   }
   return absl::OkStatus();
