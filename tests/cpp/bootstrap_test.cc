@@ -176,7 +176,8 @@ TEST(Topology, RanksOnAMachineCountByBootIdElseByHostName) {
 
 // A machine with more of the job's ranks than CPUs makes the job crowded, on every rank alike:
 // counted by machine where known, else by host; a machine's CPUs are the union of its ranks'
-// affinity masks (containers of one node with CPU sets of their own add up).
+// affinity masks (containers of one node with CPU sets of their own add up). Asked for one rank,
+// whether that rank's machine is.
 TEST(Topology, AJobIsCrowdedWhereSomeMachineHasMoreRanksThanCpus) {
   const std::vector<std::string> hosts = {"a", "a", "b", "b"};
   EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"3", "3", "3", "3"}));
@@ -187,6 +188,12 @@ TEST(Topology, AJobIsCrowdedWhereSomeMachineHasMoreRanksThanCpus) {
   EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"3", "3", "01", "1"}));
   EXPECT_TRUE(bootstrap::Crowded(hosts, {"", "", "", ""}, {"1", "1", "ff", "ff"}));  // host a
   EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"", "", "?", "3"}));  // 1 CPU
+  // With a rank: its own machine alone (where its transports decide how long to spin). Ranks
+  // bound to a CPU each (a launcher's binding: masks 1 and 2) share no core.
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"3", "3", "1", "1"}, 0));
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"3", "3", "1", "1"}, 3));
+  EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"1", "2", "1", "2"}, 0));
+  EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {"1", "2", "1", "2"}, 1));
   const std::string mine = bootstrap::CpuMask();
   EXPECT_FALSE(mine.empty());
   EXPECT_EQ(mine.find_first_not_of("0123456789abcdef"), std::string::npos) << mine;

@@ -107,6 +107,9 @@ class Assembler {
   // Whether this rank waits on anyone, as every transport of it tells its peers (core.h).
   transport::WaitingGroup waiting_ = std::make_shared<std::atomic<int>>(0);
   int ranks_on_machine_ = 1;  // of the job, sharing this machine's cores
+  // Those ranks outnumber the CPUs they may run on together (the union of their affinities, not
+  // this process's alone: a launcher that binds each rank to a core of its own shares nothing).
+  bool cores_shared_ = false;
 };
 
 absl::StatusOr<Job> Assembler::Run(Options* options) {
@@ -142,6 +145,7 @@ absl::StatusOr<Job> Assembler::Run(Options* options) {
     }
     ranks_on_machine_ = RanksOnMachine(job_.hosts, job_.machines, options_.rank);
     job_.crowded = Crowded(job_.hosts, job_.machines, cpus);
+    cores_shared_ = Crowded(job_.hosts, job_.machines, cpus, options_.rank);
     plan_ = PlanTransports(options_, job_.hosts);
     if (options_.rejoin && (plan_.shm || options_.transport == TransportKind::kMpi ||
                             options_.transport == TransportKind::kOfi)) {
@@ -212,6 +216,7 @@ absl::StatusOr<std::string> Assembler::PrepareNet(const std::string& listen_ip) 
   config.timeout = options_.timeout;
   config.waiting_group = waiting_;
   config.ranks_on_machine = ranks_on_machine_;
+  config.cores_shared = cores_shared_;
   DDP_ASSIGN_OR_RETURN(tcp_, transport::tcp::TcpTransport::Create(config));
   return tcp_->listen_address();
 }
@@ -232,6 +237,7 @@ std::string Assembler::PrepareShm() {
   config.small_bytes = static_cast<size_t>(options_.shm_small_bytes);
   config.timeout = options_.timeout;
   config.ranks_on_machine = ranks_on_machine_;
+  config.cores_shared = cores_shared_;
   config.areas = backend_slots_;
   // The allreduce of shared memory alone runs when this host holds the whole job; with other
   // hosts, the hierarchical algorithm uses the point-to-point path. DDP_ALGO=ring or rd asks for
@@ -379,15 +385,18 @@ std::string CpuMask() {
 }
 
 bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
-             const std::vector<std::string>& cpu_masks) {
+             const std::vector<std::string>& cpu_masks, int rank) {
   struct Place {
     int ranks = 0;
     std::string cpus;  // the union of its ranks' masks
   };
+  const auto place_of = [&](size_t r) {
+    const bool known = r < machines.size() && !machines[r].empty();
+    return known ? "m:" + machines[r] : "h:" + hosts[r];
+  };
   std::map<std::string, Place> places;
   for (size_t r = 0; r < hosts.size(); ++r) {
-    const bool known = r < machines.size() && !machines[r].empty();
-    Place& place = places[known ? "m:" + machines[r] : "h:" + hosts[r]];
+    Place& place = places[place_of(r)];
     ++place.ranks;
     const std::string& mask = r < cpu_masks.size() ? cpu_masks[r] : std::string();
     if (place.cpus.size() < mask.size()) place.cpus.resize(mask.size(), '0');
@@ -395,9 +404,12 @@ bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::strin
       place.cpus[i] = kHexDigits[static_cast<size_t>(HexDigit(place.cpus[i]) | HexDigit(mask[i]))];
     }
   }
-  return std::any_of(places.begin(), places.end(), [](const auto& p) {
-    return p.second.ranks > std::max(CpusIn(p.second.cpus), 1);
-  });
+  const auto crowded = [](const Place& p) { return p.ranks > std::max(CpusIn(p.cpus), 1); };
+  if (rank >= 0 && static_cast<size_t>(rank) < hosts.size()) {
+    return crowded(places[place_of(static_cast<size_t>(rank))]);
+  }
+  return std::any_of(places.begin(), places.end(),
+                     [&](const auto& p) { return crowded(p.second); });
 }
 
 std::string HostName(const Options& options) {

@@ -63,8 +63,9 @@ int RanksOnMachine(const std::vector<std::string>& hosts, const std::vector<std:
 std::string CpuMask();
 
 // Whether some machine (by `machines`, else by `hosts`) holds more of the ranks than the CPUs its
-// ranks may run on together (the union of their `cpu_masks`; at least one).
+// ranks may run on together (the union of their `cpu_masks`; at least one). With `rank`, whether
+// that rank's machine does.
 bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
-             const std::vector<std::string>& cpu_masks);
+             const std::vector<std::string>& cpu_masks, int rank = -1);
 
 }  // namespace ddp::bootstrap

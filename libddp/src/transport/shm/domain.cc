@@ -107,7 +107,7 @@ absl::StatusOr<std::shared_ptr<ShmDomain>> ShmDomain::Create(ShmConfig config) {
   CPU_ZERO(&cpus);
   const int cores = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   const int sharing = std::max(d->config_.local_size, d->config_.ranks_on_machine);
-  d->oversubscribed_ = sharing > cores;
+  d->oversubscribed_ = d->config_.cores_shared.value_or(sharing > cores);
   spin_iterations.store(d->oversubscribed_ ? kMinSpin : kMaxSpin);
   adaptive_spin.store(!d->oversubscribed_);
   yield_rounds.store(d->oversubscribed_ ? 4 : 0);

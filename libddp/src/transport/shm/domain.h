@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,10 @@ struct ShmConfig {
   // Ranks of the job on this machine, whatever their host names (0: local_size). More than its
   // cores, and waits spin briefly before yielding.
   int ranks_on_machine = 0;
+  // Whether this machine's ranks outnumber the CPUs they may run on together (bootstrap/job.h's
+  // Crowded, from every rank's affinity: ranks bound to a core each share none); unset: this
+  // process's own affinity against the ranks decides.
+  std::optional<bool> cores_shared;
   // The job has more ranks on some machine than the CPUs they may run on (bootstrap/job.h's
   // Job::crowded, agreed by every rank): decides the default chunk_bytes.
   bool crowded = false;

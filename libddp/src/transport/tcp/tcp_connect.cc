@@ -58,7 +58,7 @@ absl::Status TcpTransport::Connect(const std::vector<std::string>& addresses,
             : std::count(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(config_.rank)]);
     cpu_set_t cpus;
     const long cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    oversubscribed_ = local > cores;
+    oversubscribed_ = config_.cores_shared.value_or(local > cores);
     for (int r = 0; r < config_.size; ++r) {
       peers_[static_cast<size_t>(r)]->address = addresses[static_cast<size_t>(r)];
     }

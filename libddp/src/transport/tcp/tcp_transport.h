@@ -45,6 +45,10 @@ struct TcpConfig {
   // Ranks of the job on this machine (0: count those with this rank's host name). More than its
   // cores, and waiting ranks spin less: the one they wait for may need the core.
   int ranks_on_machine = 0;
+  // Whether this machine's ranks outnumber the CPUs they may run on together, as the job's
+  // assembly found from every rank's affinity (bootstrap/job.h's Crowded); unset: this process's
+  // own affinity against ranks_on_machine decides.
+  std::optional<bool> cores_shared;
   // Shared with the job's other transports (core.h).
   WaitingGroup waiting_group;
   // A connection that has not authenticated within this is dropped.
