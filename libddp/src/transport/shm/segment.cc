@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <sstream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -100,11 +101,15 @@ absl::StatusOr<Segment> Segment::Create(const std::string& token, int rank, uint
   seg.owner_ = true;
   seg.linked_ = true;
   // Allocate every page now: a full /dev/shm fails here, not with SIGBUS later.
-  const int err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  int err = EINTR;
+  while (err == EINTR) err = posix_fallocate(fd, 0, static_cast<off_t>(bytes));  // a signal
   if (err != 0) {
     close(fd);
+    const std::string what = absl::StrCat("shared memory: cannot allocate ", bytes >> 10,
+                                          " KiB in ", kDevShm, ": ", Errno(err));
+    if (err != ENOSPC) return absl::UnavailableError(what);
     return absl::ResourceExhaustedError(absl::StrCat(
-        "shared memory: cannot allocate ", bytes >> 10, " KiB in ", kDevShm, ": ", Errno(err),
+        what,
         " (each rank needs this much; enlarge /dev/shm, e.g. docker --shm-size or a Kubernetes "
         "emptyDir with medium Memory, lower DDP_SHM_CHUNK_BYTES, or set DDP_TRANSPORT=tcp)"));
   }
@@ -146,7 +151,7 @@ absl::StatusOr<Segment> Segment::Attach(const std::string& name, const std::stri
     return absl::PermissionDeniedError(
         absl::StrCat(where,
                      ": wrong size or owner (ranks of one job must run as the same user "
-                     "with the same DDP_SHM_* settings)"));
+                     "with the same DDP_SHM_* and DDP_ALGO settings)"));
   }
   auto base = Map(fd, bytes, name);
   close(fd);
