@@ -155,6 +155,21 @@ TEST(ShmSegments, NamesOfDeadProcessesAreSweptAndNeverReused) {
   EXPECT_FALSE(OurNames().count(mine->name().substr(1)));
 }
 
+// A peer's pid means a process only within its own pid namespace: segments made in another
+// (containers sharing a host name and /dev/shm, not their pids) are told apart by name, and
+// their creators' liveness is left to heartbeats and the timeout.
+TEST(ShmSegments, SegmentsOfAnotherPidNamespaceAreToldApart) {
+  auto seg = Segment::Create("job-token-123", 0, 42, 1 << 16);
+  ASSERT_TRUE(seg.ok()) << seg.status();
+  EXPECT_TRUE(Segment::OfOurPids(seg->name())) << seg->name();
+  EXPECT_TRUE(Segment::OfOurPids(seg->name().substr(1))) << seg->name();
+  struct stat ns {};
+  ASSERT_EQ(::stat("/proc/self/ns/pid", &ns), 0);
+  const std::string other = absl::StrCat("/ddp-", ::getuid(), "-", ns.st_ino + 1, "-7-1-00ff");
+  EXPECT_FALSE(Segment::OfOurPids(other)) << other;
+  seg->Unlink();
+}
+
 TEST(ShmSegments, OnlyHoldersOfTheJobTokenAttach) {
   auto seg = Segment::Create("the-right-token", 3, 7, 1 << 16);
   ASSERT_TRUE(seg.ok()) << seg.status();

@@ -129,7 +129,11 @@ absl::Status ShmDomain::Connect(const std::vector<std::string>& names, absl::Tim
           uint64_t{1} << config_.local_rank, std::memory_order_acq_rel);
     }
     bases_[static_cast<size_t>(p)] = peers_[static_cast<size_t>(p)].base();
-    pids_[static_cast<size_t>(p)] = peers_[static_cast<size_t>(p)].header()->creator_pid;
+    // A pid of another pid namespace (containers sharing /dev/shm, not their pids) names no
+    // process here: such a peer's death shows in its silence (heartbeats, the timeout) instead.
+    pids_[static_cast<size_t>(p)] = Segment::OfOurPids(names[static_cast<size_t>(p)])
+                                        ? peers_[static_cast<size_t>(p)].header()->creator_pid
+                                        : 0;
   }
   // Every peer maps this segment right after reading its name; then nobody needs the name.
   // Between polls, sleeps from 50 us doubling to 1 ms (a join waits once, for peers that are

@@ -18,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/crypto.h"
 #include "common/log.h"
 #include "common/process.h"
@@ -206,6 +207,10 @@ int Segment::Sweep() {
   }
   closedir(dir);
   return removed;
+}
+
+bool Segment::OfOurPids(const std::string& name) {
+  return absl::StartsWith(absl::StripPrefix(name, "/"), Prefix());
 }
 
 std::vector<std::string> Segment::NamesOfPid(int64_t pid) {

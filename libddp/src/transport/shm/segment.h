@@ -78,6 +78,10 @@ class Segment {
   static int Sweep();
   // The names in /dev/shm that this process created (for tests).
   static std::vector<std::string> NamesOfPid(int64_t pid);
+  // Whether the segment `name` was made in this process's pid namespace, where its creator's pid
+  // means that process: containers that share a host name and /dev/shm (host network and IPC)
+  // but not their pids are not (pid 7 there is no process here, or another one).
+  static bool OfOurPids(const std::string& name);
 
  private:
   std::string name_;
