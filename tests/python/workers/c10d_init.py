@@ -5,6 +5,7 @@ rank RANK of WORLD_SIZE (set by the test, with MASTER_ADDR/MASTER_PORT for env:/
 Prints "c10d init ok <how>"."""
 import os
 import sys
+import time
 from datetime import timedelta
 
 import torch
@@ -96,6 +97,15 @@ except (ValueError, RuntimeError) as e:
 else:
     sys.exit(f"rank {rank}: all_to_all into outputs of other sizes was not refused")
 if torch.__version__ < "2":
+    # The group keeps that error: no rank leaves before all have heard it (one that left would be
+    # the others' error instead), meeting through torch's store; rank 0 hosts it and leaves last.
+    store = dist.distributed_c10d._get_default_store()  # noqa: SLF001
+    for key in ("refused-done", "refused-left") if rank == 0 else ("refused-done",):
+        store.add(key, 1)
+        while store.add(key, 0) < size:
+            time.sleep(0.01)
+    if rank != 0:
+        store.add("refused-left", 1)
     print(f"c10d init ok {how}", flush=True)
     sys.exit(0)
 dist.barrier()

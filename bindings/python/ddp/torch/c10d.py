@@ -120,14 +120,16 @@ def _operation(method, title, inputs_of):
     """An operation of the backend: its profiler event ("ddp:<title>" reading `inputs_of(*args)`,
     closed when it finishes), and torch's error when its submission fails (the job broke before
     it). No autograd, as in Gloo and NCCL: a tensor that requires grad (a Parameter) moves as
-    data (torch.distributed.nn has the differentiable forms). Once an operation of the group
-    broke the job, every later one raises that error, before it submits anything (whose own
-    error would be a later symptom: a peer that has left since)."""
+    data (torch.distributed.nn has the differentiable forms). Once a failure of libddp's broke
+    the job (every rank has its error), every later operation raises it before it submits
+    anything, whose own error would be a later symptom (a peer that has left since). A failure of
+    this rank's own part that torch 1.13 keeps for the next operation (its Work cannot raise) is
+    raised after the submission (_submit_future), so that the peers' operation still completes."""
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
-        finisher = getattr(self, "_finisher", None)
-        if finisher is not None and finisher.failed is not None:
-            raise finisher.failed
+        failed = getattr(getattr(self, "_finisher", None), "failed", None)
+        if failed is not None and _finish.breaks_the_job(failed, wait_raises=True):
+            raise failed
         _calling.event = _profile.begin(title, inputs_of, args)
         try:
             with torch.no_grad():
@@ -334,7 +336,7 @@ class _Operations:
             raise ValueError(f"torch.distributed backend 'ddp': allgather_coalesced needs "
                              f"{self._size} output lists (one per rank), got {len(output_lists)}")
         for outputs in output_lists:
-            _checks.coalesced(outputs, inputs, 1, 1, inputs[0].dtype, "allgather_coalesced")
+            _checks.coalesced(outputs, inputs, 1, 1, "allgather_coalesced")
         flat = _flat(inputs)
         handle = _f.allgather_async(flat.reshape(1, -1), process_set=self._set)
 
@@ -401,7 +403,7 @@ class _Operations:
 
     def all_gather_single_coalesced(self, outputs, inputs, opts=None):
         """FSDP's: several all_gather_into_tensor at once, in one allgather."""
-        _checks.coalesced(outputs, inputs, self._size, self._size, inputs[0].dtype,
+        _checks.coalesced(outputs, inputs, self._size, self._size,
                           "all_gather_into_tensor (coalesced)")
         sizes = [t.numel() for t in inputs]
         handle = _f.allgather_async(_flat(inputs).reshape(1, -1), process_set=self._set)
@@ -417,7 +419,7 @@ class _Operations:
     def reduce_scatter_single_coalesced(self, outputs, inputs, opts=None):
         """FSDP's: several reduce_scatter_tensor at once, in one reduce-scatter."""
         op, scale = _scaled_op(opts, outputs[0], "reduce_scatter")
-        _checks.coalesced(inputs, outputs, self._size, self._size, outputs[0].dtype,
+        _checks.coalesced(inputs, outputs, self._size, self._size,
                           "reduce_scatter_tensor (coalesced)")
         sizes = [t.numel() for t in outputs]
         rows = torch.cat([t.reshape(self._size, n) for t, n in zip(inputs, sizes)], dim=1)
@@ -433,13 +435,8 @@ class _Operations:
         out_rows = output.shape[0] if output.dim() else 1
         sends = _checks.splits(input_split_sizes, rows, self._size, what, "input")
         wants = _checks.splits(output_split_sizes, out_rows, self._size, what, "output")
-        if not sends and not wants:  # even: one alltoall, no round for the splits
-            if output.numel() != input.numel():
-                raise ValueError(f"torch.distributed backend 'ddp': {what}: the output has "
-                                 f"{output.numel()} elements, the input {input.numel()}")
-            handle = _f.alltoall_async(_as_rows(input, rows), process_set=self._set)
-            return self._submit([handle], [output], lambda outs: output.copy_(
-                _first(outs[0]).reshape(output.shape)))
+        # Always with the ranks' splits, even where this rank's are even or not given: a rank
+        # alone cannot know whether its peers' are, and all must take the same path.
         wants = wants or [out_rows // self._size] * self._size
 
         def finish(out, got):
@@ -466,10 +463,12 @@ class _Operations:
         and the rows after it, both on the group's finisher, so that the call returns at once;
         `finish(received rows, received splits)` copies into the caller's tensors there."""
         name = _ops.auto_name("alltoall", None, self._set)  # here: the ranks' call order
+        on_callers_stream = _groups.callers_stream(rows)
 
         def run(_):
-            out, got = _f.alltoall_async(rows, splits=splits, name=name,
-                                         process_set=self._set).wait()
+            with on_callers_stream():
+                out, got = _f.alltoall_async(rows, splits=splits, name=name,
+                                             process_set=self._set).wait()
             finish(out, [int(c) for c in got.tolist()])
         return self._submit([], result, finish=run)
 

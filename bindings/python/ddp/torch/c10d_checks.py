@@ -37,16 +37,18 @@ def like(tensors, count, numel, dtype, what, whose="output"):
     dtypes(tensors, dtype, what)
 
 
-def coalesced(outer, inner, size, factor, dtype, what):
-    """FSDP's coalesced forms: the tensors of `outer` pairwise `factor` x those of `inner`
-    (all_gather_single_coalesced: outputs x size of the inputs; reduce_scatter_single_coalesced:
-    inputs x size of the outputs)."""
+def coalesced(outer, inner, size, factor, what):
+    """The coalesced forms: the tensors of `outer` pairwise `factor` x those of `inner`, each
+    pair of one dtype (all_gather_single_coalesced: outputs x size of the inputs;
+    reduce_scatter_single_coalesced: inputs x size of the outputs; allgather_coalesced: one
+    rank's outputs x 1 of the inputs). Pairs may differ in dtype from each other."""
     if len(outer) != len(inner):
         _refuse(what, f"{len(outer)} tensors against {len(inner)}")
     for i, (big, small) in enumerate(zip(outer, inner)):
         if big.numel() != small.numel() * factor:
             _refuse(what, f"tensor {i}: {big.numel()} elements, not {size} x {small.numel()}")
-    dtypes(list(outer) + list(inner), dtype, what)
+        if big.dtype != small.dtype:
+            _refuse(what, f"tensor {i} is {big.dtype} against {small.dtype}")
 
 
 def splits(split_sizes, rows, size, what, whose):

@@ -25,13 +25,13 @@ IDLE_SECONDS = 10.0
 _WAIT_RAISES = hasattr(torch._C._distributed_c10d, "Backend")
 
 
-def breaks_the_job(error: BaseException) -> bool:
+def breaks_the_job(error: BaseException, wait_raises: bool = _WAIT_RAISES) -> bool:
     """Whether an operation's failure fails every later one of its stream too: libddp's errors
     (a rank died, stalled or disagreed), not those of this rank's own part alone (a copy into the
     caller's tensors, a wait that timed out here with nothing sent: `local = True`), which fail
-    their own operation. On torch 1.13 every failure does: its Work.wait() cannot raise, and the
-    next operation is where the script hears of it."""
-    if not _WAIT_RAISES:
+    their own operation. On torch 1.13 (`wait_raises` False) every failure does: its Work.wait()
+    cannot raise, and the next operation is where the script hears of it."""
+    if not wait_raises:
         return True
     return isinstance(error, _ddp.DDPError) and not getattr(error, "local", False)
 

@@ -26,7 +26,12 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+import contextlib
+
+import torch
+
 from .. import _ddp, _launch, _ops
+from . import _shutdown
 from . import functions as _f
 
 # What would make a group's libddp job take the launcher's place in the whole job for its own:
@@ -66,6 +71,17 @@ def make(store, rank, size, timeout):
     return group
 
 
+def callers_stream(tensor):
+    """A context that puts the calling thread's current CUDA stream (where `tensor` is CUDA) on
+    the thread that enters it: an operation started later on a finisher thread (which would
+    otherwise submit on the default stream) stays ordered after the kernels that made its
+    data, as when the caller submits it."""
+    if not (isinstance(tensor, torch.Tensor) and tensor.is_cuda):
+        return contextlib.nullcontext
+    stream = torch.cuda.current_stream(tensor.device)
+    return lambda: torch.cuda.stream(stream)
+
+
 def close(group):
     """Leaves a group made by make() (its pending operations fail)."""
     _ops.remove_group(group)
@@ -87,18 +103,30 @@ class PointToPoint:
         self._lock = threading.Lock()
         self._any_next = 0  # where the next recv from any source starts looking (fairness)
         self._any_finisher = None
+        self._closed = False
 
     def _pair(self, peer):
         """The pair's group, made by the first transfer that needs it. Each peer's is made under
         a lock of its own, never the object's: a rank may be making pairs with two peers at
         once, each waiting for its peer to join (a ring's first isend and irecv)."""
         with self._lock:
+            if self._closed:  # a transfer queued when the group ended: no group made for it
+                raise _ddp.DDPError("torch.distributed backend 'ddp': the process group was "
+                                    "destroyed before this send or recv started")
             entry = self._pairs.setdefault(peer, _Pair())
         with entry.lock:
             if entry.group is None:
                 low, high = sorted((self._rank, peer))
                 store = dist.PrefixStore(f"ddp-p2p/{low}-{high}/", self._store)
-                entry.group = make(store, 0 if self._rank == low else 1, 2, self._timeout)
+                group = make(store, 0 if self._rank == low else 1, 2, self._timeout)
+                with self._lock:
+                    closed = self._closed
+                    if not closed:
+                        entry.group = group
+                if closed:  # close() ran meanwhile and did not see it
+                    close(group)
+                    raise _ddp.DDPError("torch.distributed backend 'ddp': the process group was "
+                                        "destroyed while this send or recv started")
             return entry.group
 
     def _finisher(self, sender, receiver, tag):
@@ -148,8 +176,15 @@ class PointToPoint:
         name = f"p2p.{sender}>{receiver}.tag{tag}.{sequence}"
         root = 0 if sender < receiver else 1
 
+        on_callers_stream = callers_stream(tensor)
+
         def start(group):
-            return _f.broadcast_async_(tensor, root, name=name, process_set=group)
+            with on_callers_stream():
+                return _f.broadcast_async_(tensor, root, name=name, process_set=group)
+
+        def start_deferred():
+            with _shutdown.torch_call():  # store calls and the group's rendezvous, on a finisher
+                return start(self._pair(peer))
         with self._lock:
             entry = self._pairs.get(peer)
             group = entry.group if entry is not None else None
@@ -157,7 +192,7 @@ class PointToPoint:
         # making it here would wait for the peer to make it too, and ranks whose first transfers
         # form a cycle (each isend to the next rank, then irecv from the previous) would each
         # wait for the next one.
-        handle = start(group) if group is not None else _Deferred(lambda: start(self._pair(peer)))
+        handle = start(group) if group is not None else _Deferred(start_deferred)
         return handle, (self._finisher(sender, receiver, tag) if finisher else None)
 
     def any_finisher(self):
@@ -198,6 +233,7 @@ class PointToPoint:
 
     def close(self):
         with self._lock:
+            self._closed = True
             pairs = [entry.group for entry in self._pairs.values() if entry.group is not None]
             self._pairs = {}
             finishers, self._finishers = list(self._finishers.values()), {}
