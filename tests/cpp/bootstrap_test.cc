@@ -194,6 +194,14 @@ TEST(Topology, AJobIsCrowdedWhereSomeMachineHasMoreRanksThanCpus) {
   EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"3", "3", "1", "1"}, 3));
   EXPECT_FALSE(bootstrap::Crowded(hosts, {"m", "m", "n", "n"}, {"1", "2", "1", "2"}, 0));
   EXPECT_TRUE(bootstrap::Crowded(hosts, {"m", "m", "m", "m"}, {"1", "2", "1", "2"}, 1));
+  // Five ranks bound to CPUs 0-3 share them, though a sixth bound to CPUs 4-7 makes the union 8.
+  const std::vector<std::string> six = {"a", "a", "a", "a", "a", "a"};
+  const std::vector<std::string> one_machine(6, "m");
+  const std::vector<std::string> masks = {"f", "f", "f", "f", "f", "0f"};
+  EXPECT_FALSE(bootstrap::Crowded(six, one_machine, masks));
+  EXPECT_TRUE(bootstrap::Crowded(six, one_machine, masks, 0));
+  EXPECT_FALSE(bootstrap::Crowded(six, one_machine, masks, 5));
+  EXPECT_TRUE(bootstrap::Crowded(six, one_machine, {"f", "f", "f", "f", "f", ""}, 5));
   const std::string mine = bootstrap::CpuMask();
   EXPECT_FALSE(mine.empty());
   EXPECT_EQ(mine.find_first_not_of("0123456789abcdef"), std::string::npos) << mine;

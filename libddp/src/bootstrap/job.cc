@@ -43,6 +43,15 @@ int CpusIn(absl::string_view mask) {
   return cpus;
 }
 
+// Whether two CpuMasks share a CPU; a mask that names none (unknown) shares them all.
+bool Overlap(absl::string_view a, absl::string_view b) {
+  if (CpusIn(a) == 0 || CpusIn(b) == 0) return true;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if ((HexDigit(a[i]) & HexDigit(b[i])) != 0) return true;
+  }
+  return false;
+}
+
 // Which transports this rank needs, from every rank's host: the network one (TCP, MPI or
 // libfabric) unless all ranks share this host and shared memory may carry everything; shared
 // memory when other ranks share this host (DDP_TRANSPORT=auto or shm). `shm_anywhere`: some host
@@ -394,20 +403,28 @@ bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::strin
     const bool known = r < machines.size() && !machines[r].empty();
     return known ? "m:" + machines[r] : "h:" + hosts[r];
   };
+  const auto mask_of = [&](size_t r) {
+    return r < cpu_masks.size() ? absl::string_view(cpu_masks[r]) : absl::string_view();
+  };
+  const bool one = rank >= 0 && static_cast<size_t>(rank) < hosts.size();
   std::map<std::string, Place> places;
   for (size_t r = 0; r < hosts.size(); ++r) {
+    // For one rank: the ranks of its machine whose CPUs overlap its own (five ranks bound to
+    // CPUs 0-3 share them, whatever a sixth bound to CPUs 4-7 has).
+    if (one && (place_of(r) != place_of(static_cast<size_t>(rank)) ||
+                !Overlap(mask_of(r), mask_of(static_cast<size_t>(rank))))) {
+      continue;
+    }
     Place& place = places[place_of(r)];
     ++place.ranks;
-    const std::string& mask = r < cpu_masks.size() ? cpu_masks[r] : std::string();
+    const absl::string_view mask = mask_of(r);
     if (place.cpus.size() < mask.size()) place.cpus.resize(mask.size(), '0');
     for (size_t i = 0; i < mask.size(); ++i) {
       place.cpus[i] = kHexDigits[static_cast<size_t>(HexDigit(place.cpus[i]) | HexDigit(mask[i]))];
     }
   }
   const auto crowded = [](const Place& p) { return p.ranks > std::max(CpusIn(p.cpus), 1); };
-  if (rank >= 0 && static_cast<size_t>(rank) < hosts.size()) {
-    return crowded(places[place_of(static_cast<size_t>(rank))]);
-  }
+  if (one) return crowded(places[place_of(static_cast<size_t>(rank))]);
   return std::any_of(places.begin(), places.end(),
                      [&](const auto& p) { return crowded(p.second); });
 }

@@ -64,7 +64,7 @@ std::string CpuMask();
 
 // Whether some machine (by `machines`, else by `hosts`) holds more of the ranks than the CPUs its
 // ranks may run on together (the union of their `cpu_masks`; at least one). With `rank`, whether
-// that rank's machine does.
+// the ranks of its machine whose CPUs overlap its own outnumber the CPUs those cover.
 bool Crowded(const std::vector<std::string>& hosts, const std::vector<std::string>& machines,
              const std::vector<std::string>& cpu_masks, int rank = -1);
 
