@@ -168,9 +168,6 @@ def _as_rows(tensor, rows):
     return tensor.reshape(rows, -1)
 
 
-_check_one = _checks.one
-
-
 class _Operations:
     """The operations, shared by the torch 2 Backend and the torch 1.13 ProcessGroup below (both
     are pybind11 classes whose C++ side calls these Python methods by name)."""
@@ -245,7 +242,7 @@ class _Operations:
         """A sparse (COO) tensor's SUM or AVG, as Gloo's: every rank's indices and values are
         gathered (each rank may hold a different number), summed where indices meet, and the
         coalesced result replaces the tensor in place."""
-        _check_one(tensors, "a sparse allreduce")
+        _checks.one(tensors, "a sparse allreduce")
         tensor = tensors[0]
         if not tensor.is_sparse:
             raise ValueError("torch.distributed backend 'ddp': allreduce_sparse needs a sparse "
@@ -297,7 +294,7 @@ class _Operations:
                              for t in tensors], tensors)
 
     def reduce(self, tensors, opts):
-        _check_one(tensors, "reduce")
+        _checks.one(tensors, "reduce")
         root, tensor = opts.rootRank, tensors[0]
         if _bitwise_fold(opts, tensor, "reduce") is not None:
             return self._bitwise(tensor, opts, root, tensors)
@@ -310,8 +307,8 @@ class _Operations:
         return self._submit([handle], tensors, finish)
 
     def allgather(self, output_lists, inputs, opts=None):
-        _check_one(inputs, "allgather")
-        _check_one(output_lists, "allgather")
+        _checks.one(inputs, "allgather")
+        _checks.one(output_lists, "allgather")
         outputs = output_lists[0]
         _checks.like(outputs, self._size, inputs[0].numel(), inputs[0].dtype, "allgather")
         handle = _f.allgather_async(inputs[0].reshape(1, -1), process_set=self._set)
@@ -332,9 +329,7 @@ class _Operations:
             outs[0].reshape(output.shape)))
 
     def allgather_coalesced(self, output_lists, inputs, opts=None):
-        if len(output_lists) != self._size:
-            raise ValueError(f"torch.distributed backend 'ddp': allgather_coalesced needs "
-                             f"{self._size} output lists (one per rank), got {len(output_lists)}")
+        _checks.count(output_lists, self._size, "allgather_coalesced", "output lists")
         for outputs in output_lists:
             _checks.coalesced(outputs, inputs, 1, 1, "allgather_coalesced")
         flat = _flat(inputs)
@@ -347,10 +342,10 @@ class _Operations:
         return self._submit([handle], output_lists, finish)
 
     def gather(self, output_lists, inputs, opts):
-        _check_one(inputs, "gather")
+        _checks.one(inputs, "gather")
         root = opts.rootRank
         if self._rank == root:
-            _check_one(output_lists, "gather")
+            _checks.one(output_lists, "gather")
             _checks.like(output_lists[0], self._size, inputs[0].numel(), inputs[0].dtype,
                          "gather")
         handle = _f.allgather_async(inputs[0].reshape(1, -1), process_set=self._set)
@@ -361,10 +356,10 @@ class _Operations:
         return self._submit([handle], output_lists, finish)
 
     def scatter(self, outputs, input_lists, opts):
-        _check_one(outputs, "scatter")
+        _checks.one(outputs, "scatter")
         root, out = opts.rootRank, outputs[0]
         if self._rank == root:
-            _check_one(input_lists, "scatter")
+            _checks.one(input_lists, "scatter")
             _checks.like(input_lists[0], self._size, out.numel(), out.dtype, "scatter", "input")
             whole = _flat(input_lists[0]).clone()
         else:
@@ -375,7 +370,7 @@ class _Operations:
             whole[self._rank * n:(self._rank + 1) * n].view_as(out)))
 
     def reduce_scatter(self, outputs, input_lists, opts=None):
-        _check_one(outputs, "reduce_scatter")
+        _checks.one(outputs, "reduce_scatter")
         out, inputs = outputs[0], input_lists[0]
         op, scale = _scaled_op(opts, out, "reduce_scatter")
         if any(t.numel() != out.numel() for t in inputs) or len(inputs) != self._size:
@@ -447,9 +442,8 @@ class _Operations:
 
     def alltoall(self, outputs, inputs, opts=None):
         what = "all_to_all"
-        if len(inputs) != self._size or len(outputs) != self._size:
-            raise ValueError(f"torch.distributed backend 'ddp': {what} needs {self._size} input "
-                             f"and output tensors, got {len(inputs)} and {len(outputs)}")
+        _checks.count(inputs, self._size, what, "input tensors")
+        _checks.count(outputs, self._size, what, "output tensors")
         _checks.dtypes(list(outputs) + list(inputs), inputs[0].dtype, what)
 
         def finish(out, got):
@@ -492,13 +486,13 @@ class _Operations:
     def send(self, tensors, dst, tag):
         """A broadcast from this rank in the group of the pair (c10d_groups.PointToPoint): it
         completes once the receiver has posted its recv, as NCCL's send does."""
-        _check_one(tensors, "send")
+        _checks.one(tensors, "send")
         handle, finisher = self._p2p.transfer(tensors[0], self._rank, dst, tag, "send",
                                               announce=self._any_source)
         return self._submit([handle], tensors, finisher=finisher)
 
     def recv(self, tensors, src, tag):
-        _check_one(tensors, "recv")
+        _checks.one(tensors, "recv")
         handle, finisher = self._p2p.transfer(tensors[0], src, self._rank, tag, "recv")
         return self._submit([handle], tensors, finisher=finisher)
 
@@ -510,7 +504,7 @@ class _Operations:
                 f"torch.distributed backend 'ddp': recv without src= (from any source) needs "
                 f"the backend's C++ part on torch 2 (torch asks the Work for the sender through "
                 f"C++): {_native.missing}; or pass src=")
-        _check_one(tensors, "recv")
+        _checks.one(tensors, "recv")
         tensor, source = tensors[0], []
 
         def timed_out(message):

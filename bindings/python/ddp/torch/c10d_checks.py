@@ -26,11 +26,16 @@ def dtypes(tensors, dtype, what):
             _refuse(what, f"tensor {i} is {t.dtype}, the input {dtype}")
 
 
-def like(tensors, count, numel, dtype, what, whose="output"):
-    """`count` tensors of `numel` elements and `dtype` each (an allgather's outputs, a
-    scatter's inputs)."""
-    if len(tensors) != count:
-        _refuse(what, f"needs {count} {whose} tensors (one per rank), got {len(tensors)}")
+def count(items, n, what, whose):
+    """`n` of `items` (tensors, or lists of them), one per rank."""
+    if len(items) != n:
+        _refuse(what, f"needs {n} {whose} (one per rank), got {len(items)}")
+
+
+def like(tensors, n, numel, dtype, what, whose="output"):
+    """`n` tensors of `numel` elements and `dtype` each (an allgather's outputs, a scatter's
+    inputs)."""
+    count(tensors, n, what, f"{whose} tensors")
     for i, t in enumerate(tensors):
         if t.numel() != numel:
             _refuse(what, f"{whose} tensor {i} has {t.numel()} elements, the input {numel}")
