@@ -82,4 +82,33 @@ void FutexWait(std::atomic<uint32_t>* word, uint32_t seen, absl::Duration max, b
 // Wakes every thread (or process) sleeping on `word`.
 void FutexWakeAll(std::atomic<uint32_t>* word, bool shared);
 
+// A futex word that wakers bump and sleepers wait on, usable in memory shared between processes
+// (the futex calls are the shared kind). A sleeper announces itself, then checks its condition,
+// then sleeps unless the word moved since the announcement; a waker first makes the condition
+// true, then rings: either the sleeper's check sees the condition, or the word it sleeps on has
+// moved (sequentially consistent throughout), so no wake-up is lost. A system call only where
+// someone sleeps.
+struct Bell {
+  std::atomic<uint32_t> word{0};
+  std::atomic<uint32_t> sleepers{0};
+
+  // Announces a sleeper; the word to sleep on. Sleep or Leave must follow.
+  uint32_t Arrive() {
+    sleepers.fetch_add(1);
+    return word.load();
+  }
+  // Sleeps (at most `max`) unless rung since Arrive returned `seen`; ends the announcement.
+  void Sleep(uint32_t seen, absl::Duration max) {
+    FutexWait(&word, seen, max, /*shared=*/true);
+    sleepers.fetch_sub(1);
+  }
+  // Ends the announcement without sleeping (the condition held).
+  void Leave() { sleepers.fetch_sub(1); }
+  void Ring() {
+    word.fetch_add(1);
+    if (sleepers.load() > 0) FutexWakeAll(&word, /*shared=*/true);
+  }
+};
+static_assert(sizeof(Bell) == 8, "a Bell is laid out in shared memory");
+
 }  // namespace ddp

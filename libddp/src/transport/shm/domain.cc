@@ -23,6 +23,10 @@ namespace {
 
 size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 constexpr size_t kPage = 4096;
+// The segment: its header (segment.h), the owner's bell (a page of its own), then the inbound
+// rings and the reduction areas.
+constexpr size_t kBellOffset = kPage;
+constexpr size_t kRingsOffset = 2 * kPage;
 
 }  // namespace
 
@@ -46,11 +50,7 @@ void NoteSpinOutcome(bool met_while_spinning) {
       std::memory_order_relaxed);
 }
 
-void Publish(AreaControl* control) {
-  control->word.fetch_add(1);
-  // Shared between processes: not a private futex.
-  if (control->sleepers.load() > 0) FutexWakeAll(&control->word, /*shared=*/true);
-}
+void Publish(AreaControl* control) { control->bell.Ring(); }
 
 size_t DefaultChunkBytes(int local_size, int areas, size_t slots, bool crowded) {
   constexpr size_t kLeast = 64 << 10;
@@ -71,7 +71,7 @@ ShmDomain::ShmDomain(ShmConfig config) : config_(std::move(config)) {
   area_stride_ = RoundUp(sizeof(AreaControl), kPage) + config_.slots * group_bytes() +
                  config_.slots * config_.chunk_bytes;
   area_stride_ = RoundUp(area_stride_, kPage);
-  bytes_ = kPage + n * ring_stride_ + static_cast<size_t>(config_.areas) * area_stride_;
+  bytes_ = kRingsOffset + n * ring_stride_ + static_cast<size_t>(config_.areas) * area_stride_;
   const std::string layout =
       absl::StrCat(n, "|", config_.ring_bytes, "|", config_.chunk_bytes, "|", config_.slots, "|",
                    config_.small_bytes, "|", config_.areas, "|", config_.native_allreduce);
@@ -220,12 +220,16 @@ std::string ShmDomain::PeerName(int local) const {
 }
 
 size_t ShmDomain::RingOffset(int from) const {
-  return kPage + static_cast<size_t>(from) * ring_stride_;
+  return kRingsOffset + static_cast<size_t>(from) * ring_stride_;
 }
 
 size_t ShmDomain::AreaOffset(int area) const {
-  return kPage + static_cast<size_t>(config_.local_size) * ring_stride_ +
+  return kRingsOffset + static_cast<size_t>(config_.local_size) * ring_stride_ +
          static_cast<size_t>(area) * area_stride_;
+}
+
+Bell* ShmDomain::bell(int owner) const {
+  return reinterpret_cast<Bell*>(bases_[static_cast<size_t>(owner)] + kBellOffset);
 }
 
 RingControl* ShmDomain::ring_control(int to, int from) const {

@@ -73,11 +73,10 @@ struct alignas(64) RingControl {
 inline constexpr size_t kMaxSlots = 16;
 
 struct alignas(64) AreaControl {
-  Line in;    // last step whose input this rank has staged
-  Line red;   // last step whose slice this rank has reduced
-  Line done;  // last step this rank has finished reading everyone's stages of
-  alignas(64) std::atomic<uint32_t> word{0};  // futex word: bumped on every publish
-  std::atomic<uint32_t> sleepers{0};          // ranks asleep on `word`
+  Line in;                // last step whose input this rank has staged
+  Line red;               // last step whose slice this rank has reduced
+  Line done;              // last step this rank has finished reading everyone's stages of
+  alignas(64) Bell bell;  // rung on every publish
   // What each step in flight belongs to (by slot), so that ranks disagreeing about a call fail.
   struct Call {
     std::atomic<uint64_t> step{0};
@@ -119,6 +118,10 @@ class ShmDomain {
   // "rank 3 (host, shm)".
   std::string PeerName(int local) const;
 
+  // Local rank `owner`'s bell (in its segment): its peers ring it whenever they write into one
+  // of its rings or free room in one it writes (shm_wire.h), and its progress thread sleeps on
+  // it instead of polling.
+  Bell* bell(int owner) const;
   // The ring that `from` writes and `to` reads (it lives in `to`'s segment).
   RingControl* ring_control(int to, int from) const;
   char* ring_data(int to, int from) const {
@@ -152,7 +155,7 @@ class ShmDomain {
 };
 
 // Waits until `ready()` (common/wait.h): spins briefly, then may yield, then sleeps on `control`'s
-// futex word, so that ranks sharing cores hand the CPU to the rank they wait for. Between sleeps,
+// bell, so that ranks sharing cores hand the CPU to the rank they wait for. Between sleeps,
 // `check()` may end the wait with an error.
 template <typename Ready, typename Check>
 absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check);
@@ -187,11 +190,13 @@ absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check) {
     if (sleep == absl::ZeroDuration()) continue;
     if (!slept) NoteSpinOutcome(false);
     slept = true;
-    control->sleepers.fetch_add(1);
-    const uint32_t seen = control->word.load();
+    const uint32_t seen = control->bell.Arrive();
     const bool done = ready();
-    if (!done) FutexWait(&control->word, seen, sleep, /*shared=*/true);
-    control->sleepers.fetch_sub(1);
+    if (done) {
+      control->bell.Leave();
+    } else {
+      control->bell.Sleep(seen, sleep);
+    }
     if (done || ready()) return absl::OkStatus();
     absl::Status s = check();
     // A peer that published and then left (or died) did its part: only a wait still unmet fails.

@@ -120,7 +120,10 @@ bool ShmWire::Write(int peer, std::vector<wire::Event>* events) {
     }
     p.out.pop_front();
   }
-  if (moved) rc->head.value.store(head, std::memory_order_release);
+  if (moved) {
+    rc->head.value.store(head, std::memory_order_release);
+    domain_->bell(peer)->Ring();
+  }
   return moved;
 }
 
@@ -190,7 +193,11 @@ bool ShmWire::Read(int peer, std::vector<wire::Event>* events) {
       }
     }
   }
-  if (moved) rc->tail.value.store(tail, std::memory_order_release);
+  if (moved) {
+    rc->tail.value.store(tail, std::memory_order_release);
+    // Room for the writer, which may have had more than the ring held.
+    domain_->bell(peer)->Ring();
+  }
   return moved;
 }
 

@@ -46,6 +46,9 @@ class ShmWire final : public wire::Wire {
   void CancelPeer(int peer) override;
   void Abandon() override;
   bool Busy() const override;
+  // This rank's bell: the peers ring it after writing into one of its rings and after reading
+  // from one it writes (room for what it could not write yet).
+  Bell* bell() override { return domain_->bell(me_); }
 
  private:
   enum Kind : uint32_t { kControl = 1, kData = 2 };

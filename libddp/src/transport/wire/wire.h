@@ -7,7 +7,7 @@
 // (64-bit tags, descriptors, ordering, unexpected messages, segmentation, heartbeats, errors
 // that name the peer) is WireTransport's job, written once for every wire.
 //
-// Threading: WireTransport serialises every call on a wire (one thread at a time).
+// Threading: WireTransport serialises every call on a wire (one thread at a time), except bell().
 #pragma once
 
 #include <cstddef>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/wait.h"
 
 namespace ddp::transport::wire {
 
@@ -73,6 +74,11 @@ class Wire {
   virtual void Forget(const void* /*data*/) {}
   // Whether Poll has work that only the wire knows of (queued retries, unfinished operations).
   virtual bool Busy() const = 0;
+  // Where the peers themselves can say that Poll has news (shared memory: they write into this
+  // rank's memory), the bell they ring then, for the progress thread to sleep on between polls;
+  // the same for the whole life of the wire, and safe from any thread. Null (MPI, libfabric):
+  // the progress thread polls, sleeping up to 0.5 ms between polls.
+  virtual Bell* bell() { return nullptr; }
 };
 
 }  // namespace ddp::transport::wire

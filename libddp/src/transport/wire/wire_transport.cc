@@ -75,6 +75,7 @@ WireTransport::WireTransport(WireConfig config, std::unique_ptr<Wire> wire)
       config_(std::move(config)),
       wire_name_(wire->Name()),
       wire_(std::move(wire)),
+      bell_(wire_->bell()),
       peers_(static_cast<size_t>(config_.size)),
       heard_ns_(new std::atomic<int64_t>[static_cast<size_t>(config_.size)]),
       yield_budget_(kMinYields, kMaxYields) {
@@ -108,6 +109,7 @@ void WireTransport::Wake() {
     kicked_ = true;
   }
   park_cv_.notify_one();
+  if (bell_ != nullptr) bell_->Ring();
 }
 
 // ---- progress ---------------------------------------------------------------------------------
@@ -306,11 +308,33 @@ void WireTransport::Run() {
     }
     const absl::Duration sleep = backoff.Idle();
     if (sleep == absl::ZeroDuration()) continue;
+    if (bell_ != nullptr && pollers_.load() == 0) {
+      if (Park()) backoff.Reset();
+      continue;
+    }
     std::unique_lock<std::mutex> lock(park_mu_);
     park_cv_.wait_for(lock, absl::ToChronoMicroseconds(sleep), [this] { return kicked_; });
     if (kicked_) backoff.Reset();
     kicked_ = false;
   }
+}
+
+bool WireTransport::Park() {
+  const uint32_t seen = bell_->Arrive();
+  bool kicked = false;
+  {
+    std::lock_guard<std::mutex> lock(park_mu_);
+    std::swap(kicked, kicked_);
+  }
+  // What came between the last poll and the announcement: a kick, or the peers' news.
+  if (kicked || TryProgress()) {
+    bell_->Leave();
+    return true;
+  }
+  // Woken by the peers, a kick (Wake), or at the latest when the periodic checks are due
+  // (ProgressLocked: heartbeats and deadlines every 50 ms; the wire's own liveness checks).
+  bell_->Sleep(seen, kParkAtMost);
+  return false;
 }
 
 void WireTransport::Watchdog() {

@@ -124,10 +124,15 @@ class WireTransport final : public PeerTransport {
   // drain: a few yields, then sleeps from 10 us doubling to 0.5 ms between polls.
   static constexpr Backoff::Policy kIdleBackoff{0, 4, absl::Microseconds(10),
                                                 absl::Microseconds(500)};
+  // The longest the progress thread sleeps on the wire's bell (Wire::bell) without a ring.
+  static constexpr absl::Duration kParkAtMost = absl::Milliseconds(20);
 
   WireTransport(WireConfig config, std::unique_ptr<Wire> wire);
   std::string PeerDetail(int /*peer*/) const override { return config_.kind; }
   void Run();
+  // The progress thread, idle, on a wire with a bell: sleeps on it unless there is news already
+  // (then true).
+  bool Park();
   // With progress_mu_ held: polls the wire once and handles what it reports; then, if a
   // transfer with a peer failed, takes in what the wire already holds before blaming the peer
   // (its own abort, which says why, may be there), and runs the periodic checks.
@@ -163,6 +168,7 @@ class WireTransport final : public PeerTransport {
   // Everything below is guarded by progress_mu_, held by whichever thread drives the wire.
   std::mutex progress_mu_;
   std::unique_ptr<Wire> wire_;
+  Bell* const bell_;  // Wire::bell (safe from any thread: not guarded)
   std::vector<Peer> peers_;
   std::map<uint64_t, Pending> pending_;  // by token
   uint64_t next_token_ = 1;
