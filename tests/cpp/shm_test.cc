@@ -28,6 +28,8 @@
 #include "support/multiprocess.h"
 #include "transport/shm/domain.h"
 #include "transport/shm/segment.h"
+#include "transport/shm/shm_wire.h"
+#include "transport/wire/wire_transport.h"
 
 namespace ddp::testing {
 namespace {
@@ -352,10 +354,9 @@ int64_t WakeUpsOf(const std::string& name) {
 
 // The point-to-point progress thread of an idle rank sleeps until a peer writes to it (the
 // segment's bell), instead of polling every 0.5 ms: in a training job it would take that CPU
-// from the backward pass (14-17 ms of a 245 ms step on 2 cores, docs/results.md). Counts the
+// from the backward pass (docs/results.md, 2026-12-02). Counts the
 // thread's wake-ups over a second of idleness (about 2,000 when it polled; now at most a few
-// dozen: the periodic checks), then checks that a transfer larger than the 256 KiB ring, which
-// needs the bells both ways, still arrives.
+// dozen: the periodic checks), then that a broadcast still works.
 TEST(ShmWire, AnIdleRanksProgressThreadSleepsUntilAPeerWrites) {
   JobSpec spec;
   spec.size = 2;
@@ -381,6 +382,71 @@ TEST(ShmWire, AnIdleRanksProgressThreadSleepsUntilAPeerWrites) {
   });
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// Transfers that no caller waits for move on the bells alone: two in-process shared-memory
+// transports whose idle progress threads sleep on their bells with no time limit, and callers
+// that only test their requests. Messages larger than the 256 KiB ring both ways at once (the
+// writer sleeps until the reader frees room), small inline ones, empty ones, receives posted
+// before and after the sends. A lost wake-up hangs the transfer (the test gives up after 60 s).
+TEST(ShmWire, TransfersNobodyWaitsForMoveOnTheBellsAlone) {
+  auto d = Domains(2);
+  ASSERT_EQ(d.size(), 2u);
+  const std::vector<std::string> names = {d[0]->name(), d[1]->name()};
+  absl::Status other;
+  std::thread five([&] { other = d[1]->Connect(names, absl::Now() + absl::Seconds(30)); });
+  ASSERT_TRUE(d[0]->Connect(names, absl::Now() + absl::Seconds(30)).ok());
+  five.join();
+  ASSERT_TRUE(other.ok()) << other;
+  std::vector<std::unique_ptr<transport::wire::WireTransport>> t;
+  for (int i = 0; i < 2; ++i) {
+    transport::wire::WireConfig config;
+    config.rank = i;
+    config.size = 2;
+    config.ranks = {4, 5};
+    config.hosts = {"h", "h"};
+    config.kind = "shm";
+    config.park_at_most = absl::InfiniteDuration();
+    auto created = transport::wire::WireTransport::Create(
+        config, std::make_unique<transport::shm::ShmWire>(d[static_cast<size_t>(i)]));
+    ASSERT_TRUE(created.ok()) << created.status();
+    t.push_back(*std::move(created));
+  }
+  const transport::Descriptor none;
+  // `from` sends `bytes` to the other rank; -1: both at once.
+  auto transfer = [&](size_t bytes, int from) {
+    std::vector<std::vector<uint8_t>> out(2), in(2, std::vector<uint8_t>(bytes));
+    std::vector<transport::RequestPtr> requests;
+    for (int i = 0; i < 2; ++i) {
+      const auto me = static_cast<size_t>(i);
+      out[me].assign(bytes, static_cast<uint8_t>(bytes % 251 + i + 1));
+      // Rank 0 posts its receive first, rank 1 its send.
+      auto recv = [&] {
+        if (from != i) requests.push_back(t[me]->Irecv(1 - i, bytes, none, in[me].data(), bytes));
+      };
+      if (i == 0) recv();
+      if (from == -1 || from == i) {
+        requests.push_back(t[me]->Isend(1 - i, bytes, none, out[me].data(), bytes));
+      }
+      if (i == 1) recv();
+    }
+    const absl::Time give_up = absl::Now() + absl::Seconds(60);
+    auto all_done = [&] {
+      return std::all_of(requests.begin(), requests.end(), [](const auto& r) { return r->Test(); });
+    };
+    while (!all_done() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+    ASSERT_TRUE(all_done()) << bytes << " bytes from " << from << ": a wake-up was lost";
+    for (const auto& r : requests) EXPECT_TRUE(r->Wait().ok()) << r->Wait();
+    if (from != 1) {
+      EXPECT_EQ(in[1], out[0]) << bytes << " from " << from;
+    }
+    if (from != 0) {
+      EXPECT_EQ(in[0], out[1]) << bytes << " from " << from;
+    }
+  };
+  for (size_t bytes : {size_t{3} << 20, size_t{100}, size_t{0}, size_t{1} << 20}) {
+    for (int from : {0, 1, -1}) transfer(bytes, from);
+  }
 }
 
 // Ranks that reduce different counts fail, each blaming (as data) the rank that runs the other

@@ -68,6 +68,10 @@ struct alignas(64) Line {
 struct alignas(64) RingControl {
   Line head;  // bytes written in all (by the writer)
   Line tail;  // bytes consumed in all (by the reader)
+  // 1 while the writer has more than the ring had room for: the reader that frees room rings
+  // the writer's bell (and clears it). Set, then the tail re-read; the tail stored, then this
+  // exchanged: one of the two sides sees the other (both sequentially consistent).
+  Line writer_waiting;
 };
 
 inline constexpr size_t kMaxSlots = 16;

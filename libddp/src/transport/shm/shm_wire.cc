@@ -85,11 +85,25 @@ absl::Status ShmWire::PostRecv(int peer, uint64_t data_tag, void* data, size_t b
 // Writes as much of the queue to `peer` as its ring has room for. True when anything moved.
 bool ShmWire::Write(int peer, std::vector<wire::Event>* events) {
   Peer& p = peers_[static_cast<size_t>(peer)];
+  bool moved = Fill(peer, events);
+  // What did not fit waits for the reader's ring: announced, then the tail read again, so that
+  // either this side sees the room the reader made or the reader (the tail stored, then the
+  // flag exchanged) sees the flag and rings.
+  while (!p.out.empty()) {
+    domain_->ring_control(peer, me_)->writer_waiting.value.store(1);
+    if (!Fill(peer, events)) break;
+    moved = true;
+  }
+  return moved;
+}
+
+bool ShmWire::Fill(int peer, std::vector<wire::Event>* events) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
   if (p.out.empty()) return false;
   RingControl* rc = domain_->ring_control(peer, me_);
   char* ring = domain_->ring_data(peer, me_);
   uint64_t head = rc->head.value.load(std::memory_order_relaxed);
-  const uint64_t tail = rc->tail.value.load(std::memory_order_acquire);
+  const uint64_t tail = rc->tail.value.load();  // after writer_waiting's store (Write)
   size_t room = ring_bytes_ - static_cast<size_t>(head - tail);
   bool moved = false;
   while (!p.out.empty() && room > 0) {
@@ -194,9 +208,9 @@ bool ShmWire::Read(int peer, std::vector<wire::Event>* events) {
     }
   }
   if (moved) {
-    rc->tail.value.store(tail, std::memory_order_release);
-    // Room for the writer, which may have had more than the ring held.
-    domain_->bell(peer)->Ring();
+    rc->tail.value.store(tail);
+    // Room for a writer that had more than the ring held.
+    if (rc->writer_waiting.value.exchange(0) != 0) domain_->bell(peer)->Ring();
   }
   return moved;
 }

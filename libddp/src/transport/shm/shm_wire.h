@@ -9,8 +9,13 @@
 // their receive is always posted when they arrive and the reader copies them straight into the
 // caller's buffer: a ring never stalls behind a message nobody wants.
 //
-// A peer that dies is noticed within 100 ms (its pid, checked with kill(pid, 0)): after its
-// last records are read (a goodbye among them means it left on purpose), its operations fail.
+// The rank's progress thread sleeps on its bell (ShmDomain::bell) between polls: Write rings the
+// reader's after writing, Read rings the writer's after freeing room the writer flagged that it
+// waits for (RingControl::writer_waiting).
+//
+// A peer that dies is noticed within about 120 ms (its pid, checked with kill(pid, 0) every
+// 100 ms, by a thread that sleeps up to 20 ms between polls): after its last records are read
+// (a goodbye among them means it left on purpose), its operations fail.
 #pragma once
 
 #include <cstddef>
@@ -90,6 +95,8 @@ class ShmWire final : public wire::Wire {
   };
 
   bool Write(int peer, std::vector<wire::Event>* events);
+  // One pass of Write: what fits in the room the ring has now.
+  bool Fill(int peer, std::vector<wire::Event>* events);
   bool Read(int peer, std::vector<wire::Event>* events);
   void DropAll(int peer, const absl::Status& status, std::vector<wire::Event>* events);
   void FailPeer(int peer, std::vector<wire::Event>* events);

@@ -309,8 +309,9 @@ void WireTransport::Run() {
     const absl::Duration sleep = backoff.Idle();
     if (sleep == absl::ZeroDuration()) continue;
     if (bell_ != nullptr && pollers_.load() == 0) {
-      if (Park()) backoff.Reset();
-      continue;
+      const ParkOutcome parked = Park();
+      if (parked == ParkOutcome::kNews) backoff.Reset();
+      if (parked != ParkOutcome::kBusy) continue;
     }
     std::unique_lock<std::mutex> lock(park_mu_);
     park_cv_.wait_for(lock, absl::ToChronoMicroseconds(sleep), [this] { return kicked_; });
@@ -319,22 +320,34 @@ void WireTransport::Run() {
   }
 }
 
-bool WireTransport::Park() {
+WireTransport::ParkOutcome WireTransport::Park() {
   const uint32_t seen = bell_->Arrive();
   bool kicked = false;
   {
     std::lock_guard<std::mutex> lock(park_mu_);
     std::swap(kicked, kicked_);
   }
-  // What came between the last poll and the announcement: a kick, or the peers' news.
-  if (kicked || TryProgress()) {
+  if (kicked) {
     bell_->Leave();
-    return true;
+    return ParkOutcome::kNews;
+  }
+  if (!progress_mu_.try_lock()) {
+    // Another thread drives the wire, and may leave without waking this one (an inline send
+    // returns without Wake): no sleep on the bell, whose ring that thread may have taken.
+    bell_->Leave();
+    return ParkOutcome::kBusy;
+  }
+  // What came between the last poll and the announcement.
+  const bool progressed = ProgressLocked();
+  progress_mu_.unlock();
+  if (progressed) {
+    bell_->Leave();
+    return ParkOutcome::kNews;
   }
   // Woken by the peers, a kick (Wake), or at the latest when the periodic checks are due
   // (ProgressLocked: heartbeats and deadlines every 50 ms; the wire's own liveness checks).
-  bell_->Sleep(seen, kParkAtMost);
-  return false;
+  bell_->Sleep(seen, config_.park_at_most);
+  return ParkOutcome::kSlept;
 }
 
 void WireTransport::Watchdog() {

@@ -56,6 +56,10 @@ struct WireConfig {
   // For harnesses that drive the protocol themselves (tests/fuzz/fuzz_wire.cc): every input
   // then costs no thread start.
   bool background_threads = true;
+  // On a wire with a bell (Wire::bell), the longest the idle progress thread sleeps on it without
+  // a ring: the periodic checks (heartbeats, deadlines, the wire's liveness checks) run then.
+  // Infinite in tests, where only the rings may wake it.
+  absl::Duration park_at_most = absl::Milliseconds(20);
 };
 
 class WireTransport final : public PeerTransport {
@@ -124,15 +128,14 @@ class WireTransport final : public PeerTransport {
   // drain: a few yields, then sleeps from 10 us doubling to 0.5 ms between polls.
   static constexpr Backoff::Policy kIdleBackoff{0, 4, absl::Microseconds(10),
                                                 absl::Microseconds(500)};
-  // The longest the progress thread sleeps on the wire's bell (Wire::bell) without a ring.
-  static constexpr absl::Duration kParkAtMost = absl::Milliseconds(20);
 
   WireTransport(WireConfig config, std::unique_ptr<Wire> wire);
   std::string PeerDetail(int /*peer*/) const override { return config_.kind; }
   void Run();
-  // The progress thread, idle, on a wire with a bell: sleeps on it unless there is news already
-  // (then true).
-  bool Park();
+  // The progress thread, idle, on a wire with a bell: sleeps on it (kSlept) unless there is news
+  // already (kNews) or another thread holds the wire (kBusy: the thread sleeps as without a bell).
+  enum class ParkOutcome { kNews, kSlept, kBusy };
+  ParkOutcome Park();
   // With progress_mu_ held: polls the wire once and handles what it reports; then, if a
   // transfer with a peer failed, takes in what the wire already holds before blaming the peer
   // (its own abort, which says why, may be there), and runs the periodic checks.
