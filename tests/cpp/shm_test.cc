@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <set>
 #include <sstream>
 #include <string>
@@ -390,6 +391,9 @@ TEST(ShmWire, AnIdleRanksProgressThreadSleepsUntilAPeerWrites) {
 // writer sleeps until the reader frees room), small inline ones, empty ones, receives posted
 // before and after the sends. A lost wake-up hangs the transfer (the test gives up after 60 s).
 TEST(ShmWire, TransfersNobodyWaitsForMoveOnTheBellsAlone) {
+  // Every transfer's buffers live until the transports are gone (declared first, destroyed
+  // last): after a lost wake-up the test ends with transfers still pending.
+  std::list<std::vector<uint8_t>> buffers;
   auto d = Domains(2);
   ASSERT_EQ(d.size(), 2u);
   const std::vector<std::string> names = {d[0]->name(), d[1]->name()};
@@ -413,20 +417,22 @@ TEST(ShmWire, TransfersNobodyWaitsForMoveOnTheBellsAlone) {
     t.push_back(*std::move(created));
   }
   const transport::Descriptor none;
-  // `from` sends `bytes` to the other rank; -1: both at once.
+  // `from` sends `bytes` to the other rank (-1: both at once); false if it never completes.
   auto transfer = [&](size_t bytes, int from) {
-    std::vector<std::vector<uint8_t>> out(2), in(2, std::vector<uint8_t>(bytes));
+    std::vector<uint8_t>* out[2];
+    std::vector<uint8_t>* in[2];
     std::vector<transport::RequestPtr> requests;
     for (int i = 0; i < 2; ++i) {
       const auto me = static_cast<size_t>(i);
-      out[me].assign(bytes, static_cast<uint8_t>(bytes % 251 + i + 1));
+      out[me] = &buffers.emplace_back(bytes, static_cast<uint8_t>(bytes % 251 + i + 1));
+      in[me] = &buffers.emplace_back(bytes);
       // Rank 0 posts its receive first, rank 1 its send.
       auto recv = [&] {
-        if (from != i) requests.push_back(t[me]->Irecv(1 - i, bytes, none, in[me].data(), bytes));
+        if (from != i) requests.push_back(t[me]->Irecv(1 - i, bytes, none, in[me]->data(), bytes));
       };
       if (i == 0) recv();
       if (from == -1 || from == i) {
-        requests.push_back(t[me]->Isend(1 - i, bytes, none, out[me].data(), bytes));
+        requests.push_back(t[me]->Isend(1 - i, bytes, none, out[me]->data(), bytes));
       }
       if (i == 1) recv();
     }
@@ -435,17 +441,21 @@ TEST(ShmWire, TransfersNobodyWaitsForMoveOnTheBellsAlone) {
       return std::all_of(requests.begin(), requests.end(), [](const auto& r) { return r->Test(); });
     };
     while (!all_done() && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
-    ASSERT_TRUE(all_done()) << bytes << " bytes from " << from << ": a wake-up was lost";
+    if (!all_done()) return false;
     for (const auto& r : requests) EXPECT_TRUE(r->Wait().ok()) << r->Wait();
     if (from != 1) {
-      EXPECT_EQ(in[1], out[0]) << bytes << " from " << from;
+      EXPECT_EQ(*in[1], *out[0]) << bytes << " from " << from;
     }
     if (from != 0) {
-      EXPECT_EQ(in[0], out[1]) << bytes << " from " << from;
+      EXPECT_EQ(*in[0], *out[1]) << bytes << " from " << from;
     }
+    return true;
   };
   for (size_t bytes : {size_t{3} << 20, size_t{100}, size_t{0}, size_t{1} << 20}) {
-    for (int from : {0, 1, -1}) transfer(bytes, from);
+    for (int from : {0, 1, -1}) {
+      ASSERT_TRUE(transfer(bytes, from))
+          << bytes << " bytes from " << from << ": a wake-up was lost";
+    }
   }
 }
 

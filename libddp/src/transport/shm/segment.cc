@@ -27,7 +27,7 @@ namespace ddp::transport::shm {
 namespace {
 
 constexpr uint64_t kMagic = 0x314D485350444444ull;  // "DDDPSHM1"
-constexpr uint32_t kVersion = 2;                    // 2: the bell page (2026-12-02)
+constexpr uint32_t kVersion = 2;  // 2: the bell page, RingControl::writer_waiting (2026-12-02)
 
 std::string Errno(int err) { return std::strerror(err); }
 

@@ -85,16 +85,27 @@ absl::Status ShmWire::PostRecv(int peer, uint64_t data_tag, void* data, size_t b
 // Writes as much of the queue to `peer` as its ring has room for. True when anything moved.
 bool ShmWire::Write(int peer, std::vector<wire::Event>* events) {
   Peer& p = peers_[static_cast<size_t>(peer)];
+  Line& waiting = domain_->ring_control(peer, me_)->writer_waiting;
   bool moved = Fill(peer, events);
+  if (p.out.empty()) {
+    // Nothing waits for room: no ring wanted (only this writer sets the flag).
+    if (waiting.value.load(std::memory_order_relaxed) != 0) waiting.value.store(0);
+    return moved;
+  }
   // What did not fit waits for the reader's ring: announced, then the tail read again, so that
   // either this side sees the room the reader made or the reader (the tail stored, then the
   // flag exchanged) sees the flag and rings.
-  while (!p.out.empty()) {
-    domain_->ring_control(peer, me_)->writer_waiting.value.store(1);
-    if (!Fill(peer, events)) break;
-    moved = true;
+  waiting.value.store(1);
+  if (!Fill(peer, events)) return moved;
+  if (p.out.empty()) {
+    waiting.value.store(0);
+  } else {
+    // The reader is draining as fast as this writes: the rest at this rank's next poll (its own
+    // bell), not in a loop here that holds the wire (a caller's inline send behind a large
+    // message would pump all of it).
+    domain_->bell(me_)->Ring();
   }
-  return moved;
+  return true;
 }
 
 bool ShmWire::Fill(int peer, std::vector<wire::Event>* events) {
