@@ -45,15 +45,17 @@ std::optional<absl::Status> WaitInterruptibly(const ddp::Handle& handle, double 
   const absl::Time deadline =
       timeout < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Seconds(timeout);
   while (true) {
-    absl::Status status;
     bool finished;
     {
       ReleaseGil release;
-      status = handle.WaitFor(
-          std::min(kSignalSlice, std::max(deadline - absl::Now(), absl::ZeroDuration())));
+      // Its status is the slice's expiry or the operation's: the operation may finish between
+      // the two, so the outcome is read once it has (an operation that finished as the slice
+      // ended failed with "has not finished yet" once, in PyTorch's suite).
+      handle.WaitFor(std::min(kSignalSlice, std::max(deadline - absl::Now(), absl::ZeroDuration())))
+          .IgnoreError();
       finished = handle.Poll();
     }
-    if (finished) return status;
+    if (finished) return handle.Wait();
     if (PyErr_CheckSignals() != 0) throw py::error_already_set();
     if (absl::Now() >= deadline) return std::nullopt;
   }
