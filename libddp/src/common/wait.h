@@ -104,6 +104,18 @@ struct Bell {
   }
   // Ends the announcement without sleeping (the condition held).
   void Leave() { sleepers.fetch_sub(1); }
+  // The whole protocol for one sleep: announces, then returns true at once if `ready()` holds;
+  // otherwise sleeps (at most `max`) unless rung since the announcement, and returns false.
+  template <typename Ready>
+  bool SleepUnless(Ready ready, absl::Duration max) {
+    const uint32_t seen = Arrive();
+    if (ready()) {
+      Leave();
+      return true;
+    }
+    Sleep(seen, max);
+    return false;
+  }
   void Ring() {
     word.fetch_add(1);
     if (sleepers.load() > 0) FutexWakeAll(&word, /*shared=*/true);

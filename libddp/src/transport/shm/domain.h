@@ -194,13 +194,7 @@ absl::Status SpinThenSleep(AreaControl* control, Ready ready, Check check) {
     if (sleep == absl::ZeroDuration()) continue;
     if (!slept) NoteSpinOutcome(false);
     slept = true;
-    const uint32_t seen = control->bell.Arrive();
-    const bool done = ready();
-    if (done) {
-      control->bell.Leave();
-    } else {
-      control->bell.Sleep(seen, sleep);
-    }
+    const bool done = control->bell.SleepUnless(ready, sleep);
     if (done || ready()) return absl::OkStatus();
     absl::Status s = check();
     // A peer that published and then left (or died) did its part: only a wait still unmet fails.

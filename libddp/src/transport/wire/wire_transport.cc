@@ -321,33 +321,34 @@ void WireTransport::Run() {
 }
 
 WireTransport::ParkOutcome WireTransport::Park() {
-  const uint32_t seen = bell_->Arrive();
-  bool kicked = false;
-  {
-    std::lock_guard<std::mutex> lock(park_mu_);
-    std::swap(kicked, kicked_);
-  }
-  if (kicked) {
-    bell_->Leave();
-    return ParkOutcome::kNews;
-  }
-  if (!progress_mu_.try_lock()) {
-    // Another thread drives the wire, and may leave without waking this one (an inline send
-    // returns without Wake): no sleep on the bell, whose ring that thread may have taken.
-    bell_->Leave();
-    return ParkOutcome::kBusy;
-  }
-  // What came between the last poll and the announcement.
-  const bool progressed = ProgressLocked();
-  progress_mu_.unlock();
-  if (progressed) {
-    bell_->Leave();
-    return ParkOutcome::kNews;
-  }
-  // Woken by the peers, a kick (Wake), or at the latest when the periodic checks are due
-  // (ProgressLocked: heartbeats and deadlines every 50 ms; the wire's own liveness checks).
-  bell_->Sleep(seen, config_.park_at_most);
-  return ParkOutcome::kSlept;
+  ParkOutcome outcome = ParkOutcome::kSlept;
+  // Asleep until the peers ring, a kick (Wake), or at the latest when the periodic checks are
+  // due (ProgressLocked: heartbeats and deadlines every 50 ms; the wire's own liveness checks);
+  // not at all if there is news since the last poll.
+  bell_->SleepUnless(
+      [this, &outcome] {
+        bool kicked = false;
+        {
+          std::lock_guard<std::mutex> lock(park_mu_);
+          std::swap(kicked, kicked_);
+        }
+        if (kicked) {
+          outcome = ParkOutcome::kNews;
+          return true;
+        }
+        if (!progress_mu_.try_lock()) {
+          // Another thread drives the wire, and may leave without waking this one (an inline
+          // send returns without Wake): no sleep on the bell, whose ring it may have taken.
+          outcome = ParkOutcome::kBusy;
+          return true;
+        }
+        const bool progressed = ProgressLocked();
+        progress_mu_.unlock();
+        if (progressed) outcome = ParkOutcome::kNews;
+        return progressed;
+      },
+      config_.park_at_most);
+  return outcome;
 }
 
 void WireTransport::Watchdog() {
