@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <string>
@@ -27,13 +26,6 @@
 
 namespace ddp::testing {
 namespace {
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST(Security, TheTokenAppearsInNoLogErrorOrTimeline) {
   const std::string token = "5ecre7-70ken-that-must-never-be-printed";

@@ -11,10 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <list>
 #include <set>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -22,7 +20,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/status.h"
 #include "ddp/context.h"
 #include "ddp/errors.h"
 #include "support/check.h"
@@ -331,13 +328,6 @@ TEST(ShmAllreduce, MoreRanksThanCoresStayCorrect) {
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Voluntary context switches of this process's threads named `name`, summed.
 int64_t WakeUpsOf(const std::string& name) {
   int64_t total = 0;
@@ -364,8 +354,8 @@ TEST(ShmWire, AnIdleRanksProgressThreadSleepsUntilAPeerWrites) {
   spec.env = {{"DDP_TRANSPORT", "shm"}};
   JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
     std::vector<int32_t> v(1 << 20, ctx.rank() + 1);
-    DDP_RETURN_IF_ERROR(ctx.Broadcast(v.data(), v.data(), v.size(), DataType::kInt32, 0));
-    DDP_RETURN_IF_ERROR(ctx.Barrier());
+    CHECK_OK(ctx.Broadcast(v.data(), v.data(), v.size(), DataType::kInt32, 0));
+    CHECK_OK(ctx.Barrier());
     const int64_t before = WakeUpsOf("ddp-shm");
     if (before == 0) return absl::InternalError("no ddp-shm thread with wake-ups found");
     absl::SleepFor(absl::Seconds(1));
@@ -375,7 +365,7 @@ TEST(ShmWire, AnIdleRanksProgressThreadSleepsUntilAPeerWrites) {
           absl::StrCat("the idle progress thread woke ", woke, " times in a second"));
     }
     std::fill(v.begin(), v.end(), ctx.rank() + 7);
-    DDP_RETURN_IF_ERROR(ctx.Broadcast(v.data(), v.data(), v.size(), DataType::kInt32, 1));
+    CHECK_OK(ctx.Broadcast(v.data(), v.data(), v.size(), DataType::kInt32, 1));
     if (v.front() != 8 || v.back() != 8) {
       return absl::InternalError(absl::StrCat("broadcast after idling: got ", v.front()));
     }

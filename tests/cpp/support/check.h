@@ -2,6 +2,8 @@
 // asserting, since a rank is a forked process.
 #pragma once
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,14 @@
   } while (0)
 
 namespace ddp::testing {
+
+// The whole file at `path` ("" if it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 // OK when `condition` holds, else an INTERNAL error saying `what`.
 inline absl::Status Expect(bool condition, absl::string_view what) {
