@@ -52,7 +52,9 @@ $(DEPLOY_VENV)/.ok: tests/deploy/requirements.txt
 	touch $@
 
 # Development builds treat warnings as errors (a user's plain CMake or pip build does not).
-$(BUILD)/build.ninja: | $(VENV)/.ok
+# After deps: CMake looks for the optional dependencies (Open MPI, libfabric) once, and under
+# `make -j` a configure that ran while apt was still installing them left them out for good.
+$(BUILD)/build.ninja: | deps $(VENV)/.ok
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DDDP_WERROR=ON \
 	  -DPython_EXECUTABLE=$(abspath $(VENV))/bin/python -DDDP_WITH_PYTHON=ON
 
