@@ -46,7 +46,7 @@ $(VENV)/.ok:
 	touch $@
 
 deploy-venv: $(DEPLOY_VENV)/.ok
-$(DEPLOY_VENV)/.ok: tests/deploy/requirements.txt
+$(DEPLOY_VENV)/.ok: tests/deploy/requirements.txt k8s/requirements.txt
 	rm -rf $(DEPLOY_VENV) && $(PYTHON) -m venv $(DEPLOY_VENV)
 	$(DEPLOY_VENV)/bin/pip install -q -r tests/deploy/requirements.txt
 	touch $@
@@ -193,20 +193,21 @@ test-tf: build-tf
 test-deploy: build deploy-venv
 	DDP_REQUIRE_DEPLOY_TOOLS=1 $(DEPLOY_VENV)/bin/python -m pytest -q tests/deploy
 
-# A libddp cluster on EKS, one command each (k8s/eks.py): eks-up (terraform apply, outputs to the
-# git-ignored k8s/local/), eks-run JOB=ddp-digits|ddp-synthetic|ddp-bench [OVERLAY=gpu-efa|cpu]
-# (or JOB=ddp-ps OVERLAY=ps, JOB=ddp-torch-digits OVERLAY=trainjob)
-# (image built and pushed, the job applied and waited for, accuracy, busbw and the EFA check
-# printed), eks-stage-data (the training data to S3, which FSx imports), eks-down (the job and
-# the stack deleted). DRY_RUN=1 runs what works offline (render, validate; REHEARSE=1 rehearses
-# the job too) and prints every cloud command instead of running it.
+# A libddp cluster on EKS, one command each (k8s/eks.py; k8s/README.md, "On a cluster"): eks-up
+# (terraform apply, outputs to the git-ignored k8s/local/, Kueue's queues), eks-run
+# JOB=ddp-digits|ddp-synthetic|ddp-bench|all [OVERLAY=gpu-efa|cpu] (or JOB=ddp-ps,
+# JOB=ddp-torch-digits) (the image built and pushed once per commit, the job sent to its queue,
+# waited for, accuracy, busbw and the EFA check printed), eks-stage-data (the training data to
+# S3, which FSx imports), eks-down (the jobs, Karpenter's nodes, then the stack). DRY_RUN=1 runs
+# what works offline (render, validate; REHEARSE=1 rehearses the job too) and prints every cloud
+# command instead of running it. They need .venv-deploy alone (k8s/requirements.txt): no build.
 EKS := $(DEPLOY_VENV)/bin/python k8s/eks.py
 eks-up: deploy-venv
 	$(EKS) up
 eks-run: deploy-venv
-	$(EKS) run JOB=$(JOB) OVERLAY=$(or $(OVERLAY),gpu-efa)
+	$(EKS) run JOB=$(JOB) OVERLAY=$(OVERLAY)
 eks-stage-data: deploy-venv
-	PYTHON=$(abspath $(VENV))/bin/python $(EKS) stage-data
+	$(EKS) stage-data
 eks-down: deploy-venv
 	$(EKS) down
 

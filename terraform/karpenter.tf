@@ -1,13 +1,15 @@
 # Karpenter (karpenter = true): its IAM roles, interruption queue and pod identity from the EKS
 # module's karpenter submodule, the controller from its Helm chart on the system nodes, and the
-# cluster placement group the GPU+EFA EC2NodeClass names. The NodePools and EC2NodeClasses are
+# EFA security group the GPU+EFA EC2NodeClass names (its placement group is gpu.tf's, shared
+# with the managed gpu node group). The NodePools and EC2NodeClasses are
 # k8s/karpenter/ (kubectl apply -k k8s/karpenter once this is up). With Karpenter on, the managed
 # cpu and gpu node groups start empty (main.tf): Karpenter makes those nodes when pods wait.
 
 module "karpenter" {
   #checkov:skip=CKV_TF_1:a registry module pinned by version; its releases are what we review
-  source  = "terraform-aws-modules/eks/aws//modules/karpenter"
-  version = "~> 21.15"
+  source = "terraform-aws-modules/eks/aws//modules/karpenter"
+  # 21.18: the controller's policy lets it read placement groups (placementGroupSelector).
+  version = "~> 21.18"
   count   = var.karpenter ? 1 : 0
 
   cluster_name = module.eks.cluster_name
@@ -17,12 +19,6 @@ module "karpenter" {
   node_iam_role_additional_policies = {
     AmazonSSMManagedInstanceCore = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
   }
-}
-
-resource "aws_placement_group" "gpu_efa" {
-  count    = var.karpenter ? 1 : 0
-  name     = "${var.cluster_name}-gpu-efa"
-  strategy = "cluster"
 }
 
 resource "helm_release" "karpenter" {
@@ -37,8 +33,13 @@ resource "helm_release" "karpenter" {
     settings = {
       clusterName       = module.eks.cluster_name
       interruptionQueue = module.karpenter[0].queue_name
-      # capacity reservations and Capacity Blocks (karpenter.sh/capacity-type: reserved)
-      featureGates = { reservedCapacity = true }
+      featureGates = {
+        # capacity reservations and Capacity Blocks (karpenter.sh/capacity-type: reserved)
+        reservedCapacity = true
+        # a node whose conditions stay unhealthy (NotReady 30 min, a GPU fault 10 min: the
+        # node monitoring agent, main.tf's add-on) is replaced
+        nodeRepair = true
+      }
     }
     serviceAccount = { name = module.karpenter[0].service_account }
     nodeSelector   = { "libddp/pool" = "system" } # never on the nodes it manages

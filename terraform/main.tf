@@ -26,12 +26,41 @@ data "aws_ec2_instance_type_offerings" "gpu" {
   }
 }
 
+# The GPU instance type as EC2 describes it: its network cards, one EFA interface each.
+data "aws_ec2_instance_type" "gpu" {
+  instance_type = var.gpu_instance_type
+}
+
+# The CPU instance type's vCPUs and memory: Kueue's quota for the cpu pool (outputs.tf).
+data "aws_ec2_instance_type" "cpu" {
+  instance_type = var.cpu_instance_type
+}
+
 locals {
   # EKS wants subnets in two zones; the GPU nodes and FSx sit in the first one, beside each other
   # (EFA does not cross availability zones, and a placement group holds one zone).
   gpu_az = coalesce(var.gpu_availability_zone,
   try(sort(data.aws_ec2_instance_type_offerings.gpu.locations)[0], data.aws_availability_zones.available.names[0]))
   azs = [local.gpu_az, [for zone in data.aws_availability_zones.available.names : zone if zone != local.gpu_az][0]]
+
+  # The cluster placement group of the GPU nodes (managed or Karpenter's): the one a capacity
+  # reservation was made in (gpu_placement_group), none ("": a reservation outside any group, or
+  # Capacity Blocks, which AWS places itself), or terraform's own (gpu.tf).
+  gpu_placement_group = var.gpu_placement_group == null ? aws_placement_group.gpu_efa[0].name : (
+  var.gpu_placement_group == "" ? null : var.gpu_placement_group)
+
+  # Every network card of the GPU instance carries an EFA interface: the first also carries the
+  # node's IP traffic (efa), the others EFA alone (efa-only, VPC CNI >= 1.18.4). As the eks
+  # module's enable_efa_support writes them, which would also make a placement group of its own
+  # and so put a capacity reservation's nodes outside the reservation's group.
+  gpu_network_interfaces = [for i in range(data.aws_ec2_instance_type.gpu.maximum_network_cards) : {
+    description                 = "EFA interface ${i}"
+    device_index                = i == 0 ? 0 : 1
+    network_card_index          = i
+    interface_type              = i == 0 ? "efa" : "efa-only"
+    associate_public_ip_address = false
+    delete_on_termination       = true
+  }]
 
   # Amazon Linux 2023 nodes: the Lustre client for FSx, installed before the node joins.
   lustre_client = [{
@@ -73,8 +102,10 @@ module "vpc" {
 
 module "eks" {
   #checkov:skip=CKV_TF_1:a registry module pinned by version; its releases are what we review
-  source  = "terraform-aws-modules/eks/aws"
-  version = "~> 21.15"
+  source = "terraform-aws-modules/eks/aws"
+  # 21.18 is the first whose karpenter submodule lets Karpenter read placement groups (the GPU
+  # EC2NodeClass's placementGroupSelector); the same floor here, one module version.
+  version = "~> 21.18"
 
   name               = var.cluster_name
   kubernetes_version = var.kubernetes_version
@@ -111,6 +142,9 @@ module "eks" {
     eks-pod-identity-agent = { before_compute = true }
     # EFA-only interfaces (enable_efa_only below) need VPC CNI 1.18.4 or later.
     vpc-cni = { before_compute = true, most_recent = true }
+    # Node health conditions (GPU, kernel, network, storage) that node auto repair acts on
+    # (node_repair_config below; Karpenter's nodeRepair gate, karpenter.tf).
+    eks-node-monitoring-agent = {}
     # Container Insights with GPU (DCGM exporter) and EFA metrics: terraform/monitoring.tf.
     amazon-cloudwatch-observability = {
       pod_identity_association = [{
@@ -129,6 +163,9 @@ module "eks" {
       max_size       = 3
       desired_size   = 2
       labels         = { "libddp/pool" = "system" }
+      # An unhealthy node (NotReady, or a failed GPU, network or disk as the node monitoring
+      # agent reports it) is replaced by EKS.
+      node_repair_config = { enabled = true }
     }
 
     # The cpu overlay's workers (and, later, parameter servers).
@@ -140,20 +177,31 @@ module "eks" {
       desired_size          = var.karpenter ? 0 : var.cpu_nodes # Karpenter makes them instead
       labels                = { "libddp/pool" = "cpu" }
       cloudinit_pre_nodeadm = local.lustre_client
+      node_repair_config    = { enabled = true }
     }
 
-    # The gpu-efa overlay's workers: every EFA interface of the instance, a cluster placement
-    # group (made by the module for EFA node groups), one availability zone, tainted so that
-    # only pods that ask for GPUs land there.
+    # The gpu-efa overlay's workers: every EFA interface of the instance, the cluster placement
+    # group of local.gpu_placement_group (the capacity reservation's, when there is one), one
+    # availability zone, tainted so that only pods that ask for GPUs land there. A node that
+    # fails (NotReady; a GPU, EFA or disk fault the monitoring agent reports) is replaced.
     gpu = {
-      ami_type           = "AL2023_x86_64_NVIDIA"
-      instance_types     = [var.gpu_instance_type]
-      min_size           = var.karpenter ? 0 : var.gpu_nodes # Karpenter makes them instead
-      max_size           = var.gpu_nodes
-      desired_size       = var.karpenter ? 0 : var.gpu_nodes
-      subnet_ids         = [module.vpc.private_subnets[0]]
-      enable_efa_support = true
-      enable_efa_only    = true
+      ami_type       = "AL2023_x86_64_NVIDIA"
+      instance_types = [var.gpu_instance_type]
+      min_size       = var.karpenter ? 0 : var.gpu_nodes # Karpenter makes them instead
+      max_size       = var.gpu_nodes
+      desired_size   = var.karpenter ? 0 : var.gpu_nodes
+      subnet_ids     = [module.vpc.private_subnets[0]]
+
+      network_interfaces = local.gpu_network_interfaces
+      placement          = local.gpu_placement_group == null ? null : { group_name = local.gpu_placement_group }
+      # EFA between the GPU nodes: all traffic within the group's own security group.
+      security_group_ingress_rules = {
+        all_self_efa = { description = "EFA from the other GPU nodes", ip_protocol = "-1", self = true }
+      }
+      security_group_egress_rules = {
+        all_self_efa = { description = "EFA to the other GPU nodes", ip_protocol = "-1", self = true }
+      }
+      node_repair_config = { enabled = true }
 
       labels = {
         "libddp/pool"                   = "gpu-efa"

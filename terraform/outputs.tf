@@ -51,3 +51,29 @@ output "codebuild_project" {
   description = "CodeBuild project that builds and pushes the images where there is no Docker (k8s/eks.py, IMAGE_BUILDER=codebuild)."
   value       = aws_codebuild_project.images.name
 }
+
+output "region" {
+  description = "AWS region of the stack (k8s/eks.py passes it to every aws command)."
+  value       = var.region
+}
+
+output "gpu_placement_group" {
+  description = "Placement group of the GPU nodes (k8s/karpenter/'s GPU EC2NodeClass selects it); null: none."
+  value       = local.gpu_placement_group
+}
+
+output "kueue_quotas" {
+  description = "What each pool's nodes hold for pods, as Kueue's ClusterQueues take it (k8s/kueue/, sized by k8s/local_overlay.py --kueue): with Karpenter, its NodePools' limits."
+  value = {
+    cpu = var.karpenter ? { cpu = 120, memory = "460Gi" } : {
+      cpu    = var.cpu_nodes * (data.aws_ec2_instance_type.cpu.default_vcpus - 2)
+      memory = "${floor(var.cpu_nodes * data.aws_ec2_instance_type.cpu.memory_size * 0.82)}Mi"
+    }
+    gpu = {
+      cpu                     = var.gpu_nodes * 190
+      memory                  = "${var.gpu_nodes * 1900}Gi"
+      "nvidia.com/gpu"        = var.gpu_nodes * 8
+      "vpc.amazonaws.com/efa" = var.gpu_nodes * 32
+    }
+  }
+}

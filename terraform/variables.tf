@@ -21,13 +21,21 @@ variable "cluster_name" {
 }
 
 variable "kubernetes_version" {
-  description = "EKS Kubernetes version: one in EKS standard support (1.35 until 2027-03-27; a version in extended support costs $0.60 per hour instead of $0.10)."
+  description = "EKS Kubernetes version, one in EKS standard support on the day of the plan (the calendar in the validation below): a cluster in extended support costs $0.60 per hour instead of $0.10."
   type        = string
   default     = "1.35"
 
   validation {
-    condition     = can(regex("^1\\.(2[89]|3[0-9])$", var.kubernetes_version))
-    error_message = "kubernetes_version must be 1.28 or later, as MAJOR.MINOR."
+    # The end of EKS standard support of each version (EKS's release calendar, as recorded on
+    # 2026-11-28: tests/deploy/module_inputs.py holds the same table and checks this one against
+    # it). A version whose date has passed, or that is not listed, is refused at plan time.
+    condition = timecmp(plantimestamp(), lookup({
+      "1.32" = "2026-03-23T00:00:00Z"
+      "1.33" = "2026-07-29T00:00:00Z"
+      "1.34" = "2026-12-02T00:00:00Z"
+      "1.35" = "2027-03-27T00:00:00Z"
+    }, var.kubernetes_version, "1970-01-01T00:00:00Z")) < 0
+    error_message = "kubernetes_version ${var.kubernetes_version} is not in EKS standard support today (1.35 is, until 2027-03-27): extended support costs 6x the control plane's $0.10/h. For a newer version, add it and its end of standard support (EKS's release calendar) to this validation."
   }
 }
 
@@ -86,13 +94,26 @@ variable "gpu_nodes" {
 }
 
 variable "gpu_capacity_reservation_id" {
-  description = "On-Demand Capacity Reservation the GPU nodes start in (p5 is rarely available without one), in gpu_availability_zone and not tied to a placement group (the node group makes its own); null: none."
+  description = "On-Demand Capacity Reservation the GPU nodes start in (p5 is rarely available without one), in gpu_availability_zone; gpu_placement_group must then name the placement group it was made in (\"\" for none); null: no reservation."
   type        = string
   default     = null
 
   validation {
     condition     = var.gpu_capacity_reservation_id == null || can(regex("^cr-[0-9a-f]{17}$", var.gpu_capacity_reservation_id))
     error_message = "gpu_capacity_reservation_id must be a capacity reservation id (cr-...) or null."
+  }
+}
+
+variable "gpu_placement_group" {
+  description = "Cluster placement group of the GPU nodes (managed and Karpenter's): the one your capacity reservation was made in, \"\" for none (a reservation outside any group, Capacity Blocks), or null for one terraform makes (CLUSTER-gpu-efa; without a reservation only)."
+  type        = string
+  default     = null
+
+  validation {
+    # A reservation's instances launch where it is: in its placement group or in none. One of
+    # terraform's own would hold no reserved capacity, and p5 rarely has any other.
+    condition     = var.gpu_capacity_reservation_id == null || var.gpu_placement_group != null
+    error_message = "gpu_capacity_reservation_id is set: set gpu_placement_group to the placement group the reservation was made in (aws ec2 describe-capacity-reservations shows its PlacementGroupArn), or to \"\" if it has none."
   }
 }
 
@@ -153,13 +174,13 @@ variable "karpenter" {
 }
 
 variable "karpenter_version" {
-  description = "Karpenter's Helm chart version (its v1 CRDs are what k8s/karpenter/ is validated against)."
+  description = "Karpenter's Helm chart version: 1.11 or later (the GPU EC2NodeClass's placementGroupSelector; its v1 CRDs are what k8s/karpenter/ is validated against)."
   type        = string
   default     = "1.14.1"
 
   validation {
-    condition     = can(regex("^1\\.[0-9]+\\.[0-9]+$", var.karpenter_version))
-    error_message = "karpenter_version must be a 1.x release such as 1.14.1 (Karpenter v1 APIs)."
+    condition     = can(regex("^1\\.(1[1-9]|[2-9][0-9])\\.[0-9]+$", var.karpenter_version))
+    error_message = "karpenter_version must be 1.11.0 or a later 1.x release (placementGroupSelector came in 1.11), such as 1.14.1."
   }
 }
 
@@ -171,6 +192,39 @@ variable "karpenter_chart_repository" {
   validation {
     condition     = var.karpenter_chart_repository == null || can(regex("^oci://", var.karpenter_chart_repository))
     error_message = "karpenter_chart_repository must be an oci:// address."
+  }
+}
+
+variable "kueue_version" {
+  description = "Release of Kueue (gang admission of the jobs: k8s/kueue/) whose manifests are applied."
+  type        = string
+  default     = "v0.19.2"
+
+  validation {
+    condition     = can(regex("^v0\\.(19|[2-9][0-9])\\.[0-9]+$", var.kueue_version))
+    error_message = "kueue_version must be v0.19.0 or later (k8s/kueue/ uses the v1beta2 API and its manager configuration), such as v0.19.2."
+  }
+}
+
+variable "trainer_version" {
+  description = "Release of Kubeflow Trainer v2 (with the JobSet it bundles) whose manifests are applied, for k8s/trainjob/: the one Kueue's TrainJob integration is built against."
+  type        = string
+  default     = "v2.2.1"
+
+  validation {
+    condition     = can(regex("^v2\\.[0-9]+\\.[0-9]+$", var.trainer_version))
+    error_message = "trainer_version must be a Trainer v2 release tag such as v2.2.1."
+  }
+}
+
+variable "alarm_email" {
+  description = "Where the cluster's alarms (a failed node, monitoring.tf) are mailed; null: the SNS topic alone (subscribe to it as you like)."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.alarm_email == null || can(regex("^[^@ ]+@[^@ ]+\\.[^@ ]+$", var.alarm_email))
+    error_message = "alarm_email must be an e-mail address or null."
   }
 }
 

@@ -1,5 +1,5 @@
 terraform {
-  required_version = ">= 1.5.7"
+  required_version = ">= 1.9.0" # validations that read other variables
 
   required_providers {
     aws = {

@@ -64,7 +64,8 @@ def pod_traffic(overlays: dict[str, list[dict]]) -> list[tuple[str, int, int, st
 
 def node_traffic(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]:
     """Every port the jobs use between pods on different nodes is one the nodes' security group
-    lets in from the other nodes (a launcher and its workers, and the workers among themselves, sit on different nodes)."""
+    lets in from the other nodes (a launcher and its workers, and the workers among themselves,
+    sit on different nodes)."""
     allowed = node_self_ingress(folder)
     return [f"{why}: {protocol} {first}-{last} is not let in between nodes (terraform/main.tf: "
             "node_security_group_additional_rules)"
@@ -137,10 +138,16 @@ def _suspended(job: dict) -> bool:
     return bool(spec.get("suspend") or spec.get("runPolicy", {}).get("suspend"))
 
 
+def queued(job: dict) -> bool:
+    """Sent to a Kueue LocalQueue: Kueue starts it only when its ClusterQueue holds all of its
+    pods (kueue_check.py checks that), so it starts with nothing else on `kubectl apply`."""
+    return "kueue.x-k8s.io/queue-name" in job["metadata"].get("labels", {})
+
+
 def capacity(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]:
     """Per overlay and node pool, what the jobs that start on `kubectl apply -k` request together
-    (a suspended job starts nothing until resumed) within what the pool's nodes have. Each pod
-    must also fit one node."""
+    (a suspended job starts nothing until resumed, a queued one until Kueue admits it whole)
+    within what the pool's nodes have. Each pod must also fit one node."""
     pools = node_pools(folder)
     problems = []
     for overlay, docs in overlays.items():
@@ -148,8 +155,7 @@ def capacity(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]
         running: dict[str, list[str]] = {}
         for job in (d for d in docs if d.get("kind") in ("MPIJob", "Job")):
             name = job["metadata"]["name"]
-            if _suspended(job):
-                continue
+            starts = not (_suspended(job) or queued(job))
             for replicas, pod in _pods(job):
                 pool = pod.get("nodeSelector", {}).get("libddp/pool")
                 if pool not in pools:
@@ -157,20 +163,17 @@ def capacity(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]
                                     f"{pool!r}, which no node group has "
                                     f"({', '.join(sorted(pools))})")
                     continue
-                node = INSTANCES[pools[pool][0]]
-                running.setdefault(pool, []).append(name)
-                for container in pod["containers"]:
-                    for key, quantity in container.get("resources", {}).get("requests",
-                                                                             {}).items():
-                        if key not in node:
-                            continue
-                        amount = _quantity(quantity)
-                        if amount > node[key]:
-                            problems.append(f"{overlay}: {job['kind']} {name}: a pod requests "
-                                            f"{key} {quantity}, more than a {pools[pool][0]} "
-                                            "has")
+                instance = pools[pool][0]
+                for key, amount in _pod_requests(pod).items():
+                    if key not in INSTANCES[instance]:
+                        continue
+                    if amount > INSTANCES[instance][key]:
+                        problems.append(f"{overlay}: {job['kind']} {name}: a pod requests "
+                                        f"{key} {amount:g}, more than a {instance} has")
+                    if starts:
                         total = wanted.setdefault(pool, {})
                         total[key] = total.get(key, 0) + replicas * amount
+                        running.setdefault(pool, []).append(name)
         for pool, total in wanted.items():
             instance, nodes = pools[pool]
             for key, amount in total.items():
@@ -180,9 +183,17 @@ def capacity(folder: pathlib.Path, overlays: dict[str, list[dict]]) -> list[str]
                         f"{overlay}: the jobs that start at once ({jobs}) request {key} "
                         f"{amount:g} on pool {pool}, which has {nodes} x {instance} "
                         f"({nodes * INSTANCES[instance][key]:g}): each could hold part of the "
-                        "pool and wait for the rest for ever; suspend all but one "
-                        "(spec.runPolicy.suspend) or add nodes")
+                        "pool and wait for the rest for ever; send them to a Kueue queue "
+                        "(k8s/kueue) or add nodes")
     return problems
+
+
+def _pod_requests(pod: dict) -> dict[str, float]:
+    total: dict[str, float] = {}
+    for container in pod["containers"]:
+        for key, quantity in container.get("resources", {}).get("requests", {}).items():
+            total[key] = total.get(key, 0) + _quantity(quantity)
+    return total
 
 
 def _association_paths(folder: pathlib.Path) -> dict[str, set[str]]:

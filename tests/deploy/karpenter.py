@@ -5,31 +5,24 @@ overlays select, with their taints tolerated; GPU nodes from reservations or Cap
 only, made for a job and removed when empty, within a limit that holds one job."""
 from __future__ import annotations
 
-import functools
-import json
 import pathlib
+import re
 
-from deploycheck import ROOT, SHARED, _quantity, kustomize, prune_nulls
+from cluster_fit import queued
+from deploycheck import ROOT, SCHEMA_DIR, _quantity, crd_schema, kustomize
 
 FOLDER = ROOT / "k8s" / "karpenter"
-SCHEMAS = {"NodePool": SHARED / "schemas" / "karpenter-nodepool-v1.json",
-           "EC2NodeClass": SHARED / "schemas" / "karpenter-ec2nodeclass-v1.json"}
+SCHEMAS = {"NodePool": SCHEMA_DIR / "karpenter-nodepool-v1.json",
+           "EC2NodeClass": SCHEMA_DIR / "karpenter-ec2nodeclass-v1.json"}
 RESTRICTED = ("karpenter.sh/", "karpenter.k8s.aws/")
 GPUS_PER_NODE = {"p5.48xlarge": 8, "p5e.48xlarge": 8}
-
-
-@functools.lru_cache(maxsize=None)
-def _validator(kind: str):
-    import jsonschema
-    return jsonschema.Draft7Validator(json.loads(SCHEMAS[kind].read_text()))
 
 
 def schema(doc: dict) -> list[str]:
     kind, name = doc.get("kind"), doc.get("metadata", {}).get("name")
     if kind not in SCHEMAS:
         return [f"{kind} {name}: not a Karpenter kind"]
-    return [f"{kind} {name}: {'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
-            for e in _validator(kind).iter_errors(prune_nulls(doc))]
+    return crd_schema(SCHEMAS[kind], doc)
 
 
 def cel_rules(doc: dict) -> list[str]:
@@ -71,8 +64,41 @@ def _requirement(pool: dict, key: str) -> list[str] | None:
     return None
 
 
+# The resources Karpenter gives an instance type (its computed capacity, v1.14): a pod that
+# requests another (hugepages-2Mi, say) fits no instance type it knows, and waits for ever ("no
+# instance type has enough resources") unless a NodeOverlay, an alpha feature, adds it.
+OFFERED = {"cpu", "memory", "ephemeral-storage", "pods", "nvidia.com/gpu",
+           "vpc.amazonaws.com/efa", "vpc.amazonaws.com/pod-eni", "aws.amazon.com/neuron",
+           "aws.amazon.com/neuroncore", "habana.ai/gaudi"}
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
+def _pods(overlays: dict[str, list[dict]]):
+    """(where, pod template, requests) of every pod of every job in the overlays."""
+    from kueue_check import pod_sets
+    for overlay, rendered in overlays.items():
+        runtimes = {d["metadata"]["name"]: d for d in rendered
+                    if d["kind"] == "ClusterTrainingRuntime"}
+        for job in (d for d in rendered if d["kind"] in ("MPIJob", "Job", "TrainJob")):
+            where = f"{overlay}: {job['kind']} {job['metadata']['name']}"
+            if job["kind"] == "MPIJob":
+                for role, replica in job["spec"]["mpiReplicaSpecs"].items():
+                    template = replica["template"]
+                    yield f"{where} {role}", template, pod_sets(
+                        {"kind": "Job", "spec": {"template": template}}, {})[0][2]
+            elif job["kind"] == "Job":
+                yield where, job["spec"]["template"], pod_sets(job, runtimes)[0][2]
+            else:
+                runtime = runtimes.get(job["spec"]["runtimeRef"]["name"], {})
+                template = next((j["template"]["spec"]["template"] for j in runtime.get(
+                    "spec", {}).get("template", {}).get("spec", {}).get("replicatedJobs", [])),
+                    {"spec": {}})
+                yield where, template, pod_sets(job, runtimes)[0][2]
+
+
 def fits_libddp(docs: list[dict], overlays: dict[str, list[dict]]) -> list[str]:
-    """What the overlays' pods need of the NodePools."""
+    """What the overlays' pods need of the NodePools: a pool for each, its taints tolerated,
+    only resources Karpenter offers, and karpenter.sh/do-not-disrupt on every training pod."""
     pools = {d["spec"]["template"].get("metadata", {}).get("labels", {}).get("libddp/pool"): d
              for d in docs if d["kind"] == "NodePool"}
     classes = {d["metadata"]["name"]: d for d in docs if d["kind"] == "EC2NodeClass"}
@@ -81,21 +107,52 @@ def fits_libddp(docs: list[dict], overlays: dict[str, list[dict]]) -> list[str]:
         ref = pool["spec"]["template"]["spec"]["nodeClassRef"]["name"]
         if ref not in classes:
             problems.append(f"NodePool {pool['metadata']['name']}: no EC2NodeClass {ref}")
-    for overlay, rendered in overlays.items():
-        for job in (d for d in rendered if d["kind"] == "MPIJob"):
-            for role, replica in job["spec"]["mpiReplicaSpecs"].items():
-                pod = replica["template"]["spec"]
-                want = pod.get("nodeSelector", {}).get("libddp/pool")
-                where = f"{overlay}: MPIJob {job['metadata']['name']} {role}"
-                if want not in pools:
-                    problems.append(f"{where}: no NodePool labels its nodes libddp/pool={want}")
-                    continue
-                for taint in pools[want]["spec"]["template"]["spec"].get("taints", []):
-                    if not any(t.get("key") == taint["key"] for t in pod.get("tolerations", [])):
-                        problems.append(f"{where}: does not tolerate NodePool {want}'s taint "
-                                        f"{taint['key']}")
+    for where, template, requests in _pods(overlays):
+        pod = template.get("spec", {})
+        want = pod.get("nodeSelector", {}).get("libddp/pool")
+        if want not in pools:
+            problems.append(f"{where}: no NodePool labels its nodes libddp/pool={want}")
+            continue
+        for taint in pools[want]["spec"]["template"]["spec"].get("taints", []):
+            if not any(t.get("key") == taint["key"] for t in pod.get("tolerations", [])):
+                problems.append(f"{where}: does not tolerate NodePool {want}'s taint "
+                                f"{taint['key']}")
+        for resource in sorted(set(requests) - OFFERED):
+            problems.append(f"{where}: requests {resource}, which Karpenter offers on no "
+                            "instance type: its pods would never get a node")
+        if template.get("metadata", {}).get("annotations", {}).get(DO_NOT_DISRUPT) != "true":
+            problems.append(f"{where}: no {DO_NOT_DISRUPT} annotation: Karpenter may move its "
+                            "pods (consolidation, drift) in the middle of a job")
+    problems += _cpu_pool(pools.get("cpu"))
     problems += _gpu_pool(pools.get("gpu-efa"), classes, overlays.get("gpu-efa", []))
     return problems
+
+
+def _cpu_pool(pool: dict | None) -> list[str]:
+    """Training pods run there too: no Spot (a reclaimed node takes its ranks), and
+    disruption bounded."""
+    if pool is None:
+        return ["no NodePool for libddp/pool=cpu"]
+    name, disruption = pool["metadata"]["name"], pool["spec"].get("disruption", {})
+    problems = []
+    if "spot" in (_requirement(pool, "karpenter.sh/capacity-type") or ["spot"]):
+        problems.append(f"NodePool {name}: Spot capacity: a reclaimed node takes the ranks on "
+                        "it (karpenter.sh/capacity-type In [on-demand])")
+    if not disruption.get("budgets"):
+        problems.append(f"NodePool {name}: no disruption budgets: Karpenter may take any number "
+                        "of nodes at once")
+    after = disruption.get("consolidateAfter", "0s")
+    if after != "Never" and _duration_s(after) < 300:
+        problems.append(f"NodePool {name}: consolidateAfter {after}: a node is packed away "
+                        "between a job's pods (at least 5m)")
+    return problems
+
+
+def _duration_s(text: str) -> float:
+    total = 0.0
+    for amount, unit in re.findall(r"(\d+(?:\.\d+)?)(h|m|s)", text):
+        total += float(amount) * {"h": 3600, "m": 60, "s": 1}[unit]
+    return total
 
 
 def _gpu_pool(pool: dict | None, classes: dict, gpu_jobs: list[dict]) -> list[str]:
@@ -132,7 +189,7 @@ def _gpu_pool(pool: dict | None, classes: dict, gpu_jobs: list[dict]) -> list[st
         if per_node == 0 or gpus > limit:
             problems.append(f"NodePool {name}: limit nvidia.com/gpu {limit:g} cannot hold "
                             f"MPIJob {job['metadata']['name']} ({gpus:g} GPUs)")
-        if not job["spec"].get("runPolicy", {}).get("suspend"):
+        if not job["spec"].get("runPolicy", {}).get("suspend") and not queued(job):
             at_once += gpus
             started.append(job["metadata"]["name"])
     # Karpenter makes nodes up to the limit and no further: jobs that start together beyond it
@@ -140,7 +197,7 @@ def _gpu_pool(pool: dict | None, classes: dict, gpu_jobs: list[dict]) -> list[st
     if at_once > limit:
         problems.append(f"NodePool {name}: the GPU jobs that start at once "
                         f"({', '.join(sorted(started))}) ask for {at_once:g} GPUs, beyond its "
-                        f"limit {limit:g}: suspend all but one")
+                        f"limit {limit:g}: send them to a Kueue queue")
     return problems
 
 

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import deploycheck as dc  # noqa: E402
@@ -138,6 +139,16 @@ def rehearse(job: dict, workdir: pathlib.Path, timeout: float = 600,
     why = netsim.available()
     if why:
         raise RuntimeError(f"network namespaces: {why}")
+    view, env, args = launcher_setup(job, workdir, dockerfile)
+    with netsim.Cluster(len(view["pods"]), names=view["pods"], domain=view["domain"],
+                        sshd_env=True) as cluster:
+        env["OMPI_MCA_plm_rsh_agent"] = cluster.rsh
+        return cluster.run(0, ["sh", str(ENTRYPOINT), *args], env=env, cwd=str(workdir),
+                           capture_output=True, text=True, timeout=timeout)
+
+
+def launcher_setup(job: dict, workdir: pathlib.Path, dockerfile: pathlib.Path):
+    """(pod names, DNS domain, the launcher's environment and args) as rehearse() runs them."""
     view = operator_view(job)
     container = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     hostfile = workdir / "hostfile"
@@ -151,13 +162,48 @@ def rehearse(job: dict, workdir: pathlib.Path, timeout: float = 600,
     env.update({e["name"]: e["value"] for e in container.get("env", [])})  # the pod's
     env.update(view["env"])  # the operator's
     env["OMPI_MCA_orte_default_hostfile"] = str(hostfile)  # /etc/mpi/hostfile in the pod
-    env["OMPI_MCA_plm_rsh_agent"] = "{rsh}"  # ssh in the pod
-    args = on_this_machine(container["args"], workdir)
+    return view, env, on_this_machine(container["args"], workdir)
+
+
+def rehearse_lost_worker(job: dict, workdir: pathlib.Path, worker: int = 1,
+                         after: str = "epoch  2", timeout: float = 600,
+                         dockerfile: pathlib.Path = dc.ROOT / "k8s" / "image" / "Dockerfile.cpu"):
+    """A node lost in the middle of a job: the launcher's command runs until its output shows
+    AFTER, then every process of worker WORKER's pod is killed (SIGKILL: as its node going,
+    its sockets closed by the kernel), and the launcher is waited for. Then what the operator
+    and the launcher Job do next (k8s/mpijob/base/common.yaml: the worker pod made again,
+    the launcher run again, backoffLimit 2): the same command once more, the worker's pod
+    empty. Returns (first exit status, its output, seconds from the kill to the launcher's
+    exit, the second run's CompletedProcess)."""
+    why = netsim.available()
+    if why:
+        raise RuntimeError(f"network namespaces: {why}")
+    view, env, args = launcher_setup(job, workdir, dockerfile)
     with netsim.Cluster(len(view["pods"]), names=view["pods"], domain=view["domain"],
                         sshd_env=True) as cluster:
         env["OMPI_MCA_plm_rsh_agent"] = cluster.rsh
-        return cluster.run(0, ["sh", str(ENTRYPOINT), *args], env=env, cwd=str(workdir),
-                           capture_output=True, text=True, timeout=timeout)
+        launcher = cluster.popen(0, ["sh", str(ENTRYPOINT), *args], env=env, cwd=str(workdir),
+                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines, killed = [], None
+        deadline = time.monotonic() + timeout
+        for line in launcher.stdout:
+            lines.append(line)
+            if killed is None and after in line:
+                pids = subprocess.run(["ip", "netns", "pids", cluster.namespaces[1 + worker]],
+                                      capture_output=True, text=True).stdout.split()
+                for pid in pids:
+                    subprocess.run(["kill", "-9", pid], capture_output=True)
+                killed = time.monotonic()
+                lines.append(f"--- rehearsal: killed {len(pids)} processes of "
+                             f"{view['pods'][1 + worker]}\n")
+            if time.monotonic() > deadline:
+                launcher.kill()
+                break
+        status = launcher.wait()
+        lost_s = time.monotonic() - killed if killed is not None else float("nan")
+        again = cluster.run(0, ["sh", str(ENTRYPOINT), *args], env=env, cwd=str(workdir),
+                            capture_output=True, text=True, timeout=timeout)
+    return status, "".join(lines), lost_s, again
 
 
 def indexed_pods(docs: list[dict]) -> list[tuple[str, int, dict, str]]:
@@ -174,10 +220,10 @@ def indexed_pods(docs: list[dict]) -> list[tuple[str, int, dict, str]]:
 
 def rehearse_jobs(docs: list[dict], workdir: pathlib.Path, timeout: float = 300,
                   dockerfile: pathlib.Path = dc.ROOT / "k8s" / "image" / "Dockerfile.cpu"):
-    """Runs every pod of the Indexed Jobs at once, one namespace each (its host named and resolvable as
-    <pod>.<subdomain>.<namespace>.svc), each with its container's args through the entrypoint,
-    its env (a Secret's value: a fresh token) and JOB_COMPLETION_INDEX. Returns {pod: (exit
-    status, output)}."""
+    """Runs every pod of the Indexed Jobs at once, one namespace each (its host named and
+    resolvable as <pod>.<subdomain>.<namespace>.svc), each with its container's args through the
+    entrypoint, its env (a Secret's value: a fresh token) and JOB_COMPLETION_INDEX. Returns
+    {pod: (exit status, output)}."""
     why = netsim.available()
     if why:
         raise RuntimeError(f"network namespaces: {why}")

@@ -52,20 +52,29 @@ def test_the_node_groups_are_read_from_terraform():
 
 
 def test_what_each_overlay_starts_at_once_fits_its_node_groups(overlays):
+    """Every job goes to a Kueue queue (kueue_check.py checks that it fits the queue's quota
+    whole): nothing starts on `kubectl apply` alone, so nothing can hold part of a pool."""
     assert cf.capacity(TF, overlays) == []
-    gpu = {d["metadata"]["name"]: d for d in overlays["gpu-efa"] if d["kind"] == "MPIJob"}
-    started = sorted(n for n, d in gpu.items() if not d["spec"]["runPolicy"].get("suspend"))
-    assert started == ["ddp-digits"], started
+    for name, docs in overlays.items():
+        jobs = [d for d in docs if d["kind"] == "MPIJob"]
+        assert len(jobs) == 3 and all(cf.queued(j) for j in jobs), name
+        assert not any(j["spec"]["runPolicy"].get("suspend") for j in jobs), name
+
+
+def unqueued(docs):
+    """The jobs as they were before Kueue: no queue, started on apply."""
+    docs = copy.deepcopy(docs)
+    for doc in docs:
+        if doc["kind"] == "MPIJob":
+            doc["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
+    return docs
 
 
 def test_jobs_that_could_wait_on_each_other_for_ever_are_caught(overlays):
-    """All three GPU jobs started at once (as the overlay did) ask for 48 GPUs of the pool's 16:
+    """The three GPU jobs without a queue, started at once, ask for 48 GPUs of the pool's 16:
     two could each hold a node and wait for the other's. A worker larger than its node, and a
     pool no node group has, are caught too."""
-    broken = copy.deepcopy(overlays)
-    for doc in broken["gpu-efa"]:
-        if doc["kind"] == "MPIJob":
-            doc["spec"]["runPolicy"].pop("suspend", None)
+    broken = {"gpu-efa": unqueued(overlays["gpu-efa"])}
     found = "\n".join(cf.capacity(TF, broken))
     assert "gpu-efa: the jobs that start at once (ddp-bench, ddp-digits, ddp-synthetic) request " \
            "nvidia.com/gpu 48 on pool gpu-efa, which has 2 x p5.48xlarge (16)" in found, found

@@ -1,5 +1,6 @@
 """k8s/image/: both Dockerfiles hadolint-clean, everything they COPY in the repository, apt's
-package lists there wherever apt installs, and the entrypoint's wait for the hostfile's names (what the launcher pod runs before mpirun)."""
+package lists there wherever apt installs, and the entrypoint's wait for the hostfile's names
+(what the launcher pod runs before mpirun)."""
 import os
 import subprocess
 

@@ -13,7 +13,9 @@ import karpenter as kp
 def rendered():
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed here: the manifests cannot be rendered")
-    return kp.render(), {name: dc.kustomize(folder) for name, folder in dc.OVERLAYS.items()}
+    overlays = {name: dc.kustomize(folder) for name, folder in dc.OVERLAYS.items()}
+    overlays.update({name: dc.kustomize(dc.ROOT / "k8s" / name) for name in ("ps", "trainjob")})
+    return kp.render(), overlays
 
 
 def by_name(docs, kind, name):
@@ -107,13 +109,46 @@ def test_another_cluster_name_gets_its_own_names(tmp_path, rendered):
 
 def test_jobs_started_together_beyond_the_limit_are_caught(rendered):
     """Under Karpenter the GPU pool is its NodePool's limit (16 GPUs, two p5): the overlay's
-    three GPU jobs unsuspended would ask for 48 and could wait on each other for ever."""
+    three GPU jobs started without Kueue's queue would ask for 48 and could wait on each other
+    for ever. Sent to the queue, they are admitted one at a time (kueue_check.py)."""
     docs, overlays = rendered
+    assert kp.fits_libddp(docs, overlays) == []
     overlays = copy.deepcopy(overlays)
     for doc in overlays["gpu-efa"]:
         if doc["kind"] == "MPIJob":
-            doc["spec"]["runPolicy"].pop("suspend", None)
+            doc["metadata"]["labels"].pop("kueue.x-k8s.io/queue-name")
     found = "\n".join(kp.fits_libddp(docs, overlays))
     assert "NodePool gpu-efa: the GPU jobs that start at once (ddp-bench, ddp-digits, " \
            "ddp-synthetic) ask for 48 GPUs, beyond its limit 16" in found, found
 
+
+def test_karpenter_makes_nodes_for_every_pod_and_leaves_them_alone(rendered):
+    """What stopped Karpenter or let it end a job: a request for hugepages-2Mi (it knows no
+    instance type with any: "no instance type has enough resources", for ever), a training pod
+    without karpenter.sh/do-not-disrupt (consolidation or drift could move it mid-job), a CPU
+    pool with Spot, no budgets and a 1-minute consolidation."""
+    docs, overlays = rendered
+    overlays = copy.deepcopy(overlays)
+    digits = next(d for d in overlays["gpu-efa"] if d["metadata"]["name"] == "ddp-digits")
+    worker = digits["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
+    for key in ("requests", "limits"):
+        worker["spec"]["containers"][0]["resources"][key]["hugepages-2Mi"] = "5120Mi"
+    ps = next(d for d in overlays["ps"] if d["kind"] == "Job")
+    del ps["spec"]["template"]["metadata"]["annotations"]["karpenter.sh/do-not-disrupt"]
+    runtime = next(d for d in overlays["trainjob"] if d["kind"] == "ClusterTrainingRuntime")
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "metadata"]["annotations"].clear()
+    docs = copy.deepcopy(docs)
+    cpu = by_name(docs, "NodePool", "cpu")
+    cpu["spec"]["template"]["spec"]["requirements"][3]["values"] = ["on-demand", "spot"]
+    cpu["spec"]["disruption"] = {"consolidationPolicy": "WhenEmptyOrUnderutilized",
+                                 "consolidateAfter": "1m"}
+    found = "\n".join(kp.fits_libddp(docs, overlays))
+    for message in (
+            "gpu-efa: MPIJob ddp-digits Worker: requests hugepages-2Mi, which Karpenter offers "
+            "on no instance type",
+            "ps: Job ddp-ps: no karpenter.sh/do-not-disrupt annotation",
+            "trainjob: TrainJob ddp-torch-digits: no karpenter.sh/do-not-disrupt annotation",
+            "NodePool cpu: Spot capacity", "NodePool cpu: no disruption budgets",
+            "NodePool cpu: consolidateAfter 1m"):
+        assert message in found, found

@@ -57,12 +57,43 @@ def test_the_local_overlay_carries_terraform_outputs_and_the_image(tmp_path):
     assert after == before
 
 
-def test_one_job_alone_resumed_fits_the_pool(tmp_path):
+def test_one_job_alone_fits_the_pool_and_leaves_the_model_check_out(tmp_path):
+    """ddp-bench alone: the model check, whose pod template (the image) cannot change once the
+    Job exists, goes only with ddp-digits."""
     docs = make(tmp_path, "--job", "ddp-bench")
-    jobs = [d for d in docs if d["kind"] == "MPIJob"]
+    jobs = [d for d in docs if d["kind"] in ("MPIJob", "Job")]
     assert [j["metadata"]["name"] for j in jobs] == ["ddp-bench"]
-    assert jobs[0]["spec"]["runPolicy"]["suspend"] is False
+    assert cf.queued(jobs[0]) and "suspend" not in jobs[0]["spec"]["runPolicy"]
     assert cf.capacity(dc.ROOT / "terraform", {"gpu-efa": docs}) == []
+    docs = make(tmp_path, "--job", "ddp-digits")
+    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] in ("MPIJob", "Job")) == \
+        ["ddp-digits", "ddp-model-check"]
+
+
+def test_kueue_and_karpenter_are_sized_from_the_stack(tmp_path):
+    """k8s/kueue's quotas and the GPU NodePool's limit follow terraform's pool sizes; the GPU
+    nodes go into the stack's placement group, or none."""
+    import kueue_check
+    outputs = dict(OUTPUTS, kueue_quotas={"value": {
+        "cpu": {"cpu": 56, "memory": "107478Mi"},
+        "gpu": {"cpu": 760, "memory": "7600Gi", "nvidia.com/gpu": 32,
+                "vpc.amazonaws.com/efa": 128}}}, gpu_placement_group={"value": None})
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps(outputs))
+    for flag in ("--kueue", "--karpenter"):
+        assert lo.main([flag, "--terraform-outputs", str(path), "--out",
+                        str(tmp_path / "local" / flag[2:])]) == 0
+    queues = {d["metadata"]["name"]: d for d in dc.kustomize(tmp_path / "local" / "kueue")}
+    gpu = queues["libddp-gpu"]["spec"]["resourceGroups"][0]["flavors"][0]["resources"]
+    assert {r["name"]: r["nominalQuota"] for r in gpu} == {
+        "cpu": "760", "memory": "7600Gi", "nvidia.com/gpu": "32", "vpc.amazonaws.com/efa": "128"}
+    assert [p for d in queues.values() for p in kueue_check.objects(d)] == []
+    nodes = {(d["kind"], d["metadata"]["name"]): d for d in
+             dc.kustomize(tmp_path / "local" / "karpenter")}
+    assert nodes[("NodePool", "gpu-efa")]["spec"]["limits"] == {"nvidia.com/gpu": "32"}
+    assert "placementGroupSelector" not in nodes[("EC2NodeClass", "gpu-efa")]["spec"]
+    with pytest.raises(KeyError, match="kueue_quotas"):
+        lo.kueue_kustomization(OUTPUTS)
 
 
 def test_bad_inputs_are_refused(tmp_path):

@@ -43,10 +43,20 @@ def test_a_yaml_error_and_a_lint_error_are_caught(tmp_path):
 
 def test_the_overlays_render_what_the_docs_promise(rendered):
     assert set(rendered) == {"cpu", "gpu-efa"}
+    namespaces = {"cpu": "libddp-cpu", "gpu-efa": "libddp-gpu"}
     for name, docs in rendered.items():
         assert set(jobs(docs)) == {"ddp-digits", "ddp-synthetic", "ddp-bench"}, name
+        # Each overlay in its own namespace, with its own queue: deleting one overlay never
+        # takes another's jobs (or the FSx claim).
+        assert [d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"] == \
+            [namespaces[name]]
+        queue = next(d for d in docs if d["kind"] == "LocalQueue")
+        assert queue["metadata"]["namespace"] == namespaces[name]
+        assert queue["spec"]["clusterQueue"] == {"cpu": "libddp-cpu",
+                                                 "gpu-efa": "libddp-gpu"}[name]
         for job in jobs(docs).values():
-            assert job["metadata"]["namespace"] == "libddp"
+            assert job["metadata"]["namespace"] == namespaces[name]
+            assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "libddp"
             worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
             assert worker["containers"][0]["image"] == f"libddp:{name}"
             assert worker["nodeSelector"] == {"libddp/pool": name}
@@ -104,6 +114,18 @@ def test_the_rules_catch_what_the_schema_cannot(rendered, breakage, message):
     breakage(job["spec"])
     found = "\n".join(dc.mpijob_rules(job))
     assert message in found, found
+
+
+def test_no_pod_asks_for_what_no_node_has(rendered):
+    """hugepages-2Mi, which the GPU workers requested: Karpenter's instance types have none
+    (karpenter.py), and with FI_EFA_FORK_SAFE=1 libfabric's EFA provider never uses them."""
+    for name, docs in rendered.items():
+        for job in jobs(docs).values():
+            for replica in job["spec"]["mpiReplicaSpecs"].values():
+                for container in replica["template"]["spec"]["containers"]:
+                    resources = container.get("resources", {})
+                    asked = set(resources.get("requests", {})) | set(resources.get("limits", {}))
+                    assert not any(r.startswith("hugepages-") for r in asked), (name, asked)
 
 
 def test_gpu_workers_ask_for_as_many_gpus_as_slots(rendered):

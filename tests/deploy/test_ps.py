@@ -1,4 +1,4 @@
-"""k8s/ps/: the parameter-server demo as two Indexed Jobs and a headless Service, checked by
+"""k8s/ps/: the parameter-server demo as one Indexed Job and a headless Service, checked by
 Kubernetes' schemas and ps_check.py (ranks, sizes, names, token), within the CPU pool and the
 nodes' security group; each rule fed a broken copy. (Rehearsed in test_rehearsal.py.)"""
 import copy
@@ -20,8 +20,8 @@ def docs():
     return dc.kustomize(ps_check.FOLDER)
 
 
-def job(docs, name):
-    return next(d for d in docs if d["kind"] == "Job" and d["metadata"]["name"] == name)
+def job(docs):
+    return next(d for d in docs if d["kind"] == "Job")
 
 
 def env_of(doc, name):
@@ -29,30 +29,33 @@ def env_of(doc, name):
                 if e["name"] == name)
 
 
-def test_workers_and_servers_are_separate_groups_that_fit(docs):
-    assert sorted(d["metadata"]["name"] for d in docs if d["kind"] == "Job") == [
-        "ddp-ps-server", "ddp-ps-worker"]
+def test_all_ranks_are_one_job_that_fits(docs):
+    """One Indexed Job of 6 pods (rank = index; the last 2 serve): Kueue admits it whole. As
+    two Jobs (workers, servers) it was two workloads, one of which could run alone."""
+    assert [d["metadata"]["name"] for d in docs if d["kind"] == "Job"] == ["ddp-ps"]
     assert dc.check_rendered(ps_check.FOLDER) == []  # schemas, traffic, capacity, ps rules
     needed = {(p, lo) for p, lo, _, _ in cf.pod_traffic({"ps": docs})}
     assert ("tcp", 29400) in needed  # the rendezvous store, within what the nodes let in
     assert cf.capacity(TF, {"ps": docs}) == []
+    assert job(docs)["metadata"]["namespace"] == "libddp-ps"
+    assert env_of(job(docs), "DDP_RENDEZVOUS_ADDR")["value"] == "ddp-ps-0.ddp-ps.libddp-ps.svc"
 
 
 @pytest.mark.parametrize("breakage, message", [
-    (lambda d: env_of(job(d, "ddp-ps-server"), "RANK_OFFSET").update(value="3"),
-     "the Jobs' ranks are [0, 1, 2, 3, 3, 4], not 0..5 once each"),
-    (lambda d: env_of(job(d, "ddp-ps-worker"), "DDP_SIZE").update(value="4"),
-     "DDP_SIZE ['4', '6'] is not the 6 ranks"),
-    (lambda d: job(d, "ddp-ps-server")["spec"].update(completions=3, parallelism=3),
-     "DDP_PS_SERVERS 2 is not the 3 server pods"),
-    (lambda d: job(d, "ddp-ps-worker")["spec"].update(parallelism=2),
-     "parallelism 2 != completions 4: every rank must run at once"),
-    (lambda d: env_of(job(d, "ddp-ps-server"), "DDP_RENDEZVOUS_ADDR").update(
-        value="ddp-ps-server-0.ddp-ps.libddp.svc"), "is not rank 0's name"),
-    (lambda d: env_of(job(d, "ddp-ps-worker"), "DDP_JOB_TOKEN").update(
-        value="0123", valueFrom=None), "DDP_JOB_TOKEN must come from a Secret"),
-    (lambda d: job(d, "ddp-ps-worker")["spec"]["template"]["spec"].update(subdomain="ps"),
+    (lambda d: env_of(job(d), "DDP_SIZE").update(value="4"), "DDP_SIZE 4 is not the 6 ranks"),
+    (lambda d: env_of(job(d), "DDP_PS_SERVERS").update(value="6"),
+     "DDP_PS_SERVERS 6 must leave workers among the 6 ranks"),
+    (lambda d: job(d)["spec"].update(parallelism=2),
+     "parallelism 2 != completions 6: every rank must run at once"),
+    (lambda d: env_of(job(d), "DDP_RENDEZVOUS_ADDR").update(
+        value="ddp-ps-4.ddp-ps.libddp-ps.svc"), "is not rank 0's name"),
+    (lambda d: env_of(job(d), "DDP_JOB_TOKEN").update(value="0123", valueFrom=None),
+     "DDP_JOB_TOKEN must come from a Secret"),
+    (lambda d: job(d)["spec"]["template"]["spec"].update(subdomain="ps"),
      "subdomain ps names no Service"),
+    (lambda d: job(d)["spec"]["template"]["spec"]["containers"][0]["args"].__setitem__(
+        2, 'DDP_RANK=$((JOB_COMPLETION_INDEX + 1)) exec "$@"'), "DDP_RANK is not the pod's index"),
+    (lambda d: d.append(copy.deepcopy(job(d))), "the ranks of one job must be one Job"),
 ])
 def test_the_rules_catch_a_broken_job(docs, breakage, message):
     broken = copy.deepcopy(docs)

@@ -1,8 +1,9 @@
 """The cpu overlay's MPIJobs, the gpu-efa overlay's launch line and the parameter-server job
 rehearsed on network namespaces whose hosts are named as the operator names the pods
 (tests/deploy/rehearsal.py says what is and is not the same as on a cluster): the digits demo
-trains to >= 97%, ddp-bench's allreduces are all exact, and the ranks sit where the hostfile
-puts them. Skipped, saying why, where namespaces cannot be made (not root)."""
+trains to >= 97% (after a lost worker, the job run again), ddp-bench's allreduces are all exact,
+and the ranks sit where the hostfile puts them. Skipped, saying why, where namespaces cannot be
+made (not root)."""
 import copy
 import re
 import shutil
@@ -34,8 +35,8 @@ def run(job, tmp_path, timeout=300):
 def test_the_operator_view_of_a_job():
     view = rehearsal.operator_view(rehearsal.find_job("cpu", "ddp-digits"))
     assert view["pods"] == ["ddp-digits-launcher", "ddp-digits-worker-0", "ddp-digits-worker-1"]
-    assert view["hostfile"] == ("ddp-digits-worker-0.ddp-digits.libddp.svc slots=2\n"
-                                "ddp-digits-worker-1.ddp-digits.libddp.svc slots=2\n")
+    assert view["hostfile"] == ("ddp-digits-worker-0.ddp-digits.libddp-cpu.svc slots=2\n"
+                                "ddp-digits-worker-1.ddp-digits.libddp-cpu.svc slots=2\n")
 
 
 def test_the_ranks_run_where_the_hostfile_puts_them(tmp_path):
@@ -47,13 +48,6 @@ def test_the_ranks_run_where_the_hostfile_puts_them(tmp_path):
     placed = sorted(re.findall(r"rank (\d) on (\S+)", out))
     assert placed == [("0", "ddp-digits-worker-0"), ("1", "ddp-digits-worker-0"),
                       ("2", "ddp-digits-worker-1"), ("3", "ddp-digits-worker-1")], out
-
-
-def test_the_digits_demo_trains_to_97_percent(tmp_path):
-    out = run(rehearsal.find_job("cpu", "ddp-digits"), tmp_path)
-    accuracy = float(re.search(r"final test accuracy ([\d.]+)% after 20 epochs", out).group(1))
-    assert accuracy >= 97.0, out
-    assert "training on 4 ranks" in out
 
 
 def test_the_allreduce_benchmark_checks_every_result(tmp_path):
@@ -91,14 +85,33 @@ def test_the_gpu_overlays_launch_line_with_cpu_tensors(tmp_path):
 
 
 def test_the_parameter_server_job(tmp_path):
-    """k8s/ps/'s two Indexed Jobs, one namespace per pod, ranks from their indexes, rank 0's
-    store found by its DNS name: every pod exits 0 and worker 0 reaches 97%."""
+    """k8s/ps/'s Indexed Job, one namespace per pod, ranks from their indexes, rank 0's store
+    found by its DNS name: every pod exits 0 and rank 0 (a worker) reaches 97%."""
     done = rehearsal.rehearse_jobs(rehearsal.dc.kustomize(rehearsal.dc.ROOT / "k8s" / "ps"),
                                    tmp_path, timeout=300)
-    assert sorted(done) == ["ddp-ps-server-0", "ddp-ps-server-1", "ddp-ps-worker-0",
-                            "ddp-ps-worker-1", "ddp-ps-worker-2", "ddp-ps-worker-3"]
+    assert sorted(done) == [f"ddp-ps-{i}" for i in range(6)]
     assert all(status == 0 for status, _ in done.values()), done
-    out = done["ddp-ps-worker-0"][1]
+    out = done["ddp-ps-0"][1]
     assert "4 workers, 2 servers" in out, out
     accuracy = float(re.search(r"final test accuracy ([\d.]+)%", out).group(1))
     assert accuracy >= 97.0, out
+
+
+def test_a_lost_worker_is_named_and_the_job_run_again_completes(tmp_path):
+    """A node lost mid-run (every process of worker 1's pod killed during epoch 2): the
+    launcher fails, the surviving ranks naming the lost ones and their pod, well within the
+    job's DDP_TIMEOUT_SECONDS (a killed process's connections close: seconds; a node that goes
+    silent is named at that timeout); then, as the MPI operator and the launcher Job do (the
+    worker made again, the launcher retried: backoffLimit 2), the job runs again and reaches
+    97%. k8s/README.md ("A lost node") gives what was measured."""
+    job = rehearsal.find_job("cpu", "ddp-digits")
+    env = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["env"]
+    bound = int(next(e["value"] for e in env if e["name"] == "DDP_TIMEOUT_SECONDS"))
+    status, out, lost_s, again = rehearsal.rehearse_lost_worker(job, tmp_path)
+    print(f"launcher ended {lost_s:.1f} s after the kill (DDP_TIMEOUT_SECONDS {bound})")
+    assert status != 0 and "killed" in out, out
+    assert re.search(r"rank [23] \(ddp-digits-worker-1, [\d.]+:\d+\): connection lost", out), out
+    assert lost_s < bound, lost_s
+    assert again.returncode == 0, again.stdout + again.stderr
+    accuracy = float(re.search(r"final test accuracy ([\d.]+)%", again.stdout).group(1))
+    assert accuracy >= 97.0 and "training on 4 ranks" in again.stdout

@@ -4,6 +4,7 @@ in the code with a reason), variables validated; each check also fed a broken co
 terraform/README.md makes them the user's first step."""
 import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -55,11 +56,11 @@ def test_module_and_node_group_inputs_are_the_modules_own(copy_of):
     broken = copy_of("terraform")
     main = broken / "main.tf"
     text = main.read_text().replace("endpoint_public_access_cidrs", "endpoint_public_access_cidr")
-    text = text.replace("enable_efa_support = true", "efa_support = true")
+    text = text.replace("network_interfaces = local", "network_interface = local")
     main.write_text(text.replace("single_nat_gateway", "one_nat_gateways"))
     found = "\n".join(dc.module_inputs(broken))
     assert "endpoint_public_access_cidr is not an input of terraform-aws-modules/eks/aws" in found
-    assert "node group gpu: efa_support is not an input" in found
+    assert "node group gpu: network_interface is not an input" in found
     assert "one_nat_gateways is not an input of terraform-aws-modules/vpc/aws" in found
 
 
@@ -162,7 +163,7 @@ def test_karpenter_is_an_option_with_what_its_node_classes_name(copy_of):
     assert node_class["spec"]["placementGroupSelector"]["name"] == "libddp-gpu-efa"
     assert {"libddp/efa": "libddp"} in [t["tags"] for t in
                                         node_class["spec"]["securityGroupSelectorTerms"]]
-    assert 'name     = "${var.cluster_name}-gpu-efa"' in text
+    assert 'name     = "${var.cluster_name}-gpu-efa"' in (TF / "gpu.tf").read_text()
     assert 'tags        = { "libddp/efa" = var.cluster_name }' in text
     broken = copy_of("terraform")
     karpenter = broken / "karpenter.tf"
@@ -179,9 +180,9 @@ def test_codebuild_builds_what_eks_run_uploads_and_pushes_only_to_the_repository
     one = cf._one
     blocks = dc._hcl(TF)[TF / "codebuild.tf"]
     local = one(blocks["locals"])
-    eks = (dc.ROOT / "k8s" / "eks.py").read_text()
+    eks = (dc.ROOT / "k8s" / "ops" / "image.py").read_text()
     assert f"/{one(local['source_key'])}\"" in eks  # the same key
-    assert 'ref = f"{repository}:{overlay}-{tag}"' in eks
+    assert 'f"{flavour}-{commit}"' in eks and "name=TAG,value={image_tag}" in eks
     buildspec = one(local["buildspec"])
     assert 'docker build -f "k8s/image/Dockerfile.$FLAVOUR" -t "$REPOSITORY:$FLAVOUR-$TAG" .' in \
         buildspec and 'docker push "$REPOSITORY:$FLAVOUR-$TAG"' in buildspec
@@ -195,3 +196,123 @@ def test_codebuild_builds_what_eks_run_uploads_and_pushes_only_to_the_repository
                       if "aws_iam_role_policy" in b)["policy"])
     assert "ecr:PutImage" in policy and "aws_ecr_repository.libddp.arn" in policy
 
+
+
+def plan_variables(tmp_path, *args):
+    """terraform's own verdict on variables.tf's validations: the file alone in a folder (no
+    providers or modules to download), planned with ARGS."""
+    folder = tmp_path / "variables"
+    folder.mkdir(exist_ok=True)
+    shutil.copy(TF / "variables.tf", folder)
+
+    def run(*args):
+        return subprocess.run(["terraform", f"-chdir={folder}", *args], capture_output=True,
+                              text=True, timeout=120)
+    assert run("init", "-input=false").returncode == 0
+    done = run("plan", "-input=false", "-no-color", "-var",
+               'endpoint_public_cidrs=["203.0.113.7/32"]', *args)
+    return done.returncode, " ".join((done.stdout + done.stderr).split())
+
+
+@pytest.mark.parametrize("args, refusal", [
+    ([], None),
+    (["-var", "kubernetes_version=1.34"], "kubernetes_version 1.34 is not in EKS standard support"),
+    (["-var", "kubernetes_version=1.28"], "kubernetes_version 1.28 is not in EKS standard support"),
+    (["-var", "gpu_capacity_reservation_id=cr-0123456789abcdef0"],
+     "set gpu_placement_group to the placement group the reservation was made in"),
+    (["-var", "gpu_capacity_reservation_id=cr-0123456789abcdef0", "-var", "gpu_placement_group="],
+     None),
+    (["-var", "karpenter_version=1.10.2"], "karpenter_version must be 1.11.0 or a later"),
+    (["-var", "kueue_version=v0.14.0"], "kueue_version must be v0.19.0 or later"),
+    (["-var", "alarm_email=nobody"], "alarm_email must be an e-mail address"),
+])
+def test_terraform_itself_applies_the_validations(tmp_path, args, refusal):
+    """Run by terraform (offline: variables.tf alone): the old check let 1.28-1.34 through, out
+    of standard support; a capacity reservation's nodes went into a placement group of their
+    own, outside the reservation's; placementGroupSelector needs Karpenter 1.11."""
+    if shutil.which("terraform") is None:
+        pytest.skip("terraform is not installed here")
+    status, out = plan_variables(tmp_path, *args)
+    if refusal is None:
+        assert status == 0, out
+    else:
+        assert status != 0 and refusal in out, out
+
+
+def test_the_version_calendar_is_written_once():
+    """variables.tf's validation and module_inputs.py hold the same end-of-support dates (for
+    the versions still in standard support when the calendar was recorded)."""
+    from module_inputs import CALENDAR_RECORDED, EKS_STANDARD_SUPPORT_ENDS
+    text = (TF / "variables.tf").read_text()
+    written = dict(re.findall(r'"(1\.\d+)" = "(\d{4}-\d\d-\d\d)T00:00:00Z"', text))
+    assert written == EKS_STANDARD_SUPPORT_ENDS, written
+    assert max(written.values()) > CALENDAR_RECORDED
+
+
+def test_the_gpu_nodes_go_where_their_reservation_is(copy_of):
+    """The eks module's enable_efa_support always made a placement group of its own, so a
+    capacity reservation's instances were asked for outside the reservation's group. The GPU
+    group now writes its EFA interfaces itself and takes local.gpu_placement_group (gpu.tf's,
+    the reservation's, or none), as Karpenter's GPU nodes do (the gpu_placement_group output)."""
+    eks = cf.eks_module(TF)
+    gpu = cf._one(cf._one(eks["eks_managed_node_groups"])["gpu"])
+    assert "enable_efa_support" not in gpu
+    assert "local.gpu_placement_group" in str(gpu["placement"])
+    assert "local.gpu_network_interfaces" in str(gpu["network_interfaces"])
+    for rules in ("security_group_ingress_rules", "security_group_egress_rules"):
+        rule = cf._one(cf._one(gpu[rules])["all_self_efa"])
+        assert cf._one(rule["ip_protocol"]) == "-1" and cf._one(rule["self"]) in (True, "true")
+    main = (TF / "main.tf").read_text()
+    assert 'interface_type              = i == 0 ? "efa" : "efa-only"' in main
+    assert "data.aws_ec2_instance_type.gpu.maximum_network_cards" in main
+    outputs = (TF / "outputs.tf").read_text()
+    assert 'output "gpu_placement_group"' in outputs and "local.gpu_placement_group" in outputs
+
+
+def test_nodes_are_repaired_and_a_failed_one_raises_an_alarm():
+    eks = cf.eks_module(TF)
+    groups = cf._one(eks["eks_managed_node_groups"])
+    for name, group in groups.items():
+        assert cf._one(group.get("node_repair_config")) == {"enabled": True}, name
+    assert "eks-node-monitoring-agent" in cf._one(eks["addons"])
+    assert "nodeRepair = true" in (TF / "karpenter.tf").read_text()
+    monitoring = (TF / "monitoring.tf").read_text()
+    assert 'metric_name         = "cluster_failed_node_count"' in monitoring
+    assert "alarm_actions       = [aws_sns_topic.alarms.arn]" in monitoring
+
+
+def test_the_modules_are_at_least_the_version_karpenter_needs():
+    """placementGroupSelector (the GPU EC2NodeClass) needs the karpenter submodule's
+    DescribePlacementGroups, added in 21.18; the floor was 21.15."""
+    for blocks in dc._hcl(TF).values():
+        for block in blocks.get("module", []):
+            for name, body in block.items():
+                if "terraform-aws-modules/eks" in str(body["source"]):
+                    version = cf._one(body["version"])
+                    assert re.fullmatch(r"~> 21\.(1[89]|[2-9]\d)", version), (name, version)
+
+
+def test_trainer_jobset_and_kueue_are_installed_pinned():
+    """OVERLAY=trainjob failed on the stack eks-up built (no Trainer, no JobSet), and nothing
+    admitted whole jobs. Kueue comes after the controllers whose kinds it manages, with its
+    configuration (k8s/kueue/manager-config.yaml)."""
+    addons = dc._hcl(TF)[TF / "addons.tf"]["resource"]
+    installs = {name: body for b in addons for name, body in b.get("terraform_data", {}).items()}
+    assert {"mpi_operator", "trainer", "kueue"} <= set(installs)
+    text = (TF / "addons.tf").read_text()
+    assert "kubeflow/trainer.git/manifests/overlays/manager?ref=$VERSION" in text
+    assert "kubernetes-sigs/kueue/releases/download/$VERSION/manifests.yaml" in text
+    assert "terraform_data.mpi_operator" in str(installs["kueue"]["depends_on"])
+    assert "terraform_data.trainer" in str(installs["kueue"]["depends_on"])
+    variables = {n: b for blocks in dc._hcl(TF)[TF / "variables.tf"]["variable"]
+                 for n, b in blocks.items()}
+    assert cf._one(variables["kueue_version"]["default"]) == "v0.19.2"
+    assert cf._one(variables["trainer_version"]["default"]) == "v2.2.1"
+    assert (dc.ROOT / "k8s" / "kueue" / "manager-config.yaml").exists()
+    assert "${path.module}/../k8s/kueue/manager-config.yaml" in text
+
+
+def test_images_are_pulled_through_vpc_endpoints():
+    text = (TF / "endpoints.tf").read_text()
+    assert 'toset(["ecr.api", "ecr.dkr"])' in text and "private_dns_enabled = true" in text
+    assert 'vpc_endpoint_type = "Gateway"' in text and "module.vpc.private_route_table_ids" in text

@@ -4,29 +4,18 @@ say, and what libddp needs: GPUs per node = processes per node, requests = limit
 log and ddp-efa-check on an EFA job, the pool's taint tolerated, the nodes within the pool."""
 from __future__ import annotations
 
-import functools
-import json
 
-from deploycheck import EFA_CHECK, ROOT, SHARED, _quantity, prune_nulls
+from deploycheck import EFA_CHECK, ROOT, SCHEMA_DIR, _quantity, crd_schema
 
 FOLDER = ROOT / "k8s" / "trainjob"
-SCHEMAS = {"TrainJob": SHARED / "schemas" / "trainjob-kubeflow-v1alpha1.json",
-           "ClusterTrainingRuntime": SHARED / "schemas" /
-           "clustertrainingruntime-kubeflow-v1alpha1.json"}
+SCHEMAS = {"TrainJob": SCHEMA_DIR / "trainjob-kubeflow-v1alpha1.json",
+           "ClusterTrainingRuntime": SCHEMA_DIR / "clustertrainingruntime-kubeflow-v1alpha1.json"}
 RESERVED_ENV = {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR",
                 "PET_MASTER_PORT"}
 
 
-@functools.lru_cache(maxsize=None)
-def _validator(kind: str):
-    import jsonschema
-    return jsonschema.Draft7Validator(json.loads(SCHEMAS[kind].read_text()))
-
-
 def schema(doc: dict) -> list[str]:
-    kind, name = doc["kind"], doc["metadata"]["name"]
-    return [f"{kind} {name}: {'.'.join(map(str, e.absolute_path)) or '(top)'}: {e.message}"
-            for e in _validator(kind).iter_errors(prune_nulls(doc))]
+    return crd_schema(SCHEMAS[doc["kind"]], doc)
 
 
 def _trainer_pod(runtime: dict) -> dict | None:
@@ -44,6 +33,7 @@ def rules(docs: list[dict]) -> list[str]:
         policies = [k for k in ("torch", "mpi", "jax", "xgboost", "flux")
                     if k in runtime["spec"].get("mlPolicy", {})]
         pod = _trainer_pod(runtime)
+        problems += _restarts_together(runtime)
         if len(policies) > 1:
             problems.append(f"runtime {runtime['metadata']['name']}: more than one mlPolicy")
         if pod is None or not any(c["name"] == "node" for c in pod["containers"]):
@@ -51,6 +41,23 @@ def rules(docs: list[dict]) -> list[str]:
                             "container named node")
     for job in (d for d in docs if d["kind"] == "TrainJob"):
         problems += _trainjob(job, runtimes)
+    return problems
+
+
+def _restarts_together(runtime: dict) -> list[str]:
+    """A lost node restarts every node (JobSet's failurePolicy), never one alone: a node Job's
+    own retries (backoffLimit > 0) would start one node into a torchrun rendezvous that the
+    others have left, and it would wait there until its timeout."""
+    name, spec = runtime["metadata"]["name"], runtime["spec"]["template"]["spec"]
+    problems = []
+    if int(spec.get("failurePolicy", {}).get("maxRestarts", 0)) < 1:
+        problems.append(f"runtime {name}: no failurePolicy.maxRestarts: a lost node fails the "
+                        "TrainJob (JobSet restarts every node only when told to)")
+    for job in spec.get("replicatedJobs", []):
+        if int(job["template"].get("spec", {}).get("backoffLimit", 6)) != 0:
+            problems.append(f"runtime {name}: job {job['name']} retries its own pods "
+                            "(backoffLimit): a restarted node would wait at a rendezvous the "
+                            "others have left; backoffLimit 0 lets JobSet restart them all")
     return problems
 
 
