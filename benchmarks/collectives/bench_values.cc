@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Benchmark element values: the generators and the f16/bf16 conversions behind bench_values.h.
 #include "bench_values.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Benchmark element values: inputs whose collective results are known exactly, and the check of
 // results against them. Free of libddp, so that ddp-bench and ddp-mpi-bench check alike.
 #ifndef DDP_BENCHMARKS_BENCH_VALUES_H_

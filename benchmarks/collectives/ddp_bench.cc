@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp-bench: nccl-tests-style benchmark of libddp collectives; with -np N it launches the ranks.
 #include <algorithm>
 #include <cerrno>

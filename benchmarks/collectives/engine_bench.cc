@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp-engine-bench: what the fusion engine buys a training step. One step is T gradients of K KiB
 // (f32, sum, a ResNet-like set by default: 200 x 40 KiB), measured three ways in the same job:
 //   engine    all T submitted to the engine by name, then waited for (as a backward pass does)

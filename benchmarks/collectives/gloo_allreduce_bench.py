@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Gloo allreduce (f32 sum) through torch.distributed, measured as ddp-bench measures libddp.
 
 One rank per process, initialised from MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE; with --np N it

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The -np N launcher of ddp-bench: fork+exec of /proc/self/exe, one job identity per rank.
 #include "launcher.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The -np N launcher of ddp-bench: starts N ranks of this program on loopback and waits for them.
 #ifndef DDP_BENCHMARKS_LAUNCHER_H_
 #define DDP_BENCHMARKS_LAUNCHER_H_

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp-mem-ceiling: the memory-bandwidth ceiling of an allreduce among N ranks on this machine.
 //
 // An allreduce must at least read its input and write its output on every rank: it cannot be

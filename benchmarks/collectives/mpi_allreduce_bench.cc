@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp-mpi-bench: MPI_Allreduce (f32 sum) measured exactly as ddp-bench measures libddp, for
 // ratios taken in the same run. Run it under mpirun.
 #include <mpi.h>

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Allgather and reduce-scatter through the `ddp` API (NumPy): the engine's own output against one
 the caller gives (`allgather_into_async`), and against outputs all kept alive (every call's
 output is then fresh memory). Run under a launcher, e.g.
@@ -37,7 +39,8 @@ def main():
     kept = []
     rows = {
         "allgather, the engine's output": lambda: ddp.allgather(x),
-        "allgather into the caller's output": lambda: ddp._numpy.allgather_into_async(x, out).wait(),
+        "allgather into the caller's output":
+            lambda: ddp._numpy.ops.allgather_into_async(x, out).wait(),
         "allgather, every output kept": lambda: kept.append(ddp.allgather(x)),
         "reducescatter, the engine's output": lambda: ddp.reducescatter(x),
     }

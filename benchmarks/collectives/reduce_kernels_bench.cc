@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Throughput of the reduction kernels, per ISA build this CPU can run, next to memcpy on the same
 // buffers sizes: one array in cache (256 KiB) and one far beyond it (64 MiB).
 //

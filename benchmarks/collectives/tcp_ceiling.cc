@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp-tcp-ceiling: how fast plain loopback TCP moves data both ways at once between two
 // processes on this machine — the ceiling any TCP allreduce between two local ranks works under.
 //

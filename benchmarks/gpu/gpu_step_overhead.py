@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """gpu_step_overhead: what libddp's DistributedOptimizer costs a 1-rank training step on a GPU.
 
 ResNet-50 (torchvision's architecture, defined here so that torchvision is not needed), fp32,
@@ -13,7 +15,7 @@ rounds and collectives per step.
 
 --torch-ddp adds torch's DistributedDataParallel (NCCL on a GPU, Gloo on the CPU, a 1-rank
 process group on 127.0.0.1) as a third variant in the same blocks: the peer's ratio on the same
-machine and run (the issue measured 0.974x on an H100). --host-times prints, per variant, the
+machine and run (0.974x was measured on an H100 before). --host-times prints, per variant, the
 host's milliseconds per step inside forward, backward and step: where the host takes longer than
 the GPU's step, the GPU waits for it (the submission cost per gradient shows in backward; the
 wait for the last reductions in step).

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """What the side-by-side benchmark scripts share (compare_training, compare_horovod): finding
 the python and launcher that run libddp's ranks, running one launch with a timeout that stops
 every process it started, reading its `RESULT key=value ...` line, and describing the machine."""

@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Reads the nccl-tests-style tables of ddp-bench, ddp-mpi-bench and gloo_allreduce_bench.py and
 builds the markdown comparison that benchmarks/collectives/compare_tcp prints.
 

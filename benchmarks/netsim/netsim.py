@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A cluster of simulated hosts on this machine: one network namespace per host, each with its own
 address on a common bridge, links limited with `tc`. Created on entry, always deleted on exit.
 
@@ -30,7 +32,6 @@ Needs root and iproute2.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import re
 import secrets
@@ -42,13 +43,13 @@ import tempfile
 
 SUBNET = "10.216.0"  # every cluster has its own bridge namespace, so clusters never collide
 
-# libddp's cost model (bindings/python/ddp_model.py) as a module of its own: the framing share
-# is its, and importing the ddp package would need libddp built.
-_MODEL_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "bindings", "python", "ddp_model.py")
-_spec = importlib.util.spec_from_file_location("ddp_cost_model", _MODEL_PATH)
-_model = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_model)
+# libddp's cost model (bindings/python/ddp_model/, pure Python): the framing share is its. A
+# Python without it (the deployment checks' venv, which uses the namespaces alone) has no
+# frame_efficiency().
+try:
+    import ddp_model as _model
+except ImportError:
+    _model = None
 
 
 class NetsimError(RuntimeError):
@@ -108,6 +109,9 @@ def frame_efficiency(mtu: int | None = None) -> float:
     the timestamps option Linux sends) and takes MTU + 14 bytes of the link (its Ethernet
     header, which tc's rate counts on a veth). 1500: 95.6%; 9001: 99.3%. The cost model's
     (ddp_model.frame_share)."""
+    if _model is None:
+        raise NetsimError("frame_efficiency needs libddp's cost model (ddp_model): run with the "
+                          "Python that `make build` installs libddp into (.venv/bin/python)")
     return _model.frame_share(mtu)
 
 

@@ -1,10 +1,12 @@
 #!/usr/bin/python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The parameter server across simulated hosts against the ring allreduce, and against the
 bandwidth argument for it (benchmarks/netsim).
 
-    sudo /usr/bin/python3 benchmarks/netsim/ps_scaling.py                  # n = 4, 8 at 1 Gbit/s
-    sudo /usr/bin/python3 benchmarks/netsim/ps_scaling.py --workers 4 --rate 400mbit --mb 16
-    sudo /usr/bin/python3 benchmarks/netsim/ps_scaling.py --congestion-control reno
+    sudo .venv/bin/python benchmarks/netsim/ps_scaling.py                  # n = 4, 8 at 1 Gbit/s
+    sudo .venv/bin/python benchmarks/netsim/ps_scaling.py --workers 4 --rate 400mbit --mb 16
+    sudo .venv/bin/python benchmarks/netsim/ps_scaling.py --congestion-control reno
 
 For each n in --workers one cluster of 2n hosts is made (netsim.Cluster: a namespace per host,
 tc tbf on both ends of every link at --rate), and three jobs run in it, alternately, --repeats
@@ -21,7 +23,7 @@ The model (B = the link rate each way, M = bytes per worker): the ring's step is
 2(n-1)/n times faster (1.5x at n = 4, 1.75x at n = 8); colocated servers move 2(n-1)/n x M each
 way per host, the ring's bound, so they cannot win. The figure is the median over runs of each
 run's median step time (as seen by worker 0); the table gives each against its bound, the
-measured speedup and its share of the predicted one (the issue's goal: >= 90%).
+measured speedup and its share of the predicted one (the goal: >= 90%).
 
 Writes benchmarks/results/ps-scaling-<date>.{json,md,png} (--report JSON: only the table and
 plot of a saved run). Needs root.
@@ -43,8 +45,11 @@ sys.path.insert(0, HERE)
 import netsim  # noqa: E402
 from scaling import machine  # noqa: E402
 
-sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
-import ddp_model as model  # noqa: E402  (bindings/python/ddp_model.py, without libddp)
+try:
+    import ddp_model as model  # the cost model, installed with libddp's package (make build)
+except ImportError as e:
+    raise SystemExit(f"{e}: run this with the Python that `make build` installs libddp into "
+                     f"(.venv/bin/python)") from None
 
 WORKER = os.path.join(ROOT, "benchmarks", "training", "compare_ps", "run.py")
 CONFIGS = ("ring", "ps", "ps-colocated")

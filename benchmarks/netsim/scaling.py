@@ -1,9 +1,11 @@
 #!/usr/bin/python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Allreduce across simulated hosts: libddp (ring, hierarchical), Open MPI and Gloo against the
 bandwidth bound, for H hosts x L ranks per host and several link rates (benchmarks/netsim).
 
-    sudo /usr/bin/python3 benchmarks/netsim/scaling.py                 # the full matrix
-    sudo /usr/bin/python3 benchmarks/netsim/scaling.py --hosts 2 --per-host 1 --rates 1gbit
+    sudo .venv/bin/python benchmarks/netsim/scaling.py                 # the full matrix
+    sudo .venv/bin/python benchmarks/netsim/scaling.py --hosts 2 --per-host 1 --rates 1gbit
 
 For each link rate and host count one cluster is made (netsim.Cluster: a namespace per host,
 tc tbf on both ends of every link) and, for each L, every implementation runs f32 sum
@@ -45,8 +47,11 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import netsim  # noqa: E402
 
-sys.path.insert(0, os.path.join(ROOT, "bindings", "python"))
-import ddp_model as model  # noqa: E402  (bindings/python/ddp_model.py, without libddp)
+try:
+    import ddp_model as model  # the cost model, installed with libddp's package (make build)
+except ImportError as e:
+    raise SystemExit(f"{e}: run this with the Python that `make build` installs libddp into "
+                     f"(.venv/bin/python)") from None
 
 UNITS = {"": 0, "K": 10, "M": 20, "G": 30}
 IMPLS = ("ring", "hier", "mpi", "gloo", "c10d")
@@ -301,7 +306,7 @@ def main(argv=None) -> int:
     save()
     print(f"scaling: saved {out}", file=sys.stderr)
     if args.report:
-        import scaling_report  # noqa: E402
+        import scaling_report
         scaling_report.main([out])
     return 0
 

@@ -1,4 +1,6 @@
 #!/usr/bin/python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Markdown tables and a plot from scaling.py's JSON, with the cost model's verdict on what
 limits each configuration (the links or the CPU) and its fit.
 
@@ -15,8 +17,11 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "bindings", "python"))
-import ddp_model as model  # noqa: E402  (bindings/python/ddp_model.py, without libddp)
+try:
+    import ddp_model as model  # the cost model, installed with libddp's package (make build)
+except ImportError as e:
+    raise SystemExit(f"{e}: run this with the Python that `make build` installs libddp into "
+                     f"(.venv/bin/python)") from None
 
 NAMES = {"ring": "libddp ring", "hier": "libddp hier", "mpi": "Open MPI", "gloo": "Gloo",
          "ceiling": "TCP ceiling"}
@@ -79,7 +84,9 @@ def main(argv: list[str]) -> int:
         ring, mpi, gloo = get("ring", cfg, big), get("mpi", cfg, big), get("gloo", cfg, big)
         best = min((p for p in (ring, get("hier", cfg, big)) if p), key=lambda p: p["seconds"],
                    default=None)
-        ratio = lambda peer: f"{peer['seconds'] / best['seconds']:.2f}x" if best and peer else "-"
+
+        def ratio(peer, best=best):
+            return f"{peer['seconds'] / best['seconds']:.2f}x" if best and peer else "-"
         n = hosts * per_host
         net = 2 * (n - 1) / n * big / params.link(rate, data.get("mtu"))
         cpu = (2 * (n - 1) / n * big * (params.gamma + (per_host - 1) * params.gamma_local)
@@ -134,8 +141,8 @@ def main(argv: list[str]) -> int:
         for j, rate in enumerate(rates):
             ax = axes[i][j]
             for impl in impls:
-                xs = [h for (r, h, l) in configs if r == rate and l == per_host
-                      and get(impl, (r, h, l), big)]
+                xs = [h for (r, h, ranks) in configs if r == rate and ranks == per_host
+                      and get(impl, (r, h, ranks), big)]
                 ys = [get(impl, (rate, h, per_host), big)["of_bound"] for h in xs]
                 if xs:
                     ax.plot(xs, ys, marker="o", label=NAMES[impl], color=COLORS[impl])

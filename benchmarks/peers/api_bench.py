@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """api_bench: the same measurements through `import ddp.torch` or `import horovod.torch`.
 
 One process per rank (started by ddprun, mpirun or horovodrun); only the import differs:

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """An eager DistributedGradientTape loop (no tf.function): a 12-layer MLP's 22 gradients a step,
 batch 16 per rank. Rank 0 prints the step time and what the engine did per step (collectives,
 rounds, response-cache hits), which shows whether the gradients were reduced together or one
@@ -12,12 +14,12 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
-import ddp  # noqa: E402
-import ddp.tensorflow as hvd  # noqa: E402
+import ddp
+import ddp.tensorflow as hvd
 
 
 def main():

@@ -1,6 +1,8 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The torch.distributed backend "ddp" on torch 2, as torch sees it: a C++ c10d::Backend whose
-// operations forward to the Python implementation (ddp/torch/c10d.py's _Operations), and a C++
-// Work around each operation's Python Work.
+// operations forward to the Python implementation (ddp/torch/c10d/operations.py's Operations),
+// and a C++ Work around each operation's Python Work.
 //
 // A backend written in Python alone reaches torch through torch's trampolines, whose Work wrapper
 // forwards wait() and get_future() and nothing else: is_completed() stayed False, a recv from any

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // completion.h: torch's futures for the backend's operations, completed from libddp's engine or
 // from the Python implementation.
 #include "completion.h"
@@ -54,7 +56,7 @@ c10::IValue TorchValue(const py::object& object, c10::IValue python) {
 // ddp._ddp's completion API (LoadCompletionApi), or null where ddp._ddp lends none.
 const DdpCompletionApi* g_api = nullptr;
 
-// torch's words for a timeout, as the Python side's errors have them (c10d.py's _TIMED_OUT).
+// torch's words for a timeout, as the Python side's errors have them (c10d/work.py's _TIMED_OUT).
 constexpr const char* kTimedOut =
     "torch.distributed backend 'ddp': Timed out waiting on other ranks: ";
 constexpr int kDeadlineExceeded = 4;  // absl::StatusCode::kDeadlineExceeded

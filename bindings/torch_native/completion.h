@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // How torch's futures for the backend's operations complete (backend.cc's Work holds one):
 // straight from libddp's engine for an operation whose result needs no Python step (an allreduce
 // or broadcast of a CPU tensor: ddp._ddp's completion API), and otherwise from the Python
@@ -28,7 +30,7 @@ void EndCompletions(double seconds);
 // Threads that complete futures. Completing a future runs its callbacks on the completing thread,
 // and a callback may wait for a later operation of the same group (PowerSGD's hook does): so a
 // completion never runs on the engine's thread, and whenever no completer is idle another one
-// starts. Beyond one, a completer idle for kIdleSeconds ends (as c10d_finish.py's in Python).
+// starts. Beyond one, a completer idle for kIdleSeconds ends (as c10d/finish.py's in Python).
 class Completers : public std::enable_shared_from_this<Completers> {
  public:
   static constexpr int kIdleSeconds = 10;

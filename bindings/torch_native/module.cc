@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The module ddp/torch/_native_torch<major>_<minor> (native.h says what it holds).
 #include "native.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp.torch's parts compiled against one torch line (the module ddp/torch/_native_torch<M>_<m>,
 // bindings/torch_native/CMakeLists.txt): the backend's profiler events (profiling.cc) and, on
 // torch 2, the backend torch calls (backend.cc). Nothing of libddp is linked here: libddp's own

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp.torch's profiler events: the records torch's own backends make for every operation
 // ("gloo:all_reduce" with its input tensors' shapes, asynchronous), for the backend "ddp".
 //

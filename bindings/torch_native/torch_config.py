@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Prints what bindings/torch_native/CMakeLists.txt needs to build against this Python's torch.
 
 One line per field, `key=value`: version (major_minor), include (|-separated), libdir, abi (the
@@ -31,10 +33,10 @@ print(f"version={major}_{minor}")
 print(f"full_version={torch.__version__}")
 print("include=" + "|".join(include))
 print(f"libdir={os.path.join(root, 'lib')}")
-print(f"abi={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")
+print(f"abi={int(torch._C._GLIBCXX_USE_CXX11_ABI)}")  # noqa: SLF001 - torch's build facts
 print(f"python_include={sysconfig.get_paths()['include']}")
 print(f"ext_suffix={sysconfig.get_config_var('EXT_SUFFIX')}")
-abi = [f'PYBIND11_{name}="{getattr(torch._C, f"_PYBIND11_{name}")}"'
+abi = [f'PYBIND11_{name}="{getattr(torch._C, f"_PYBIND11_{name}")}"'  # noqa: SLF001
        for name in ("COMPILER_TYPE", "STDLIB", "BUILD_ABI")
-       if getattr(torch._C, f"_PYBIND11_{name}", None) is not None]
+       if getattr(torch._C, f"_PYBIND11_{name}", None) is not None]  # noqa: SLF001
 print("pybind11=" + "|".join(abi))

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 /* A C program on libddp's C API (ddp/c_api.h): joins the job from the DDP_* variables (ddprun or
  * mpirun set them), averages a gradient through the fusion engine, gathers every rank's count of
  * rows, and prints "rank R: ok". Build against an installed libddp (--cflags-only-I: ddp.pc's

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // A complete libddp program: join the job, then allreduce, allgather, broadcast and barrier,
 // checking every result. Start one process per rank (see README.md for the environment).
 #include <algorithm>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // A parameter-server job in C++: workers fit y = 3x - 1 by asynchronous SGD on the servers.
 //
 //   DDP_PS_SERVERS=1 ddprun -np 3 ./ps_example      (2 workers, the last rank a server; or

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The digits CNN trained with libddp's parameter server: asynchronous by default, 2 servers.
 
     ddprun -np 4 --servers 2 python examples/ps/train_digits_ps.py            (make demo-ps)
@@ -13,7 +15,6 @@ summed over the workers through a sync key (there are no collectives in a parame
 """
 
 import argparse
-import os
 import sys
 import time
 

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Synthetic data-parallel training benchmark (Horovod's pytorch_synthetic_benchmark, CPU-sized).
 
 Every rank trains the same model on its own fixed random batch with SGD; gradients are averaged

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Data-parallel training of a small CNN on scikit-learn's handwritten digits, with libddp.
 
     ddprun -np 4 python examples/pytorch/train_digits.py
@@ -15,7 +17,6 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.datasets import load_digits

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Data-parallel Keras training of a small CNN on scikit-learn's handwritten digits, with libddp.
 
     ddprun -np 4 python examples/tensorflow/train_digits_keras.py      (make demo-tf)
@@ -18,12 +20,12 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
-from sklearn.datasets import load_digits  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
+from sklearn.datasets import load_digits
 
-import ddp.tensorflow.keras as hvd  # noqa: E402
+import ddp.tensorflow.keras as hvd
 
 
 def load_data(seed):

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The chaos run: a training job of 4 to 8 ranks on 2 to 4 simulated hosts (network namespaces,
 benchmarks/netsim), and one fault per trial, chosen at random (seeded) from:
 

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A rank of the chaos run (tests/chaos/chaos.py): a real, small training job on libddp's engine.
 
 A two-layer perceptron learns a fixed random teacher from synthetic data, each rank on its own
@@ -43,7 +45,7 @@ def main():
     except ddp.DDPError as e:
         print(error_line(rank, e), flush=True)
         sys.exit(1)
-    rank, size = ddp.rank(), ddp.size()
+    rank = ddp.rank()
     host = os.environ.get("DDP_HOSTNAME") or socket.gethostname()
     print(f"CHAOS READY {rank} {os.getpid()} {host}", flush=True)
     data = np.random.default_rng(1000 + rank)

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Fixtures shared by the Python tests."""
 import os
 import pathlib
@@ -41,9 +43,10 @@ WORKERS = pathlib.Path(__file__).resolve().parent / "workers"
 
 @pytest.fixture
 def run_job(ddp_env, tmp_path):
-    """run_job(np, worker, *args, env=None, timeout=240, launcher_args=()) runs tests/python/workers/<worker> on np
-    ranks with ddprun and returns the CompletedProcess (text). Workers assert per rank and exit
-    non-zero on failure; a failed job fails the test with the launcher's whole output."""
+    """run_job(np, worker, *args, env=None, timeout=240, launcher_args=()) runs
+    tests/python/workers/<worker> on np ranks with ddprun and returns the CompletedProcess
+    (text). Workers assert per rank and exit non-zero on failure; a failed job fails the test
+    with the launcher's whole output."""
 
     def run(np, worker, *args, env=None, timeout=240, check=True, launcher_args=()):
         job_env = dict(ddp_env, **(env or {}))

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The Python API (numpy/buffers and torch) and DistributedOptimizer, in real multi-rank jobs.
 
 Each test runs a worker under ddprun; the workers check every rank's results against numpy/torch
@@ -274,7 +276,7 @@ def test_mpirun_with_the_store_bootstrap(ddp_env, tmp_path):
 @needs_mpirun
 @pytest.mark.skipif(os.environ.get("DDP_SKIP_DEMO") == "1", reason="DDP_SKIP_DEMO=1")
 def test_demo_under_mpirun(ddp_env, tmp_path):
-    """`mpirun -np 4 python examples/pytorch/train_digits.py`, as the issue asks, unchanged (6
+    """`mpirun -np 4 python examples/pytorch/train_digits.py`, unchanged (6
     epochs, not 20: the full run is test_demo_reaches_97_percent_on_4_ranks's, under ddprun)."""
     result = subprocess.run(
         ["mpirun", "-np", "4", "-x", "PYTHONPATH", sys.executable,
@@ -286,7 +288,8 @@ def test_demo_under_mpirun(ddp_env, tmp_path):
 
 
 @needs_mpirun
-@pytest.mark.parametrize("extra", [[], ["DDP_MPI_ALLREDUCE=1"]], ids=["point-to-point", "mpi-allreduce"])
+@pytest.mark.parametrize("extra", [[], ["DDP_MPI_ALLREDUCE=1"]],
+                         ids=["point-to-point", "mpi-allreduce"])
 def test_engine_over_the_mpi_transport(ddp_env, tmp_path, extra):
     """DDP_TRANSPORT=mpi: the engine (every collective, dtype and op) over MPI_Isend/MPI_Irecv, or
     with allreduce handed to MPI_Allreduce."""

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """benchmarks/lib/runner.py: the side-by-side scripts start each launch on a quiet machine and say
 in their reports which measurements did not (a benchmark beside another job measures the other
 job)."""

@@ -1,4 +1,6 @@
-"""The torch.distributed backend 'ddp' (ddp/torch/c10d.py), on the torch of the environment that
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""The torch.distributed backend 'ddp' (ddp/torch/c10d/), on the torch of the environment that
 runs the tests: Debian's 1.13 in .venv (make test-python), PyPI's current 2.x in .venv-torch2
 (make test-torch2). Real multi-process jobs; the workers check every rank's results against
 references and exit non-zero on the first mismatch."""

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The chaos run in short (tests/chaos/chaos.py; `make chaos` runs 100 trials): 5 trials, one of
 each fault (a rank killed, a rank stopped, a host's link down, a host's link throttled, the
 rendezvous host killed during start-up), each on a fresh cluster of network namespaces. Every

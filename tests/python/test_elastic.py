@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Elastic training (ddprun --min-np/--max-np/--host-discovery-script, ddp.torch.elastic): a job
 that goes on when a worker fails, and grows and shrinks as the discovery script's hosts come and
 go, with the training state carried across (tests/python/workers/elastic_torch.py)."""

@@ -1,7 +1,8 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Jobs started the way torchrun and srun start theirs: every rank with the launcher's variables
 and no DDP_* identity (docs/launching.md). And every partial or contradictory launcher environment
 an error naming the variables, never a job of one rank that trains alone."""
-import os
 import socket
 import subprocess
 import sys

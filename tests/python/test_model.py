@@ -1,6 +1,7 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The cost model (ddp_model, `ddp-model`): its formulas against the bounds they must meet, a
 fit that recovers known parameters, and the command line. Pure Python: no ranks."""
-import importlib.util
 import json
 import math
 import pathlib
@@ -9,11 +10,9 @@ import sys
 
 import pytest
 
+import ddp_model as model  # bindings/python/ddp_model.py, without libddp
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-MODEL = ROOT / "bindings" / "python" / "ddp_model.py"
-spec = importlib.util.spec_from_file_location("ddp_model", MODEL)
-model = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(model)
 
 MIB = 1 << 20
 FRAMED = model.frame_share()  # TCP payload's share of a link of MTU 1500: 95.6%
@@ -180,11 +179,11 @@ def test_files_measured_at_other_mtus_are_other_configurations(tmp_path):
     got = model.fit(points, cores)
     assert got.eta == pytest.approx(truth.eta, rel=0.01)
     assert max(abs(e) for _, _, e in model.errors(got, points, cores)) < 0.01
-    fit = subprocess.run([sys.executable, str(MODEL), "fit", *paths], capture_output=True,
+    fit = subprocess.run([sys.executable, "-m", "ddp_model", "fit", *paths], capture_output=True,
                          text=True, check=True).stdout
     assert "fitted on 162 configurations (162 runs" in fit, fit
     assert " 9001 " in fit and " 1500 " in fit
-    pred = {mtu: subprocess.run([sys.executable, str(MODEL), "predict", "--ranks", "2",
+    pred = {mtu: subprocess.run([sys.executable, "-m", "ddp_model", "predict", "--ranks", "2",
                                  "--per-host", "1", "--link", "1gbit", "--bytes", "64M",
                                  "--algos", "ring", "--alpha", "0", "--gamma", "0",
                                  "--mtu", str(mtu)],
@@ -201,7 +200,8 @@ def test_command_line_fit_then_predict(tmp_path):
     results = tmp_path / "scaling.json"
     results.write_text(json.dumps({"machine": {"cores": 2}, "points": synthetic(truth)}))
     params = tmp_path / "params.json"
-    fit = subprocess.run([sys.executable, str(MODEL), "fit", str(results), "--out", str(params)],
+    fit = subprocess.run([sys.executable, "-m", "ddp_model", "fit", str(results), "--out",
+                          str(params)],
                          capture_output=True, text=True, check=True)
     assert "largest error 0.0%" in fit.stdout, fit.stdout
     assert json.loads(params.read_text())["eta"] == pytest.approx(0.9, rel=0.01)
@@ -211,18 +211,19 @@ def test_command_line_fit_then_predict(tmp_path):
               for pt in synthetic(truth)]
     again = tmp_path / "again.json"
     again.write_text(json.dumps({"machine": {"cores": 2}, "points": slower}))
-    both = subprocess.run([sys.executable, str(MODEL), "fit", str(results), str(again)],
+    both = subprocess.run([sys.executable, "-m", "ddp_model", "fit", str(results), str(again)],
                           capture_output=True, text=True, check=True).stdout
     assert "fitted on 81 configurations (162 runs" in both, both
     assert "the runs of 27 configurations differ by more than 1.35x" in both, both
-    pred = subprocess.run([sys.executable, str(MODEL), "predict", "--params", str(params),
+    pred = subprocess.run([sys.executable, "-m", "ddp_model", "predict", "--params", str(params),
                            "--ranks", "16,1024", "--per-host", "8", "--link", "400gbit",
                            "--bytes", "64M", "--gpu", "--intra-link", "2400gbit"],
                           capture_output=True, text=True, check=True)
     rows = [line.split() for line in pred.stdout.splitlines() if not line.startswith("#")]
     assert [r[0] for r in rows] == ["16", "1024"]
     assert rows[1][5] == "hier", pred.stdout  # 2046 ring steps cost more than 254 across hosts
-    bad = subprocess.run([sys.executable, str(MODEL), "predict", "--ranks", "12", "--per-host",
+    bad = subprocess.run([sys.executable, "-m", "ddp_model", "predict", "--ranks", "12",
+                          "--per-host",
                           "8"], capture_output=True, text=True)
     assert bad.returncode == 2 and "not a multiple of 8" in bad.stderr
 

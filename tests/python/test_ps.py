@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Parameter-server mode from Python: ddp.ps (numpy), ddp.torch.ParameterServerOptimizer, ddprun
 --servers, mpirun with DDP_PS_SERVERS, worker deaths under ddprun, and the demo (make demo-ps)."""
 import re

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Tests of the ddprun launcher (the ddp/run/ package) with real processes.
 
 Subprocess tests run `python -m ddp.run` and need the compiled store (ddp._ddp.StoreServer); they
@@ -97,7 +99,7 @@ def run_mod():
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    for part in ("agent", "args", "env", "job", "launch", "output"):
+    for part in ("agent", "args", "env", "job", "static_job", "output"):
         importlib.import_module(f"{name}.{part}")
     yield module
     for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
@@ -512,7 +514,7 @@ def fake_store(run_mod, monkeypatch):
         sock = socket.create_server(("127.0.0.1", 0))
         return sock.getsockname()[1], lambda: closed.append(sock.close())
 
-    monkeypatch.setattr(run_mod.launch, "start_store", start)
+    monkeypatch.setattr(run_mod.static_job, "start_store", start)
     return closed
 
 

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's horovodrun and torchrun flags, each with a job of 2 ranks where it changes
 what the ranks see or print, and the combinations it refuses.
 
@@ -49,7 +51,7 @@ def ddprun():
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
-    for part in ("args", "env", "launch", "output"):
+    for part in ("args", "env", "static_job", "output"):
         importlib.import_module(f"{name}.{part}")
     yield module
     for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
@@ -66,7 +68,7 @@ def fake_store(ddprun, monkeypatch):
         started.append((addr, port))
         return sock.getsockname()[1], sock.close
 
-    monkeypatch.setattr(ddprun.launch, "start_store", start)
+    monkeypatch.setattr(ddprun.static_job, "start_store", start)
     return started
 
 

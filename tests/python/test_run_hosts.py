@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun across hosts: -H/--hostfile with a remote shell, and --nnodes once per node, on a cluster
 of network namespaces (benchmarks/netsim) that each test module makes and deletes. Every
 simulated host has its own address and, through ddprun, its own host name, so that ranks on
@@ -18,7 +20,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 WORKER = ROOT / "tests" / "python" / "workers" / "hosts.py"
 HANG = 120  # a hung launcher fails the test after this
 
-spec = importlib.util.spec_from_file_location("netsim", ROOT / "benchmarks" / "netsim" / "netsim.py")
+spec = importlib.util.spec_from_file_location("netsim",
+                                              ROOT / "benchmarks" / "netsim" / "netsim.py")
 netsim = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(netsim)
 
@@ -57,8 +60,9 @@ def test_a_job_across_two_hosts_started_from_one(cluster, ddp_env):
     lines = sorted(done.stdout.splitlines())
     for rank, host in enumerate((a, a, b, b)):
         # Every line says where it comes from; libddp sees two hosts of two ranks each.
-        assert any(re.fullmatch(rf"\[{host}:{rank}\] rank {rank} of 4 on {host} local {rank % 2}/2 "
-                                rf"hosts {a},{a},{b},{b} pid \d+ ok", line) for line in lines), lines
+        want = (rf"\[{host}:{rank}\] rank {rank} of 4 on {host} local {rank % 2}/2 "
+                rf"hosts {a},{a},{b},{b} pid \d+ ok")
+        assert any(re.fullmatch(want, line) for line in lines), lines
     assert "ddprun" not in done.stderr  # silent on success
 
 

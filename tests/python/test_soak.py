@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The soak (tests/soak/soak.py) for 1 minute: 4 ranks training on the engine over shared
 memory, sampled from outside; resident memory, file descriptors, threads and /dev/shm must stay
 flat after the warm-up. `make soak` runs it for 30 minutes and saves the figures. A minute (2,500

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The soak: a training loop of N ranks on libddp's engine for a long time (tests/soak/worker.py,
 started by ddprun on this host, so over shared memory, the embedded default), sampled from
 outside once a second: each rank's resident memory (VmRSS), open file descriptors and threads,
@@ -117,8 +119,9 @@ def analyse(samples: list[dict], ranks: int, warmup: float) -> dict:
 def report(result: dict) -> str:
     v = result["verdict"]
     lines = [f"# Soak ({result['date']})", "",
-             f"{result['ranks']} ranks on one host ({result['machine']}), {result['seconds']:.0f} s "
-             f"of training steps ({result['steps']} steps), sampled every {result['interval']:g} s; "
+             f"{result['ranks']} ranks on one host ({result['machine']}), "
+             f"{result['seconds']:.0f} s of training steps ({result['steps']} steps), sampled "
+             f"every {result['interval']:g} s; "
              f"warm-up {v['warmup_seconds']:.0f} s. Command: `{result['command']}`", "",
              "| rank | resident memory (median) | growth after warm-up (limit) | fds | threads |",
              "|---|---|---|---|---|"]
@@ -176,7 +179,8 @@ def main(argv=None) -> int:
     p.add_argument("--ddprun", default=os.path.join(venv, "ddprun"))
     p.add_argument("--python", default=os.path.join(venv, "python"))
     p.add_argument("--out", help="folder for soak-<date>.{json,md,png}")
-    p.add_argument("--report", metavar="JSON", help="only rewrite the table and plot of a saved run")
+    p.add_argument("--report", metavar="JSON",
+                   help="only rewrite the table and plot of a saved run")
     args = p.parse_args(argv)
     if args.report:
         with open(args.report, encoding="utf-8") as f:

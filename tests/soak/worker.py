@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A rank of the soak (tests/soak/soak.py): a training loop on libddp's engine for SECONDS.
 
 Each step submits a model's worth of gradients (24 named tensors from 1 KB to 1.2 MB, fused by

@@ -1,5 +1,8 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The TensorFlow tests run in TensorFlow's own environment (.venv-tf, `make test-tf`) with the
-fixtures of tests/python (ddp_env, run_job), whose workers are taken from tests/tensorflow/workers."""
+fixtures of tests/python (ddp_env, run_job), whose workers are taken from
+tests/tensorflow/workers."""
 import importlib.util
 import pathlib
 
@@ -13,3 +16,8 @@ _fixtures.WORKERS = _HERE / "workers"
 ddp_env = _fixtures.ddp_env
 run_job = _fixtures.run_job
 WORKERS = _fixtures.WORKERS
+
+
+def pytest_configure(config):
+    # tests/python's marker, which test_imports.py (shared with tests/python) carries.
+    config.addinivalue_line("markers", "torch: runs ddp.torch or torch (tests/python/pytest.ini)")

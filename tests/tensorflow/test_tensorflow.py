@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp.tensorflow in real multi-rank jobs under ddprun (TensorFlow's environment: make test-tf).
 The workers check every rank's results against numpy or closed forms and exit non-zero on the
 first mismatch, naming it."""

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Lists the tests of torch's distributed suite that pass on gloo and not on ddp, by reason.
 
     python tests/torch_suite/compare.py RESULTS_DIR... [--markdown] [--fail-on-gap]

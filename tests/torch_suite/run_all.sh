@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # `make torch-suite` (full) and `make torch-suite-ci` (ci): torch's own distributed suite on gloo,
 # then on ddp, in each venv (.venv: Debian's torch 1.13; .venv-torch2: PyTorch 2), then
 # compare.py: every test that passes on gloo and not on ddp, by reason. docs/testing.md says more.

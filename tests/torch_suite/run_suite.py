@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Runs PyTorch's own distributed suite (distributed_test.py, shipped with torch) on gloo or ddp.
 
     python tests/torch_suite/run_suite.py --backend ddp --out ddp.json [-k NAME_REGEX ...]
@@ -24,7 +26,7 @@ import traceback
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import suite_adapter  # noqa: E402 (after the path)
+import suite_adapter  # after the path
 
 # The runner's settings reach the ranks through the environment: spawn re-imports this module as
 # each rank's main module, and the code at the bottom rebuilds the test class there (importing
@@ -68,27 +70,27 @@ class OutcomeRecorder(unittest.TestResult):
         print(f"{outcome} ({seconds:.1f} s)", flush=True)
         write_summary(self.summary, self.out_path)
 
-    def addSuccess(self, test):
+    def addSuccess(self, test):  # noqa: N802 - unittest's name
         super().addSuccess(test)
         self._record(test, "passed")
 
-    def addFailure(self, test, err):
+    def addFailure(self, test, err):  # noqa: N802 - unittest's name
         super().addFailure(test, err)
         self._record(test, "failed", _format(err))
 
-    def addError(self, test, err):
+    def addError(self, test, err):  # noqa: N802 - unittest's name
         super().addError(test, err)
         self._record(test, "error", _format(err))
 
-    def addSkip(self, test, reason):
+    def addSkip(self, test, reason):  # noqa: N802 - unittest's name
         super().addSkip(test, reason)
         self._record(test, "skipped", str(reason))
 
-    def addExpectedFailure(self, test, err):
+    def addExpectedFailure(self, test, err):  # noqa: N802 - unittest's name
         super().addExpectedFailure(test, err)
         self._record(test, "passed", "expected failure")
 
-    def addUnexpectedSuccess(self, test):
+    def addUnexpectedSuccess(self, test):  # noqa: N802 - unittest's name
         super().addUnexpectedSuccess(test)
         self._record(test, "failed", "unexpected success")
 
@@ -131,8 +133,9 @@ def select_tests(cls, patterns, names_file):
 
 
 def installed_backend():
-    """Which ddp.torch the run used (others may be changing and reinstalling it meanwhile): each
-    c10d*.py's git blob id, and whether all are the ones committed at HEAD."""
+    """Which ddp.torch the run used (others may be changing and reinstalling it meanwhile): the
+    git blob id of each file of its backend (ddp/torch/c10d/), and whether all are the ones
+    committed at HEAD."""
     import ddp.torch
 
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -140,10 +143,10 @@ def installed_backend():
     def git(*argv):
         return subprocess.run(["git", "-C", root, *argv], capture_output=True,
                               text=True).stdout.strip()
-    package = os.path.dirname(ddp.torch.__file__)
+    package = os.path.join(os.path.dirname(ddp.torch.__file__), "c10d")
     blobs = {f: git("hash-object", os.path.join(package, f))[:10]
-             for f in sorted(os.listdir(package)) if re.match(r"c10d.*\.py$", f)}
-    committed = all(git("rev-parse", f"HEAD:bindings/python/ddp/torch/{f}")[:10] == b
+             for f in sorted(os.listdir(package)) if f.endswith(".py")}
+    committed = all(git("rev-parse", f"HEAD:bindings/python/ddp/torch/c10d/{f}")[:10] == b
                     for f, b in blobs.items())
     return {"files": blobs, "head": git("rev-parse", "--short", "HEAD"),
             "as_committed": committed}

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """How PyTorch's own distributed suite is pointed at the backend `ddp` and made to treat it as Gloo.
 
 torch ships the suite as `torch.testing._internal.distributed.distributed_test`. It reads the
@@ -109,7 +111,7 @@ def make_test_class(suite, backend, module_name, start_method="spawn"):
 
     base = (suite.TestDistBackend, suite.DistributedTest._DistTestBase)
 
-    def setUp(self):  # noqa: N802 (unittest's name)
+    def setUp(self):  # unittest's name
         suite.TestDistBackend.setUp(self)
         if start_method != "spawn":
             # torch's setUp has just pointed TEMP_DIR and INIT_METHOD at this test's fresh
@@ -128,7 +130,7 @@ def make_test_class(suite, backend, module_name, start_method="spawn"):
             suite.INIT_METHOD = env.get("INIT_METHOD", suite.INIT_METHOD)  # spawn: read at import
         return suite.TestDistBackend._run.__func__(cls, rank, test_name, file_name, *args, **kwargs)
 
-    def tearDown(self):  # noqa: N802 (unittest's name)
+    def tearDown(self):  # unittest's name
         if start_method != "spawn" and os.path.exists(f"{self.file_name}.env"):
             os.unlink(f"{self.file_name}.env")
         suite.TestDistBackend.tearDown(self)

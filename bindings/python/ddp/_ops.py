@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The collectives, written once for every kind of tensor.
 
 `ddp` (numpy arrays and buffers) and `ddp.torch` (torch tensors) each supply an adapter that
@@ -14,6 +16,7 @@ import enum
 import math
 import operator
 import warnings
+from typing import Any, cast
 
 from . import _ddp
 from ._ddp import DDPError, DDPValueError
@@ -24,9 +27,16 @@ from ._ddp import DDPError, DDPValueError
 # from, so that they accept the same things. Which codes an operation takes is the engine's to
 # say: the Python layers convert their arguments to codes and check only what the C++ API cannot
 # express (Horovod's argument rules, Adasum, process sets as objects).
-ReduceOp = enum.IntEnum("ReduceOp", [(name, code) for code, name in enumerate(_ddp.reduce_ops)],
-                        module=__name__)
+# (Any to a type checker: the members are the extension's, unknown until it is loaded.)
+ReduceOp = cast(Any, enum.IntEnum)("ReduceOp",
+                                   [(name, code) for code, name in enumerate(_ddp.reduce_ops)],
+                                   module=__name__)
 ReduceOp.__doc__ = "Reduction operations; also exported as ddp.Sum, ddp.Average, ..."
+Sum = ReduceOp.SUM
+Average = ReduceOp.AVERAGE
+Min = ReduceOp.MIN
+Max = ReduceOp.MAX
+Product = ReduceOp.PRODUCT
 DTYPE_NAMES = tuple(name for name, _ in _ddp.dtypes)  # "float32", ... (torch's and numpy's)
 DTYPE_SIZES = tuple(size for _, size in _ddp.dtypes)
 DTYPE_CODES = {name: code for code, name in enumerate(DTYPE_NAMES)}
@@ -246,7 +256,7 @@ class _GlobalProcessSet(ProcessSet):
 global_process_set = _GlobalProcessSet()
 
 # The process sets added and not removed, by id; the same ranks are never added twice.
-_process_sets = {}
+_process_sets: dict[int, ProcessSet] = {}
 
 
 def set_id(process_set, what="process_set"):
@@ -525,8 +535,9 @@ class Ops:
 
     def allgather_async(self, x, name=None, process_set=WORLD):
         process_set = set_id(process_set, "allgather")
-        return self._engine_output("allgather", x, name, process_set, lambda n, b: _ddp.allgather_async(
-            n, b.address, b.code, list(b.shape), process_set, b.owner, b.device, b.stream))
+        return self._engine_output(
+            "allgather", x, name, process_set, lambda n, b: _ddp.allgather_async(
+                n, b.address, b.code, list(b.shape), process_set, b.owner, b.device, b.stream))
 
     def allgather(self, x, name=None, process_set=WORLD):
         """Concatenation of every rank's x along the first dimension (which may differ by
@@ -535,8 +546,9 @@ class Ops:
 
     def alltoall_async(self, x, name=None, process_set=WORLD):
         process_set = set_id(process_set, "alltoall")
-        return self._engine_output("alltoall", x, name, process_set, lambda n, b: _ddp.alltoall_async(
-            n, b.address, b.code, list(b.shape), process_set, b.owner, b.device, b.stream))
+        return self._engine_output(
+            "alltoall", x, name, process_set, lambda n, b: _ddp.alltoall_async(
+                n, b.address, b.code, list(b.shape), process_set, b.owner, b.device, b.stream))
 
     def alltoall(self, x, name=None, process_set=WORLD):
         """Splits x's first dimension into size() equal blocks, sends block j to rank j; returns
@@ -548,9 +560,10 @@ class Ops:
         op = check_op(op, "reducescatter")
         process_set = set_id(process_set, "reducescatter")
         pre, post = self._scales("reducescatter", prescale_factor, postscale_factor)
-        return self._engine_output("reducescatter", x, name, process_set, lambda n, b: _ddp.reducescatter_async(
-            n, b.address, b.code, list(b.shape), int(op), pre, post, process_set, b.owner,
-            b.device, b.stream))
+        return self._engine_output(
+            "reducescatter", x, name, process_set, lambda n, b: _ddp.reducescatter_async(
+                n, b.address, b.code, list(b.shape), int(op), pre, post, process_set, b.owner,
+                b.device, b.stream))
 
     def reducescatter(self, x, op=ReduceOp.AVERAGE, name=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=WORLD):

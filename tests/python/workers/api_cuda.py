@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp.torch on CUDA tensors (the NCCL backend): every collective, dtype and op, compared with the
 same collective on CPU copies through libddp's CPU path (which test_api checks against float64
 references), plus DistributedOptimizer on a CUDA model against the same training on CPU. One rank
@@ -35,11 +37,13 @@ def main():
                 # Produced on the current stream just before the submission: the collective
                 # must wait for it (the ready event), not read stale memory.
                 g = (x.to(dev, torch.float64) * 1).to(dtype)
-                handles.append((ddp.allreduce_async(g, op=op, name=f"gpu.{dtype}.{int(op)}.{count}"),
-                                want, dtype, f"allreduce {dtype} {op} {count}"))
+                name = f"gpu.{dtype}.{int(op)}.{count}"
+                handles.append((ddp.allreduce_async(g, op=op, name=name), want, dtype,
+                                f"allreduce {dtype} {op} {count}"))
                 g2 = x.to(dev)
-                handles.append((ddp.allreduce_async_(g2, op=op, name=f"ip.{dtype}.{int(op)}.{count}"),
-                                want, dtype, f"allreduce_ {dtype} {op} {count}"))
+                name = f"ip.{dtype}.{int(op)}.{count}"
+                handles.append((ddp.allreduce_async_(g2, op=op, name=name), want, dtype,
+                                f"allreduce_ {dtype} {op} {count}"))
     for h, want, dtype, what in handles:
         same(ddp.synchronize(h), want, dtype, what)
 

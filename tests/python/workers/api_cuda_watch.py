@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A stream-ordered CUDA allreduce that fails after its handle finished: the backend's watcher
 thread must notice (here the deadline, DDP_TIMEOUT_SECONDS=1, passes while the collective waits
 behind a 3-second kernel), fail waiting on that handle with the reason, and fail the next

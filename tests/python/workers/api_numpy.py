@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Every collective of the numpy API, every dtype and op, against numpy references computed from
 every rank's (reproducible) inputs. Run on N ranks; exits non-zero on the first mismatch."""
 import array
@@ -192,7 +194,8 @@ def main():
         check(f"alltoall {tag}", got, want, dtype)
 
     # Python objects
-    obj = ddp.broadcast_object({"from": rank, "payload": list(range(rank * 10))}, root_rank=size - 1)
+    obj = ddp.broadcast_object({"from": rank, "payload": list(range(rank * 10))},
+                               root_rank=size - 1)
     assert obj == {"from": size - 1, "payload": list(range((size - 1) * 10))}, obj
     gathered = ddp.allgather_object(("rank", rank, "x" * rank))
     assert gathered == [("rank", r, "x" * r) for r in range(size)], gathered

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp.torch's collectives on torch tensors of every dtype (bfloat16 included) and op, against
 float64 references; autograd through allreduce; clear errors. Run on N ranks."""
 import fractions

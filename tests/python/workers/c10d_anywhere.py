@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """One script under every launcher: init_process_group(BACKEND, init_method="ddp://") with no
 rank=, world_size= or MASTER_*, under ddprun's, torchrun's, mpirun's or srun's variables alone.
 Then an allreduce, a DDP step against the one-process reference, the store torch was handed
@@ -10,7 +12,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-import ddp.torch  # noqa: F401 - registers the backend and ddp://
+import ddp.torch  # registers the backend and ddp://
 
 backend = sys.argv[1] if len(sys.argv) > 1 else "ddp"
 dist.init_process_group(backend, init_method="ddp://", timeout=timedelta(seconds=60))

@@ -1,11 +1,14 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """DistributedDataParallel on the 'ddp' backend: plain, find_unused_parameters,
 gradient_as_bucket_view, no_sync (gradient accumulation), and DDP's comm hooks (fp16 compression,
 PowerSGD), on torch 2 through the backend's C++ part (bindings/torch_native), DDP's logging data
-naming the backend, its allreduces completed by libddp's engine from C++; with the argument "python-backend" or "as-process-group", torch 2 without
-that part: the Backend written in Python, or the ProcessGroup that torch 2 releases without a
-Python-constructible Backend get. Each exact variant is checked against the same model trained in this process on every
-rank's batch; every variant ends with the same weights on every rank. Started with torchrun's
-variables (ddprun sets them). Prints "c10d ddp ok <variants>"."""
+naming the backend, its allreduces completed by libddp's engine from C++; with the argument
+"python-backend" or "as-process-group", torch 2 without that part: the Backend written in Python,
+or the ProcessGroup that torch 2 releases without a Python-constructible Backend get. Each exact
+variant is checked against the same model trained in this process on every rank's batch; every
+variant ends with the same weights on every rank. Started with torchrun's variables (ddprun sets
+them). Prints "c10d ddp ok <variants>"."""
 import sys
 import warnings
 
@@ -15,7 +18,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as powersgd
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-import ddp.torch  # noqa: F401 - registers the backend
+import ddp.torch  # registers the backend
 import ddp.torch.c10d
 
 STEPS = 4
@@ -102,7 +105,7 @@ def main():
         # creator's fallback, a ProcessGroup of libddp's own. Both warn that they lack the C++
         # part.
         ddp.torch._native.module = None
-        ddp.torch.c10d._backend_constructible = how == "python-backend"
+        ddp.torch.c10d.backend._backend_constructible = how == "python-backend"
     with warnings.catch_warnings(record=True) as warned:
         warnings.simplefilter("always")
         dist.init_process_group("ddp")
@@ -110,7 +113,7 @@ def main():
     if how == "as-process-group":
         assert isinstance(group, ddp.torch.c10d.ProcessGroupDDP), type(group)
     elif how == "python-backend":
-        assert isinstance(group._get_backend(torch.device("cpu")),  # noqa: SLF001
+        assert isinstance(group._get_backend(torch.device("cpu")),
                           ddp.torch.c10d.BackendDDP), group
     elif hasattr(torch._C._distributed_c10d, "Backend"):  # torch 2 through the C++ part
         assert type(group).__name__ == "NamedProcessGroup", type(group)
@@ -118,7 +121,7 @@ def main():
     assert bool(python_only) == (how != "native"), [str(w.message) for w in warned]
     rank, size = dist.get_rank(), dist.get_world_size()
     if how == "native":  # torch's reports name the backend: DDP's logging data here
-        name = DDP(Net(False).double())._get_ddp_logging_data().get("backend_name")  # noqa: SLF001
+        name = DDP(Net(False).double())._get_ddp_logging_data().get("backend_name")
         assert name == "ddp", f"DDP's logging data names the backend {name!r}"
     variants = {
         "plain": (dict(), 1, False, 1e-12),
@@ -140,7 +143,7 @@ def main():
     if how == "native" and hasattr(torch._C._distributed_c10d, "Backend"):
         # DDP's gradient allreduces (and the hooks') were completed by libddp's engine, from C++,
         # not by the Python side's threads: at least one per step of each variant.
-        completed = group._get_backend(torch.device("cpu")).engine_completed  # noqa: SLF001
+        completed = group._get_backend(torch.device("cpu")).engine_completed
         assert completed >= STEPS * len(variants), completed
     print(f"c10d ddp ok {len(variants) + 1}", flush=True)
     dist.destroy_process_group()

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A script that ends on its own error while operations of the 'ddp' backend are still in flight
 on its finisher threads (a send never received, an allreduce never joined): it
 must exit with its error (status 1), never be aborted by "terminate called without an active

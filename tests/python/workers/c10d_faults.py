@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Faults under the 'ddp' backend: a rank dies (os._exit, as a killed process ends), or the ranks
 disagree on a tensor's size. Every survivor's collective raises torch's backend error
 (DistBackendError where torch has it; also a ddp.DDPError) naming the rank, and carrying the
@@ -17,12 +19,12 @@ import torch
 import torch.distributed as dist
 
 import ddp
-import ddp.torch  # noqa: F401 - registers the backend
+import ddp.torch  # registers the backend
 
 mode = sys.argv[1]
 if mode == "future-python":  # torch 2 without the backend's C++ part (as workers/c10d_ddp.py)
     ddp.torch._native.module = None
-    ddp.torch.c10d._backend_constructible = True
+    ddp.torch.c10d.backend._backend_constructible = True
 dist.init_process_group("ddp")
 rank = dist.get_rank()
 t = torch.ones(1000)
@@ -69,7 +71,7 @@ if mode.startswith("future"):  # rank 1's tensors are float64, the others' float
     # No rank leaves before all are done (on torch 1.13 a rank's second call fails at once, and
     # a rank that left would be the others' error): the ranks meet through torch's store.
     # Rank 0 hosts the store: it leaves last.
-    store = dist.distributed_c10d._get_default_store()  # noqa: SLF001
+    store = dist.distributed_c10d._get_default_store()
     for key in ("future-done", "future-left") if rank == 0 else ("future-done",):
         store.add(key, 1)
         while store.add(key, 0) < dist.get_world_size():

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """FSDP on the 'ddp' backend (torch 2): FullyShardedDataParallel, and FSDP2's fully_shard where
 torch has it, on CPU. Each trains a small model a few steps on every rank's batch and must match
 the same model trained in this process on all the batches, with every rank's shard agreeing.

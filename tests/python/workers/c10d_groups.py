@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Later process groups of the 'ddp' backend (new_group, new_subgroups): each a libddp job among
 its members alone. Run as every rank of a job of WORLD_SIZE >= 2 with torch's env:// variables.
 Checks collectives in disjoint and overlapping groups (roots given as global ranks, as torch

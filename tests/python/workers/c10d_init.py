@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """init_process_group("ddp") through each of torch's rendezvous: init_method env://, tcp://,
 file://, and store=. Also the bad input the backend refuses at once, with clear errors. Run as
 rank RANK of WORLD_SIZE (set by the test, with MASTER_ADDR/MASTER_PORT for env://):
@@ -22,7 +24,7 @@ if how in ("env", "env-detail"):  # env-detail: under TORCH_DISTRIBUTED_DEBUG=DE
     dist.init_process_group("ddp")
 elif how == "env-mixed":  # torch 2: ddp for CPU tensors beside another backend for CUDA's
     dist.init_process_group("cpu:ddp,cuda:gloo")
-    cpu = dist.group.WORLD._get_backend(torch.device("cpu"))  # noqa: SLF001
+    cpu = dist.group.WORLD._get_backend(torch.device("cpu"))
     assert cpu.name() == "ddp" or "DDP" in type(cpu).__name__, type(cpu)
 elif how in ("tcp", "tcp-no-rank"):
     dist.init_process_group("ddp", init_method=f"tcp://127.0.0.1:{where}", rank=rank,
@@ -99,7 +101,7 @@ else:
 if torch.__version__ < "2":
     # The group keeps that error: no rank leaves before all have heard it (one that left would be
     # the others' error instead), meeting through torch's store; rank 0 hosts it and leaves last.
-    store = dist.distributed_c10d._get_default_store()  # noqa: SLF001
+    store = dist.distributed_c10d._get_default_store()
     for key in ("refused-done", "refused-left") if rank == 0 else ("refused-done",):
         store.add(key, 1)
         while store.add(key, 0) < size:

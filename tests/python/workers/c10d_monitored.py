@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """monitored_barrier under the 'ddp' backend, as Gloo's: passed by every rank (the default group
 and a later one); rank 0 names the one rank that did not come (the others that came are told it
 failed), or with wait_all_ranks every one; a zero timeout on rank 0; and after each failure the

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Every torch.distributed operation of the 'ddp' backend, every dtype and reduce op that Gloo
 serves on CPU, against references computed from every rank's (reproducible) inputs. Started with
 torchrun's variables (ddprun sets them); init_process_group("ddp") with env://. Exits non-zero on

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """send and recv of the 'ddp' backend: blocking and async, matched by tag whatever the order of
 other tags, a ring exchange as the first transfers, batch_isend_irecv, in a later group, several
 dtypes; recv without src= (from any source): each send found once, by recv and irecv, the sender
@@ -16,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 import ddp.torch  # registers the backend
-from ddp.torch import c10d_finish
+from ddp.torch.c10d import finish as c10d_finish
 
 # Idle threads go after 0.2 s here (10 s by default): every part below runs with finishers and
 # completers coming and going under it.

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The profiler events of the 'ddp' backend: under torch's profiler (record_shapes=True), every
 operation is one asynchronous event "ddp:<op>" (Gloo's names) whose input shapes are those of
 the tensors it reads (complex as real views), ended before its wait() returns; nothing is

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The C API (ddp/c_api.h) from the process that the Python package started: a framework plugin's
 view. ctypes loads the package's libddp.so, ddp._ddp._c_context() hands over a C reference to the
 running context, and operations submitted through it go to the same engine as ddp's own (same

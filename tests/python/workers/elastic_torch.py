@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """An elastic training job (ddp.torch.elastic) for tests/python/test_elastic.py.
 
 A linear model learns a fixed target from 96 samples, sharded with ElasticSampler, 4 epochs of

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp.torch's fast path (bindings/python/src/tensor_path.cc) against the general one: the same
 handles, results, names and errors, whichever path a call takes, even when ranks take different
 paths for the same call."""
@@ -41,10 +43,11 @@ def check_handle_type(rank):
         if h.poll():
             fail("finished before rank 1 submitted")
         # Its output before it is done: an error naming it, through the buffer protocol too.
-        for what, read in (("buffer", lambda: np.frombuffer(h, dtype=np.float32)),
-                           ("output", lambda: h.output)):
+        # (Readers of a handle given, not closures over h: nothing may keep h alive below.)
+        for what, read in (("buffer", lambda handle: np.frombuffer(handle, dtype=np.float32)),
+                           ("output", lambda handle: handle.output)):
             try:
-                read()
+                read(h)
                 fail(f"the {what} of an unfinished handle: no error")
             except ddp.DDPError as e:
                 if "fast.late" not in str(e) or "not ready" not in str(e):

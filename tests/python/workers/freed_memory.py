@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Page faults of a freed-and-reallocated 48 MiB block (above glibc's largest mmap threshold)
 before and after ddp.init(), as JSON: {"before": faults, "after": faults, "outcome": ...}.
 Each side allocates, touches and frees the block 6 times; with freed memory kept, only the first

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's names in ddp.torch, with Horovod's semantics: the deprecated average flag, the
 *_built()/*_enabled() queries, join(device), HorovodInternalError."""
 

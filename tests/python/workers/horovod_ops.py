@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's operations in ddp.torch, with Horovod's semantics: any fixed-size dtype where
 nothing is reduced (allgather, broadcast, alltoall move bytes), gradients through allgather,
 broadcast, alltoall and reducescatter (in the world and in a process set), grouped allgather and

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's semantics in ddp.torch, where they differ from a plain API: errors raised at the
 call (a name still in flight is a ValueError there), a barrier that does not wait for unrelated
 pending operations, a dropped handle whose output the engine still writes, ProcessSet objects
@@ -58,8 +60,8 @@ def duplicate_names(rank, size):
         check("the first submission's sum", hvd.synchronize(h),
               torch.full((17, 17), float(size * (size + 1) // 2)))
     # A refused call leaves nothing pending and does not advance the automatic names.
-    check("after the refusal", hvd.allreduce(x, op=hvd.Sum), torch.full((17, 17),
-                                                                      float(size * (size + 1) // 2)))
+    check("after the refusal", hvd.allreduce(x, op=hvd.Sum),
+          torch.full((17, 17), float(size * (size + 1) // 2)))
 
 
 def dropped_handles(rank, size):
@@ -325,7 +327,7 @@ def timeline(rank, size):
     hvd.barrier()
     if rank == 0:
         with open(shared) as f:
-            if f'"pid":0,' not in f.read():
+            if '"pid":0,' not in f.read():
                 fail("the shared timeline is not rank 0's")
         files = sorted(os.listdir(folder))
         if len(files) != 2 * size + 1:

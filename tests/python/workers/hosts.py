@@ -1,7 +1,9 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A job across simulated hosts (tests/python/test_run_hosts.py): every rank checks the place
-ddprun (or mpirun) gave it against libddp's own view, that the job token is on no command line of the
-machine, and an allreduce across the hosts. `die R` makes rank R exit 3 once all are up; `stop R`
-makes it stop itself (SIGSTOP) while the others allreduce, which fails naming it."""
+ddprun (or mpirun) gave it against libddp's own view, that the job token is on no command line
+of the machine, and an allreduce across the hosts. `die R` makes rank R exit 3 once all are up;
+`stop R` makes it stop itself (SIGSTOP) while the others allreduce, which fails naming it."""
 import os
 import pathlib
 import signal

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A rank started by some launcher (torchrun, srun, or their variables set by hand), with no DDP_*
 identity: checks that ddp.init() reads its place from the launcher's variables, then trains a
 little through ddp.torch (a DistributedOptimizer step must agree on every rank) and sums ranks.

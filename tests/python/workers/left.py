@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Rank 2 leaves the job on purpose (and stays alive); the others' next collective fails with a
 DDPError that says so, as data too: code ABORTED (the job is broken for good), ranks [2]."""
 import sys

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """DistributedOptimizer against single-process training on the concatenated batch.
 
 usage: optimizer.py MODE   (plain | fp16 | passes | join | predivide | adam)
@@ -94,7 +96,8 @@ def main():
         # reference: the whole batch of the active ranks, in `micro` accumulated halves
         ref_opt.zero_grad()
         for m in range(micro):
-            rows = [r * BATCH + m * BATCH // micro + i for r in active for i in range(BATCH // micro)]
+            rows = [r * BATCH + m * BATCH // micro + i
+                    for r in active for i in range(BATCH // micro)]
             (F.cross_entropy(reference(x[rows]), y[rows]) * len(active) / size).backward()
         ref_opt.step()
         if step >= my_steps:

@@ -1,7 +1,8 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp.ps on numpy arrays, on every rank of a parameter-server job (ddprun --servers, mpirun with
 DDP_PS_SERVERS, or colocated). Server-only ranks serve inside ps.init() and exit there."""
 import os
-import sys
 
 import numpy as np
 

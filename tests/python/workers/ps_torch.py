@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp.torch.ParameterServerOptimizer. sync: every worker ends with the weights of plain SGD on the
 concatenated batch (computed here as the reference); sync2: the same with each step's gradient
 accumulated over two backward passes (backward_passes_per_step=2); async: the weights every

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """An elastic Keras job (ddp.tensorflow.keras.elastic) for tests/tensorflow/test_tensorflow.py.
 
 A linear model learns a fixed target with model.fit and DistributedOptimizer, EPOCHS epochs of
@@ -16,12 +18,12 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
-import ddp.tensorflow as htf  # noqa: E402
-import ddp.tensorflow.keras as hvd  # noqa: E402
+import ddp.tensorflow as htf
+import ddp.tensorflow.keras as hvd
 
 SAMPLES, BATCH, EPOCHS = 96, 4, 3
 

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """What the Keras workers (tf_keras.py, tf_mixed.py) share: the model, the data and its sharding
 over the ranks, and the checks. Each rank trains on its part of every global batch."""
 import sys

@@ -1,15 +1,18 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's smaller ddp.tensorflow helpers on N ranks: the rank/size ops eager and in a
 tf.function (read when run), objects broadcast and gathered, variables broadcast in place, grouped
 allgather and reducescatter with their gradients, sparse tensors as Horovod reduces them (in a
-grouped allreduce too), dtypes libddp does not have moved as bytes, and a process set added, used by size_op and removed. Prints "rank R: ok"."""
+grouped allreduce too), dtypes libddp does not have moved as bytes, and a process set added, used
+by size_op and removed. Prints "rank R: ok"."""
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-import ddp.tensorflow as hvd  # noqa: E402
+import ddp.tensorflow as hvd
 
 
 def expect(what, got, want):

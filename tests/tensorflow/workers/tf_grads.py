@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Gradients through the ddp.tensorflow ops under tf.GradientTape, against their closed forms
 (Horovod's rules): allreduce's is the allreduce of the gradient; allgather's is this rank's rows
 of the averaged gradient; broadcast's is the averaged gradient on the root and zero elsewhere;
@@ -8,10 +10,10 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-import ddp.tensorflow as hvd  # noqa: E402
+import ddp.tensorflow as hvd
 
 
 def fail(what):

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Keras training with ddp.tensorflow.keras: model.fit with DistributedOptimizer and the callbacks,
 and a custom loop with DistributedGradientTape. Each rank trains on its part of every global
 batch; the weights must come out bit-identical on every rank and equal (to float32 rounding) to
@@ -6,15 +8,15 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
-import ddp  # noqa: E402
-import ddp.tensorflow as hvd_tf  # noqa: E402
-import ddp.tensorflow.keras as hvd  # noqa: E402
+import ddp
+import ddp.tensorflow as hvd_tf
+import ddp.tensorflow.keras as hvd
 
-from keras_common import (GLOBAL_BATCH, STEPS, data, fail, flat, make_model,  # noqa: E402
+from keras_common import (GLOBAL_BATCH, STEPS, data, fail, flat, make_model,
                           same_everywhere, shard)
 
 
@@ -98,7 +100,7 @@ def main():
     weights = flat(model)
     same_everywhere("eager tape", weights)
     close("eager tape", weights, reference(x, y, 0.1))
-    traced = [k for k in hvd_tf._eager_reducers if k[0] == "DistributedGradientTape"]
+    traced = [k for k in hvd_tf._reduce._eager_reducers if k[0] == "DistributedGradientTape"]
     if len(traced) != 1:
         fail(f"the eager reduction was traced for {len(traced)} configurations, not 1")
     grads_per_step = len(model.trainable_variables)

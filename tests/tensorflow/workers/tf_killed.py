@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The last rank is SIGKILLed mid-job; every other rank's next ddp.tensorflow operation raises a
 TensorFlow error (tf.errors.OpError) carrying libddp's message, which names the dead rank and
 the tensor. Prints "rank R: ok" on the survivors."""
@@ -7,9 +9,9 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf
 
-import ddp.tensorflow as hvd  # noqa: E402
+import ddp.tensorflow as hvd
 
 
 def main():

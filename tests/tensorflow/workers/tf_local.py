@@ -1,22 +1,24 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's TensorFlow API around local state, on N ranks: SyncBatchNormalization (ranks'
 batches of different sizes) against Keras' BatchNormalization on every rank's batch together, in
 value, moving statistics and gradient; DistributedGradientTape.register_local_source and
 PartialDistributedGradientTape; Keras' PartialDistributedOptimizer in fit and accumulating;
 sparse_as_dense and sparse gradients accumulated; the accumulators after an overflow; the
 broadcast callback with local variables; LearningRateScheduleCallback; broadcast_global_variables
-in a TF1 graph and its refusal eagerly; broadcast_object_fn; the elastic states (sync, restore, commit). What
-Horovod's own tests check with Keras-2-only APIs, on Keras 3. Prints "rank R: ok"."""
+in a TF1 graph and its refusal eagerly; broadcast_object_fn; the elastic states (sync, restore,
+commit). What Horovod's own tests check with Keras-2-only APIs, on Keras 3. Prints "rank R: ok"."""
 import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
-import ddp.tensorflow as hvd  # noqa: E402
-import ddp.tensorflow.keras as hk  # noqa: E402
+import ddp.tensorflow as hvd
+import ddp.tensorflow.keras as hk
 
 
 def fail(what, detail):

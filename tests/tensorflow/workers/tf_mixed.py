@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """mixed_float16 with ddp.tensorflow.keras: DistributedOptimizer(LossScaleOptimizer(opt)) under
 model.fit and in a custom tf.function step. The weights and the loss scale must come out
 bit-identical on every rank and close (float16 rounding) to one process training on the whole
@@ -9,15 +11,15 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import keras  # noqa: E402
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import keras
+import numpy as np
+import tensorflow as tf
 
-import ddp.tensorflow as hvd_tf  # noqa: E402
-import ddp.tensorflow.keras as hvd  # noqa: E402
+import ddp.tensorflow as hvd_tf
+import ddp.tensorflow.keras as hvd
 
-import keras_common  # noqa: E402
-from keras_common import (GLOBAL_BATCH, data, fail, flat, same_everywhere,  # noqa: E402
+import keras_common
+from keras_common import (GLOBAL_BATCH, data, fail, flat, same_everywhere,
                           shard)
 
 

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Every ddp.tensorflow operation against numpy, for every dtype, eager and inside tf.function,
 on any number of ranks; then the errors: ranks that disagree on a shape, dtype or root
 (FailedPreconditionError, as Horovod's; every rank's error names
@@ -8,10 +10,10 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import numpy as np
+import tensorflow as tf
 
-import ddp.tensorflow as hvd  # noqa: E402
+import ddp.tensorflow as hvd
 
 DTYPES = [tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.uint8, tf.int32, tf.int64]
 

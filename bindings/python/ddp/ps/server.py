@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A parameter-server process: `python -m ddp.ps.server` (what `ddprun --servers K` starts).
 
 Joins the job as a server rank (DDP_PS_SERVERS must make this rank one), serves until every worker
@@ -6,7 +8,7 @@ has finished or died, writes the last checkpoint (DDP_PS_CHECKPOINT_DIR) and exi
 
 import sys
 
-from . import init, is_worker, serve
+from .client import init, is_worker, serve
 from .._ddp import DDPError
 
 

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun: runs N ranks of a command as one libddp job, on this machine or on several hosts.
 
     ddprun -np 4 python train.py                         (or: python -m ddp.run ...)
@@ -21,38 +23,12 @@ stops its ranks when that input closes. horovodrun's flags (-p, -i, -hostfile,
 --version) and torchrun's (--nproc-per-node, --nnodes, --node-rank, --master-addr,
 --master-port, --standalone) mean what they mean there; docs/launching.md says how.
 
-The rooms: args (the command line), nodes (per-node launches, torchrun's form), hosts (-H,
-hostfiles, placement), env (each rank's environment), output (lines, prefixes, sinks, the
-per-rank files), job (the supervisor), launch (a static job's store and units), agent (a
-host's part), elastic and discovery (elastic mode), procs (exit statuses, /dev/shm).
+The rooms: cli (the entry point), args (the command line), nodes (per-node launches, torchrun's
+form), hosts (-H, hostfiles, placement), env (each rank's environment), output (lines, prefixes,
+sinks, the per-rank files), job (the supervisor), static_job (a static job's store and units),
+agent (a host's part), elastic_driver and discovery (elastic mode), procs (exit statuses,
+/dev/shm).
 """
-from __future__ import annotations
-
-import secrets
-import sys
-
-from .hosts import Host, Place, is_local, parse_hostfile, parse_hosts, place  # noqa: F401
-from .procs import sweep_shm  # noqa: F401
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Runs ddprun with `argv` (default: sys.argv[1:]); returns the exit status."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--_agent"]:
-        from .agent import agent_main
-
-        return agent_main()
-    from . import args as cli, launch
-    from .output import Sink
-
-    try:
-        args = cli.parse_args(argv)
-    except SystemExit as e:  # argparse's --help and usage errors
-        return e.code if isinstance(e.code, int) else 2
-    stamp = args.prefix_timestamp  # horovodrun's: the time before every line printed
-    out, err = Sink(sys.stdout.buffer, stamp), Sink(sys.stderr.buffer, stamp)
-    if args.elastic:
-        from . import elastic
-
-        return elastic.main(args, out, err, secrets.token_hex(16))
-    return launch.run(args, out, err)
+from .cli import main
+from .hosts import Host, Place, is_local, parse_hostfile, parse_hosts, place
+from .procs import sweep_shm

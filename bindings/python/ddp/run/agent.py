@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's agent: one host's part of a job started from another, run over ssh (or --rsh) as
 `PYTHON .../ddp/run/__main__.py --_agent`, the job (token included) read from its standard
 input so that no secret is ever on a command line; its ranks stop when that input closes."""

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's command line: the flags, and the checks that turn a wrong combination into a usage
 error before anything starts."""
 from __future__ import annotations
@@ -122,11 +124,11 @@ def _interface(text: str) -> str:
 def version() -> str:
     """ddp's version: its extension's (the CMake project's), else the installed package's."""
     try:
-        from ddp import __version__
+        from ddp import __version__  # lazy: ddp/run is loaded alone too (the agent)
 
         return __version__
     except ImportError:
-        from importlib import metadata
+        from importlib import metadata  # lazy: only without ddp
 
         try:
             return metadata.version("libddp")

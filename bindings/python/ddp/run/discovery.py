@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's host discovery for elastic mode: the user's script run, and what it prints read."""
 from __future__ import annotations
 

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's ranks' environments: what each rank is told (DDP_* and horovodrun's names), what of
 the launcher's environment it keeps, and what it runs."""
 from __future__ import annotations

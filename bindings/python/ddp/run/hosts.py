@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's hosts: -H and hostfile parsing, the placement of ranks on them, and which are here."""
 from __future__ import annotations
 
@@ -65,7 +67,8 @@ def place(hosts: list[Host], np: int) -> list[Place]:
     total = sum(h.slots for h in hosts)
     if np > total:
         listed = ", ".join(f"{h.name}:{h.slots}" for h in hosts)
-        raise ValueError(f"-np {np} but the hosts have only {total} slot{'s' if total != 1 else ''} "
+        slots = f"{total} slot{'s' if total != 1 else ''}"
+        raise ValueError(f"-np {np} but the hosts have only {slots} "
                          f"({listed})")
     counts, left = [], np
     for host in hosts:

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's supervisor: the processes of one job (ranks here, agents on other hosts), started,
 watched, and all stopped when one fails, with the failure explained."""
 from __future__ import annotations
@@ -19,6 +21,10 @@ GRACE_SECONDS = 5.0  # between asking ranks to stop (SIGTERM/SIGINT) and SIGKILL
 _LAST_WORDS_SECONDS = 1.0  # lets a failed rank's last output out before the launcher blames it
 _DRAIN_SECONDS = 5.0  # output still open after every rank ended belongs to a stray grandchild
 _AGENT_GRACE_SECONDS = 3.0  # an agent gets its own ranks' grace, and this, before SIGKILL
+# What the supervisor adds to a rank's environment (libddp/src/rank_environment.tsv,
+# "ddprun-supervisor"): the pipe of libddp's report, and, for a restarted rank, rejoin.
+REPORT_FD, REJOIN = "DDP_REPORT_FD", "DDP_REJOIN"
+SUPERVISOR_VARIABLES = (REPORT_FD, REJOIN)
 
 
 class Unit:
@@ -30,6 +36,11 @@ class Unit:
         self.prefix = prefix.encode()
         self.started = spec is None  # an agent has started once it says so
         self.proc: subprocess.Popen | None = None
+
+    def running(self) -> subprocess.Popen:
+        """Its process: only for a unit that was started."""
+        assert self.proc is not None, f"{self.describe()} was never started"
+        return self.proc
 
     def prefixes(self) -> dict[bytes, int]:
         """The prefix of each of its ranks' lines (an agent's come prefixed by the agent)."""
@@ -181,7 +192,7 @@ class Job:
         try:
             unit.proc = subprocess.Popen(
                 unit.argv, env=unit.env if remote else {**unit.env,
-                                                        "DDP_REPORT_FD": str(report_w)},
+                                                        REPORT_FD: str(report_w)},
                 start_new_session=True, bufsize=0,
                 stdin=subprocess.PIPE if remote else None if first else subprocess.DEVNULL,
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -200,10 +211,10 @@ class Job:
             report = (os.fdopen(report_r, "rb", buffering=0),
                       lambda line, r=unit.ranks[0]: self._report_line(r, line))
         self._alive.add(index)
-        self._pump.add(index, unit.proc, unit.prefix,
+        self._pump.add(index, unit.running(), unit.prefix,
                        (lambda line, i=index: self._control(i, line)) if remote else None,
                        report)
-        self._watch(index, unit.proc)
+        self._watch(index, unit.running())
         return True
 
     def _cannot_start(self, unit: Unit, e: OSError) -> None:
@@ -218,8 +229,10 @@ class Job:
     @staticmethod
     def _send_job(unit: Unit) -> None:
         try:  # the job, token included, goes only through this pipe
-            unit.proc.stdin.write(json.dumps(unit.spec).encode() + b"\n")
-            unit.proc.stdin.flush()
+            stdin = unit.running().stdin
+            assert stdin is not None  # an agent is started with a pipe for its input
+            stdin.write(json.dumps(unit.spec).encode() + b"\n")
+            stdin.flush()
         except OSError:
             pass  # it ended at once; its exit says why
 
@@ -233,12 +246,13 @@ class Job:
         """Signals every process group still running (grandchildren included). An agent is
         asked to stop by closing its input, and it stops its ranks; only SIGKILL reaches it."""
         for index in self._alive:
-            proc = self._units[index].proc
+            proc = self._units[index].running()
             if self._units[index].spec is not None and signum != signal.SIGKILL:
                 if index not in self._stdin_closed:
                     self._stdin_closed.add(index)
                     try:
-                        proc.stdin.close()
+                        if proc.stdin is not None:
+                            proc.stdin.close()
                     except OSError:
                         pass
                 continue
@@ -315,7 +329,8 @@ class Job:
             self._deadline = None
             return
         self._code = 128 + signum  # the first SIGINT/SIGTERM/SIGHUP to the launcher
-        verb = {signal.SIGINT: "interrupted", signal.SIGHUP: "hung up"}.get(signum, "terminated")
+        verb = {signal.SIGINT: "interrupted", signal.SIGHUP: "hung up"}.get(
+            signal.Signals(signum), "terminated")
         self.say(f"{verb}, stopping {count_ranks(self._running())}")
         self._stop_all(signal.SIGTERM if signum == signal.SIGHUP else signum)
 
@@ -334,7 +349,7 @@ class Job:
         host = f" on host {unit.host}" if unit.host else ""
         self.say(f"server rank {rank}{host} {describe(status)}; restarting it "
                  f"({done + 1} of {self._max_restarts}): it restores its checkpoint and rejoins")
-        env = {**unit.env, "DDP_REJOIN": "1"}
+        env = {**unit.env, REJOIN: "1"}
         try:
             proc = subprocess.Popen(unit.argv, env=env, start_new_session=True, bufsize=0,
                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,

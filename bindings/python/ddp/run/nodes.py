@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun once per node: its own form (--nnodes K --node-rank I --rendezvous HOST:PORT -np N) and
 torchrun's (--nnodes K --node-rank I --nproc-per-node L --master-addr A --master-port P, or
 --standalone), mapped onto one; and where torch.distributed's own store is (MASTER_ADDR and

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's output: the ranks' streams cut into lines, prefixed with the rank, and copied to the
 launcher's streams without two writers ever interleaving."""
 from __future__ import annotations
@@ -8,6 +10,7 @@ import selectors
 import subprocess
 import threading
 import time
+import typing
 
 # An agent's word to the launcher: a line of its stderr starting with this (never printed).
 CONTROL = b"\x1eddprun "
@@ -152,6 +155,7 @@ class OutputPump(threading.Thread):
         """Only before start(). CONTROL(line) takes the control lines of its stderr; REPORT, a
         (pipe, handler) pair, the lines of its libddp report pipe (handler(line), never shown)."""
         for stream, pipe, ctl in ((0, proc.stdout, None), (1, proc.stderr, control)):
+            assert pipe is not None  # every unit is started with pipes for its output
             self._selector.register(pipe, selectors.EVENT_READ, (unit, Prefixer(prefix), stream,
                                                                  ctl))
         self._open[unit] = 2
@@ -184,7 +188,7 @@ class OutputPump(threading.Thread):
                 self._files.write(stream, lines, stamp)
         if not data:
             self._selector.unregister(key.fileobj)
-            key.fileobj.close()
+            typing.cast(typing.IO[bytes], key.fileobj).close()  # every pipe is a file object
             with self._closed:
                 self._open[unit] -= 1
                 self._closed.notify_all()

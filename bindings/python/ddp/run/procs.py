@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's words for processes (exit statuses, counts) and the sweep of what dead ones left in
 /dev/shm."""
 from __future__ import annotations

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Gradients reduced over the ranks, for DistributedGradientTape and Keras' DistributedOptimizer:
 dense ones an allreduce each or grouped, sparse ones gathered, eagerly through a traced
 function so that the engine fuses them."""
@@ -5,7 +7,9 @@ import tensorflow as tf
 
 from .. import _ops
 from .._ops import ReduceOp
-from . import _not_in_xla, _op_code, _sparse_allreduce, allreduce, grouped_allreduce
+from ._library import on_unbind
+from ._names import not_in_xla, op_code
+from .collectives import _sparse_allreduce, allreduce, grouped_allreduce
 
 
 def _group_indices(groups, num_groups, dense, variables, what):
@@ -37,6 +41,7 @@ def _group_indices(groups, num_groups, dense, variables, what):
 
 # Eager reductions, traced: (configuration) -> tf.function. Emptied at shutdown.
 _eager_reducers = {}
+on_unbind.append(_eager_reducers.clear)  # process sets may be numbered anew in the next job
 
 
 def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
@@ -77,12 +82,13 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_gr
 
 def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
                      process_set, name, variables, what, scale):
-    _not_in_xla(what)
+    not_in_xla(what)
     grads = list(grads)
     for i, g in enumerate(grads):
         if isinstance(g, tf.IndexedSlices) and sparse_as_dense:
             grads[i] = tf.convert_to_tensor(g)
-    dense = [i for i, g in enumerate(grads) if g is not None and not isinstance(g, tf.IndexedSlices)]
+    dense = [i for i, g in enumerate(grads)
+             if g is not None and not isinstance(g, tf.IndexedSlices)]
     out = list(grads)
     scaled = op in (ReduceOp.SUM, ReduceOp.AVERAGE)
     pre = 1.0 / predivide if scaled else 1.0
@@ -110,7 +116,7 @@ def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_gro
         if isinstance(g, tf.IndexedSlices):
             # The scale is the optimizer's (aggregation over steps), not a user's factor, which
             # sparse reductions refuse as Horovod's do: applied here, to the gathered values.
-            r = _sparse_allreduce(g, _op_code(op, None, what), 1.0, 1.0, f"{name}.sparse{i}",
+            r = _sparse_allreduce(g, op_code(op, None, what), 1.0, 1.0, f"{name}.sparse{i}",
                                   process_set, True, what)
             if scaled and scale != 1.0:
                 r = tf.IndexedSlices(r.values * tf.cast(scale, r.values.dtype), r.indices,

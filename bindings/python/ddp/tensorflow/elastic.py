@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Elastic training for TensorFlow, Horovod's `horovod.tensorflow.elastic`: `run`,
 `TensorFlowState` (variables) and `TensorFlowKerasState` (a Keras model and its optimizer), with
 `State`, `ObjectState` and `HostsUpdatedInterrupt`. How the job re-forms is told in
@@ -26,7 +28,9 @@ import tensorflow as tf
 
 from .. import _ops
 from ..elastic import HostsUpdatedInterrupt, ObjectState, State, generation, run_fn
-from . import broadcast_variables, rank
+from . import job as _job
+from .job import rank
+from .variables import broadcast_variables
 from .extras import broadcast_object
 
 # A ddp.tensorflow op's failure that a new generation of the job can get past: a rank died,
@@ -72,10 +76,8 @@ def run(func):
 def _reset():
     """Leaves the job and joins its next generation, binding the ops to it at once: a traced
     function (Keras' train step) runs the ops without the Python that would bind them."""
-    from . import init, shutdown
-
-    shutdown()
-    init()
+    _job.shutdown()
+    _job.init()
 
 
 def _broadcast_object(obj):

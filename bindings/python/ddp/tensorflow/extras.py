@@ -1,14 +1,19 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's smaller `horovod.tensorflow` helpers: the rank and size as ops, picklable objects
-through the job, broadcast in place, grouped allgather and reducescatter, and process sets. Re-exported by ddp.tensorflow."""
+through the job, broadcast in place, grouped allgather and reducescatter, and process sets.
+Re-exported by ddp.tensorflow."""
 import numpy as np
 import tensorflow as tf
 
 from .. import _ddp, _ops
-from .. import add_process_set, allgather_object as _allgather_object  # noqa: F401
-from .. import broadcast_object as _broadcast_object
-from .. import global_process_set, ProcessSet, remove_process_set  # noqa: F401
-from .. import (ccl_built, ddl_built, gloo_built, gloo_enabled, mpi_built,  # noqa: F401
-                mpi_enabled, mpi_threads_supported, rocm_built)
+from .._job import (ccl_built, ddl_built, gloo_built, gloo_enabled, mpi_built,
+                    mpi_enabled, mpi_threads_supported, rocm_built)
+from .._objects import allgather_object as _allgather_object
+from .._objects import broadcast_object as _broadcast_object
+from .._ops import ProcessSet, add_process_set, global_process_set, remove_process_set
+from .collectives import allgather, reducescatter
+from .variables import broadcast_assigns
 
 
 def _value_op(what, read, name):
@@ -87,10 +92,8 @@ def broadcast_(variables, root_rank, name=None, process_set=_ops.WORLD):
     """Assigns root_rank's values to the variables on every rank, in place, and returns them
     (Horovod's in-place broadcast); in a graph, the assignments' new values (evaluating them
     broadcasts)."""
-    from . import _broadcast_assigns  # the package imports this module
-
     variables = list(variables)
-    assigns = _broadcast_assigns(variables, root_rank, process_set, "broadcast_", name)
+    assigns = broadcast_assigns(variables, root_rank, process_set, "broadcast_", name)
     return variables if tf.executing_eagerly() else assigns
 
 
@@ -116,8 +119,6 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False, process_set=_
     """allgather of each tensor, each its own op (differentiable as allgather is): in a
     tf.function TensorFlow runs them together and the engine fuses them; eagerly they run one
     after the other."""
-    from . import allgather
-
     return _each("grouped_allgather", tensors, name, lambda t, n: allgather(
         t, name=n, ignore_name_scope=ignore_name_scope, process_set=process_set))
 
@@ -126,8 +127,6 @@ def grouped_reducescatter(tensors, op=None, name=None, ignore_name_scope=False,
                           process_set=_ops.WORLD, prescale_factor=1.0, postscale_factor=1.0):
     """reducescatter of each tensor (Average unless op=), each its own op, as grouped_allgather
     (differentiable as reducescatter is)."""
-    from . import reducescatter
-
     return _each("grouped_reducescatter", tensors, name, lambda t, n: reducescatter(
         t, op=op, name=n, ignore_name_scope=ignore_name_scope, process_set=process_set,
         prescale_factor=prescale_factor, postscale_factor=postscale_factor))

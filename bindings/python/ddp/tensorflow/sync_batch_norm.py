@@ -1,10 +1,13 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's SyncBatchNormalization for Keras 3: batch normalization whose training statistics
 are the whole job's batch, not this rank's."""
 import keras
 import tensorflow as tf
 
 from .. import _ops
-from . import Sum, allreduce
+from .._ops import Sum
+from .collectives import allreduce
 
 
 class SyncBatchNormalization(keras.layers.BatchNormalization):

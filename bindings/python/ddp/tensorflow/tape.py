@@ -1,8 +1,12 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's DistributedGradientTape and PartialDistributedGradientTape."""
 import tensorflow as tf
 
 from .. import _ops
-from . import Average
+from .._ops import Average
+from .._generations import enabled as elastic_enabled
+from .extras import size_op
 from ._reduce import _reduce_gradients
 
 
@@ -101,16 +105,14 @@ def _local_gradient(grad, process_set, scale, over_size):
 def _set_size(process_set):
     """The set's size: read when the graph runs in an elastic job (a traced function outlives a
     resize), else a constant."""
-    from .. import elastic
-    if elastic.enabled():
-        from .extras import size_op
+    if elastic_enabled():
         return size_op(_ops.set_id(process_set))
     return len(_ops.process_set_ranks(_ops.set_id(process_set)))
 
 
 def _local_variables(local_layers, what):
     """The trainable variables of Keras layers (one layer, a list, or None)."""
-    import keras
+    import keras  # lazy: Keras only for local layers (import ddp.tensorflow stays free of it)
     if local_layers is None:
         return []
     if isinstance(local_layers, keras.layers.Layer):
@@ -121,7 +123,7 @@ def _local_variables(local_layers, what):
     return [v for layer in local_layers for v in layer.trainable_weights]
 
 
-def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None,
+def PartialDistributedGradientTape(gradtape, device_dense="", device_sparse="", compression=None,  # noqa: N802 - Horovod's name
                                    sparse_as_dense=False, op=Average,
                                    gradient_predivide_factor=1.0, num_groups=0, groups=None,
                                    process_set=_ops.WORLD, local_layers=None,

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Horovod's `horovod.tensorflow.util` helpers that scripts and Horovod's own tests import."""
 import tensorflow as tf
 

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """libddp for PyTorch: `import ddp.torch as ddp`.
 
 The functions of `ddp` on torch CPU tensors (without copies: the engine reads and writes the
@@ -23,6 +25,7 @@ from .. import (Adasum, Average, DDPError, DDPValueError, Handle, Max, Min, Prod
                 local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
                 nccl_built, poll, rank, remove_process_set, rocm_built, shutdown, size,
                 start_timeline, stop_timeline, synchronize)
+from .._api import COMMON
 from . import elastic
 from .compression import Compression
 from .functions import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
@@ -44,22 +47,7 @@ _c10d.register()  # torch.distributed's backend "ddp": init_process_group("ddp")
 # for Horovod (`except hvd.HorovodInternalError`) catches it unchanged.
 HorovodInternalError = DDPError
 
-__all__ = [
-    "DDPError", "DDPValueError", "Handle", "ReduceOp", "Sum", "Average", "Min", "Max", "Product",
-    "Adasum", "init",
-    "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size", "cross_rank",
-    "cross_size", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
-    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
-    "grouped_allreduce_async_", "allgather", "allgather_async", "broadcast", "broadcast_",
-    "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async", "alltoall",
-    "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
-    "engine_stats", "broadcast_object", "allgather_object", "Compression",
-    "DistributedOptimizer", "broadcast_parameters", "broadcast_optimizer_state",
-    "ParameterServerOptimizer", "HorovodInternalError", "grouped_allgather",
-    "grouped_allgather_async", "grouped_reducescatter", "grouped_reducescatter_async",
-    "sparse_allreduce_async", "ProcessSet", "global_process_set", "remove_process_set",
-    "start_timeline", "stop_timeline", "SyncBatchNorm",
-    "mpi_built", "mpi_enabled",
-    "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
-    "rocm_built", "ddl_built", "ccl_built", "elastic",
-]
+__all__ = [*COMMON, "Compression", "DistributedOptimizer", "broadcast_parameters",
+           "broadcast_optimizer_state", "ParameterServerOptimizer", "HorovodInternalError",
+           "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
+           "grouped_reducescatter_async", "sparse_allreduce_async", "SyncBatchNorm", "elastic"]

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The torch.distributed backend's own threads (finishers, completers) and the interpreter's end.
 
 Those threads are daemons: a script may end with operations still in flight. But a daemon thread
@@ -48,7 +50,7 @@ def park():
         time.sleep(3600)
 
 
-_native_ends = []  # the C++ completers' own end (c10d.py adds it where the module has them)
+_native_ends = []  # the C++ completers' own end (c10d/backend.py adds it where the module has them)
 
 
 def _at_exit():

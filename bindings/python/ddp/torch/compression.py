@@ -1,49 +1,12 @@
-"""Gradient compression for DistributedOptimizer (Horovod's interface)."""
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Gradient compression for DistributedOptimizer (Horovod's interface, ddp/_compression.py)."""
 
 import torch
 
+from .._compression import Compressor, NoneCompressor, framework
 
-class Compressor:
-    """compress(tensor) -> (tensor to reduce, context); decompress(tensor, context) -> tensor."""
+FP16Compressor, Compression = framework(__name__, lambda t: t.is_floating_point(),
+                                        lambda t, d: t.to(d), torch.float16)
 
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    """Reduces gradients as they are."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
-
-
-class FP16Compressor(Compressor):
-    """Reduces floating-point gradients as float16 (half the bytes on the wire), then casts the
-    result back to the gradient's dtype. Other dtypes pass through unchanged."""
-
-    @staticmethod
-    def compress(tensor):
-        if tensor.is_floating_point() and tensor.dtype != torch.float16:
-            return tensor.to(torch.float16), tensor.dtype
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor if ctx is None else tensor.to(ctx)
-
-
-class Compression:
-    """Compression.none (default) and Compression.fp16."""
-
-    none = NoneCompressor
-    fp16 = FP16Compressor
+__all__ = ["Compressor", "NoneCompressor", "FP16Compressor", "Compression"]

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Elastic training for PyTorch, Horovod's `horovod.torch.elastic`: `run`, `TorchState`,
 `ElasticSampler` (and `State`, `ObjectState`, `HostsUpdatedInterrupt`). How the job re-forms is
 told in `ddp.elastic`; launch with `ddprun --min-np/--max-np/--host-discovery-script`."""
@@ -12,13 +14,12 @@ import torch.utils.data
 
 from .. import elastic as _elastic
 from .. import rank, size
+from .._objects import broadcast_object
 from ..elastic import HostsUpdatedInterrupt, ObjectState, State, generation, run_fn
 from .optimizer import broadcast_optimizer_state, broadcast_parameters
 
 
 def _broadcast_object(obj):
-    from .. import broadcast_object
-
     return broadcast_object(obj, root_rank=0)
 
 
@@ -26,7 +27,7 @@ def run(func):
     """Decorates `func(state, ...)` to run elastically: after a failure the state is put back to
     its last commit(), the job re-formed without the failed workers and every worker's state
     brought to rank 0's; after added hosts, the job re-formed with them."""
-    return run_fn(func, _elastic._reset)
+    return run_fn(func, _elastic.reset_job)
 
 
 class ElasticSampler(torch.utils.data.Sampler):

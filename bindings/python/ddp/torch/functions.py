@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp's collectives on torch tensors (re-exported by ddp.torch)."""
 
 import numpy as np
@@ -137,38 +139,38 @@ def _op_of(average, op, what):
     return op
 
 
-# The signatures are Horovod's (horovod.torch 0.28), positions included.
-def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=0):
-    """Starts an allreduce into a new tensor; synchronize(handle) returns it. op defaults to
-    Average; `average` is Horovod's deprecated flag (True: Average, False: Sum)."""
-    if op is None or average is not None:  # (checked inline: this is the per-tensor path)
-        op = _op_of(average, op, "allreduce_async")
+def _allreduce_start(what, inplace, tensor, average, name, op, prescale_factor,
+                     postscale_factor, process_set):
+    """allreduce_async and allreduce_async_ (the per-tensor path of DistributedOptimizer's
+    hooks: checked inline)."""
+    if op is None or average is not None:
+        op = _op_of(average, op, what)
     if process_set.__class__ is not int:
         process_set = _ops.set_id(process_set)
     # A dense contiguous CPU or CUDA tensor goes straight to the engine (bindings/python/src/
     # tensor_path.cc); anything else, and every error, takes the general path.
     handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
-                             False)
+                             inplace)
     if handle is NotImplemented:
-        return _torch.allreduce_async(tensor, name, op, prescale_factor, postscale_factor,
-                                      process_set)
+        general = _torch.allreduce_async_ if inplace else _torch.allreduce_async
+        return general(tensor, name, op, prescale_factor, postscale_factor, process_set)
     return handle
+
+
+# The signatures are Horovod's (horovod.torch 0.28), positions included.
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=0):
+    """Starts an allreduce into a new tensor; synchronize(handle) returns it. op defaults to
+    Average; `average` is Horovod's deprecated flag (True: Average, False: Sum)."""
+    return _allreduce_start("allreduce_async", False, tensor, average, name, op,
+                            prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=0):
     """Starts an in-place allreduce of tensor; synchronize(handle) returns it."""
-    if op is None or average is not None:  # (checked inline: DistributedOptimizer's hook path)
-        op = _op_of(average, op, "allreduce_async_")
-    if process_set.__class__ is not int:
-        process_set = _ops.set_id(process_set)
-    handle = _fast_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set,
-                             True)
-    if handle is NotImplemented:
-        return _torch.allreduce_async_(tensor, name, op, prescale_factor, postscale_factor,
-                                       process_set)
-    return handle
+    return _allreduce_start("allreduce_async_", True, tensor, average, name, op,
+                            prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -453,8 +455,8 @@ def alltoall(tensor, splits=None, name=None, process_set=0):
     result is the received tensor; with `splits` (rows for each rank, Horovod's) it is the pair
     (received tensor, received splits). Differentiable (the gradient goes back the same way)."""
     if _wants_grad(tensor):
-        return _AlltoallFunction.apply(tensor, splits, _ops.auto_name("alltoall", name, process_set),
-                                       process_set)
+        return _AlltoallFunction.apply(tensor, splits,
+                                       _ops.auto_name("alltoall", name, process_set), process_set)
     return alltoall_async(tensor, splits, name, process_set).wait()
 
 
@@ -486,9 +488,9 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
             reducescatter(compressed, name, Compression.none, op, process_set, prescale_factor,
                           postscale_factor), ctx)
     if _wants_grad(tensor):
-        return _ReducescatterFunction.apply(tensor, _ops.auto_name("reducescatter", name, process_set),
-                                            op,
-                                            prescale_factor, postscale_factor, process_set)
+        return _ReducescatterFunction.apply(
+            tensor, _ops.auto_name("reducescatter", name, process_set), op, prescale_factor,
+            postscale_factor, process_set)
     return _torch.reducescatter(tensor, op, name, prescale_factor, postscale_factor, process_set)
 
 

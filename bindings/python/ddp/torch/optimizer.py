@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """DistributedOptimizer and the broadcast helpers, with Horovod's semantics.
 
 Each parameter's gradient is submitted to the fusion engine from a hook that fires as soon as
@@ -164,7 +166,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         def hook():
             optimizer = owner()
             if optimizer is not None:
-                optimizer._on_gradient(p)
+                optimizer._on_gradient(p)  # noqa: SLF001 - its own, through a weak reference
         return hook
 
     def _included(self):
@@ -261,7 +263,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             for p in group["params"]:
                 if p.grad is not None and p.requires_grad and p not in self._delay:
                     raise error(
-                        f"DistributedOptimizer: '{self._parameter_names.get(p, '?')}' has a gradient but "
+                        f"DistributedOptimizer: '{self._parameter_names.get(p, '?')}' has a "
+                        f"gradient but "
                         f"no reduction hook (it did not require grad when the optimizer was "
                         f"wrapped); its ranks would diverge. Wrap the optimizer after setting "
                         f"requires_grad.", "FAILED_PRECONDITION")
@@ -316,7 +319,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        pending = [self._parameter_names[p] for p, value in self._handles.items() if value is not None]
+        pending = [self._parameter_names[p] for p, value in self._handles.items()
+                   if value is not None]
         if self._handles:
             example = f" (e.g. '{pending[0]}')" if pending else ""
             raise error(
@@ -327,7 +331,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
-def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
+def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,  # noqa: N802 - Horovod's name
                          backward_passes_per_step=1, op=ReduceOp.AVERAGE,
                          gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=0):

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Parameter-server training for PyTorch: ParameterServerOptimizer (re-exported by ddp.torch).
 
     import ddp.torch as ddp
@@ -34,7 +36,7 @@ import weakref
 
 import torch
 
-from .. import ps as _ps
+from ..ps import client as _ps
 from .._ops import error
 from .functions import _TorchAdapter
 from .optimizer import gradient_hook
@@ -113,7 +115,7 @@ class ParameterServerOptimizer:
                     pinned_grad = torch.empty(p.shape, dtype=p.dtype, pin_memory=True)
                 host = self._host(p.data, pinned)
                 buf = _TorchAdapter.describe(host, "ParameterServerOptimizer", key, True)
-                _ps._register_buffer(key, buf, None, mode=mode,
+                _ps.register_buffer(key, buf, None, mode=mode,
                                      staleness=staleness if mode == "async" else None,
                                      **self._defaults(settings))
                 # Every worker starts from worker 0's values (or the checkpoint's).
@@ -141,7 +143,7 @@ class ParameterServerOptimizer:
     def _pull(self, key, p, pinned):
         target = pinned if pinned is not None else p.data
         buf = _TorchAdapter.describe(target, "ParameterServerOptimizer", key, True)
-        _ps._submit_buffers(_ps._PULL, key, None, buf, target, "pull").wait()
+        _ps.submit_buffers(_ps.PULL, key, None, buf, target, "pull").wait()
         if pinned is not None:
             p.data.copy_(pinned)
 
@@ -157,7 +159,7 @@ class ParameterServerOptimizer:
         def hook():
             optimizer = owner()
             if optimizer is not None:
-                optimizer._on_gradient(i)
+                optimizer._on_gradient(i)  # noqa: SLF001 - its own, through a weak reference
         return hook
 
     def _on_gradient(self, i):
@@ -187,7 +189,7 @@ class ParameterServerOptimizer:
             if out is None:
                 out = self._staging[i] = torch.empty_like(p.data)
         recv = _TorchAdapter.describe(out, "ParameterServerOptimizer.step", key, True)
-        self._handles[i] = (_ps._submit_buffers(_ps._PUSH_PULL, key, send, recv, out, "step"),
+        self._handles[i] = (_ps.submit_buffers(_ps.PUSH_PULL, key, send, recv, out, "step"),
                             grad, out)
 
     def step(self, closure=None):
@@ -200,7 +202,7 @@ class ParameterServerOptimizer:
             handle, grad, out = self._handles[i]
             try:
                 handle.wait()
-            except Exception as e:  # wait for every push before raising: buffers are in use
+            except Exception as e:  # noqa: BLE001 - every push waited for before raising: buffers are in use
                 first_error = first_error or e
                 continue
             if self.mode == "sync":

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """SyncBatchNorm: batch normalization with the statistics of the whole batch across ranks
 (Horovod's hvd.SyncBatchNorm), on CPU and CUDA tensors.
 
@@ -81,7 +83,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         return grad_input, grad_weight, grad_bias, None, None, None, None, None
 
 
-class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
+class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):  # noqa: SLF001 - torch's own
     """Batch normalization over the whole batch across ranks (Horovod's SyncBatchNorm; works on
     CPU tensors too). Inputs of 2 or more dimensions (N, C, ...). In training, every rank
     normalizes with the mean and variance of all ranks' samples; in eval, or alone, it is
@@ -92,12 +94,12 @@ class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):
         super().__init__(num_features, eps, momentum, affine, track_running_stats)
         self.process_set = process_set
 
-    def _check_input_dim(self, input):
+    def _check_input_dim(self, input):  # noqa: A002 - torch's name
         if input.dim() < 2:
             raise error(f"ddp.torch.SyncBatchNorm: expected an input of 2 or more dimensions "
                         f"(N, C, ...), got {input.dim()}")
 
-    def forward(self, input):
+    def forward(self, input):  # noqa: A002 - torch's name
         self._check_input_dim(input)
         if self.training and self.track_running_stats:
             self.num_batches_tracked.add_(1)

@@ -1,8 +1,14 @@
-"""Horovod's Keras callbacks for libddp: `hvd.callbacks.*` with `import ddp.tensorflow.keras as hvd`."""
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Horovod's Keras callbacks for libddp: `hvd.callbacks.*` with
+`import ddp.tensorflow.keras as hvd`."""
 import keras
 import numpy as np
 
-from .. import Average, allreduce, broadcast_variables, size
+from ..._ops import Average
+from ..collectives import allreduce
+from ..job import size
+from ..variables import broadcast_variables
 
 
 class BroadcastGlobalVariablesCallback(keras.callbacks.Callback):

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Elastic training for Keras, Horovod's `horovod.tensorflow.keras.elastic`: `KerasState`, the
 callbacks that keep it current during `fit`, and `run` (ddp.tensorflow.elastic's).
 

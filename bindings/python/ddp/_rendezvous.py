@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """What ddp.init() adds to the launcher's variables before libddp reads them (ddp/launch.h),
 and how the torch.distributed backend joins libddp's job through the store torch hands it.
 
@@ -60,7 +62,7 @@ def _start_timeout() -> float:
 def _through_torch_store(env: dict, token: str | None, host: bool) -> dict:
     """Rank 0 publishes {token, addr, port} in torchrun's store; the others read it."""
     try:
-        from torch.distributed import TCPStore
+        from torch.distributed import TCPStore  # lazy: torch only under torchrun
     except ImportError as e:
         raise error(
             f"ddp.init(): torchrun's variables say its agent hosts a store at "
@@ -72,7 +74,7 @@ def _through_torch_store(env: dict, token: str | None, host: bool) -> dict:
     try:
         store = TCPStore(env["torch_store_addr"], env["torch_store_port"], None, False,
                          timedelta(seconds=timeout))
-    except Exception as e:  # noqa: BLE001 - torch raises RuntimeError or its own subclasses
+    except Exception as e:  # torch raises RuntimeError or its own subclasses
         raise error(f"ddp.init(): cannot reach torchrun's store at {where} "
                     f"(MASTER_ADDR/MASTER_PORT): {e}", "UNAVAILABLE") from e
     # One key space per torchrun run and restart.
@@ -98,10 +100,10 @@ def through_store(store, rank: int, size: int, timeout: timedelta, keep: list | 
     # have not within it fails on every rank (DDP_STALL_SHUTDOWN_SECONDS). The environment's
     # settings, where given, win.
     if timeout:
-        seconds = str(max(1.0, timeout.total_seconds()))
+        limit = str(max(1.0, timeout.total_seconds()))
         for name in ("DDP_TIMEOUT_SECONDS", "DDP_STALL_SHUTDOWN_SECONDS"):
             if not os.environ.get(name, "").strip():
-                result[name] = seconds
+                result[name] = limit
     return result
 
 
@@ -135,7 +137,7 @@ def _share(store, prefix: str, rank: int, token: str | None, host_toward: str | 
     try:
         store.wait([key], timedelta(seconds=timeout))
         published = json.loads(store.get(key))
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # torch raises RuntimeError or its own subclasses
         raise error(
             f"ddp.init(): rank 0 did not publish libddp's rendezvous in {what} within "
             f"{timeout:g} s (DDP_START_TIMEOUT_SECONDS): {e}", "DEADLINE_EXCEEDED") from e
@@ -166,7 +168,7 @@ def _address_toward(host: str) -> str:
         infos = socket.getaddrinfo(host, 1, socket.AF_INET, socket.SOCK_DGRAM)
     except OSError as e:
         raise error(f"ddp.init(): MASTER_ADDR={host!r} does not resolve: {e}") from e
-    target = infos[0][4][0]
+    target = str(infos[0][4][0])  # an AF_INET address: (host, port)
     if target.startswith("127."):
         return "127.0.0.1"
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:

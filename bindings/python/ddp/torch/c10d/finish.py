@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """How the torch.distributed backend finishes its operations: a finisher thread per stream of
 operations that must complete in issue order (a process group's collectives; one direction and
 tag of its sends and recvs), and completer threads that complete their futures.
@@ -14,15 +16,15 @@ import threading
 import torch
 from torch.futures import Future
 
-from .. import _ddp
-from . import _shutdown
-from . import c10d_profile as _profile
+from ... import _ddp
+from .. import _shutdown
+from . import profile as _profile
 
 IDLE_SECONDS = 10.0
 
 
-# torch 2's Work.wait() raises the operation's error; torch 1.13's cannot (c10d_work._work).
-_WAIT_RAISES = hasattr(torch._C._distributed_c10d, "Backend")
+# torch 2's Work.wait() raises the operation's error; torch 1.13's cannot (work._work).
+_WAIT_RAISES = hasattr(torch._C._distributed_c10d, "Backend")  # noqa: SLF001 - torch's own
 
 
 def breaks_the_job(error: BaseException, wait_raises: bool = _WAIT_RAISES) -> bool:

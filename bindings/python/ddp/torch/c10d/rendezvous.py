@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """init_method="ddp://": torch.distributed's rendezvous from libddp's own launcher detection.
 
 `dist.init_process_group("ddp", init_method="ddp://")` joins libddp's job from whatever launched
@@ -28,8 +30,10 @@ from urllib.parse import parse_qsl, urlparse
 
 import torch.distributed as dist
 
-from .. import _ddp
-from .._ops import error
+from ... import _ddp
+from ..._job import init
+from ..._objects import broadcast_object
+from ..._ops import error
 
 SCHEME = "ddp"
 
@@ -136,8 +140,6 @@ def _close() -> None:
 def job_store(timeout: timedelta) -> JobStore:
     """A store every rank of libddp's job reaches (a collective: every rank calls it)."""
     global _server, _store
-    import ddp  # the framework-neutral package: its broadcast_object runs on libddp's engine
-
     _close()
     rank, seconds = _ddp.rank(), max(1.0, min(timeout.total_seconds(), 60.0))
     published = None
@@ -149,7 +151,7 @@ def job_store(timeout: timedelta) -> JobStore:
         _server = _ddp.StoreServer(bind, 0, token)
         published = {"token": token, "port": _server.port, "addrs": addrs,
                      "host": _host_identity(), "name": socket.gethostname()}
-    published = ddp.broadcast_object(published, root_rank=0)
+    published = broadcast_object(published, root_rank=0)  # on libddp's engine
     if rank == 0 or (published["host"] == _host_identity() and not os.environ.get("DDP_IFACE")):
         candidates = ["127.0.0.1"]
     else:
@@ -169,12 +171,10 @@ def job_store(timeout: timedelta) -> JobStore:
                 f"DDP_IFACE to the interface the ranks share", "UNAVAILABLE")
 
 
-def _rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs):
+def _rendezvous(url: str, timeout: timedelta = timedelta(minutes=30), **kwargs):  # noqa: ARG001 - torch's handler signature
     """torch's rendezvous handler for ddp:// (a generator of (store, rank, world_size))."""
-    import ddp
-
     query = dict(parse_qsl(urlparse(url).query))
-    ddp.init()  # libddp's job from the launcher's variables (a no-op when it has joined)
+    init()  # libddp's job from the launcher's variables (a no-op when it has joined)
     rank, size = _ddp.rank(), _ddp.size()
     for name, have in (("rank", rank), ("world_size", size)):
         if name in query and int(query[name]) not in (-1, have):

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The torch.distributed backend's groups: libddp jobs of their own among some processes.
 
 Every process group after the default one (new_group) is one: a libddp Context among the group's
@@ -9,7 +11,7 @@ send and recv ride on the same thing: the first transfer between two ranks of a 
 group of the pair (through that group's store, so both ends make the same one), and a transfer
 is a broadcast from the sender within it, named by sender, receiver, tag and sequence. So a
 recv is matched with the send of the same tag in order, whatever the order of other tags; each
-direction and tag completes in order on a finisher of its own, which goes once idle (c10d_finish).
+direction and tag completes in order on a finisher of its own, which goes once idle (finish.py).
 
 A recv from any source (torch 1.13: its dist.recv asks the backend's own Work for the sender)
 finds its send through the group's store: each send there counts itself under (receiver, tag,
@@ -30,16 +32,18 @@ import contextlib
 
 import torch
 
-from .. import _ddp, _launch, _ops
-from . import _shutdown
-from . import functions as _f
+from ... import _ddp, _ops, _rendezvous
+from .. import _shutdown
+from .. import functions as _f
 
 # What would make a group's libddp job take the launcher's place in the whole job for its own:
-# a group reads its rank, size, rendezvous and token from its overrides alone.
+# a group reads its rank, size, rendezvous and token from its overrides alone, and finds its
+# hosts itself (the "unsets" rows of libddp/src/rank_environment.tsv's "torch group" column).
 _LAUNCHER_PREFIXES = ("OMPI_COMM_WORLD_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_")
 _LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                    "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALRANKID",
-                   "MPI_LOCALNRANKS", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_BOOTSTRAP")
+                   "MPI_LOCALNRANKS", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_CROSS_RANK",
+                   "DDP_CROSS_SIZE", "DDP_BOOTSTRAP")
 
 # Each group's store server, on the group's rank 0: closed with the group.
 _stores = {}
@@ -53,13 +57,26 @@ def launcher_unset() -> dict:
             if name.startswith(_LAUNCHER_PREFIXES) or name in _LAUNCHER_NAMES}
 
 
+def join_default(store, rank, size, timeout):
+    """Joins libddp's job through torch's store, or checks that the one joined already is it."""
+    if _ddp.is_initialized():
+        if (_ddp.rank(), _ddp.size()) != (rank, size):
+            raise ValueError(f"torch.distributed backend 'ddp': this process is rank "
+                             f"{_ddp.rank()} of {_ddp.size()} in libddp's job (ddp.init()), but "
+                             f"init_process_group says rank {rank} of {size}")
+        return
+    overrides = launcher_unset()  # torch named the rank and size
+    overrides.update(_rendezvous.through_store(store, rank, size, timeout))
+    _ddp.init(overrides)
+
+
 def make(store, rank, size, timeout):
     """A libddp job among a group's members, through the group's store; returns its id."""
     overrides = launcher_unset()
     if os.environ.get("DDP_TRANSPORT", "").strip().lower() == "mpi":
         overrides["DDP_TRANSPORT"] = ""  # MPI's transport spans the whole job, not a group
     servers = []  # the group's store, when this is the group's rank 0
-    overrides.update(_launch.through_store(store, rank, size, timeout, keep=servers))
+    overrides.update(_rendezvous.through_store(store, rank, size, timeout, keep=servers))
     try:
         group = _ddp.group_init(overrides)
     except BaseException:
@@ -96,7 +113,7 @@ class PointToPoint:
 
     def __init__(self, store, rank, timeout, group_finisher):
         self._store, self._rank, self._timeout = store, rank, timeout
-        self._group_finisher = group_finisher  # c10d_finish.Finisher: new streams share its completers
+        self._group_finisher = group_finisher  # finish.Finisher: new streams share its completers
         self._pairs = {}  # peer: _Pair
         self._finishers = {}  # (sender, receiver, tag): finisher
         self._sequence = Counter()  # (sender, receiver, tag): transfers so far

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """monitored_barrier for the torch.distributed backend 'ddp', as Gloo's: rank 0 waits for every
 other rank of the group to check in, each within the timeout, and names the first that did not
 (or, with wait_all_ranks, every one); then it releases the others, or tells them it failed.
@@ -12,6 +14,9 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+
+import torch.distributed as dist
+from torch.distributed import distributed_c10d as c10d
 
 _PREFIX = "ddp-monitored-barrier"
 
@@ -101,17 +106,14 @@ def extend_torch_113(name):
     """torch 1.13's dist.monitored_barrier refuses every backend not named "gloo" before asking
     the group; for groups of backend `name` it now asks the group (whose monitored_barrier is
     the above), and leaves every other group to torch. torch 2 asks any backend itself."""
-    import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
-
     original = dist.monitored_barrier
     if getattr(original, "_ddp_extended", False):
         return
 
     def monitored_barrier(group=dist.GroupMember.WORLD, timeout=None, wait_all_ranks=False):
-        if c10d._rank_not_in_group(group) or dist.get_backend(group) != name:
+        if c10d._rank_not_in_group(group) or dist.get_backend(group) != name:  # noqa: SLF001 - torch's own
             return original(group, timeout, wait_all_ranks)
-        pg = c10d._get_default_group() if group in (None, dist.GroupMember.WORLD) else group
+        pg = c10d._get_default_group() if group in (None, dist.GroupMember.WORLD) else group  # noqa: SLF001 - torch's own
         if timeout is None:
             timeout = c10d.default_pg_timeout
         elif not isinstance(timeout, timedelta):
@@ -119,6 +121,6 @@ def extend_torch_113(name):
         return pg.monitored_barrier(timeout, wait_all_ranks)
 
     monitored_barrier.__doc__ = original.__doc__
-    monitored_barrier._ddp_extended = True
+    monitored_barrier._ddp_extended = True  # noqa: SLF001 - our mark on the function we install
     dist.monitored_barrier = monitored_barrier
     c10d.monitored_barrier = monitored_barrier

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's static job: the store the ranks meet at, and the units that run them, on this
 machine, on the hosts given, or on this node of a per-node launch."""
 from __future__ import annotations
@@ -32,7 +34,7 @@ def _restartable(args: argparse.Namespace) -> frozenset:
 
 def start_store(token: str, addr: str = LOOPBACK, port: int = 0):
     """Hosts the rendezvous store; returns its port and a function that stops it."""
-    from ddp import _ddp  # here, so that argument errors need no compiled extension
+    from ddp import _ddp  # lazy: argument errors need no compiled extension
 
     server = _ddp.StoreServer(addr, port, token)
     return server.port, server.close

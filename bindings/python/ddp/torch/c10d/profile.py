@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The profiler events of the torch.distributed backend "ddp", as torch's own backends make them.
 
 Under torch's profiler (torch.profiler.profile, torch.autograd.profiler.profile) every
@@ -18,9 +20,9 @@ import warnings
 
 import torch
 
-from . import _native
+from .. import _native
 
-_profiler_enabled = torch.autograd._profiler_enabled  # a C call: the whole cost when it is off
+_profiler_enabled = torch.autograd._profiler_enabled  # noqa: SLF001 - a C call: the whole cost when it is off
 
 
 _Event = _native.module.Event if _native.module is not None else None

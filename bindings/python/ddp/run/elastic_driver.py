@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddprun's elastic mode: the driver of a job that goes on when workers fail, hosts leave or
 hosts join (ddprun --min-np/--max-np/--host-discovery-script, as horovodrun's).
 
@@ -27,6 +29,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from .agent import remote_command
 from .discovery import DISCOVERY_SECONDS, discover
@@ -35,6 +39,27 @@ from .hosts import LOOPBACK, address_toward, is_local
 from .job import GRACE_SECONDS
 from .output import copy_lines
 from .procs import describe, sweep_shm
+
+
+def elastic_worker_env(base: Mapping[str, str], args: Any, addr: str, token: str,
+                       store_port: int, worker_id: str, host: str) -> dict:
+    """The environment of an elastic worker: the job's settings, no place (each generation
+    gives it one), and where the driver publishes the generations (the "ddprun-elastic" rows
+    of libddp/src/rank_environment.tsv)."""
+    env = worker_env(base, args, addr, token)
+    env.update(DDP_ELASTIC="1", DDP_ELASTIC_ID=worker_id, DDP_ELASTIC_PORT=str(store_port),
+               # Longer than the driver's own wait: the driver decides, and says so.
+               DDP_ELASTIC_TIMEOUT=decimal(args.elastic_timeout + 30))
+    if args.host_discovery_script or args.host_list:
+        env["DDP_HOSTNAME"] = host
+    # A new worker waits in its first generation's start-up for the running ones to reach
+    # their next commit: as long as the driver waits for hosts, unless the user said.
+    if args.start_timeout is None and "DDP_START_TIMEOUT_SECONDS" not in base:
+        env["DDP_START_TIMEOUT_SECONDS"] = decimal(args.elastic_timeout)
+    timeline = args.timeline_filename
+    if timeline:
+        env["DDP_TIMELINE"] = timeline.replace("{rank}", worker_id.replace(":", "-"))
+    return env
 
 
 class Worker:
@@ -73,11 +98,11 @@ class Driver:
         self.code: int | None = None  # the job's exit status once decided
         self.failure_code: int | None = None  # of a failure after the job began to end
         self.last_failure: int | None = None  # the status of the last failed worker
-        self.servers: dict[int, object] = {}  # generation -> its rendezvous store
+        self.servers: dict[int, Any] = {}  # generation -> its rendezvous store (_ddp's)
         self.bind, self.addr = LOOPBACK, LOOPBACK
         self.short_since: float | None = None  # when the workers fell below --min-np
-        self.store = None
-        self.client = None
+        self.store: Any = None  # the driver's own store (_ddp.StoreServer) and its client
+        self.client: Any = None
 
     # ---- saying -----------------------------------------------------------------------------
 
@@ -107,7 +132,7 @@ class Driver:
 
     def fill(self) -> list[Worker]:
         """Starts workers on the free slots of usable hosts, up to --max-np; returns them."""
-        started = []
+        started: list[Worker] = []
         limit = self.args.max_np
         for host, slots in self.hosts.items():
             if host in self.blacklist:
@@ -126,22 +151,9 @@ class Driver:
 
     # ---- processes ----------------------------------------------------------------------------
 
-    def _env(self, worker: Worker, base: dict) -> dict:
-        env = worker_env(base, self.args, self.addr, self.token)
-        env.update(DDP_ELASTIC="1", DDP_ELASTIC_ID=worker.id,
-                   DDP_ELASTIC_PORT=str(self.store.port),
-                   # Longer than the driver's own wait: the driver decides, and says so.
-                   DDP_ELASTIC_TIMEOUT=decimal(self.args.elastic_timeout + 30))
-        if self.args.host_discovery_script or self.args.host_list:
-            env["DDP_HOSTNAME"] = worker.host
-        # A new worker waits in its first generation's start-up for the running ones to reach
-        # their next commit: as long as the driver waits for hosts, unless the user said.
-        if self.args.start_timeout is None and "DDP_START_TIMEOUT_SECONDS" not in base:
-            env["DDP_START_TIMEOUT_SECONDS"] = decimal(self.args.elastic_timeout)
-        timeline = self.args.timeline_filename
-        if timeline:
-            env["DDP_TIMELINE"] = timeline.replace("{rank}", worker.id.replace(":", "-"))
-        return env
+    def _env(self, worker: Worker, base: Mapping[str, str]) -> dict:
+        return elastic_worker_env(base, self.args, self.addr, self.token, self.store.port,
+                                  worker.id, worker.host)
 
     def start(self, host: str, slot: int) -> Worker | None:
         self._note_host(host)
@@ -161,6 +173,7 @@ class Driver:
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE)
                 try:
+                    assert proc.stdin is not None  # stdin=PIPE
                     proc.stdin.write(json.dumps(spec).encode() + b"\n")
                     proc.stdin.flush()
                 except OSError:
@@ -192,7 +205,8 @@ class Driver:
             return
         if worker.remote and signum != signal.SIGKILL:
             try:
-                proc.stdin.close()  # the agent stops its rank
+                if proc.stdin is not None:
+                    proc.stdin.close()  # the agent stops its rank
             except OSError:
                 pass
             return
@@ -217,7 +231,7 @@ class Driver:
         order = {h: i for i, h in enumerate(self.hosts)}
         # Rank 0 is a worker that has the state (the lowest rank of the last generation), so that
         # sync() brings the new ones up to date; the others by host, then slot.
-        veterans = sorted((w for w in members if w.rank is not None), key=lambda w: w.rank)
+        veterans = sorted((w for w in members if w.rank is not None), key=lambda w: w.rank or 0)
         first = veterans[:1]
         rest = sorted((w for w in members if w not in first),
                       key=lambda w: (order.get(w.host, len(order)), w.host, w.slot, w.serial))
@@ -443,7 +457,8 @@ class Driver:
         if len(self.members()) >= self.args.min_np:
             self.short_since = None
             self.form("hosts came")
-        elif time.monotonic() - self.short_since > self.args.elastic_timeout:
+        elif self.short_since is not None and \
+                time.monotonic() - self.short_since > self.args.elastic_timeout:
             self.end(f"{_workers(len(self.members()))} for {self.args.elastic_timeout:g} s "
                      f"(--elastic-timeout), fewer than --min-np {self.args.min_np}")
 
@@ -472,7 +487,7 @@ class Driver:
 
 
 def _ddp():
-    from ddp import _ddp as module
+    from ddp import _ddp as module  # lazy: ddp/run is loaded alone too (the agent)
 
     return module
 

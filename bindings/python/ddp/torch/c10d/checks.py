@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The torch.distributed backend's checks of a call's own tensors, made at the call: outputs of
 the count, size and dtype the input asks for, as Gloo checks them. What this rank alone can get
 wrong is refused here with a ValueError, before anything is sent; left to the copy that finishes

@@ -1,7 +1,9 @@
-"""What the torch.distributed backend "ddp" hands torch for each operation (c10d.py): its Work,
-and the errors that Work raises, torch's backend error carrying who is to blame as data. torch 2's
-C++ Backend (bindings/torch_native/backend.cc) wraps these Works in its own; torch 1.13 takes the
-future-wrapping Work torch makes."""
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""What the torch.distributed backend "ddp" hands torch for each operation (operations.py): its
+Work, and the errors that Work raises, torch's backend error carrying who is to blame as data.
+torch 2's C++ Backend (bindings/torch_native/backend.cc) wraps these Works in its own; torch 1.13
+takes the future-wrapping Work torch makes."""
 from __future__ import annotations
 
 import time
@@ -9,9 +11,9 @@ import time
 import torch
 import torch.distributed as dist
 
-from .. import _ddp
+from ... import _ddp
 
-_C = torch._C._distributed_c10d
+_C = torch._C._distributed_c10d  # noqa: SLF001 - torch's own
 
 if hasattr(dist, "DistBackendError"):
     class BackendError(dist.DistBackendError, _ddp.DDPError):
@@ -103,7 +105,7 @@ class _Work(_C.Work):
 
 
 if hasattr(_C, "Backend"):
-    def _work(future, chained=False):
+    def _work(future, chained=False):  # every future is chained here
         return _Work(future, chained)
 else:
     def _work(future, chained=False):  # noqa: ARG001 - every future is chained here
@@ -114,7 +116,7 @@ else:
         and raises it only through the very object set_exception() was called on, so a future
         torch hands out again would give the exception as the result; the callback raises it, and
         the future it completes fails."""
-        return _C._create_work_from_future(future.then(_value_or_error))
+        return _C._create_work_from_future(future.then(_value_or_error))  # noqa: SLF001 - torch's own
 
 
 def _value_or_error(future):
@@ -134,7 +136,7 @@ class _EngineWork:
         self._ops, self._engine_handles, self._result = ops, handles, result
 
     def _finished_in_python(self):
-        return _work(self._ops._submit_future(self._engine_handles, self._result))
+        return _work(self._ops._submit_future(self._engine_handles, self._result))  # noqa: SLF001 - the group's own (operations.py)
 
     def wait(self, timeout=None):
         seconds = timeout.total_seconds() if timeout is not None else 0
@@ -146,8 +148,8 @@ class _EngineWork:
             raise BackendError(f"{_TIMED_OUT}{e}") from None
         except _ddp.DDPError as e:
             error = _error(e)
-            if self._ops._finisher.failed is None:  # as the finisher's: later operations raise it
-                self._ops._finisher.failed = error
+            if self._ops._finisher.failed is None:  # noqa: SLF001 - as the finisher's: later operations raise it
+                self._ops._finisher.failed = error  # noqa: SLF001 - the group's own (operations.py)
             if error is e:
                 raise
             raise error from e
