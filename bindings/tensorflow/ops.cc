@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // TensorFlow ops on libddp's engine: asynchronous kernels that submit their tensors by name
 // through the C API (ddp/c_api.h) and finish when the engine calls back, so TensorFlow tensors get
 // the same negotiation, fusion, response cache, timeline, join and error naming as torch ones,
@@ -62,36 +64,21 @@ absl::Status StatusOf(int code, const char* message) {
 }
 
 absl::Status DtypeOf(DataType type, int* out) {
-  switch (type) {
-    case tensorflow::DT_FLOAT:
-      *out = DDP_FLOAT32;
+  // TensorFlow's types that libddp reduces, with their codes there.
+  static constexpr std::pair<DataType, int> kTypes[] = {
+      {tensorflow::DT_FLOAT, DDP_FLOAT32}, {tensorflow::DT_DOUBLE, DDP_FLOAT64},
+      {tensorflow::DT_HALF, DDP_FLOAT16},  {tensorflow::DT_BFLOAT16, DDP_BFLOAT16},
+      {tensorflow::DT_INT8, DDP_INT8},     {tensorflow::DT_UINT8, DDP_UINT8},
+      {tensorflow::DT_INT32, DDP_INT32},   {tensorflow::DT_INT64, DDP_INT64}};
+  for (const auto& [tf_type, ddp_type] : kTypes) {
+    if (tf_type == type) {
+      *out = ddp_type;
       return absl::OkStatus();
-    case tensorflow::DT_DOUBLE:
-      *out = DDP_FLOAT64;
-      return absl::OkStatus();
-    case tensorflow::DT_HALF:
-      *out = DDP_FLOAT16;
-      return absl::OkStatus();
-    case tensorflow::DT_BFLOAT16:
-      *out = DDP_BFLOAT16;
-      return absl::OkStatus();
-    case tensorflow::DT_INT8:
-      *out = DDP_INT8;
-      return absl::OkStatus();
-    case tensorflow::DT_UINT8:
-      *out = DDP_UINT8;
-      return absl::OkStatus();
-    case tensorflow::DT_INT32:
-      *out = DDP_INT32;
-      return absl::OkStatus();
-    case tensorflow::DT_INT64:
-      *out = DDP_INT64;
-      return absl::OkStatus();
-    default:
-      return absl::InvalidArgumentError(
-          "ddp.tensorflow: data type " + tensorflow::DataTypeString(type) +
-          " is not supported (float16/32/64, bfloat16, int8, uint8, int32 and int64 are)");
+    }
   }
+  return absl::InvalidArgumentError(
+      "ddp.tensorflow: data type " + tensorflow::DataTypeString(type) +
+      " is not supported (float16/32/64, bfloat16, int8, uint8, int32 and int64 are)");
 }
 
 std::vector<int64_t> Dims(const TensorShape& shape) {
@@ -103,11 +90,22 @@ std::vector<int64_t> Dims(const TensorShape& shape) {
 const void* ReadPtr(const Tensor& t) { return t.NumElements() == 0 ? nullptr : t.data(); }
 void* WritePtr(Tensor* t) { return t->NumElements() == 0 ? nullptr : t->data(); }
 
-// What every kernel starts with: the context, the tensor's name (input `index`) and its type.
-absl::Status Begin(OpKernelContext* ctx, int name_index, const Context& held, ddp_context** context,
-                   std::string* name) {
-  *context = held.get();
-  if (*context == nullptr) {
+// One call of a kernel from its start: this thread's reference to the context, the tensor's (or
+// group's) name, and for an op on one tensor, its libddp type and dimensions.
+struct Call {
+  Context held;
+  ddp_context* context = nullptr;
+  std::string name;
+  int dtype = 0;
+  std::vector<int64_t> dims;
+
+  int ndim() const { return static_cast<int>(dims.size()); }
+};
+
+// What every kernel starts with: the context, and the name (input `name_index`).
+absl::Status Begin(OpKernelContext* ctx, int name_index, Call* call) {
+  call->context = call->held.get();
+  if (call->context == nullptr) {
     return absl::FailedPreconditionError(
         "ddp.tensorflow: an operation ran before ddp.tensorflow.init() (or after shutdown())");
   }
@@ -115,8 +113,28 @@ absl::Status Begin(OpKernelContext* ctx, int name_index, const Context& held, dd
   if (!tensorflow::TensorShapeUtils::IsScalar(n.shape()) || n.dtype() != tensorflow::DT_STRING) {
     return absl::InvalidArgumentError("ddp.tensorflow: the tensor name must be a scalar string");
   }
-  *name = std::string(n.scalar<tensorflow::tstring>()());
+  call->name = std::string(n.scalar<tensorflow::tstring>()());
   return absl::OkStatus();
+}
+
+// An op on one tensor (input 0, its name input 1) starts with that, and the tensor's type and
+// dimensions.
+absl::Status BeginTensor(OpKernelContext* ctx, Call* call) {
+  absl::Status s = Begin(ctx, 1, call);
+  if (!s.ok()) return s;
+  const Tensor& input = ctx->input(0);
+  s = DtypeOf(input.dtype(), &call->dtype);
+  if (!s.ok()) return s;
+  call->dims = Dims(input.shape());
+  return absl::OkStatus();
+}
+
+// An op whose result replaces the tensor (allreduce, broadcast) also takes output 0: the
+// input's own buffer where TensorFlow lets it go, else a new one of its shape.
+absl::Status BeginInPlace(OpKernelContext* ctx, Call* call, Tensor** output) {
+  absl::Status s = BeginTensor(ctx, call);
+  if (!s.ok()) return s;
+  return ctx->forward_input_or_allocate_output({0}, 0, ctx->input(0).shape(), output);
 }
 
 // Waits for `handle` without blocking a TensorFlow thread: `finish` runs once it succeeded (to
@@ -187,79 +205,90 @@ absl::Status CopyOut(OpKernelContext* ctx, ddp_handle* handle) {
   return absl::OkStatus();
 }
 
-// ---- allreduce ----------------------------------------------------------------------------
+// ---- what the kernels and registrations share ----------------------------------------------
 
-class AllreduceOp : public AsyncOpKernel {
- public:
-  explicit AllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+// The attributes a kernel reads when it is made: the process set, and for a reduction the op
+// (DDP_SUM...) and the factors applied before and after.
+enum class Attrs { kProcessSet, kReduction };
+
+// The kernels' base: their ops' shared attributes, read once.
+class Kernel : public AsyncOpKernel {
+ protected:
+  Kernel(OpKernelConstruction* c, Attrs attrs) : AsyncOpKernel(c) {
+    if (attrs == Attrs::kReduction) {
+      OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
+      OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
+      OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
+    }
     OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
   }
 
-  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    const Context held;
-    ddp_context* context = nullptr;
-    std::string name;
-    int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, held, &context, &name), done);
-    const Tensor& input = ctx->input(0);
-    OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(input.dtype(), &dtype), done);
-    Tensor* output = nullptr;
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output),
-                         done);
-    const std::vector<int64_t> dims = Dims(input.shape());
-    ddp_handle* h = ddp_allreduce_async(context, name.c_str(), ReadPtr(input), WritePtr(output),
-                                        dtype, dims.data(), static_cast<int>(dims.size()), op_,
-                                        prescale_, postscale_, process_set_, DDP_CPU, nullptr);
-    Await(ctx, h, std::move(done), Nothing);
-  }
-
- private:
   int op_ = DDP_SUM;
   float prescale_ = 1.0f;
   float postscale_ = 1.0f;
   int process_set_ = 0;
 };
 
-REGISTER_OP("DdpAllreduce")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
-    .Attr("process_set: int = 0")
-    .Input("tensor: T")
-    .Input("tensor_name: string")
-    .Output("reduced: T")
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    })
-    .Doc("Reduces the tensor over the ranks (libddp's engine: negotiated by name, fused).");
-REGISTER_KERNEL_BUILDER(Name("DdpAllreduce").Device(tensorflow::DEVICE_CPU), AllreduceOp);
+// An op on one tensor: T one of the types libddp reduces, the tensor and its name (see the top)
+// in, `output` of type T out; a reduction's attributes as Kernel reads them. Each goes on with
+// its own attributes, shape function and documentation.
+#define DDP_TYPES_ATTR "T: {half, bfloat16, float, double, int8, uint8, int32, int64}"
+#define DDP_TENSOR_OP(op, output)   \
+  REGISTER_OP(op)                   \
+      .Attr(DDP_TYPES_ATTR)         \
+      .Input("tensor: T")           \
+      .Input("tensor_name: string") \
+      .Output(output ": T")
+#define DDP_REDUCTION_OP(op, output)        \
+  DDP_TENSOR_OP(op, output)                 \
+      .Attr("reduce_op: int")               \
+      .Attr("prescale_factor: float = 1.0") \
+      .Attr("postscale_factor: float = 1.0")
+#define DDP_CPU_KERNEL(op, kernel) \
+  REGISTER_KERNEL_BUILDER(Name(op).Device(tensorflow::DEVICE_CPU), kernel)
 
-// ---- grouped allreduce ----------------------------------------------------------------------
+absl::Status SameShape(InferenceContext* c) {
+  c->set_output(0, c->input(0));
+  return absl::OkStatus();
+}
 
-class GroupedAllreduceOp : public AsyncOpKernel {
+// The first dimension is only known at run time (it may differ per rank).
+absl::Status FirstDimUnknown(InferenceContext* c) {
+  tensorflow::shape_inference::ShapeHandle out;
+  absl::Status s = c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out);
+  if (!s.ok()) return s;
+  c->set_output(0, out);
+  return absl::OkStatus();
+}
+
+// ---- allreduce and grouped allreduce -------------------------------------------------------
+
+class AllreduceOp : public Kernel {
  public:
-  explicit GroupedAllreduceOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
-    OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-    OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
-    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
+  explicit AllreduceOp(OpKernelConstruction* c) : Kernel(c, Attrs::kReduction) {}
+
+  void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
+    Call call;
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK_ASYNC(ctx, BeginInPlace(ctx, &call, &output), done);
+    ddp_handle* h = ddp_allreduce_async(call.context, call.name.c_str(), ReadPtr(ctx->input(0)),
+                                        WritePtr(output), call.dtype, call.dims.data(), call.ndim(),
+                                        op_, prescale_, postscale_, process_set_, DDP_CPU, nullptr);
+    Await(ctx, h, std::move(done), Nothing);
   }
+};
+
+class GroupedAllreduceOp : public Kernel {
+ public:
+  explicit GroupedAllreduceOp(OpKernelConstruction* c) : Kernel(c, Attrs::kReduction) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs() - 1;
-    const Context held;
-    ddp_context* context = nullptr;
-    std::string group;
-    int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, n, held, &context, &group), done);
+    Call call;
+    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, n, &call), done);
     OP_REQUIRES_ASYNC(ctx, n > 0,
                       absl::InvalidArgumentError("ddp.tensorflow: a group needs a tensor"), done);
-    OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(ctx->input(0).dtype(), &dtype), done);
+    OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(ctx->input(0).dtype(), &call.dtype), done);
     std::vector<std::string> names(static_cast<size_t>(n));
     std::vector<const char*> name_ptrs(static_cast<size_t>(n));
     std::vector<const void*> inputs(static_cast<size_t>(n));
@@ -273,7 +302,7 @@ class GroupedAllreduceOp : public AsyncOpKernel {
       Tensor* output = nullptr;
       OP_REQUIRES_OK_ASYNC(
           ctx, ctx->forward_input_or_allocate_output({i}, i, input.shape(), &output), done);
-      names[k] = group + "." + std::to_string(i);
+      names[k] = call.name + "." + std::to_string(i);
       name_ptrs[k] = names[k].c_str();
       inputs[k] = ReadPtr(input);
       outputs[k] = WritePtr(output);
@@ -282,20 +311,21 @@ class GroupedAllreduceOp : public AsyncOpKernel {
       ndims[k] = static_cast<int>(dims[k].size());
     }
     ddp_handle* h = ddp_grouped_allreduce_async(
-        context, group.c_str(), n, name_ptrs.data(), inputs.data(), outputs.data(), shapes.data(),
-        ndims.data(), dtype, op_, prescale_, postscale_, process_set_, DDP_CPU, nullptr);
+        call.context, call.name.c_str(), n, name_ptrs.data(), inputs.data(), outputs.data(),
+        shapes.data(), ndims.data(), call.dtype, op_, prescale_, postscale_, process_set_, DDP_CPU,
+        nullptr);
     Await(ctx, h, std::move(done), Nothing);
   }
-
- private:
-  int op_ = DDP_SUM;
-  float prescale_ = 1.0f;
-  float postscale_ = 1.0f;
-  int process_set_ = 0;
 };
 
+DDP_REDUCTION_OP("DdpAllreduce", "reduced")
+    .Attr("process_set: int = 0")
+    .SetShapeFn(SameShape)
+    .Doc("Reduces the tensor over the ranks (libddp's engine: negotiated by name, fused).");
+DDP_CPU_KERNEL("DdpAllreduce", AllreduceOp);
+
 REGISTER_OP("DdpGroupedAllreduce")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+    .Attr(DDP_TYPES_ATTR)
     .Attr("N: int >= 1")
     .Attr("reduce_op: int")
     .Attr("prescale_factor: float = 1.0")
@@ -309,182 +339,114 @@ REGISTER_OP("DdpGroupedAllreduce")
       return absl::OkStatus();
     })
     .Doc("Reduces the tensors as one unit (one negotiation, one fused collective).");
-REGISTER_KERNEL_BUILDER(Name("DdpGroupedAllreduce").Device(tensorflow::DEVICE_CPU),
-                        GroupedAllreduceOp);
+DDP_CPU_KERNEL("DdpGroupedAllreduce", GroupedAllreduceOp);
 
 // ---- allgather, alltoall, reduce-scatter: outputs the engine allocates ----------------------
 
 enum class Kind { kAllgather, kAlltoall, kReducescatter };
 
 template <Kind kind>
-class AllocatingOp : public AsyncOpKernel {
+class AllocatingOp : public Kernel {
  public:
-  explicit AllocatingOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
-    if (kind == Kind::kReducescatter) {
-      OP_REQUIRES_OK(c, c->GetAttr("reduce_op", &op_));
-      OP_REQUIRES_OK(c, c->GetAttr("prescale_factor", &prescale_));
-      OP_REQUIRES_OK(c, c->GetAttr("postscale_factor", &postscale_));
-    }
-  }
+  explicit AllocatingOp(OpKernelConstruction* c)
+      : Kernel(c, kind == Kind::kReducescatter ? Attrs::kReduction : Attrs::kProcessSet) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    const Context held;
-    ddp_context* context = nullptr;
-    std::string name;
-    int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, held, &context, &name), done);
-    const Tensor& input = ctx->input(0);
-    OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(input.dtype(), &dtype), done);
-    OP_REQUIRES_ASYNC(ctx, input.dims() >= 1,
-                      absl::InvalidArgumentError("ddp.tensorflow: '" + name +
+    Call call;
+    OP_REQUIRES_OK_ASYNC(ctx, BeginTensor(ctx, &call), done);
+    OP_REQUIRES_ASYNC(ctx, call.ndim() >= 1,
+                      absl::InvalidArgumentError("ddp.tensorflow: '" + call.name +
                                                  "' needs a tensor of at least one dimension"),
                       done);
-    const std::vector<int64_t> dims = Dims(input.shape());
-    const int ndim = static_cast<int>(dims.size());
+    const void* input = ReadPtr(ctx->input(0));
     ddp_handle* h = nullptr;
     if (kind == Kind::kAllgather) {
-      h = ddp_allgather_async(context, name.c_str(), ReadPtr(input), dtype, dims.data(), ndim,
-                              process_set_, DDP_CPU, nullptr);
+      h = ddp_allgather_async(call.context, call.name.c_str(), input, call.dtype, call.dims.data(),
+                              call.ndim(), process_set_, DDP_CPU, nullptr);
     } else if (kind == Kind::kAlltoall) {
-      h = ddp_alltoall_async(context, name.c_str(), ReadPtr(input), dtype, dims.data(), ndim,
-                             process_set_, DDP_CPU, nullptr);
+      h = ddp_alltoall_async(call.context, call.name.c_str(), input, call.dtype, call.dims.data(),
+                             call.ndim(), process_set_, DDP_CPU, nullptr);
     } else {
-      h = ddp_reducescatter_async(context, name.c_str(), ReadPtr(input), dtype, dims.data(), ndim,
-                                  op_, prescale_, postscale_, process_set_, DDP_CPU, nullptr);
+      h = ddp_reducescatter_async(call.context, call.name.c_str(), input, call.dtype,
+                                  call.dims.data(), call.ndim(), op_, prescale_, postscale_,
+                                  process_set_, DDP_CPU, nullptr);
     }
     Await</*kOffload=*/true>(ctx, h, std::move(done),
                              [ctx](ddp_handle* handle) { return CopyOut(ctx, handle); });
   }
-
- private:
-  int process_set_ = 0;
-  int op_ = DDP_SUM;
-  float prescale_ = 1.0f;
-  float postscale_ = 1.0f;
 };
 
-// The first dimension is only known at run time (it may differ per rank).
-absl::Status FirstDimUnknown(InferenceContext* c) {
-  tensorflow::shape_inference::ShapeHandle out;
-  absl::Status s = c->ReplaceDim(c->input(0), 0, c->UnknownDim(), &out);
-  if (!s.ok()) return s;
-  c->set_output(0, out);
-  return absl::OkStatus();
-}
-
-REGISTER_OP("DdpAllgather")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+DDP_TENSOR_OP("DdpAllgather", "gathered")
     .Attr("process_set: int = 0")
-    .Input("tensor: T")
-    .Input("tensor_name: string")
-    .Output("gathered: T")
     .SetShapeFn(FirstDimUnknown)
     .Doc("Concatenates every rank's tensor along the first dimension (which may differ).");
-REGISTER_KERNEL_BUILDER(Name("DdpAllgather").Device(tensorflow::DEVICE_CPU),
-                        AllocatingOp<Kind::kAllgather>);
+DDP_CPU_KERNEL("DdpAllgather", AllocatingOp<Kind::kAllgather>);
 
-REGISTER_OP("DdpAlltoall")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+DDP_TENSOR_OP("DdpAlltoall", "exchanged")
     .Attr("process_set: int = 0")
-    .Input("tensor: T")
-    .Input("tensor_name: string")
-    .Output("exchanged: T")
     .SetShapeFn(FirstDimUnknown)
     .Doc("Splits the first dimension in equal blocks, block j to rank j; gathers block i from i.");
-REGISTER_KERNEL_BUILDER(Name("DdpAlltoall").Device(tensorflow::DEVICE_CPU),
-                        AllocatingOp<Kind::kAlltoall>);
+DDP_CPU_KERNEL("DdpAlltoall", AllocatingOp<Kind::kAlltoall>);
 
-REGISTER_OP("DdpReducescatter")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
-    .Attr("reduce_op: int")
-    .Attr("prescale_factor: float = 1.0")
-    .Attr("postscale_factor: float = 1.0")
+DDP_REDUCTION_OP("DdpReducescatter", "scattered")
     .Attr("process_set: int = 0")
-    .Input("tensor: T")
-    .Input("tensor_name: string")
-    .Output("scattered: T")
     .SetShapeFn(FirstDimUnknown)
     .Doc("Reduces, then splits the first dimension across ranks; this rank's rows.");
-REGISTER_KERNEL_BUILDER(Name("DdpReducescatter").Device(tensorflow::DEVICE_CPU),
-                        AllocatingOp<Kind::kReducescatter>);
+DDP_CPU_KERNEL("DdpReducescatter", AllocatingOp<Kind::kReducescatter>);
 
 // ---- broadcast ------------------------------------------------------------------------------
 
-class BroadcastOp : public AsyncOpKernel {
+class BroadcastOp : public Kernel {
  public:
-  explicit BroadcastOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
+  explicit BroadcastOp(OpKernelConstruction* c) : Kernel(c, Attrs::kProcessSet) {
     OP_REQUIRES_OK(c, c->GetAttr("root_rank", &root_));
-    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
   }
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    const Context held;
-    ddp_context* context = nullptr;
-    std::string name;
-    int dtype = 0;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 1, held, &context, &name), done);
-    const Tensor& input = ctx->input(0);
-    OP_REQUIRES_OK_ASYNC(ctx, DtypeOf(input.dtype(), &dtype), done);
+    Call call;
     Tensor* output = nullptr;
-    OP_REQUIRES_OK_ASYNC(ctx, ctx->forward_input_or_allocate_output({0}, 0, input.shape(), &output),
-                         done);
+    OP_REQUIRES_OK_ASYNC(ctx, BeginInPlace(ctx, &call, &output), done);
     // In place on the output: the root sends its tensor, the others receive into theirs.
+    const Tensor& input = ctx->input(0);
     if (output->data() != input.data() && input.TotalBytes() > 0) {
       std::memcpy(output->data(), input.data(), input.TotalBytes());
     }
-    const std::vector<int64_t> dims = Dims(input.shape());
     ddp_handle* h =
-        ddp_broadcast_async(context, name.c_str(), WritePtr(output), dtype, dims.data(),
-                            static_cast<int>(dims.size()), root_, process_set_, DDP_CPU, nullptr);
+        ddp_broadcast_async(call.context, call.name.c_str(), WritePtr(output), call.dtype,
+                            call.dims.data(), call.ndim(), root_, process_set_, DDP_CPU, nullptr);
     Await(ctx, h, std::move(done), Nothing);
   }
 
  private:
   int root_ = 0;
-  int process_set_ = 0;
 };
 
-REGISTER_OP("DdpBroadcast")
-    .Attr("T: {half, bfloat16, float, double, int8, uint8, int32, int64}")
+DDP_TENSOR_OP("DdpBroadcast", "broadcast")
     .Attr("root_rank: int")
     .Attr("process_set: int = 0")
-    .Input("tensor: T")
-    .Input("tensor_name: string")
-    .Output("broadcast: T")
-    .SetShapeFn([](InferenceContext* c) {
-      c->set_output(0, c->input(0));
-      return absl::OkStatus();
-    })
+    .SetShapeFn(SameShape)
     .Doc("Every rank receives the root rank's tensor.");
-REGISTER_KERNEL_BUILDER(Name("DdpBroadcast").Device(tensorflow::DEVICE_CPU), BroadcastOp);
+DDP_CPU_KERNEL("DdpBroadcast", BroadcastOp);
 
 // ---- join and barrier -----------------------------------------------------------------------
 
 // A barrier is an allreduce of a scalar of its own through the engine, so it is ordered with the
 // operations submitted before it; stateful, so that TensorFlow never folds or merges it.
-class BarrierOp : public AsyncOpKernel {
+class BarrierOp : public Kernel {
  public:
-  explicit BarrierOp(OpKernelConstruction* c) : AsyncOpKernel(c) {
-    OP_REQUIRES_OK(c, c->GetAttr("process_set", &process_set_));
-  }
+  explicit BarrierOp(OpKernelConstruction* c) : Kernel(c, Attrs::kProcessSet) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
-    const Context held;
-    ddp_context* context = nullptr;
-    std::string name;
-    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 0, held, &context, &name), done);
+    Call call;
+    OP_REQUIRES_OK_ASYNC(ctx, Begin(ctx, 0, &call), done);
     auto token = std::make_unique<int32_t>(0);
     int32_t* p = token.get();
-    ddp_handle* h = ddp_allreduce_async(context, name.c_str(), p, p, DDP_INT32, nullptr, 0, DDP_SUM,
-                                        1.0, 1.0, process_set_, DDP_CPU, nullptr);
+    ddp_handle* h = ddp_allreduce_async(call.context, call.name.c_str(), p, p, DDP_INT32, nullptr,
+                                        0, DDP_SUM, 1.0, 1.0, process_set_, DDP_CPU, nullptr);
     // The scalar lives as long as the wait (the lambda owns it).
     Await(ctx, h, std::move(done),
           [token = std::move(token)](ddp_handle*) { return absl::OkStatus(); });
   }
-
- private:
-  int process_set_ = 0;
 };
 
 REGISTER_OP("DdpBarrier")
@@ -493,8 +455,9 @@ REGISTER_OP("DdpBarrier")
     .SetIsStateful()
     .SetShapeFn([](InferenceContext*) { return absl::OkStatus(); })
     .Doc("Returns once every rank of the process set has reached it.");
-REGISTER_KERNEL_BUILDER(Name("DdpBarrier").Device(tensorflow::DEVICE_CPU), BarrierOp);
+DDP_CPU_KERNEL("DdpBarrier", BarrierOp);
 
+// No attributes, and a context check of its own (its message says join()).
 class JoinOp : public AsyncOpKernel {
  public:
   explicit JoinOp(OpKernelConstruction* c) : AsyncOpKernel(c) {}
@@ -524,7 +487,7 @@ REGISTER_OP("DdpJoin")
       return absl::OkStatus();
     })
     .Doc("This rank has no more data; finishes when every rank has joined (the last one).");
-REGISTER_KERNEL_BUILDER(Name("DdpJoin").Device(tensorflow::DEVICE_CPU), JoinOp);
+DDP_CPU_KERNEL("DdpJoin", JoinOp);
 
 }  // namespace
 }  // namespace ddp_tf

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp._ddp: the pybind11 layer under the `ddp` Python package.
 //
 // Deliberately thin, and on the public C++ API only (<ddp/...>): tensors arrive as (address,
@@ -195,18 +197,8 @@ class PyStoreClient {
   std::unique_ptr<ddp::RendezvousClient> client_;
 };
 
-}  // namespace
-
-}  // namespace ddp_python
-
-PYBIND11_MODULE(_ddp, m) {
-  using namespace ddp_python;
-  m.doc() = "libddp's C++ layer; use the `ddp` package instead of this module.";
-  m.attr("__version__") = DDP_VERSION_STRING;
-  NoteMainThread();
-
-  DefineErrors(m);
-
+// Joining and leaving the job, and what the launcher said.
+void DefineLifecycle(py::module_& m) {
   m.def("init", &Init, py::arg("overrides") = std::map<std::string, std::string>(),
         "Joins the job described by the launcher's variables (ddp/launch.h); `overrides` are "
         "read in place of the environment's variables of those names (empty: unset).");
@@ -227,14 +219,21 @@ PYBIND11_MODULE(_ddp, m) {
       "A new C reference to this process's context (a ddp_context* of ddp/c_api.h, as an "
       "integer), for framework plugins that cannot include libddp's C++ headers: they submit to "
       "the same engine through the C API, and release it with ddp_context_release.");
+}
+
+// This rank's place in the job.
+void DefineTopology(py::module_& m) {
   m.def("rank", [] { return Current("rank")->rank(); });
   m.def("size", [] { return Current("size")->size(); });
   m.def("local_rank", [] { return Current("local_rank")->local_rank(); });
   m.def("local_size", [] { return Current("local_size")->local_size(); });
   m.def("cross_rank", [] { return Current("cross_rank")->cross_rank(); });
   m.def("cross_size", [] { return Current("cross_size")->cross_size(); });
-  // What every binding converts to: libddp's dtypes as (name, bytes) and reduce ops as names,
-  // each by code. The Python layers build their dtype maps and ReduceOp from these.
+}
+
+// What every binding converts to: libddp's dtypes as (name, bytes) and reduce ops as names,
+// each by code. The Python layers build their dtype maps and ReduceOp from these.
+void DefineTypes(py::module_& m) {
   py::list dtypes, ops;
   for (int i = 0; i < ddp::kNumDataTypes; ++i) {
     const auto type = static_cast<ddp::DataType>(i);
@@ -245,6 +244,10 @@ PYBIND11_MODULE(_ddp, m) {
   }
   m.attr("dtypes") = py::tuple(dtypes);
   m.attr("reduce_ops") = py::tuple(ops);
+}
+
+// What this installation and job have: NCCL, MPI, transports.
+void DefineInstallation(py::module_& m) {
   m.def(
       "nccl_built", [] { return ddp::NcclAvailable(); },
       "True when libddp's NCCL backend (libddp_nccl.so) loads: CUDA tensors can be reduced.");
@@ -266,7 +269,12 @@ PYBIND11_MODULE(_ddp, m) {
         return out;
       },
       "[(name, library)] for each transport this installation has (DDP_TRANSPORT).");
+}
 
+// The asynchronous reductions, each answered with a Handle (handle.h). The *_into_ forms work in
+// the caller's memory (torch's all_gather_into_tensor and reduce_scatter_tensor): no
+// engine-allocated output, no copy out. CPU memory only.
+void DefineReductions(py::module_& m) {
   m.def(
       "allreduce_async",
       [](std::string name, uintptr_t input, uintptr_t output, int dtype, std::vector<int64_t> shape,
@@ -301,27 +309,17 @@ PYBIND11_MODULE(_ddp, m) {
     return Wrap(std::move(handle), std::move(keep), std::move(context));
   });
 
-  m.def("allgather_async",
-        [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape,
-           int process_set, py::object keep, int device, uintptr_t stream) {
-          auto context = ContextFor("allgather", &process_set);
-          auto handle = context->engine().AllgatherAsync(std::move(name), Ptr(input), ToType(dtype),
-                                                         std::move(shape), process_set,
-                                                         ToDevice(device, stream));
+  m.def("reducescatter_async",
+        [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape, int op,
+           double prescale, double postscale, int process_set, py::object keep, int device,
+           uintptr_t stream) {
+          auto context = ContextFor("reducescatter", &process_set);
+          auto handle = context->engine().ReduceScatterAsync(
+              std::move(name), Ptr(input), ToType(dtype), std::move(shape), ToOp(op), prescale,
+              postscale, process_set, ToDevice(device, stream));
           return Wrap(std::move(handle), std::move(keep), std::move(context));
         });
 
-  // Into the caller's memory (torch's all_gather_into_tensor and reduce_scatter_tensor): no
-  // engine-allocated output, no copy out. CPU memory only.
-  m.def("allgather_into_async",
-        [](std::string name, uintptr_t input, uintptr_t output, size_t output_bytes, int dtype,
-           std::vector<int64_t> shape, int process_set, py::object keep) {
-          auto context = ContextFor("allgather", &process_set);
-          auto handle = context->engine().AllgatherIntoAsync(
-              std::move(name), Ptr(input), MutablePtr(output), output_bytes, ToType(dtype),
-              std::move(shape), process_set);
-          return Wrap(std::move(handle), std::move(keep), std::move(context));
-        });
   m.def("reducescatter_into_async",
         [](std::string name, uintptr_t input, uintptr_t output, size_t output_bytes, int dtype,
            std::vector<int64_t> shape, int op, double prescale, double postscale, int process_set,
@@ -332,7 +330,29 @@ PYBIND11_MODULE(_ddp, m) {
               std::move(shape), ToOp(op), prescale, postscale, process_set);
           return Wrap(std::move(handle), std::move(keep), std::move(context));
         });
+}
 
+// The asynchronous collectives that move data without reducing it.
+void DefineDataMovement(py::module_& m) {
+  m.def("allgather_async",
+        [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape,
+           int process_set, py::object keep, int device, uintptr_t stream) {
+          auto context = ContextFor("allgather", &process_set);
+          auto handle = context->engine().AllgatherAsync(std::move(name), Ptr(input), ToType(dtype),
+                                                         std::move(shape), process_set,
+                                                         ToDevice(device, stream));
+          return Wrap(std::move(handle), std::move(keep), std::move(context));
+        });
+
+  m.def("allgather_into_async",
+        [](std::string name, uintptr_t input, uintptr_t output, size_t output_bytes, int dtype,
+           std::vector<int64_t> shape, int process_set, py::object keep) {
+          auto context = ContextFor("allgather", &process_set);
+          auto handle = context->engine().AllgatherIntoAsync(
+              std::move(name), Ptr(input), MutablePtr(output), output_bytes, ToType(dtype),
+              std::move(shape), process_set);
+          return Wrap(std::move(handle), std::move(keep), std::move(context));
+        });
   m.def("broadcast_async",
         [](std::string name, uintptr_t buffer, int dtype, std::vector<int64_t> shape, int root,
            int process_set, py::object keep, int device, uintptr_t stream) {
@@ -352,18 +372,10 @@ PYBIND11_MODULE(_ddp, m) {
                                                         ToDevice(device, stream));
           return Wrap(std::move(handle), std::move(keep), std::move(context));
         });
+}
 
-  m.def("reducescatter_async",
-        [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape, int op,
-           double prescale, double postscale, int process_set, py::object keep, int device,
-           uintptr_t stream) {
-          auto context = ContextFor("reducescatter", &process_set);
-          auto handle = context->engine().ReduceScatterAsync(
-              std::move(name), Ptr(input), ToType(dtype), std::move(shape), ToOp(op), prescale,
-              postscale, process_set, ToDevice(device, stream));
-          return Wrap(std::move(handle), std::move(keep), std::move(context));
-        });
-
+// The engine beyond single operations: timeline, join, process sets, statistics, names.
+void DefineEngineControl(py::module_& m) {
   m.def(
       "start_timeline",
       [](const std::string& path, bool mark_cycles) {
@@ -406,13 +418,13 @@ PYBIND11_MODULE(_ddp, m) {
     return d;
   });
 
-  DefineHandle(m);
-  DefineTensorPath(m);
   m.def("auto_name", &AutoName, py::arg("kind"), py::arg("process_set") = 0,
         "The next automatic name of an unnamed call of this kind in this process set: "
         "'<kind>.noname.<n>'.");
-  DefinePs(m);
-  DefineGroups(m);
+}
+
+// For the tests of ReleaseGil (common.h).
+void DefineTesting(py::module_& m) {
   m.def(
       "_sleep_without_gil",
       [](double seconds, double delay_before_taking_back) {
@@ -421,7 +433,10 @@ PYBIND11_MODULE(_ddp, m) {
       },
       "Tests only: lets go of the GIL for `seconds`, then waits `delay_before_taking_back` "
       "between ReleaseGil's check for the interpreter's shutdown and taking the GIL back.");
+}
 
+// The rendezvous store, for launchers and elastic workers.
+void DefineStore(py::module_& m) {
   py::class_<PyStoreServer>(m, "StoreServer")
       .def(py::init<const std::string&, int, const std::string&>(), py::arg("ip"), py::arg("port"),
            py::arg("token"),
@@ -438,4 +453,30 @@ PYBIND11_MODULE(_ddp, m) {
            "Waits up to `timeout` seconds for the key; DDPError (DEADLINE_EXCEEDED) if absent.")
       .def("add", &PyStoreClient::Add, py::arg("key"), py::arg("delta"),
            "Adds to a counter (0 if absent); returns the new value.");
+}
+
+}  // namespace
+
+}  // namespace ddp_python
+
+PYBIND11_MODULE(_ddp, m) {
+  using namespace ddp_python;
+  m.doc() = "libddp's C++ layer; use the `ddp` package instead of this module.";
+  m.attr("__version__") = DDP_VERSION_STRING;
+  NoteMainThread();
+
+  DefineErrors(m);
+  DefineLifecycle(m);
+  DefineTopology(m);
+  DefineTypes(m);
+  DefineInstallation(m);
+  DefineReductions(m);
+  DefineDataMovement(m);
+  DefineEngineControl(m);
+  DefineHandle(m);
+  DefineTensorPath(m);
+  DefinePs(m);
+  DefineGroups(m);
+  DefineTesting(m);
+  DefineStore(m);
 }

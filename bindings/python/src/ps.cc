@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp._ddp's parameter-server functions (ddp.ps): the process's one ParameterServer, apart from
 // the Context, and the handles of its pushes and pulls.
 #include "ddp/ps.h"
@@ -113,87 +115,106 @@ void PsFinish() {
   ThrowIfError(status);
 }
 
+bool PsIsInitialized() {
+  std::lock_guard<std::mutex> lock(g_ps_mu);
+  return g_ps != nullptr;
+}
+
+py::dict PsInfo() {
+  auto ps = CurrentPs("info");
+  py::dict d;
+  d["rank"] = ps->rank();
+  d["size"] = ps->size();
+  d["is_worker"] = ps->is_worker();
+  d["is_server"] = ps->is_server();
+  d["worker_index"] = ps->worker_index();
+  d["server_index"] = ps->server_index();
+  d["num_workers"] = ps->num_workers();
+  d["num_servers"] = ps->num_servers();
+  return d;
+}
+
+void PsServe() {
+  auto ps = CurrentPs("serve");
+  absl::Status status;
+  {
+    ReleaseGil release;
+    status = ps->Serve();
+  }
+  ThrowIfError(status);
+}
+
+// A key's options as ddp.ps passes them: a dict of the mode, staleness and optimizer settings.
+ddp::ps::KeyOptions KeyOptionsFrom(const py::dict& o) {
+  ddp::ps::KeyOptions options;
+  options.consistency = o["mode"].cast<std::string>() == "async" ? ddp::ps::Consistency::kAsync
+                                                                 : ddp::ps::Consistency::kSync;
+  options.staleness = o["staleness"].cast<int>();
+  ddp::ps::OptimizerConfig& opt = options.optimizer;
+  opt.name = o["optimizer"].cast<std::string>();
+  opt.learning_rate = o["lr"].cast<double>();
+  opt.momentum = o["momentum"].cast<double>();
+  opt.nesterov = o["nesterov"].cast<bool>();
+  opt.beta1 = o["beta1"].cast<double>();
+  opt.beta2 = o["beta2"].cast<double>();
+  opt.epsilon = o["eps"].cast<double>();
+  opt.weight_decay = o["weight_decay"].cast<double>();
+  opt.gradient_scale = o["gradient_scale"].cast<double>();
+  return options;
+}
+
+int PsRegister(const std::string& name, int code, std::vector<int64_t> shape, uintptr_t address,
+               py::dict o) {
+  auto ps = CurrentPs("register");
+  const ddp::ps::KeyOptions options = KeyOptionsFrom(o);
+  const ddp::DataType type = ToType(code);
+  absl::StatusOr<int> key;
+  {
+    ReleaseGil release;
+    key = ps->Register(name, type, shape, Ptr(address), options);
+  }
+  ThrowIfError(key.status());
+  return *key;
+}
+
+// op: 0 push, 1 pull, 2 push_pull.
+std::unique_ptr<PyPsHandle> PsSubmit(int op, int key, uintptr_t send, uintptr_t recv,
+                                     py::object keep) {
+  auto ps = CurrentPs("push");
+  SweepPsOrphans();
+  ddp::ps::Handle h = op == 0   ? ps->Push(key, Ptr(send))
+                      : op == 1 ? ps->Pull(key, MutablePtr(recv))
+                                : ps->PushPull(key, Ptr(send), MutablePtr(recv));
+  return std::make_unique<PyPsHandle>(std::move(h), std::move(keep), std::move(ps));
+}
+
+py::dict PsServerStats() {
+  auto ps = CurrentPs("server_stats");
+  const ddp::ps::ServerStats s = ps->server_stats();
+  py::dict d;
+  d["pushes_applied"] = s.pushes_applied;
+  d["duplicate_pushes"] = s.duplicate_pushes;
+  d["pushes_lost"] = s.pushes_lost;
+  d["rejoins"] = s.rejoins;
+  d["pulls_answered"] = s.pulls_answered;
+  d["max_staleness_seen"] = s.max_staleness_seen;
+  d["checkpoints_written"] = s.checkpoints_written;
+  d["keys_restored"] = s.keys_restored;
+  d["bytes_held"] = s.bytes_held;
+  return d;
+}
+
 }  // namespace
 
 void DefinePs(py::module_& m) {
   m.def("ps_init", &PsInit, py::arg("overrides") = std::map<std::string, std::string>());
   m.def("ps_finish", &PsFinish);
-  m.def("ps_is_initialized", [] {
-    std::lock_guard<std::mutex> lock(g_ps_mu);
-    return g_ps != nullptr;
-  });
-  m.def("ps_info", [] {
-    auto ps = CurrentPs("info");
-    py::dict d;
-    d["rank"] = ps->rank();
-    d["size"] = ps->size();
-    d["is_worker"] = ps->is_worker();
-    d["is_server"] = ps->is_server();
-    d["worker_index"] = ps->worker_index();
-    d["server_index"] = ps->server_index();
-    d["num_workers"] = ps->num_workers();
-    d["num_servers"] = ps->num_servers();
-    return d;
-  });
-  m.def("ps_serve", [] {
-    auto ps = CurrentPs("serve");
-    absl::Status status;
-    {
-      ReleaseGil release;
-      status = ps->Serve();
-    }
-    ThrowIfError(status);
-  });
-  m.def("ps_register", [](const std::string& name, int code, std::vector<int64_t> shape,
-                          uintptr_t address, py::dict o) {
-    auto ps = CurrentPs("register");
-    ddp::ps::KeyOptions options;
-    options.consistency = o["mode"].cast<std::string>() == "async" ? ddp::ps::Consistency::kAsync
-                                                                   : ddp::ps::Consistency::kSync;
-    options.staleness = o["staleness"].cast<int>();
-    ddp::ps::OptimizerConfig& opt = options.optimizer;
-    opt.name = o["optimizer"].cast<std::string>();
-    opt.learning_rate = o["lr"].cast<double>();
-    opt.momentum = o["momentum"].cast<double>();
-    opt.nesterov = o["nesterov"].cast<bool>();
-    opt.beta1 = o["beta1"].cast<double>();
-    opt.beta2 = o["beta2"].cast<double>();
-    opt.epsilon = o["eps"].cast<double>();
-    opt.weight_decay = o["weight_decay"].cast<double>();
-    opt.gradient_scale = o["gradient_scale"].cast<double>();
-    const ddp::DataType type = ToType(code);
-    absl::StatusOr<int> key;
-    {
-      ReleaseGil release;
-      key = ps->Register(name, type, shape, Ptr(address), options);
-    }
-    ThrowIfError(key.status());
-    return *key;
-  });
-  // op: 0 push, 1 pull, 2 push_pull.
-  m.def("ps_submit", [](int op, int key, uintptr_t send, uintptr_t recv, py::object keep) {
-    auto ps = CurrentPs("push");
-    SweepPsOrphans();
-    ddp::ps::Handle h = op == 0   ? ps->Push(key, Ptr(send))
-                        : op == 1 ? ps->Pull(key, MutablePtr(recv))
-                                  : ps->PushPull(key, Ptr(send), MutablePtr(recv));
-    return std::make_unique<PyPsHandle>(std::move(h), std::move(keep), std::move(ps));
-  });
-  m.def("ps_server_stats", [] {
-    auto ps = CurrentPs("server_stats");
-    const ddp::ps::ServerStats s = ps->server_stats();
-    py::dict d;
-    d["pushes_applied"] = s.pushes_applied;
-    d["duplicate_pushes"] = s.duplicate_pushes;
-    d["pushes_lost"] = s.pushes_lost;
-    d["rejoins"] = s.rejoins;
-    d["pulls_answered"] = s.pulls_answered;
-    d["max_staleness_seen"] = s.max_staleness_seen;
-    d["checkpoints_written"] = s.checkpoints_written;
-    d["keys_restored"] = s.keys_restored;
-    d["bytes_held"] = s.bytes_held;
-    return d;
-  });
+  m.def("ps_is_initialized", &PsIsInitialized);
+  m.def("ps_info", &PsInfo);
+  m.def("ps_serve", &PsServe);
+  m.def("ps_register", &PsRegister);
+  m.def("ps_submit", &PsSubmit);
+  m.def("ps_server_stats", &PsServerStats);
   m.def("ps_server_bytes", [] { return CurrentPs("server_bytes")->ServerBytes(); });
   py::class_<PyPsHandle>(m, "PsHandle")
       .def("poll", &PyPsHandle::Poll)

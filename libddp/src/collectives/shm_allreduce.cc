@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ShmAllreduce: the pipelined allreduce through shared reduction areas.
 #include "collectives/shm_allreduce.h"
 
@@ -340,102 +342,148 @@ absl::Status ShmAllreduce::Small(uint64_t step, const Layout& layout, size_t cou
   return absl::OkStatus();
 }
 
-absl::Status ShmAllreduce::Large(uint64_t first, const Layout& layout, size_t count, DataType type,
-                                 ReduceOp combine) {
-  const int me = domain_->local_rank();
-  const int n = domain_->local_size();
-  const size_t es = DataTypeSize(type);
-  const size_t slots = domain_->config().slots;
-  const size_t group =
-      std::max<size_t>(1, domain_->config().chunk_bytes / es) * static_cast<size_t>(n);
-  const uint64_t steps = (count + group - 1) / group;
-  AreaControl* mine = domain_->area_control(me, area_);
-  // Each rank's slice of a step: every step but the last is a whole group.
-  const Blocks whole = Blocks::Even(group, n);
-  const Blocks tail = Blocks::Even(count % group == 0 ? group : count % group, n);
-  const Blocks* prev = nullptr;
+// One large allreduce's pipeline (the header says how it goes): the call's constants, and the
+// parts of a step, inlined into Large() (they run per step; the class is this file's alone).
+class ShmAllreduce::Pipeline {
+ public:
+  Pipeline(ShmAllreduce& shm, const Layout& layout, size_t count, DataType type, ReduceOp combine)
+      : shm_(shm),
+        domain_(*shm.domain_),
+        area_(shm.area_),
+        layout_(layout),
+        count_(count),
+        type_(type),
+        combine_(combine),
+        me_(domain_.local_rank()),
+        n_(domain_.local_size()),
+        es_(DataTypeSize(type)),
+        slots_(domain_.config().slots),
+        group_(std::max<size_t>(1, domain_.config().chunk_bytes / es_) * static_cast<size_t>(n_)),
+        mine_(domain_.area_control(me_, area_)),
+        // A large output goes around the caches (it is written once and not read here again).
+        stream_(count * es_ >= domain_.config().stream_bytes) {}
 
-  // A large output goes around the caches (it is written once and not read here again).
-  const bool stream = count * es >= domain_->config().stream_bytes;
-  auto copy_out = [stream](char* dst, const char* src, size_t len) {
-    if (stream) {
+  [[gnu::always_inline]] absl::Status Run(uint64_t first) {
+    const uint64_t steps = (count_ + group_ - 1) / group_;
+    // Each rank's slice of a step: every step but the last is a whole group.
+    const Blocks whole = Blocks::Even(group_, n_);
+    const Blocks tail = Blocks::Even(count_ % group_ == 0 ? group_ : count_ % group_, n_);
+    const Blocks* prev = nullptr;
+    size_t prev_base = 0;
+    for (uint64_t g = 0; g < steps; ++g) {
+      const uint64_t s = first + g;
+      const size_t base = g * group_;
+      const size_t elems = std::min(group_, count_ - base);
+      const Blocks& blocks = elems == group_ ? whole : tail;
+      DDP_RETURN_IF_ERROR(Step(s, base, blocks, /*check_calls=*/g == 0));
+      // While the others reduce this step, gather the previous one.
+      if (g > 0) DDP_RETURN_IF_ERROR(Gather(s - 1, prev_base, *prev));
+      prev_base = base;
+      prev = &blocks;
+    }
+    absl::Status last = Gather(first + steps - 1, prev_base, *prev);
+    if (stream_) StreamFence();
+    return last;
+  }
+
+ private:
+  // Step `s` (its group starts at element `base`) up to this rank's published slice.
+  [[gnu::always_inline]] absl::Status Step(uint64_t s, size_t base, const Blocks& blocks,
+                                           bool check_calls) {
+    // The slot is free once everyone has finished the step that used it last.
+    if (s > slots_) DDP_RETURN_IF_ERROR(shm_.WaitAll(&AreaControl::done, s - slots_, "finish"));
+    StageOthersSlices(s, base, blocks);
+    shm_.Stamp(s, count_, type_, combine_);
+    mine_->in.value.store(s, std::memory_order_release);
+    Publish(mine_);
+    DDP_RETURN_IF_ERROR(shm_.WaitAll(&AreaControl::in, s, "stage its input for"));
+    if (check_calls) DDP_RETURN_IF_ERROR(shm_.CheckCalls(s, count_, type_, combine_));
+    ReduceOwnSlice(s, base, blocks);
+    mine_->red.value.store(s, std::memory_order_release);
+    Publish(mine_);
+    return absl::OkStatus();
+  }
+
+  // The slices of this rank's input that the others reduce, into its stage.
+  [[gnu::always_inline]] void StageOthersSlices(uint64_t s, size_t base, const Blocks& blocks) {
+    char* stage = domain_.in_stage(me_, area_, s % slots_);
+    for (int p = 0; p < n_; ++p) {
+      const auto q = static_cast<size_t>(p);
+      if (p == me_ || blocks.count[q] == 0) continue;
+      char* to = stage + blocks.offset[q] * es_;
+      layout_.ForEach(base + blocks.offset[q], blocks.count[q],
+                      [&](const char* in, char*, size_t len, const reduce::Epilogue&, size_t at) {
+                        std::memcpy(to + at * es_, in, len * es_);
+                      });
+    }
+  }
+
+  // This rank's slice, reduced in rank order into its published stage, then into the output.
+  [[gnu::always_inline]] void ReduceOwnSlice(uint64_t s, size_t base, const Blocks& blocks) {
+    const size_t slot = s % slots_;
+    const auto m = static_cast<size_t>(me_);
+    const size_t offset = blocks.offset[m];
+    char* acc = domain_.out_stage(me_, area_, slot);
+    layout_.ForEach(
+        base + offset, blocks.count[m],
+        [&](const char* in, char* out, size_t len, const reduce::Epilogue& epilogue, size_t at) {
+          char* a = acc + at * es_;
+          auto source = [&](int p) -> const char* {
+            return p == me_ ? in : domain_.in_stage(p, area_, slot) + (offset + at) * es_;
+          };
+          reduce::Combine(type_, combine_, a, source(0), source(1), len);
+          for (int p = 2; p < n_; ++p) {
+            reduce::Combine(type_, combine_, a, a, source(p), len);
+          }
+          epilogue.Apply(type_, a, len);
+          CopyOut(out, a, len * es_);
+        });
+  }
+
+  // Copies the others' reduced slices of step `s` (group starting at element `base`) out.
+  [[gnu::always_inline]] absl::Status Gather(uint64_t s, size_t base, const Blocks& slices) {
+    DDP_RETURN_IF_ERROR(shm_.WaitAll(&AreaControl::red, s, "reduce its slice of"));
+    for (int p = 0; p < n_; ++p) {
+      const auto q = static_cast<size_t>(p);
+      if (p == me_ || slices.count[q] == 0) continue;
+      const char* reduced = domain_.out_stage(p, area_, s % slots_);
+      layout_.ForEach(base + slices.offset[q], slices.count[q],
+                      [&](const char*, char* out, size_t len, const reduce::Epilogue&, size_t at) {
+                        CopyOut(out, reduced + at * es_, len * es_);
+                      });
+    }
+    mine_->done.value.store(s, std::memory_order_release);
+    Publish(mine_);
+    return absl::OkStatus();
+  }
+
+  [[gnu::always_inline]] void CopyOut(char* dst, const char* src, size_t len) const {
+    if (stream_) {
       StreamCopy(dst, src, len);
     } else {
       std::memcpy(dst, src, len);
     }
-  };
-  // Copies the others' reduced slices of step `s` (group starting at element `base`) out.
-  auto gather = [&](uint64_t s, size_t base, const Blocks& slices) -> absl::Status {
-    const std::vector<size_t>& off = slices.offset;
-    const std::vector<size_t>& cnt = slices.count;
-    DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::red, s, "reduce its slice of"));
-    for (int p = 0; p < n; ++p) {
-      const auto q = static_cast<size_t>(p);
-      if (p == me || cnt[q] == 0) continue;
-      const char* reduced = domain_->out_stage(p, area_, s % slots);
-      layout.ForEach(base + off[q], cnt[q],
-                     [&](const char*, char* out, size_t len, const reduce::Epilogue&, size_t at) {
-                       copy_out(out, reduced + at * es, len * es);
-                     });
-    }
-    mine->done.value.store(s, std::memory_order_release);
-    Publish(mine);
-    return absl::OkStatus();
-  };
-
-  size_t prev_base = 0;
-  for (uint64_t g = 0; g < steps; ++g) {
-    const uint64_t s = first + g;
-    const size_t slot = s % slots;
-    const size_t base = g * group;
-    const size_t elems = std::min(group, count - base);
-    const Blocks& blocks = elems == group ? whole : tail;
-    const std::vector<size_t>& offset = blocks.offset;
-    const std::vector<size_t>& part = blocks.count;
-    // The slot is free once everyone has finished the step that used it last.
-    if (s > slots) DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::done, s - slots, "finish"));
-    char* stage = domain_->in_stage(me, area_, slot);
-    for (int p = 0; p < n; ++p) {
-      const auto q = static_cast<size_t>(p);
-      if (p == me || part[q] == 0) continue;
-      char* to = stage + offset[q] * es;
-      layout.ForEach(base + offset[q], part[q],
-                     [&](const char* in, char*, size_t len, const reduce::Epilogue&, size_t at) {
-                       std::memcpy(to + at * es, in, len * es);
-                     });
-    }
-    Stamp(s, count, type, combine);
-    mine->in.value.store(s, std::memory_order_release);
-    Publish(mine);
-    DDP_RETURN_IF_ERROR(WaitAll(&AreaControl::in, s, "stage its input for"));
-    if (g == 0) DDP_RETURN_IF_ERROR(CheckCalls(s, count, type, combine));
-    // This rank's slice, reduced in rank order into its published stage, then into the output.
-    const auto m = static_cast<size_t>(me);
-    char* acc = domain_->out_stage(me, area_, slot);
-    layout.ForEach(
-        base + offset[m], part[m],
-        [&](const char* in, char* out, size_t len, const reduce::Epilogue& epilogue, size_t at) {
-          char* a = acc + at * es;
-          auto source = [&](int p) -> const char* {
-            return p == me ? in : domain_->in_stage(p, area_, slot) + (offset[m] + at) * es;
-          };
-          reduce::Combine(type, combine, a, source(0), source(1), len);
-          for (int p = 2; p < n; ++p) {
-            reduce::Combine(type, combine, a, a, source(p), len);
-          }
-          epilogue.Apply(type, a, len);
-          copy_out(out, a, len * es);
-        });
-    mine->red.value.store(s, std::memory_order_release);
-    Publish(mine);
-    // While the others reduce this step, gather the previous one.
-    if (g > 0) DDP_RETURN_IF_ERROR(gather(s - 1, prev_base, *prev));
-    prev_base = base;
-    prev = &blocks;
   }
-  absl::Status last = gather(first + steps - 1, prev_base, *prev);
-  if (stream) StreamFence();
-  return last;
+
+  ShmAllreduce& shm_;
+  transport::shm::ShmDomain& domain_;
+  const int area_;
+  const Layout& layout_;
+  const size_t count_;
+  const DataType type_;
+  const ReduceOp combine_;
+  const int me_;
+  const int n_;
+  const size_t es_;
+  const size_t slots_;
+  const size_t group_;
+  AreaControl* const mine_;
+  const bool stream_;
+};
+
+absl::Status ShmAllreduce::Large(uint64_t first, const Layout& layout, size_t count, DataType type,
+                                 ReduceOp combine) {
+  return Pipeline(*this, layout, count, type, combine).Run(first);
 }
 
 }  // namespace ddp::collectives

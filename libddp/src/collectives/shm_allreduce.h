@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ShmAllreduce: the collective backend (backend.h) that runs allreduce among the ranks of one
 // host through their reduction areas in shared memory (transport/shm/domain.h), moving each byte
 // as few times as possible.
@@ -57,6 +59,7 @@ class ShmAllreduce final : public AllreduceBackend {
   using AreaControl = transport::shm::AreaControl;
   using Line = transport::shm::Line;
   class Layout;
+  class Pipeline;  // Large()'s steps (shm_allreduce.cc)
   absl::Status Run(const Layout& layout, size_t count, DataType type, ReduceOp combine);
   absl::Status Small(uint64_t step, const Layout& layout, size_t count, DataType type, ReduceOp op);
   absl::Status Large(uint64_t first, const Layout& layout, size_t count, DataType type,

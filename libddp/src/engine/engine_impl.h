@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // EngineImpl: the fusion engine behind ddp::Engine, in three parts:
 //   - the negotiator (negotiator.h): which tensors every rank of a process set has submitted,
 //     agreed in rounds with no coordinator on the critical path; pure, tested without processes;
@@ -123,6 +125,15 @@ class EngineImpl final : public Engine {
   void PostDoorbells();
   uint64_t DoorbellTag(uint32_t epoch) const;
   absl::Status RunCycle();
+  // RunCycle's parts: take the queue and the stop request; this rank's side of the world round;
+  // the rounds of the process sets the world round says have work (true: one ran something);
+  // autotune, timeline and stats; sleep where no round can run anything until a rank submits
+  // more (Cancelled: this rank stops and nobody has anything).
+  void StartCycle();
+  RoundInput WorldRoundInput() const;
+  absl::StatusOr<bool> RunSetRounds(const RoundOutcome& world);
+  void EndCycle(const RoundOutcome& world);
+  absl::Status SleepIfIdle(const RoundOutcome& world, bool ran_something, absl::Time start);
   // One round of `set`: prepare, exchange, process (negotiator.h), then what it decided.
   absl::StatusOr<RoundOutcome> Negotiate(ProcessSet& set, const RoundInput& in);
   absl::Status Apply(ProcessSet& set, RoundOutcome& round);

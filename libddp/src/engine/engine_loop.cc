@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // EngineImpl's background thread: the cycle loop, sleeping and waking by doorbells, stopping.
 #include <algorithm>
 #include <chrono>
@@ -212,27 +214,49 @@ void EngineImpl::TakeQueue() {
 
 absl::Status EngineImpl::RunCycle() {
   const absl::Time start = absl::Now();
+  StartCycle();
+  DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0], WorldRoundInput()));
+  bool ran_something = !world.responses.empty();
+  ApplyParameters(world.params);
+  AddProcessSets(*sets_[0], world.responses);
+  DDP_RETURN_IF_ERROR(Apply(*sets_[0], world));
+  if (!world.stopping.empty()) FailWorkNeeding(world.stopping);
+  DDP_ASSIGN_OR_RETURN(const bool sets_ran, RunSetRounds(world));
+  ran_something = ran_something || sets_ran;
+  EndCycle(world);
+  DDP_RETURN_IF_ERROR(SleepIfIdle(world, ran_something, start));
+  // A round that ran something is followed at once by the next: a burst of submissions is not
+  // held back by the cycle time, and while collectives run, the next gradients queue up and
+  // fuse by themselves. The cycle time paces only rounds that found nothing to run (while a
+  // process set runs or a rank stops; otherwise ranks sleep, above), and a sleeping rank with
+  // work of its own waiting (WaitWhilePending). (This is pacing only: ranks that decide
+  // differently simply wait for each other in the next round.)
+  next_cycle_ = ran_something ? start : start + absl::Milliseconds(params_.cycle_time_ms);
+  return absl::OkStatus();
+}
+
+void EngineImpl::StartCycle() {
   ++cycle_;
   if (timeline_->active() && timeline_->marks_cycles()) {
     timeline_->Marker("CYCLE_START", timeline_->NowMicros());
   }
   TakeQueue();
-  {
-    std::lock_guard<std::mutex> lock(inbox_->mu);
-    stopping_ = inbox_->stop;
-  }
+  std::lock_guard<std::mutex> lock(inbox_->mu);
+  stopping_ = inbox_->stop;
+}
+
+RoundInput EngineImpl::WorldRoundInput() const {
   RoundInput in;
   in.has_pending = HasLocalWork() || joined_;
   in.joined = joined_;
   in.stopping = stopping_;
   in.proposal = proposal_;
   for (const auto& set : sets_) in.set_pending.push_back(set->pending.empty() ? 0 : 1);
-  DDP_ASSIGN_OR_RETURN(RoundOutcome world, Negotiate(*sets_[0], in));
-  bool ran_something = !world.responses.empty();
-  ApplyParameters(world.params);
-  AddProcessSets(*sets_[0], world.responses);
-  DDP_RETURN_IF_ERROR(Apply(*sets_[0], world));
-  if (!world.stopping.empty()) FailWorkNeeding(world.stopping);
+  return in;
+}
+
+absl::StatusOr<bool> EngineImpl::RunSetRounds(const RoundOutcome& world) {
+  bool ran_something = false;
   for (size_t id = 1; id < world.set_pending.size(); ++id) {
     ProcessSet& set = *sets_[id];
     if (world.set_pending[id] == 0 || set.my_index < 0) continue;
@@ -243,6 +267,10 @@ absl::Status EngineImpl::RunCycle() {
     ran_something = ran_something || !round.responses.empty();
     DDP_RETURN_IF_ERROR(Apply(set, round));
   }
+  return ran_something;
+}
+
+void EngineImpl::EndCycle(const RoundOutcome& world) {
   const uint64_t executed = executor_->TakeExecutedBytes();
   if (autotuner_ && executed > 0 && autotuner_->RecordCycle(executed, SteadySeconds())) {
     proposal_ = autotuner_->current();
@@ -253,15 +281,21 @@ absl::Status EngineImpl::RunCycle() {
     if (autotuner_) s.autotune_converged = autotuner_->converged();
     if (!world.anything_pending) ++s.sleeps;
   });
+}
+
+absl::Status EngineImpl::SleepIfIdle(const RoundOutcome& world, bool ran_something,
+                                     absl::Time start) {
   if (!world.anything_pending) {
     // Nobody has anything: every rank reached the same conclusion in the same round. A rank
     // that is shutting down leaves now; the others sleep and learn of it from its goodbye.
     if (stopping_) return absl::CancelledError("the context has been shut down");
     asleep_ = true;
     if (size_ > 1) PostDoorbells();
-  } else if (size_ > 1 && !ran_something && world.stopping.empty() &&
-             std::all_of(world.set_pending.begin() + (world.set_pending.empty() ? 0 : 1),
-                         world.set_pending.end(), [](uint8_t p) { return p == 0; })) {
+    return absl::OkStatus();
+  }
+  if (size_ > 1 && !ran_something && world.stopping.empty() &&
+      std::all_of(world.set_pending.begin() + (world.set_pending.empty() ? 0 : 1),
+                  world.set_pending.end(), [](uint8_t p) { return p == 0; })) {
     // Something is pending, but no rank had what the others have: every rank saw the same, no
     // process set ran a round, and no rank is stopping (that one paces the rounds as below). Rather
     // than a round per cycle time until the last rank submits, all sleep until a rank submits more
@@ -276,13 +310,6 @@ absl::Status EngineImpl::RunCycle() {
     waiting_.recheck = start + kPendingRecheck;
     PostDoorbells();
   }
-  // A round that ran something is followed at once by the next: a burst of submissions is not
-  // held back by the cycle time, and while collectives run, the next gradients queue up and
-  // fuse by themselves. The cycle time paces only rounds that found nothing to run (while a
-  // process set runs or a rank stops; otherwise ranks sleep, above), and a sleeping rank with
-  // work of its own waiting (WaitWhilePending). (This is pacing only: ranks that decide
-  // differently simply wait for each other in the next round.)
-  next_cycle_ = ran_something ? start : start + absl::Milliseconds(params_.cycle_time_ms);
   return absl::OkStatus();
 }
 

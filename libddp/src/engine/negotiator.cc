@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Negotiator: the round's vector and announcements, agreement checks, the response cache, join,
 // and the stall inspector. Every member runs the same bookkeeping on the same inputs.
 #include "engine/negotiator.h"
@@ -78,6 +80,141 @@ void RequeueSlot(SetState& set, int slot) {
       set.fresh.push_back(op.get());
     }
   }
+}
+
+// Process's steps, in the order it takes them.
+
+// What the members' records say: who has work, who joined or is stopping, the parameters and
+// cache capacity of the first member (agreed), and which process sets have work.
+RoundOutcome ReadMembers(SetState& set, const std::vector<uint8_t>& vec) {
+  const size_t members = set.members.size();
+  const size_t sets_at = RecordsAt(set) + members * MemberRecord::kBytes;
+  RoundOutcome out;
+  out.joined.assign(members, false);
+  for (size_t i = 0; i < members; ++i) {
+    const MemberRecord r = ReadMember(MemberAt(set, vec, i));
+    out.anything_pending = out.anything_pending || (r.flags & MemberRecord::kHasPending) != 0;
+    out.joined[i] = (r.flags & MemberRecord::kJoined) != 0;
+    if ((r.flags & MemberRecord::kStopping) != 0) out.stopping.push_back(set.members[i]);
+    if (!out.joined[i]) ++out.active_members;
+  }
+  const MemberRecord coordinator = ReadMember(MemberAt(set, vec, 0));
+  out.params =
+      TunedParams{coordinator.fusion_threshold, static_cast<double>(coordinator.cycle_time_ms)};
+  out.set_pending.assign(vec.begin() + static_cast<long>(sets_at), vec.end());
+  if (!set.capacity_agreed) {
+    set.cache.set_capacity(coordinator.cache_capacity);
+    set.capacity_agreed = true;
+  }
+  return out;
+}
+
+// Slots some member invalidated are dropped everywhere, their ops described in full again.
+void InvalidateSlots(SetState& set, const std::vector<uint8_t>& vec) {
+  const size_t bound = set.cache.slot_bound();
+  for (size_t s = 0; s < bound; ++s) {
+    const int slot = static_cast<int>(s);
+    if (vec[bound + s] != 0 && set.cache.valid(slot)) {
+      set.cache.Erase(slot);
+      RequeueSlot(set, slot);
+    }
+  }
+}
+
+// Cached tensors that no member marked "not ready" are ready (while ranks have joined, only
+// allreduces: anything else fails).
+void TakeCacheHits(SetState& set, const std::vector<uint8_t>& vec, int64_t now_us,
+                   RoundOutcome& out) {
+  const size_t bound = set.cache.slot_bound();
+  const size_t members = set.members.size();
+  for (size_t s = 0; s < bound; ++s) {
+    const int slot = static_cast<int>(s);
+    if (vec[s] != 0 || !set.cache.valid(slot) || out.active_members == 0) continue;
+    Response r{set.cache.name(slot), set.cache.meta(slot), {}, absl::OkStatus(), true, now_us};
+    if (r.meta.kind != OpKind::kAllreduce && out.active_members < static_cast<int>(members)) {
+      r.error = JoinedError(r.meta.kind, r.name, set, out);
+    }
+    set.cache.Touch(slot);
+    auto it = set.pending.find(r.name);
+    if (it != set.pending.end()) it->second->state = LocalOp::State::kReady;
+    out.responses.push_back(std::move(r));
+    ++out.cache_hits;
+  }
+}
+
+// Every member's announced tensors go into the set's table; returns the names the first member
+// failed as stalled.
+absl::StatusOr<std::vector<std::string>> ReadAnnouncements(SetState& set,
+                                                           const std::vector<uint8_t>& vec,
+                                                           const std::string& gathered,
+                                                           absl::Time now) {
+  const size_t members = set.members.size();
+  const std::vector<size_t> counts = Negotiator::AnnouncementCounts(set, vec);
+  std::vector<std::string> stall_failed;
+  size_t offset = 0;
+  for (size_t i = 0; i < members; ++i) {
+    if (offset + counts[i] > gathered.size()) {
+      return absl::DataLossError(
+          absl::StrCat("engine: rank ", set.members[i], "'s announcements are cut short"));
+    }
+    auto records = ParseRecords(absl::string_view(gathered).substr(offset, counts[i]));
+    if (!records.ok()) {
+      return WithRanks(
+          Annotate(records.status(), absl::StrCat("engine: from rank ", set.members[i])),
+          {set.members[i]});
+    }
+    offset += counts[i];
+    for (Record& rec : *records) {
+      if (rec.type == Record::Type::kStallFail) {
+        if (i == 0) stall_failed.push_back(rec.name);
+        continue;
+      }
+      auto [it, fresh] = set.table.try_emplace(rec.name);
+      if (fresh) {
+        it->second.metas.resize(members);
+        it->second.first_seen = now;
+        it->second.last_warned = now;
+        set.table_order.push_back(rec.name);
+      }
+      it->second.metas[i] = std::move(rec.meta);
+    }
+  }
+  return stall_failed;
+}
+
+// The tensors the first member failed as stalled fail on every member, naming who never
+// submitted them.
+void FailStalled(SetState& set, const std::vector<std::string>& stall_failed,
+                 absl::Duration stall_shutdown, int64_t now_us, RoundOutcome& out) {
+  const size_t members = set.members.size();
+  for (const std::string& name : stall_failed) {
+    auto it = set.table.find(name);
+    if (it == set.table.end()) continue;
+    std::vector<int> have, missing;
+    for (size_t i = 0; i < members; ++i) {
+      (it->second.metas[i] ? have : missing).push_back(set.members[i]);
+    }
+    const TensorMeta& meta = it->second.FirstMeta();
+    absl::Status stalled =
+        WithRanks(absl::DeadlineExceededError(absl::StrCat(
+                      OpKindName(meta.kind), " '", name, "' stalled: submitted by ", RankList(have),
+                      " but not by ", RankList(missing), " within ",
+                      absl::FormatDuration(stall_shutdown), " (DDP_STALL_SHUTDOWN_SECONDS)")),
+                  missing);
+    out.responses.push_back(Response{name, meta, {}, std::move(stalled), false, now_us});
+    set.table.erase(it);
+  }
+}
+
+void TraceRound(const SetState& set, const RoundOutcome& out) {
+  std::vector<std::string> names;
+  for (const Response& r : out.responses) {
+    names.push_back(absl::StrCat(r.name, r.error.ok() ? "" : " (error)"));
+  }
+  DDP_LOG(kTrace, "%s",
+          absl::StrCat("engine round, process set ", set.id, ": active ", out.active_members, "/",
+                       set.members.size(), ", pending ", out.anything_pending, ", ready [",
+                       absl::StrJoin(names, ", "), "]"));
 }
 
 }  // namespace
@@ -165,105 +302,15 @@ std::vector<size_t> Negotiator::AnnouncementCounts(const SetState& set,
 absl::StatusOr<RoundOutcome> Negotiator::Process(SetState& set, const std::vector<uint8_t>& vec,
                                                  const std::string& gathered, absl::Time now,
                                                  int64_t now_us) const {
-  const size_t bound = set.cache.slot_bound();
-  const size_t members = set.members.size();
-  const size_t sets_at = RecordsAt(set) + members * MemberRecord::kBytes;
-  RoundOutcome out;
-  out.joined.assign(members, false);
-  for (size_t i = 0; i < members; ++i) {
-    const MemberRecord r = ReadMember(MemberAt(set, vec, i));
-    out.anything_pending = out.anything_pending || (r.flags & MemberRecord::kHasPending) != 0;
-    out.joined[i] = (r.flags & MemberRecord::kJoined) != 0;
-    if ((r.flags & MemberRecord::kStopping) != 0) out.stopping.push_back(set.members[i]);
-    if (!out.joined[i]) ++out.active_members;
-  }
-  const MemberRecord coordinator = ReadMember(MemberAt(set, vec, 0));
-  out.params =
-      TunedParams{coordinator.fusion_threshold, static_cast<double>(coordinator.cycle_time_ms)};
-  out.set_pending.assign(vec.begin() + static_cast<long>(sets_at), vec.end());
-  if (!set.capacity_agreed) {
-    set.cache.set_capacity(coordinator.cache_capacity);
-    set.capacity_agreed = true;
-  }
-  for (size_t s = 0; s < bound; ++s) {
-    const int slot = static_cast<int>(s);
-    if (vec[bound + s] != 0 && set.cache.valid(slot)) {
-      set.cache.Erase(slot);
-      RequeueSlot(set, slot);
-    }
-  }
-  for (size_t s = 0; s < bound; ++s) {
-    const int slot = static_cast<int>(s);
-    if (vec[s] != 0 || !set.cache.valid(slot) || out.active_members == 0) continue;
-    Response r{set.cache.name(slot), set.cache.meta(slot), {}, absl::OkStatus(), true, now_us};
-    if (r.meta.kind != OpKind::kAllreduce && out.active_members < static_cast<int>(members)) {
-      r.error = JoinedError(r.meta.kind, r.name, set, out);
-    }
-    set.cache.Touch(slot);
-    auto it = set.pending.find(r.name);
-    if (it != set.pending.end()) it->second->state = LocalOp::State::kReady;
-    out.responses.push_back(std::move(r));
-    ++out.cache_hits;
-  }
-  const std::vector<size_t> counts = AnnouncementCounts(set, vec);
-  std::vector<std::string> stall_failed;
-  size_t offset = 0;
-  for (size_t i = 0; i < members; ++i) {
-    if (offset + counts[i] > gathered.size()) {
-      return absl::DataLossError(
-          absl::StrCat("engine: rank ", set.members[i], "'s announcements are cut short"));
-    }
-    auto records = ParseRecords(absl::string_view(gathered).substr(offset, counts[i]));
-    if (!records.ok()) {
-      return WithRanks(
-          Annotate(records.status(), absl::StrCat("engine: from rank ", set.members[i])),
-          {set.members[i]});
-    }
-    offset += counts[i];
-    for (Record& rec : *records) {
-      if (rec.type == Record::Type::kStallFail) {
-        if (i == 0) stall_failed.push_back(rec.name);
-        continue;
-      }
-      auto [it, fresh] = set.table.try_emplace(rec.name);
-      if (fresh) {
-        it->second.metas.resize(members);
-        it->second.first_seen = now;
-        it->second.last_warned = now;
-        set.table_order.push_back(rec.name);
-      }
-      it->second.metas[i] = std::move(rec.meta);
-    }
-  }
-  for (const std::string& name : stall_failed) {
-    auto it = set.table.find(name);
-    if (it == set.table.end()) continue;
-    std::vector<int> have, missing;
-    for (size_t i = 0; i < members; ++i) {
-      (it->second.metas[i] ? have : missing).push_back(set.members[i]);
-    }
-    const TensorMeta& meta = it->second.FirstMeta();
-    absl::Status stalled = WithRanks(
-        absl::DeadlineExceededError(absl::StrCat(
-            OpKindName(meta.kind), " '", name, "' stalled: submitted by ", RankList(have),
-            " but not by ", RankList(missing), " within ",
-            absl::FormatDuration(settings_.stall_shutdown), " (DDP_STALL_SHUTDOWN_SECONDS)")),
-        missing);
-    out.responses.push_back(Response{name, meta, {}, std::move(stalled), false, now_us});
-    set.table.erase(it);
-  }
+  RoundOutcome out = ReadMembers(set, vec);
+  InvalidateSlots(set, vec);
+  TakeCacheHits(set, vec, now_us, out);
+  DDP_ASSIGN_OR_RETURN(const std::vector<std::string> stall_failed,
+                       ReadAnnouncements(set, vec, gathered, now));
+  FailStalled(set, stall_failed, settings_.stall_shutdown, now_us, out);
   CompleteTableEntries(set, out, now_us);
   if (set.id == 0) FinishJoin(set, out);
-  if (log::Enabled(LogLevel::kTrace) && !out.responses.empty()) {
-    std::vector<std::string> names;
-    for (const Response& r : out.responses) {
-      names.push_back(absl::StrCat(r.name, r.error.ok() ? "" : " (error)"));
-    }
-    DDP_LOG(kTrace, "%s",
-            absl::StrCat("engine round, process set ", set.id, ": active ", out.active_members, "/",
-                         members, ", pending ", out.anything_pending, ", ready [",
-                         absl::StrJoin(names, ", "), "]"));
-  }
+  if (log::Enabled(LogLevel::kTrace) && !out.responses.empty()) TraceRound(set, out);
   CheckStalls(set, now);
   return out;
 }

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libddp_ofi.so: the libfabric wire. One FI_EP_RDM endpoint with tagged messages, one
 // completion queue, an address vector filled from the bootstrap.
 //
@@ -164,95 +166,9 @@ class OfiWireImpl final : public OfiWire {
     if (const char* e = std::getenv("DDP_OFI_TEST_EAGAIN_EVERY"); e != nullptr) {
       eagain_every_ = std::strtoull(e, nullptr, 10);
     }
-    fi_info* hints = fi_allocinfo();
-    if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo");
-    hints->caps = FI_TAGGED | FI_SEND | FI_RECV;
-    hints->mode = FI_CONTEXT | FI_CONTEXT2;
-    hints->ep_attr->type = FI_EP_RDM;
-    // Every mr_mode bit this code honours: the provider keeps those it needs.
-    hints->domain_attr->mr_mode =
-        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
-    hints->domain_attr->threading = FI_THREAD_DOMAIN;  // WireTransport serialises every call
-    if (!config.provider.empty()) hints->fabric_attr->prov_name = strdup(config.provider.c_str());
-    if (!config.domain.empty()) hints->domain_attr->name = strdup(config.domain.c_str());
-    const bool socket_provider = config.provider.rfind("tcp", 0) == 0 ||
-                                 config.provider.rfind("sockets", 0) == 0 ||
-                                 config.provider.rfind("udp", 0) == 0;
-    if (socket_provider && !config.source_ip.empty() && config.domain.empty()) {
-      auto* sin = static_cast<sockaddr_in*>(calloc(1, sizeof(sockaddr_in)));
-      sin->sin_family = AF_INET;
-      if (inet_pton(AF_INET, config.source_ip.c_str(), &sin->sin_addr) == 1) {
-        hints->addr_format = FI_SOCKADDR_IN;
-        hints->src_addr = sin;
-        hints->src_addrlen = sizeof(sockaddr_in);
-      } else {
-        free(sin);
-      }
-    }
-    fi_info* info = nullptr;
-    const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info);
-    fi_freeinfo(hints);
-    if (rc != 0 || info == nullptr) {
-      return absl::NotFoundError(absl::StrCat(
-          "no libfabric provider offers reliable tagged messages (FI_EP_RDM, FI_TAGGED)",
-          config.provider.empty() ? "" : absl::StrCat(" as DDP_OFI_PROVIDER=", config.provider),
-          ": ", fi_strerror(-rc), ". `fi_info -t FI_EP_RDM` lists what this host has"));
-    }
-    info_ = info;
-    mr_mode_ = info->domain_attr->mr_mode;
-    register_ = (mr_mode_ & FI_MR_LOCAL) != 0 || config.force_mr_local;
-    provider_ = info->fabric_attr->prov_name != nullptr ? info->fabric_attr->prov_name : "?";
-    domain_name_ = info->domain_attr->name != nullptr ? info->domain_attr->name : "?";
-    size_t max = info->ep_attr->max_msg_size;
-    if (max == 0) max = size_t{1} << 30;
-    max_data_ = std::min<size_t>(max, size_t{1} << 30);
-    if (config.max_message_bytes > 0) max_data_ = std::min(max_data_, config.max_message_bytes);
-    control_bytes_ = std::min(kControlBytes, max_data_);
-
-    DDP_FI_CHECK(fi_fabric(info->fabric_attr, &fabric_, nullptr), "fi_fabric");
-    DDP_FI_CHECK(fi_domain(fabric_, info, &domain_, nullptr), "fi_domain");
-    fi_cq_attr cq_attr = {};
-    cq_attr.format = FI_CQ_FORMAT_TAGGED;
-    cq_attr.size = 4096;
-    DDP_FI_CHECK(fi_cq_open(domain_, &cq_attr, &cq_, nullptr), "fi_cq_open");
-    fi_av_attr av_attr = {};
-    av_attr.type = FI_AV_TABLE;
-    av_attr.count = static_cast<size_t>(config.size);
-    DDP_FI_CHECK(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open");
-    DDP_FI_CHECK(fi_endpoint(domain_, info, &ep_, nullptr), "fi_endpoint");
-    DDP_FI_CHECK(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
-    DDP_FI_CHECK(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
-    if (provider_ == "shm") {
-      SweepDeadShmRegions();
-      const std::string region = ShmRegionName();
-      DDP_FI_CHECK(fi_setname(&ep_->fid, const_cast<char*>(region.c_str()), region.size() + 1),
-                   "fi_setname");
-    }
-    DDP_FI_CHECK(fi_enable(ep_), "fi_enable");
-    char name[256];
-    size_t length = sizeof(name);
-    DDP_FI_CHECK(fi_getname(&ep_->fid, name, &length), "fi_getname");
-    address_.assign(name, length);
-
-    // Control receives: a pool posted for any sender, reposted as each completes.
-    const size_t posted = std::clamp<size_t>(static_cast<size_t>(config.size) * 16, 64, 1024);
-    control_pool_.resize(posted * control_bytes_);
-    Registration* pool_reg = nullptr;
-    if (register_) {
-      auto r = RegisterRange(control_pool_.data(), control_pool_.size(), /*remembered=*/true);
-      if (!r.ok()) return r.status();
-      pool_reg = *r;
-    }
-    control_recvs_.resize(posted);
-    for (size_t i = 0; i < posted; ++i) {
-      Op& op = control_recvs_[i];
-      op.kind = Op::Kind::kControlRecv;
-      op.buffer = control_pool_.data() + i * control_bytes_;
-      op.bytes = control_bytes_;
-      op.desc = pool_reg != nullptr ? pool_reg->desc : nullptr;
-      DDP_RETURN_IF(PostOrQueue(&op));
-    }
-    return absl::OkStatus();
+    DDP_RETURN_IF(FindProvider(config));
+    DDP_RETURN_IF(OpenEndpoint(config));
+    return PostControlReceives(config);
   }
 
   std::string address() const override {
@@ -452,6 +368,114 @@ class OfiWireImpl final : public OfiWire {
   }
 
  private:
+  // What Open asks of a provider: reliable tagged messages (FI_EP_RDM), the mr_mode bits this
+  // code honours, and the provider, domain and (socket providers) source address configured.
+  static fi_info* MakeHints(const OfiConfig& config) {
+    fi_info* hints = fi_allocinfo();
+    if (hints == nullptr) return nullptr;
+    hints->caps = FI_TAGGED | FI_SEND | FI_RECV;
+    hints->mode = FI_CONTEXT | FI_CONTEXT2;
+    hints->ep_attr->type = FI_EP_RDM;
+    // Every mr_mode bit this code honours: the provider keeps those it needs.
+    hints->domain_attr->mr_mode =
+        FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT;
+    hints->domain_attr->threading = FI_THREAD_DOMAIN;  // WireTransport serialises every call
+    if (!config.provider.empty()) hints->fabric_attr->prov_name = strdup(config.provider.c_str());
+    if (!config.domain.empty()) hints->domain_attr->name = strdup(config.domain.c_str());
+    const bool socket_provider = config.provider.rfind("tcp", 0) == 0 ||
+                                 config.provider.rfind("sockets", 0) == 0 ||
+                                 config.provider.rfind("udp", 0) == 0;
+    if (socket_provider && !config.source_ip.empty() && config.domain.empty()) {
+      auto* sin = static_cast<sockaddr_in*>(calloc(1, sizeof(sockaddr_in)));
+      sin->sin_family = AF_INET;
+      if (inet_pton(AF_INET, config.source_ip.c_str(), &sin->sin_addr) == 1) {
+        hints->addr_format = FI_SOCKADDR_IN;
+        hints->src_addr = sin;
+        hints->src_addrlen = sizeof(sockaddr_in);
+      } else {
+        free(sin);
+      }
+    }
+    return hints;
+  }
+
+  // Open's steps: the provider (info_) and what it allows; the fabric, domain, completion
+  // queue, address vector and endpoint, named; the control receives posted.
+  absl::Status FindProvider(const OfiConfig& config) {
+    fi_info* hints = MakeHints(config);
+    if (hints == nullptr) return absl::ResourceExhaustedError("fi_allocinfo");
+    fi_info* info = nullptr;
+    const int rc = fi_getinfo(FI_VERSION(1, 9), nullptr, nullptr, 0, hints, &info);
+    fi_freeinfo(hints);
+    if (rc != 0 || info == nullptr) {
+      return absl::NotFoundError(absl::StrCat(
+          "no libfabric provider offers reliable tagged messages (FI_EP_RDM, FI_TAGGED)",
+          config.provider.empty() ? "" : absl::StrCat(" as DDP_OFI_PROVIDER=", config.provider),
+          ": ", fi_strerror(-rc), ". `fi_info -t FI_EP_RDM` lists what this host has"));
+    }
+    info_ = info;
+    mr_mode_ = info->domain_attr->mr_mode;
+    register_ = (mr_mode_ & FI_MR_LOCAL) != 0 || config.force_mr_local;
+    provider_ = info->fabric_attr->prov_name != nullptr ? info->fabric_attr->prov_name : "?";
+    domain_name_ = info->domain_attr->name != nullptr ? info->domain_attr->name : "?";
+    size_t max = info->ep_attr->max_msg_size;
+    if (max == 0) max = size_t{1} << 30;
+    max_data_ = std::min<size_t>(max, size_t{1} << 30);
+    if (config.max_message_bytes > 0) max_data_ = std::min(max_data_, config.max_message_bytes);
+    control_bytes_ = std::min(kControlBytes, max_data_);
+    return absl::OkStatus();
+  }
+
+  absl::Status OpenEndpoint(const OfiConfig& config) {
+    DDP_FI_CHECK(fi_fabric(info_->fabric_attr, &fabric_, nullptr), "fi_fabric");
+    DDP_FI_CHECK(fi_domain(fabric_, info_, &domain_, nullptr), "fi_domain");
+    fi_cq_attr cq_attr = {};
+    cq_attr.format = FI_CQ_FORMAT_TAGGED;
+    cq_attr.size = 4096;
+    DDP_FI_CHECK(fi_cq_open(domain_, &cq_attr, &cq_, nullptr), "fi_cq_open");
+    fi_av_attr av_attr = {};
+    av_attr.type = FI_AV_TABLE;
+    av_attr.count = static_cast<size_t>(config.size);
+    DDP_FI_CHECK(fi_av_open(domain_, &av_attr, &av_, nullptr), "fi_av_open");
+    DDP_FI_CHECK(fi_endpoint(domain_, info_, &ep_, nullptr), "fi_endpoint");
+    DDP_FI_CHECK(fi_ep_bind(ep_, &cq_->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)");
+    DDP_FI_CHECK(fi_ep_bind(ep_, &av_->fid, 0), "fi_ep_bind(av)");
+    if (provider_ == "shm") {
+      SweepDeadShmRegions();
+      const std::string region = ShmRegionName();
+      DDP_FI_CHECK(fi_setname(&ep_->fid, const_cast<char*>(region.c_str()), region.size() + 1),
+                   "fi_setname");
+    }
+    DDP_FI_CHECK(fi_enable(ep_), "fi_enable");
+    char name[256];
+    size_t length = sizeof(name);
+    DDP_FI_CHECK(fi_getname(&ep_->fid, name, &length), "fi_getname");
+    address_.assign(name, length);
+    return absl::OkStatus();
+  }
+
+  // Control receives: a pool posted for any sender, reposted as each completes.
+  absl::Status PostControlReceives(const OfiConfig& config) {
+    const size_t posted = std::clamp<size_t>(static_cast<size_t>(config.size) * 16, 64, 1024);
+    control_pool_.resize(posted * control_bytes_);
+    Registration* pool_reg = nullptr;
+    if (register_) {
+      auto r = RegisterRange(control_pool_.data(), control_pool_.size(), /*remembered=*/true);
+      if (!r.ok()) return r.status();
+      pool_reg = *r;
+    }
+    control_recvs_.resize(posted);
+    for (size_t i = 0; i < posted; ++i) {
+      Op& op = control_recvs_[i];
+      op.kind = Op::Kind::kControlRecv;
+      op.buffer = control_pool_.data() + i * control_bytes_;
+      op.bytes = control_bytes_;
+      op.desc = pool_reg != nullptr ? pool_reg->desc : nullptr;
+      DDP_RETURN_IF(PostOrQueue(&op));
+    }
+    return absl::OkStatus();
+  }
+
   fi_addr_t Addr(int peer) const { return peers_[static_cast<size_t>(peer)]; }
 
   Op* NewOp() {

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // A server's checkpoint (DDP_PS_CHECKPOINT_DIR): its shard written atomically, by steps or by
 // time, and read back by its restarted process or by a new job.
 #include <fcntl.h>
@@ -30,6 +32,28 @@ namespace {
 // A checkpoint is this magic, then ByteWriter's raw fields (read back by the same build on the
 // same kind of machine; the magic names the format).
 constexpr char kCheckpointMagic[8] = {'D', 'D', 'P', 'P', 'S', 'C', 'K', '1'};
+
+absl::Status Corrupt(const std::string& path, absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("parameter-server checkpoint ", path, ": ", what));
+}
+
+// The fields after the magic: which server of how many, with how many workers, wrote the
+// checkpoint (this job must be the same), and how many partitions follow (*partitions).
+absl::Status ReadCheckpointHeader(ByteReader& rd, const CoreConfig& config, const std::string& path,
+                                  uint32_t* partitions) {
+  int32_t server = 0, servers = 0, workers = 0;
+  if (!rd.Get(&server) || !rd.Get(&servers) || !rd.Get(&workers) || !rd.Get(partitions)) {
+    return Corrupt(path, "truncated header");
+  }
+  if (server != config.server_index || servers != config.num_servers ||
+      workers != config.num_workers) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("parameter-server checkpoint ", path, " was written by server ", server,
+                     " of ", servers, " with ", workers, " workers; this job has ",
+                     config.num_servers, " servers and ", config.num_workers, " workers"));
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -123,57 +147,19 @@ absl::Status ServerCore::Restore() {
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string data = buffer.str();
-  const auto corrupt = [&path](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat("parameter-server checkpoint ", path, ": ", what));
-  };
   if (data.size() < sizeof(kCheckpointMagic) ||
       std::memcmp(data.data(), kCheckpointMagic, sizeof(kCheckpointMagic)) != 0) {
-    return corrupt("not a libddp parameter-server checkpoint");
+    return Corrupt(path, "not a libddp parameter-server checkpoint");
   }
   ByteReader rd(absl::string_view(data).substr(sizeof(kCheckpointMagic)));
-  int32_t server = 0, servers = 0, workers = 0;
   uint32_t n = 0;
-  if (!rd.Get(&server) || !rd.Get(&servers) || !rd.Get(&workers) || !rd.Get(&n)) {
-    return corrupt("truncated header");
-  }
-  if (server != config_.server_index || servers != config_.num_servers ||
-      workers != config_.num_workers) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("parameter-server checkpoint ", path, " was written by server ", server,
-                     " of ", servers, " with ", workers, " workers; this job has ",
-                     config_.num_servers, " servers and ", config_.num_workers, " workers"));
-  }
+  DDP_RETURN_IF_ERROR(ReadCheckpointHeader(rd, config_, path, &n));
   std::map<uint32_t, Partition> restored;
   for (uint32_t i = 0; i < n; ++i) {
-    uint32_t id = 0;
-    Partition p;
-    std::string value, state;
-    if (!rd.Get(&id) || !rd.Get(&p.config) || !rd.Get(&p.version) || !rd.Get(&p.contributors) ||
-        !rd.GetString(&value, static_cast<uint64_t>(config_.max_payload_bytes)) ||
-        !rd.GetString(&state, uint64_t{1} << 40)) {
-      return corrupt(absl::StrCat("truncated at partition ", i));
-    }
-    p.config.key_name[kNameBytes - 1] = 0;
-    p.config.optimizer[kOptimizerNameBytes - 1] = 0;
-    DDP_RETURN_IF_ERROR(ConfigError(p.config));
-    p.type = static_cast<DataType>(p.config.dtype);
-    p.bytes = p.config.count * DataTypeSize(p.type);
-    if (value.size() != p.bytes) return corrupt(absl::StrCat("partition ", id, "'s value size"));
-    p.value = std::make_shared<std::vector<char>>(value.begin(), value.end());
-    p.has_value = true;
-    p.restored = true;
-    p.last_seq.resize(workers_.size());
-    p.clock.resize(workers_.size());
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      if (!rd.Get(&p.last_seq[w]) || !rd.Get(&p.clock[w])) return corrupt("truncated counters");
-    }
-    if (p.config.consistency == static_cast<uint8_t>(Consistency::kAsync)) {
-      DDP_ASSIGN_OR_RETURN(p.optimizer, MakeOptimizer(OptimizerOf(p.config), p.config.count));
-      DDP_RETURN_IF_ERROR(Annotate(p.optimizer->LoadState(state), path));
-    }
-    restored.emplace(id, std::move(p));
+    DDP_ASSIGN_OR_RETURN(auto partition, ReadCheckpointPartition(rd, i, path));
+    restored.emplace(partition.first, std::move(partition.second));
   }
-  if (!rd.empty()) return corrupt("trailing bytes");
+  if (!rd.empty()) return Corrupt(path, "trailing bytes");
   int64_t bytes = 0;
   for (auto& [id, p] : restored) bytes += static_cast<int64_t>(p.bytes);
   parts_ = std::move(restored);
@@ -183,6 +169,38 @@ absl::Status ServerCore::Restore() {
   DDP_LOG(kWarning, "parameter server %d: restored %u partitions from %s", config_.server_index, n,
           path);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<uint32_t, ServerCore::Partition>> ServerCore::ReadCheckpointPartition(
+    ByteReader& rd, uint32_t i, const std::string& path) const {
+  uint32_t id = 0;
+  Partition p;
+  std::string value, state;
+  if (!rd.Get(&id) || !rd.Get(&p.config) || !rd.Get(&p.version) || !rd.Get(&p.contributors) ||
+      !rd.GetString(&value, static_cast<uint64_t>(config_.max_payload_bytes)) ||
+      !rd.GetString(&state, uint64_t{1} << 40)) {
+    return Corrupt(path, absl::StrCat("truncated at partition ", i));
+  }
+  p.config.key_name[kNameBytes - 1] = 0;
+  p.config.optimizer[kOptimizerNameBytes - 1] = 0;
+  DDP_RETURN_IF_ERROR(ConfigError(p.config));
+  p.type = static_cast<DataType>(p.config.dtype);
+  p.bytes = p.config.count * DataTypeSize(p.type);
+  if (value.size() != p.bytes)
+    return Corrupt(path, absl::StrCat("partition ", id, "'s value size"));
+  p.value = std::make_shared<std::vector<char>>(value.begin(), value.end());
+  p.has_value = true;
+  p.restored = true;
+  p.last_seq.resize(workers_.size());
+  p.clock.resize(workers_.size());
+  for (size_t w = 0; w < workers_.size(); ++w) {
+    if (!rd.Get(&p.last_seq[w]) || !rd.Get(&p.clock[w])) return Corrupt(path, "truncated counters");
+  }
+  if (p.config.consistency == static_cast<uint8_t>(Consistency::kAsync)) {
+    DDP_ASSIGN_OR_RETURN(p.optimizer, MakeOptimizer(OptimizerOf(p.config), p.config.count));
+    DDP_RETURN_IF_ERROR(Annotate(p.optimizer->LoadState(state), path));
+  }
+  return std::make_pair(id, std::move(p));
 }
 
 }  // namespace ddp::ps

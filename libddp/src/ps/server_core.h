@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ServerCore: one server's keys and the rules of the consistency modes, with no transport in
 // sight: requests come in as (worker, request number, header, payload), answers go out as
 // Outgoing records that the caller sends (server.cc over the transport, or straight into a
@@ -16,12 +18,18 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "ddp/ps.h"
 #include "ps/protocol.h"
+
+namespace ddp {
+class ByteReader;  // common/bytes.h
+}  // namespace ddp
 
 namespace ddp::ps {
 
@@ -147,6 +155,9 @@ class ServerCore {
   // The live workers `w` waits for.
   std::vector<int> Behind(const Partition& p, const Waiter& w) const;
   absl::Status ConfigError(const PartitionConfig& c) const;
+  // Restore's reading of partition `i` of the checkpoint at `path`: its id and its state.
+  absl::StatusOr<std::pair<uint32_t, Partition>> ReadCheckpointPartition(
+      ByteReader& rd, uint32_t i, const std::string& path) const;
   void MaybeCheckpointBySteps();
   std::string Name(int worker) const;
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // TcpTransport connection management: dialing, accepting, the non-blocking handshake.
 #include <sched.h>
 #include <sys/epoll.h>
@@ -224,118 +226,163 @@ void TcpTransport::OnHandshakeEvent(Stream* s, uint32_t events) {
   }
 }
 
+// The handshake, in time order; each side's state names the message it awaits (the messages:
+// common/auth.h):
+//
+//   dialer                                      acceptor
+//   kConnecting, until connected                kAwaitAuth: sends Hello (a nonce)
+//   kAwaitHello: Hello in; sends Auth (a MAC
+//     over the nonce, its rank and stream)
+//                                               Auth in: checks the MAC and the rank and stream
+//                                               claimed (AdmitStream); sends Accept (its MAC)
+//   kAwaitAccept: Accept in; checks its MAC
+//   kOpen                                       kOpen, once the Accept is flushed
+//
+// Each turn of the loop flushes what this side owes, attaches the stream once it is open, reads
+// exactly the next message (never more: a data frame may follow it in the same segment) and
+// hands it to its state's function, which says what to send next and the next state. A socket
+// that would block ends the turn with OK: the next event goes on from the same place.
 absl::Status TcpTransport::AdvanceHandshake(Stream* s) {
   while (true) {
-    // Flush what we owe first.
-    while (s->hs_out_done < s->hs_out.size()) {
-      const ssize_t w = ::send(s->fd.get(), s->hs_out.data() + s->hs_out_done,
-                               s->hs_out.size() - s->hs_out_done, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (w > 0) {
-        s->hs_out_done += static_cast<size_t>(w);
-        continue;
-      }
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return absl::OkStatus();
-      return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
-    }
+    DDP_ASSIGN_OR_RETURN(const bool flushed, FlushHandshake(s));
+    if (!flushed) return absl::OkStatus();
     if (s->state == StreamState::kOpen) {
       AttachOpenStream(s);
       return absl::OkStatus();
     }
-    // Then read exactly the next message: never more, so no data frame is swallowed.
-    while (s->hs_in.size() < s->hs_need) {
-      char buf[256];
-      const size_t want = std::min(sizeof(buf), s->hs_need - s->hs_in.size());
-      const ssize_t r = ::recv(s->fd.get(), buf, want, MSG_DONTWAIT);
-      if (r > 0) {
-        s->hs_in.append(buf, static_cast<size_t>(r));
-        continue;
-      }
-      if (r == 0) return absl::UnavailableError("connection closed during the handshake");
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
-      return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
-    }
+    DDP_ASSIGN_OR_RETURN(const bool complete, ReadHandshakeMessage(s));
+    if (!complete) return absl::OkStatus();
     const std::string message = std::move(s->hs_in);
     s->hs_in.clear();
     switch (s->state) {
-      case StreamState::kAwaitHello: {  // dialer
-        DDP_ASSIGN_OR_RETURN(s->hello, auth::DecodeHello(message, auth::Role::kTransport));
-        if (s->hello.server_rank != s->peer) {
-          return absl::FailedPreconditionError(absl::StrCat("expected rank ", s->peer, " at ",
-                                                            s->remote, " but found rank ",
-                                                            s->hello.server_rank));
-        }
-        DDP_ASSIGN_OR_RETURN(auto nonce, auth::NewNonce());
-        const auto stream =
-            static_cast<uint16_t>(s->index | (rejoining_ ? kRejoinStream : uint16_t{0}));
-        s->auth = auth::Auth{auth::Role::kTransport, config_.rank, stream, nonce, {}};
-        s->auth.mac = auth::ClientMac(config_.token, s->hello, config_.rank, stream, nonce);
-        s->hs_out = auth::EncodeAuth(s->auth);
-        s->hs_out_done = 0;
-        s->hs_need = auth::kAcceptSize;
-        s->state = StreamState::kAwaitAccept;
+      case StreamState::kAwaitHello:
+        DDP_RETURN_IF_ERROR(OnHello(s, message));
         break;
-      }
-      case StreamState::kAwaitAccept: {  // dialer
-        DDP_ASSIGN_OR_RETURN(auth::Mac mac, auth::DecodeAccept(message));
-        if (!auth::MacEqual(mac, auth::ServerMac(config_.token, s->hello, s->auth))) {
-          return absl::PermissionDeniedError("the peer does not know the job token");
-        }
-        s->state = StreamState::kOpen;
+      case StreamState::kAwaitAccept:
+        DDP_RETURN_IF_ERROR(OnAccept(s, message));
         break;
-      }
-      case StreamState::kAwaitAuth: {  // acceptor
-        DDP_ASSIGN_OR_RETURN(s->auth, auth::DecodeAuth(message, auth::Role::kTransport));
-        const auth::Mac expected = auth::ClientMac(config_.token, s->hello, s->auth.client_rank,
-                                                   s->auth.stream, s->auth.nonce);
-        if (!auth::MacEqual(expected, s->auth.mac)) {
-          return absl::PermissionDeniedError("wrong job token");
-        }
-        const int peer = s->auth.client_rank;
-        const bool rejoin = (s->auth.stream & kRejoinStream) != 0;
-        const int index = s->auth.stream & ~kRejoinStream;
-        if (peer < 0 || peer >= config_.size || peer == config_.rank ||
-            (!rejoin && peer < config_.rank) || index >= config_.streams) {
-          return absl::PermissionDeniedError(absl::StrCat("claims to be rank ", peer, " stream ",
-                                                          index, ", which cannot dial rank ",
-                                                          config_.rank));
-        }
-        if (rejoin) {
-          // A new process for `peer`. Only a job that outlives failed peers takes one back; the
-          // old process, if this rank has not seen it fail yet, is failed now (it is gone, or
-          // about to be: its rank belongs to the new one).
-          if (!IsolatesPeers()) {
-            return absl::FailedPreconditionError(absl::StrCat(
-                "rank ", peer, " restarted, but this job does not take back restarted ranks"));
-          }
-          if (peer_state(peer) == PeerState::kAlive) {
-            PeerFailedLocked(peer, PeerError(peer, absl::StatusCode::kUnavailable,
-                                             "restarted: a new process took its place"));
-          }
-          if (peer_state(peer) == PeerState::kLeft) {
-            return absl::FailedPreconditionError(
-                absl::StrCat("rank ", peer, " has shut down; it cannot rejoin"));
-          }
-        } else if (peer_state(peer) != PeerState::kAlive) {
-          return absl::AlreadyExistsError(
-              absl::StrCat("rank ", peer, " failed; only a rejoin takes its place"));
-        }
-        if (peers_[static_cast<size_t>(peer)]->streams[static_cast<size_t>(index)] != nullptr) {
-          return absl::AlreadyExistsError(
-              absl::StrCat("rank ", peer, " stream ", index, " is already connected"));
-        }
-        s->peer = peer;
-        s->index = index;
-        s->hs_out = auth::EncodeAccept(auth::ServerMac(config_.token, s->hello, s->auth));
-        s->hs_out_done = 0;
-        s->state = StreamState::kOpen;  // once the accept is flushed
+      case StreamState::kAwaitAuth:
+        DDP_RETURN_IF_ERROR(OnAuth(s, message));
         break;
-      }
       default:
         return absl::InternalError("bad handshake state");
     }
   }
+}
+
+absl::StatusOr<bool> TcpTransport::FlushHandshake(Stream* s) {
+  while (s->hs_out_done < s->hs_out.size()) {
+    const ssize_t w = ::send(s->fd.get(), s->hs_out.data() + s->hs_out_done,
+                             s->hs_out.size() - s->hs_out_done, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      s->hs_out_done += static_cast<size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return false;
+    return absl::UnavailableError(absl::StrCat("send: ", std::strerror(errno)));
+  }
+  return true;
+}
+
+absl::StatusOr<bool> TcpTransport::ReadHandshakeMessage(Stream* s) {
+  while (s->hs_in.size() < s->hs_need) {
+    char buf[256];
+    const size_t want = std::min(sizeof(buf), s->hs_need - s->hs_in.size());
+    const ssize_t r = ::recv(s->fd.get(), buf, want, MSG_DONTWAIT);
+    if (r > 0) {
+      s->hs_in.append(buf, static_cast<size_t>(r));
+      continue;
+    }
+    if (r == 0) return absl::UnavailableError("connection closed during the handshake");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return false;
+    return absl::UnavailableError(absl::StrCat("recv: ", std::strerror(errno)));
+  }
+  return true;
+}
+
+absl::Status TcpTransport::OnHello(Stream* s, const std::string& message) {
+  DDP_ASSIGN_OR_RETURN(s->hello, auth::DecodeHello(message, auth::Role::kTransport));
+  if (s->hello.server_rank != s->peer) {
+    return absl::FailedPreconditionError(absl::StrCat("expected rank ", s->peer, " at ", s->remote,
+                                                      " but found rank ", s->hello.server_rank));
+  }
+  DDP_ASSIGN_OR_RETURN(auto nonce, auth::NewNonce());
+  const auto stream = static_cast<uint16_t>(s->index | (rejoining_ ? kRejoinStream : uint16_t{0}));
+  s->auth = auth::Auth{auth::Role::kTransport, config_.rank, stream, nonce, {}};
+  s->auth.mac = auth::ClientMac(config_.token, s->hello, config_.rank, stream, nonce);
+  s->hs_out = auth::EncodeAuth(s->auth);
+  s->hs_out_done = 0;
+  s->hs_need = auth::kAcceptSize;
+  s->state = StreamState::kAwaitAccept;
+  return absl::OkStatus();
+}
+
+absl::Status TcpTransport::OnAccept(Stream* s, const std::string& message) {
+  DDP_ASSIGN_OR_RETURN(auth::Mac mac, auth::DecodeAccept(message));
+  if (!auth::MacEqual(mac, auth::ServerMac(config_.token, s->hello, s->auth))) {
+    return absl::PermissionDeniedError("the peer does not know the job token");
+  }
+  s->state = StreamState::kOpen;
+  return absl::OkStatus();
+}
+
+absl::Status TcpTransport::OnAuth(Stream* s, const std::string& message) {
+  DDP_ASSIGN_OR_RETURN(s->auth, auth::DecodeAuth(message, auth::Role::kTransport));
+  const auth::Mac expected =
+      auth::ClientMac(config_.token, s->hello, s->auth.client_rank, s->auth.stream, s->auth.nonce);
+  if (!auth::MacEqual(expected, s->auth.mac)) {
+    return absl::PermissionDeniedError("wrong job token");
+  }
+  const int peer = s->auth.client_rank;
+  const bool rejoin = (s->auth.stream & kRejoinStream) != 0;
+  const int index = s->auth.stream & ~kRejoinStream;
+  DDP_RETURN_IF_ERROR(AdmitStream(peer, index, rejoin));
+  s->peer = peer;
+  s->index = index;
+  s->hs_out = auth::EncodeAccept(auth::ServerMac(config_.token, s->hello, s->auth));
+  s->hs_out_done = 0;
+  s->state = StreamState::kOpen;  // once the accept is flushed
+  return absl::OkStatus();
+}
+
+absl::Status TcpTransport::AdmitStream(int peer, int index, bool rejoin) {
+  if (peer < 0 || peer >= config_.size || peer == config_.rank ||
+      (!rejoin && peer < config_.rank) || index >= config_.streams) {
+    return absl::PermissionDeniedError(absl::StrCat("claims to be rank ", peer, " stream ", index,
+                                                    ", which cannot dial rank ", config_.rank));
+  }
+  if (rejoin) {
+    DDP_RETURN_IF_ERROR(AdmitRejoin(peer));
+  } else if (peer_state(peer) != PeerState::kAlive) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("rank ", peer, " failed; only a rejoin takes its place"));
+  }
+  if (peers_[static_cast<size_t>(peer)]->streams[static_cast<size_t>(index)] != nullptr) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("rank ", peer, " stream ", index, " is already connected"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TcpTransport::AdmitRejoin(int peer) {
+  // A new process for `peer`. Only a job that outlives failed peers takes one back; the old
+  // process, if this rank has not seen it fail yet, is failed now (it is gone, or about to be:
+  // its rank belongs to the new one).
+  if (!IsolatesPeers()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", peer, " restarted, but this job does not take back restarted ranks"));
+  }
+  if (peer_state(peer) == PeerState::kAlive) {
+    PeerFailedLocked(peer, PeerError(peer, absl::StatusCode::kUnavailable,
+                                     "restarted: a new process took its place"));
+  }
+  if (peer_state(peer) == PeerState::kLeft) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", peer, " has shut down; it cannot rejoin"));
+  }
+  return absl::OkStatus();
 }
 
 void TcpTransport::AttachOpenStream(Stream* s) {

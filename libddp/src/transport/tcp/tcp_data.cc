@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // TcpTransport data path: posting, writev batching, framing, and what the matcher (matcher.h)
 // hands back: posted receives filled straight from the socket, early messages buffered or left
 // in the kernel.
@@ -171,87 +173,116 @@ static absl::Status FillStage(int fd, std::vector<char>& stage, size_t& begin, s
   }
 }
 
+// A stream's bytes are frames, each read in two phases:
+//
+//        +--> header: kFrameHeaderSize bytes staged, then OnHeader (a data frame meets its
+//        |    posted receive, or a buffer of its own, or waits in the kernel: `paused`)
+//        |      |
+//        |      v
+//        +--- payload: h.length bytes into the target, then FinishMessage
+//
+// Bytes come through `stage` (one recv brings a header and a small payload together); the rest
+// of a large payload goes straight into its target (ReadDirect). ReadSome runs the phases until
+// the socket has nothing more, the stream pauses or closes, or an error. Each phase returns
+// whether to go on; where not, *result is what ReadSome returns.
 absl::Status TcpTransport::ReadSome(Stream* s) {
-  const int peer = s->peer;
-  auto closed = [&](int err) -> absl::Status {
-    ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
-    // The peer ended its side: end ours, so that a peer waiting for that to close goes on.
-    if (err == 0) ::shutdown(s->fd.get(), SHUT_WR);
-    s->state = StreamState::kClosed;
-    if (err == 0 && !s->done && peers_[static_cast<size_t>(peer)]->streams_done > 0) StreamDone(s);
-    if (s->done && err == 0) return absl::OkStatus();
-    if (peer_state(peer) == PeerState::kLeft && err == 0) return absl::OkStatus();
-    if (failed() || peer_state(peer) == PeerState::kFailed) return absl::OkStatus();
-    if (HeardLastWordsOf(peer)) return absl::OkStatus();
-    if (err != 0) {
-      return PeerError(
-          peer, absl::StatusCode::kUnavailable,
-          absl::StrCat("connection lost (", std::strerror(err), "); did that process die?"));
-    }
-    return PeerError(peer, absl::StatusCode::kUnavailable,
-                     "closed the connection unexpectedly; did that process die?");
-  };
-  // Reads what the socket has into the stage. False when nothing came: ReadSome returns
-  // `*result` (OK for now, or the error of a closed stream).
-  auto fill = [&](absl::Status* result) {
-    bool got = false;
-    bool eof = false;
-    int err = 0;
-    absl::Status st =
-        FillStage(s->fd.get(), s->stage, s->stage_begin, s->stage_end, &got, &eof, &err);
-    if (!st.ok() || eof) {
-      *result = closed(err);
-      return false;
-    }
-    *result = absl::OkStatus();
-    return got;
-  };
-  while (s->state == StreamState::kOpen) {
-    if (s->paused) return absl::OkStatus();
-    const size_t staged = s->stage_end - s->stage_begin;
-    if (!s->in_payload) {
-      if (staged < kFrameHeaderSize) {
-        if (absl::Status result; !fill(&result)) return result;
-        Heard(peer, absl::Now());
-        continue;
-      }
-      absl::StatusOr<FrameHeader> h = DecodeFrameHeader(s->stage.data() + s->stage_begin);
-      if (!h.ok()) {
-        return PeerError(peer, absl::StatusCode::kDataLoss,
-                         absl::StrCat("sent a bad frame: ", h.status().message()));
-      }
-      s->stage_begin += kFrameHeaderSize;
-      DDP_RETURN_IF_ERROR(OnHeader(s, *h));
-      continue;
-    }
-    if (staged > 0) {
-      const size_t n = std::min(staged, s->remaining);
-      if (s->target != nullptr) std::memcpy(s->target, s->stage.data() + s->stage_begin, n);
-      if (s->target != nullptr) s->target += n;
-      s->stage_begin += n;
-      s->remaining -= n;
-    }
-    if (s->remaining == 0) {
-      DDP_RETURN_IF_ERROR(FinishMessage(s));
-      continue;
-    }
-    if (s->remaining >= kDirectReadBytes && s->target != nullptr) {
-      const ssize_t r = ::recv(s->fd.get(), s->target, s->remaining, MSG_DONTWAIT);
-      if (r > 0) {
-        s->target += r;
-        s->remaining -= static_cast<size_t>(r);
-        Progressed(peer, absl::Now());
-        continue;
-      }
-      if (r == 0) return closed(0);
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return absl::OkStatus();
-      return closed(errno);
-    }
-    if (absl::Status result; !fill(&result)) return result;
-    Progressed(peer, absl::Now());
+  absl::Status result;
+  while (s->state == StreamState::kOpen && !s->paused) {
+    const bool go_on = s->in_payload ? ReadPayload(s, &result) : ReadHeader(s, &result);
+    if (!go_on) return result;
   }
   return absl::OkStatus();
+}
+
+inline bool TcpTransport::ReadHeader(Stream* s, absl::Status* result) {
+  if (s->stage_end - s->stage_begin < kFrameHeaderSize) {
+    if (!Refill(s, result)) return false;
+    Heard(s->peer, absl::Now());
+    return true;
+  }
+  absl::StatusOr<FrameHeader> h = DecodeFrameHeader(s->stage.data() + s->stage_begin);
+  if (!h.ok()) {
+    *result = PeerError(s->peer, absl::StatusCode::kDataLoss,
+                        absl::StrCat("sent a bad frame: ", h.status().message()));
+    return false;
+  }
+  s->stage_begin += kFrameHeaderSize;
+  *result = OnHeader(s, *h);
+  return result->ok();
+}
+
+inline bool TcpTransport::ReadPayload(Stream* s, absl::Status* result) {
+  const size_t staged = s->stage_end - s->stage_begin;
+  if (staged > 0) {
+    const size_t n = std::min(staged, s->remaining);
+    if (s->target != nullptr) std::memcpy(s->target, s->stage.data() + s->stage_begin, n);
+    if (s->target != nullptr) s->target += n;
+    s->stage_begin += n;
+    s->remaining -= n;
+  }
+  if (s->remaining == 0) {
+    *result = FinishMessage(s);
+    return result->ok();
+  }
+  if (s->remaining >= kDirectReadBytes && s->target != nullptr) return ReadDirect(s, result);
+  if (!Refill(s, result)) return false;
+  Progressed(s->peer, absl::Now());
+  return true;
+}
+
+inline bool TcpTransport::ReadDirect(Stream* s, absl::Status* result) {
+  const ssize_t r = ::recv(s->fd.get(), s->target, s->remaining, MSG_DONTWAIT);
+  if (r > 0) {
+    s->target += r;
+    s->remaining -= static_cast<size_t>(r);
+    Progressed(s->peer, absl::Now());
+    return true;
+  }
+  if (r == 0) {
+    *result = StreamClosed(s, 0);
+    return false;
+  }
+  if (errno == EINTR) return true;
+  if (errno == EAGAIN || errno == EWOULDBLOCK) {
+    *result = absl::OkStatus();
+    return false;
+  }
+  *result = StreamClosed(s, errno);
+  return false;
+}
+
+inline bool TcpTransport::Refill(Stream* s, absl::Status* result) {
+  bool got = false;
+  bool eof = false;
+  int err = 0;
+  absl::Status st =
+      FillStage(s->fd.get(), s->stage, s->stage_begin, s->stage_end, &got, &eof, &err);
+  if (!st.ok() || eof) {
+    *result = StreamClosed(s, err);
+    return false;
+  }
+  *result = absl::OkStatus();
+  return got;
+}
+
+absl::Status TcpTransport::StreamClosed(Stream* s, int err) {
+  const int peer = s->peer;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, s->fd.get(), nullptr);
+  // The peer ended its side: end ours, so that a peer waiting for that to close goes on.
+  if (err == 0) ::shutdown(s->fd.get(), SHUT_WR);
+  s->state = StreamState::kClosed;
+  if (err == 0 && !s->done && peers_[static_cast<size_t>(peer)]->streams_done > 0) StreamDone(s);
+  if (s->done && err == 0) return absl::OkStatus();
+  if (peer_state(peer) == PeerState::kLeft && err == 0) return absl::OkStatus();
+  if (failed() || peer_state(peer) == PeerState::kFailed) return absl::OkStatus();
+  if (HeardLastWordsOf(peer)) return absl::OkStatus();
+  if (err != 0) {
+    return PeerError(
+        peer, absl::StatusCode::kUnavailable,
+        absl::StrCat("connection lost (", std::strerror(err), "); did that process die?"));
+  }
+  return PeerError(peer, absl::StatusCode::kUnavailable,
+                   "closed the connection unexpectedly; did that process die?");
 }
 
 absl::Status TcpTransport::OnHeader(Stream* s, const FrameHeader& h) {
@@ -373,7 +404,7 @@ void TcpTransport::PostRecv(int peer, PostedRecv op) {
   p.matcher.Post(std::move(op));
 }
 
-void TcpTransport::Claim(int peer, Early early, PostedRecv op) {
+void TcpTransport::Claim(int peer, const Early& early, PostedRecv op) {
   const FrameHeader& h = early.header;
   if (op.descriptor != h.descriptor || op.bytes != h.length) {
     absl::Status err = op.descriptor != h.descriptor

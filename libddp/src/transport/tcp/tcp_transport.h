@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // TcpTransport: authenticated, non-blocking TCP between every pair of ranks.
 //
 // All socket and matching state sits behind one engine mutex, and whichever thread holds it
@@ -133,6 +135,16 @@ class TcpTransport final : public PeerTransport {
   void DialFailedLocked(int peer, const absl::Status& why);
   void OnHandshakeEvent(Stream* s, uint32_t events);
   absl::Status AdvanceHandshake(Stream* s);
+  // The handshake's steps (AdvanceHandshake says how they follow). Flush and read: false while
+  // the socket would block.
+  static absl::StatusOr<bool> FlushHandshake(Stream* s);
+  static absl::StatusOr<bool> ReadHandshakeMessage(Stream* s);
+  absl::Status OnHello(Stream* s, const std::string& message);   // dialer
+  absl::Status OnAccept(Stream* s, const std::string& message);  // dialer
+  absl::Status OnAuth(Stream* s, const std::string& message);    // acceptor
+  // Whether an authenticated dialer may be `peer`'s stream `index` (a restarted process: rejoin).
+  absl::Status AdmitStream(int peer, int index, bool rejoin);
+  absl::Status AdmitRejoin(int peer);
   void AttachOpenStream(Stream* s);
   void DropStream(Stream* s, const absl::Status& why);
   void CloseStream(Stream* s);
@@ -145,9 +157,22 @@ class TcpTransport final : public PeerTransport {
   void PostSend(int peer, SendOp op);
   void PostRecv(int peer, PostedRecv op);
   // A matched early message meets its receive.
-  void Claim(int peer, Early early, PostedRecv op);
+  void Claim(int peer, const Early& early, PostedRecv op);
   absl::Status WriteSome(Stream* s);
   absl::Status ReadSome(Stream* s);
+  // ReadSome's phases and reads (ReadSome says how they follow): each returns whether to go on;
+  // where not, *result is what ReadSome returns. Inlined: they run per frame (defined in
+  // tcp_data.cc, the only user).
+  [[gnu::always_inline]] inline bool ReadHeader(Stream* s, absl::Status* result);
+  [[gnu::always_inline]] inline bool ReadPayload(Stream* s, absl::Status* result);
+  // The rest of a large payload, straight into its target.
+  [[gnu::always_inline]] inline bool ReadDirect(Stream* s, absl::Status* result);
+  // What the socket has, into the stage; false when nothing came (*result: OK for now, or the
+  // error of a stream that closed).
+  [[gnu::always_inline]] inline bool Refill(Stream* s, absl::Status* result);
+  // The stream closed (err: 0, or recv's errno): OK where that was expected (a goodbye, a peer
+  // already failed or whose last words say more), else the error naming the peer.
+  absl::Status StreamClosed(Stream* s, int err);
   // Reads whatever `peer` sent before its connection broke, then what every other peer has
   // waiting (when the job fails as a whole): a rank that died of another's abort often closes
   // before that abort is read here, and the abort, not the echo, is what to report. True when
