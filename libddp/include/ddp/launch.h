@@ -1,5 +1,8 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // LaunchEnvironment: which launcher started this process, and the place in the job that its
-// variables give it. Read by Options::FromEnvironment; docs/launching.md has the table.
+// variables give it. Read by Options::FromEnvironment; libddp/src/rank_environment.tsv is the
+// contract (every variable, who writes and who reads it), docs/launching.md renders it.
 //
 // The launchers, in order of precedence (the first whose variables are there wins):
 //   ddp       DDP_RANK, DDP_SIZE (ddprun, or set by hand)
@@ -44,7 +47,7 @@ struct LaunchEnvironment {
 
   // torchrun's agent hosts a torch.distributed store at MASTER_ADDR:MASTER_PORT for its workers
   // (TORCHELASTIC_USE_AGENT_STORE=True). ddp.init() takes the job token and the rendezvous from
-  // it (bindings/python/ddp/_launch.py) when neither is set.
+  // it (bindings/python/ddp/_rendezvous.py) when neither is set.
   bool torch_agent_store = false;
   std::string torch_store_addr;
   int torch_store_port = 0;

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Typed environment reads.
 #include "common/env.h"
 
@@ -12,6 +14,7 @@ namespace ddp::env {
 
 namespace {
 thread_local const std::map<std::string, std::string>* t_overrides = nullptr;
+thread_local std::set<std::string>* t_read_log = nullptr;
 }  // namespace
 
 ScopedOverrides::ScopedOverrides(const std::map<std::string, std::string>* overrides)
@@ -21,7 +24,14 @@ ScopedOverrides::ScopedOverrides(const std::map<std::string, std::string>* overr
 
 ScopedOverrides::~ScopedOverrides() { t_overrides = previous_; }
 
+ScopedReadLog::ScopedReadLog(std::set<std::string>* names) : previous_(t_read_log) {
+  t_read_log = names;
+}
+
+ScopedReadLog::~ScopedReadLog() { t_read_log = previous_; }
+
 std::optional<std::string> Get(const char* name) {
+  if (t_read_log != nullptr) t_read_log->insert(name);
   if (t_overrides != nullptr) {
     if (auto it = t_overrides->find(name); it != t_overrides->end()) {
       if (it->second.empty()) return std::nullopt;

@@ -1,9 +1,12 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Typed reads of environment variables; a malformed value is an error naming the variable.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +30,20 @@ class ScopedOverrides {
 
  private:
   const std::map<std::string, std::string>* previous_;
+};
+
+// While one lives, every name Get() is asked for on this thread is added to `names`, set or not:
+// which variables a reader reads (tests/cpp/rank_environment_test.cc checks them against the
+// rank-environment table, libddp/src/rank_environment.tsv).
+class ScopedReadLog {
+ public:
+  explicit ScopedReadLog(std::set<std::string>* names);
+  ~ScopedReadLog();
+  ScopedReadLog(const ScopedReadLog&) = delete;
+  ScopedReadLog& operator=(const ScopedReadLog&) = delete;
+
+ private:
+  std::set<std::string>* previous_;
 };
 
 // Integer in [min, max]; nullopt when unset or empty.

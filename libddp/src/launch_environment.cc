@@ -1,6 +1,7 @@
-// ReadLaunchEnvironment: the launchers' variables, in order of precedence (ddp/launch.h).
-#include "ddp/launch.h"
-
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
+// ReadLaunchEnvironment: the launchers' variables, in order of precedence (ddp/launch.h; every
+// variable, its writers and readers: rank_environment.tsv beside this file).
 #include <climits>
 #include <cstdint>
 
@@ -12,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "common/env.h"
 #include "common/status.h"
+#include "ddp/launch.h"
 
 namespace ddp {
 namespace {
