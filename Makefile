@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Thin entry points: deps, build, demo, test, bench. Everything real lives in CMake and scripts.
 SHELL := /bin/bash
 BUILD ?= build
@@ -18,12 +20,15 @@ TF_VENV := .venv-tf
 # it, and its numpy 2 never reaches .venv. Debian's python3 too: the extension built for .venv
 # loads in it.
 TORCH2_VENV := .venv-torch2
+# The lint tools (ruff, mypy, lizard; tests/lint/requirements.txt), pinned, in a venv of their own.
+LINT_VENV := .venv-lint
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libssl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
   pybind11-dev python3-dev python3-venv python3-numpy python3-torch libtorch-dev python3-pytest \
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
+.PHONY: help lint lint-venv lint-python lint-format lint-size lint-spdx lint-tidy
 .PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
   test-torch2 demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
   eks-up eks-run eks-stage-data eks-down \
@@ -31,8 +36,13 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
 
 all: build
 
+# The targets a contributor runs, from the `##` notes on their lines.
+help:  ## this list
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | \
+	  sed -E 's/^([a-z0-9-]+):.*## (.*)/\1\t\2/' | awk -F'\t' '{printf "  %-18s %s\n", $$1, $$2}'
+
 # Idempotent and non-interactive: installs only what is missing.
-deps:
+deps:  ## the Debian packages the build and tests need (apt-get; idempotent)
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:" $$missing; \
@@ -51,6 +61,31 @@ $(DEPLOY_VENV)/.ok: tests/deploy/requirements.txt k8s/requirements.txt
 	$(DEPLOY_VENV)/bin/pip install -q -r tests/deploy/requirements.txt
 	touch $@
 
+# `make lint`, the first stage of `make test`: each part stops on a finding (CONTRIBUTING.md says
+# what each checks). About 3 minutes on 2 cores from a fresh clone, nearly all of it clang-tidy;
+# .pre-commit-config.yaml runs the same targets.
+lint-venv: $(LINT_VENV)/.ok
+$(LINT_VENV)/.ok: tests/lint/requirements.txt
+	rm -rf $(LINT_VENV) && $(PYTHON) -m venv $(LINT_VENV)
+	$(LINT_VENV)/bin/pip install -q -r tests/lint/requirements.txt
+	touch $@
+
+# The C++ files of the repository, new ones included.
+CXX_SOURCES = $$(git ls-files --cached --others --exclude-standard '*.cc' '*.h' '*.cu')
+lint: lint-python lint-format lint-size lint-spdx lint-tidy  ## ruff, mypy, clang-format, sizes, SPDX lines, clang-tidy
+lint-python: lint-venv  ## ruff (pyproject.toml's rules), mypy on the typed modules
+	$(LINT_VENV)/bin/ruff check .
+	$(LINT_VENV)/bin/mypy
+lint-format: deps  ## every C++ file as clang-format writes it (make format fixes)
+	clang-format --dry-run --Werror $(CXX_SOURCES)
+# No function past 80 lines or past a cyclomatic complexity of 25 in libddp/ and bindings/.
+lint-size: lint-venv  ## no function past 80 lines or a complexity of 25
+	$(LINT_VENV)/bin/lizard --length 80 --CCN 25 --warnings_only libddp bindings
+lint-spdx:  ## SPDX lines on every source file (tests/lint/spdx.py --fix adds them)
+	$(PYTHON) tests/lint/spdx.py
+lint-tidy: deps $(BUILD)/build.ninja  ## clang-tidy's profile (.clang-tidy) on libddp/src
+	$(PYTHON) tests/lint/clang_tidy.py --build $(BUILD) --jobs $(JOBS)
+
 # Development builds treat warnings as errors (a user's plain CMake or pip build does not).
 # After deps: CMake looks for the optional dependencies (Open MPI, libfabric) once, and under
 # `make -j` a configure that ran while apt was still installing them left them out for good.
@@ -60,7 +95,7 @@ $(BUILD)/build.ninja: | deps $(VENV)/.ok
 
 # Builds everything and installs the `ddp` package (extension, libddp.so, Python files) and the
 # `ddprun` and `ddp-model` commands into .venv.
-build: deps venv $(BUILD)/build.ninja
+build: deps venv $(BUILD)/build.ninja  ## libddp, its tests and benchmarks; ddp, ddprun, ddp-model into .venv
 	cmake --build $(BUILD) -j $(JOBS)
 	@site=$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'); \
 	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
@@ -88,7 +123,7 @@ $(TF_VENV)/.ok: bindings/tensorflow/requirements.txt
 
 # ddp.tensorflow: the build also compiles the TensorFlow ops against .venv-tf's TensorFlow, and
 # installs the package (ops included) and ddprun into .venv-tf.
-build-tf: build tf-venv
+build-tf: build tf-venv  ## the TensorFlow ops too, and ddp into .venv-tf
 	cmake -S . -B $(BUILD) -DDDP_TENSORFLOW_PYTHON=$(abspath $(TF_VENV))/bin/python >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 	$(call install_ddp,$(TF_VENV))
@@ -105,7 +140,7 @@ $(TORCH2_VENV)/.ok: bindings/python/requirements-torch2.txt
 # ddp.torch on PyTorch 2: the same build (the extension does not link torch) installed into
 # .venv-torch2, and the backend's torch-native part built for its torch too (bindings/torch_native:
 # one small module per torch line, the profiler's events and torch 2's C++ Backend, about 1 min).
-build-torch2: build torch2-venv
+build-torch2: build torch2-venv  ## ddp and torch 2's native backend into .venv-torch2
 	cmake -S . -B $(BUILD) \
 	  -DDDP_TORCH_PYTHONS='$(abspath $(VENV))/bin/python;$(abspath $(TORCH2_VENV))/bin/python' >/dev/null
 	cmake --build $(BUILD) -j $(JOBS)
@@ -113,18 +148,18 @@ build-torch2: build torch2-venv
 
 # The demo: a real 4-rank PyTorch training job on the embedded default transport (handwritten
 # digits from scikit-learn, no download): >= 97% test accuracy in well under a minute.
-demo: build
+demo: build  ## 4 ranks train a digits classifier to >= 97% (PyTorch, embedded default)
 	$(VENV)/bin/ddprun -np 4 $(VENV)/bin/python examples/pytorch/train_digits.py
 
 # The Keras demo: the digits CNN trained with model.fit by 4 ranks through ddp.tensorflow.keras
 # (DistributedOptimizer and Horovod's callbacks), to >= 97% test accuracy.
-demo-tf: build-tf
+demo-tf: build-tf  ## the same with Keras (ddp.tensorflow.keras)
 	$(TF_VENV)/bin/ddprun -np 4 $(TF_VENV)/bin/python examples/tensorflow/train_digits_keras.py \
 	  --target-accuracy 0.97
 
 # The parameter-server demo: the same digits CNN trained asynchronously by 4 workers against 2
 # server processes (Adam on the servers), to >= 97% test accuracy.
-demo-ps: build
+demo-ps: build  ## the same with 4 workers and 2 parameter servers
 	$(VENV)/bin/ddprun -np 4 --servers 2 $(VENV)/bin/python examples/ps/train_digits_ps.py \
 	  --target-accuracy 0.97
 
@@ -137,9 +172,11 @@ demo-ps: build
 # label.
 # Each part says when it starts (CI's log then shows where the time goes).
 STAMP = @date -u +'== %H:%M:%S UTC: make $(1)'
-test:
-	$(call STAMP,test: build and venvs)
+test:  ## what CI runs (lint first): about 30 minutes on 2 cores
+	$(call STAMP,test: lint)
 	$(MAKE) deps
+	$(MAKE) lint
+	$(call STAMP,test: build and venvs)
 	@# The C++ build (two compilers) beside the three venvs' downloads and installs, all at once
 	@# (mostly waiting on the network and the disk): each venv after the other took as long as
 	@# the build.
@@ -164,33 +201,33 @@ test:
 
 # Everything `make test` runs, and the whole conformance matrix (N = 1..8 on every transport,
 # every fake-host layout).
-test-full: test test-matrix
+test-full: test test-matrix  ## make test and the whole conformance matrix
 
 # Every op at every count too (DDP_TEST_FULL_MATRIX: CI's runs give the largest counts SUM and
 # AVERAGE on every dtype and every op on float32; tests/cpp/support/conformance.cc).
-test-matrix: build
+test-matrix: build  ## the conformance matrix's larger layouts (label matrix)
 	cd $(BUILD) && DDP_TEST_FULL_MATRIX=1 ctest --output-on-failure -j $(JOBS) --timeout 1800 \
 	  -L 'matrix|wide'
 
 # The Python package, ddp.torch, ddprun and the demo: real multi-process jobs (pytest).
-test-python: build
+test-python: build  ## tests/python on Debian's torch 1.13
 	$(VENV)/bin/python -m pytest -q --durations=12 tests/python
 
 # ddp.torch's tests (pytest marker `torch`: the torch.distributed backend, DistributedOptimizer,
 # elastic, parameter server, fast path, Horovod's API, the demos) on PyTorch 2, in .venv-torch2;
 # test-python runs them on 1.13. `make test` leaves out those marked `once` (tests/python/pytest.ini).
 TORCH2_TESTS ?= torch
-test-torch2: build-torch2
+test-torch2: build-torch2  ## ddp.torch's tests on PyTorch 2 (TORCH2_TESTS=marker expression)
 	$(TORCH2_VENV)/bin/python -m pytest --durations=5 -m '$(TORCH2_TESTS)' tests/python
 
 # ddp.tensorflow in TensorFlow's environment: ops x dtypes, gradients, tf.function, errors.
-test-tf: build-tf
+test-tf: build-tf  ## tests/tensorflow in .venv-tf
 	$(TF_VENV)/bin/python -m pytest -q tests/tensorflow
 
 # k8s/ and terraform/ checked offline, and the jobs rehearsed on network namespaces
 # (tests/deploy; about 2 min). The PyPI tools must be there; kubectl, terraform and root (for
 # the rehearsal) are used where present, skipped with the reason where not.
-test-deploy: build deploy-venv
+test-deploy: build deploy-venv  ## k8s/ and terraform/ offline, the jobs rehearsed (tests/deploy)
 	DDP_REQUIRE_DEPLOY_TOOLS=1 $(DEPLOY_VENV)/bin/python -m pytest -q tests/deploy
 
 # A libddp cluster on EKS, one command each (k8s/eks.py; k8s/README.md, "On a cluster"): eks-up
@@ -202,23 +239,23 @@ test-deploy: build deploy-venv
 # what works offline (render, validate; REHEARSE=1 rehearses the job too) and prints every cloud
 # command instead of running it. They need .venv-deploy alone (k8s/requirements.txt): no build.
 EKS := $(DEPLOY_VENV)/bin/python k8s/eks.py
-eks-up: deploy-venv
+eks-up: deploy-venv  ## the EKS stack (k8s/README.md, On a cluster)
 	$(EKS) up
-eks-run: deploy-venv
+eks-run: deploy-venv  ## JOB=... [OVERLAY=...] on the cluster
 	$(EKS) run JOB=$(JOB) OVERLAY=$(OVERLAY)
-eks-stage-data: deploy-venv
+eks-stage-data: deploy-venv  ## the training data to S3 for FSx
 	$(EKS) stage-data
-eks-down: deploy-venv
+eks-down: deploy-venv  ## the jobs, Karpenter's nodes, then the stack
 	$(EKS) down
 
 # `pip install .` from scratch in a clean virtual environment, then a 2-rank job (about 3 min).
-test-pip: deps
+test-pip: deps  ## pip install . from scratch, then a 2-rank job
 	tests/pip_install_test.sh
 
-test-fast: build
+test-fast: build  ## ctest's fast label
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
 
-test-slow: build
+test-slow: build  ## ctest's slow label
 	cd $(BUILD) && ctest --output-on-failure -L slow
 
 # Sanitizer builds run the fast label with smaller payloads (DDP_TEST_QUICK=1), not the 8-rank
@@ -242,7 +279,7 @@ SANITIZER_SKIP ?= Hosts/Conformance\..*/T[a-z]*ByTwoHierInChunks|Tcp/Variants\..
 TSAN_SKIP ?= ReduceTest\.|ReduceIsa|ConversionRandomTest|Hosts/Conformance\..*/Uneven|(Shm|Tcp)/Conformance\..*/N3|Variants\..*/(RecursiveDoubling|SmallSegments|Ring3|RankZeroHostsStore4|Shm4|TcpRxm3|TcpRxmEveryThird)|OfiLarge\..*/TcpRxm
 # The fuzz harnesses' committed seeds are replayed in every build (tests FuzzSeeds.*, label fast:
 # gcc, ASan/UBSan, TSan); libFuzzer's own runs are `make fuzz-smoke` and `make fuzz`.
-sanitize: asan tsan
+sanitize: asan tsan  ## ASan/UBSan and TSan builds and their runs
 
 asan: asan-build
 	$(call STAMP,asan: tests)
@@ -278,10 +315,10 @@ fuzz-build: deps
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-fuzz -j $(JOBS)
 
-fuzz-smoke: fuzz-build
+fuzz-smoke: fuzz-build  ## each fuzz harness for 15 s
 	cd build-fuzz && ctest --output-on-failure -j $(JOBS) -L fuzz
 
-fuzz: fuzz-build
+fuzz: fuzz-build  ## each fuzz harness for FUZZ_MINUTES
 	@for h in $(FUZZ_HARNESSES); do \
 	  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	  tests/fuzz/run_fuzzer.sh build-fuzz/bin/fuzz_$$h $$(($(FUZZ_MINUTES) * 60)) \
@@ -293,15 +330,16 @@ fuzz: fuzz-build
 # resident memory, fds, threads and /dev/shm must stay flat (tests/soak/soak.py; `make test`
 # runs 1 minute of it in tests/python). Saves benchmarks/results/soak-<date>.{json,md,png}.
 SOAK_MINUTES ?= 30
-soak: build
+soak: build  ## a training loop for SOAK_MINUTES; memory, fds, threads must stay flat
 	$(VENV)/bin/python tests/soak/soak.py --minutes $(SOAK_MINUTES) --out benchmarks/results
 
 # CHAOS_TRIALS (default 100) trials of a 4-8 rank training job on 2-4 simulated hosts (network
 # namespaces; needs root), one random fault each: a rank killed or stopped, a link cut or
-# throttled, the rendezvous host killed during start-up (tests/chaos/chaos.py; `make test` runs 5
-# in tests/python). Saves benchmarks/results/chaos-<date>.{json,md}. About 20 minutes.
+# throttled, the rendezvous host killed during start-up (tests/chaos/chaos.py; `make test` runs 8
+# in tests/python: one of each fault, and 3 throttled links). Saves
+# benchmarks/results/chaos-<date>.{json,md}. About 16 minutes (docs/reliability.md).
 CHAOS_TRIALS ?= 100
-chaos: build
+chaos: build  ## CHAOS_TRIALS random faults on simulated hosts (root)
 	$(VENV)/bin/python tests/chaos/chaos.py --trials $(CHAOS_TRIALS) --out benchmarks/results
 
 # Rewrites the seed corpora (tests/fuzz/corpus/) from libddp's encoders (tests/fuzz/make_seeds.cc).
@@ -323,19 +361,20 @@ tsan-build: deps
 	  -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF -DDDP_WITH_NCCL=OFF -DDDP_WITH_MPI=OFF
 	cmake --build build-tsan -j $(JOBS)
 
-bench: build
+bench: build  ## allreduce against Open MPI and Gloo (shared memory, loopback TCP)
 	benchmarks/collectives/compare
 	benchmarks/collectives/compare_tcp
 
 # libddp against Horovod 0.28.1 (built into .venv-horovod first), the same scripts: submission,
-# fused small-gradient and ResNet-50 steps, busbw and training (about 35 minutes).
-bench-horovod: build
+# fused small-gradient and ResNet-50 steps, busbw and training (about 22 minutes with the build,
+# 2026-12-02: docs/results.md).
+bench-horovod: build  ## libddp against Horovod 0.28.1 (builds it first)
 	benchmarks/peers/build_horovod
 	$(VENV)/bin/python benchmarks/peers/compare_horovod --runs 3
 
 # Horovod 0.28.1's own TensorFlow tests (test/parallel/test_tensorflow.py and
 # test_tensorflow2_keras.py) with only their imports changed to ddp.tensorflow, on 2 and 3 ranks
-# (about 20 minutes each). HOROVOD=<a checkout of Horovod's repository at v0.28.1>: its tests
+# (about 5 minutes each: docs/testing.md). HOROVOD=<a checkout of Horovod's repository at v0.28.1>: its tests
 # are not in the PyPI sdist. Not part of `make test`; docs/horovod-migration.md has the figures.
 HOROVOD_SUITE_NPS ?= 2 3
 horovod-suite-tf: build-tf
@@ -343,14 +382,14 @@ horovod-suite-tf: build-tf
 	status=0; for np in $(HOROVOD_SUITE_NPS); do \
 	  benchmarks/peers/horovod_suite_tf "$(HOROVOD)" $$np || status=$$?; done; exit $$status
 
-install: build
+install: build  ## libddp and its headers under PREFIX (default /usr/local)
 	cmake --install $(BUILD) --prefix $${PREFIX:-/usr/local}
 
-format:
-	clang-format -i $$(git ls-files '*.cc' '*.h')
+format:  ## clang-format every C++ file in place
+	clang-format -i $(CXX_SOURCES)
 
-clean:
-	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV) $(TF_VENV) $(TORCH2_VENV)
+clean:  ## the builds and the venvs
+	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV) $(TF_VENV) $(TORCH2_VENV) $(LINT_VENV)
 
 # PyTorch's own distributed suite (torch/testing/_internal/distributed/distributed_test.py) on
 # gloo and on ddp, in .venv (torch 1.13) and .venv-torch2: every test that passes on gloo and not on
@@ -358,7 +397,7 @@ clean:
 # `make test`): the tests of tests/torch_suite/ci_tests.txt, failing if one passes on gloo and not
 # on ddp.
 .PHONY: torch-suite torch-suite-ci
-torch-suite: build-torch2
+torch-suite: build-torch2  ## PyTorch's own distributed suite on gloo and ddp, both torch lines
 	tests/torch_suite/run_all.sh full
 
 torch-suite-ci: build-torch2

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """One command each for a libddp cluster on EKS (the Makefile's eks-* targets call this):
 
     python3 k8s/eks.py up [REGION=us-west-2] [TF_VARS=...]
@@ -50,7 +52,7 @@ def main(argv: list[str]) -> int:
         elif settings.verb == "run":
             status = jobs.run(Outputs.load(), settings)
         elif settings.verb == "stage-data":
-            stack.stage_data(settings)
+            stack.stage_data()
         else:
             stack.down(settings)
     except Failure as failure:

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Writes a local kustomize overlay, k8s/local/<name>/ (git-ignored), on top of a tracked one:
 the image you pushed, the FSx file system terraform made (from `terraform output -json`), and
 optionally one job alone; or k8s/karpenter/ and k8s/kueue/ named and sized for terraform's
@@ -50,15 +52,17 @@ def kustomization(overlay: str, image: str, fsx: dict[str, str] | None,
     if not name or "/" in tag:
         raise ValueError(f"--image {image!r}: give REPOSITORY:TAG")
     base = overlay if overlay in ("ps", "trainjob") else f"mpijob/overlays/{overlay}"
-    doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-           "resources": [f"{relative_root}/{base}"],
-           "images": [{"name": "libddp", "newName": name, "newTag": tag}], "patches": []}
+    patches: list[dict] = []
+    doc: dict[str, object] = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [f"{relative_root}/{base}"],
+        "images": [{"name": "libddp", "newName": name, "newTag": tag}], "patches": patches}
     if overlay == "trainjob":  # the TrainJob names its image in spec.trainer.image
         doc["configurations"] = ["kustomizeconfig.yaml"]
     if fsx is not None:
         ops = [{"op": "replace", "path": path, "value": fsx[key]}
                for key, path in FSX_FIELDS.items()]
-        doc["patches"].append({"target": {"kind": "PersistentVolume", "name": "fsx"},
+        patches.append({"target": {"kind": "PersistentVolume", "name": "fsx"},
                                "patch": yaml.safe_dump(ops, sort_keys=False)})
     if job is not None and overlay not in ("ps", "trainjob"):  # those hold one job each
         if job not in JOBS:
@@ -67,7 +71,7 @@ def kustomization(overlay: str, image: str, fsx: dict[str, str] | None,
         if overlay == "gpu-efa" and job != "ddp-digits":
             left_out.append(("batch/v1", "Job", MODEL_CHECK))
         for api, kind, other in left_out:  # only the chosen job (and its check) is applied
-            doc["patches"].append({"patch": yaml.safe_dump({
+            patches.append({"patch": yaml.safe_dump({
                 "$patch": "delete", "apiVersion": api, "kind": kind,
                 "metadata": {"name": other, "namespace": NAMESPACES[overlay]}},
                 sort_keys=False)})

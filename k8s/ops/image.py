@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The image a job runs: built and pushed once per content, never again. ECR's repository is
 IMMUTABLE (terraform/main.tf), so a tag that exists cannot be pushed a second time: the tag
 names what was built (the commit, and for Docker a digest of uncommitted changes to what the

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """`make eks-run`: the job's image (built once), a local overlay with that job alone (or the
 overlay's jobs together), checked offline and by the cluster, applied into its overlay's own
 namespace through Kueue's queue, waited for, and its result read from the logs."""

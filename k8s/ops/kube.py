@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The cluster k8s/eks.py acts on: always the one terraform made (its outputs), through a
 kubeconfig of its own in k8s/local/ (never the caller's current context, which may be another
 cluster), checked to answer, and to have the kinds a step needs, before anything is changed."""

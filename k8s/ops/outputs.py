@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """terraform's outputs as k8s/eks.py reads them: k8s/local/outputs.json, written by `make
 eks-up`; in a dry run without one, the tracked placeholders."""
 from __future__ import annotations

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """What the user asked k8s/eks.py for (VERB and NAME=VALUE words, or the same names in the
 environment), checked before anything runs: an unknown job or overlay, a job that is not in its
 overlay, a region that is not one, a timeout that is not a number, each a Failure that says what
@@ -7,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+from collections.abc import Mapping
 
 from ops.shell import Failure
 
@@ -38,8 +41,8 @@ def _overlay_for(job: str) -> str:
     return {"ddp-ps": "ps", "ddp-torch-digits": "trainjob"}.get(job, "gpu-efa")
 
 
-def parse(argv: list[str], environ: dict | None = None) -> Settings:
-    environ = os.environ if environ is None else environ
+def parse(argv: list[str], environ: Mapping[str, str] | None = None) -> Settings:
+    env: Mapping[str, str] = os.environ if environ is None else environ
     if not argv or argv[0] not in VERBS:
         raise Failure(f"say what to do: {' | '.join(VERBS)} (k8s/eks.py's docstring, or "
                       "k8s/README.md, 'On a cluster')")
@@ -49,7 +52,7 @@ def parse(argv: list[str], environ: dict | None = None) -> Settings:
     given = dict(a.split("=", 1) for a in argv[1:])
 
     def get(name: str, default: str = "") -> str:
-        return given.get(name) or environ.get(name) or default
+        return given.get(name) or env.get(name) or default
 
     # terraform's arguments, split at white space and passed on as they are (no shell: the
     # quotes of -var endpoint_public_cidrs=["203.0.113.7/32"] are terraform's).

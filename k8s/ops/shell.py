@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """How k8s/eks.py runs commands: every step says what it does and how long it took; a command
 that touches AWS or the cluster is printed before it runs, and in a dry run (DRY_RUN=1) printed
 instead; a failure ends the run with one line that says what to do (Failure), never a

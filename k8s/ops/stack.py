@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """`make eks-up`, `eks-stage-data` and `eks-down`: terraform's stack made and its outputs kept;
 Karpenter's NodePools and Kueue's queues applied for it; the training data staged; and the
 teardown in the order AWS needs (the jobs, then Karpenter's nodes, waited for, then terraform
@@ -103,7 +105,7 @@ def up(settings: Settings) -> None:
         kube.apply(LOCAL / "kueue")
 
 
-def stage_data(settings: Settings) -> None:
+def stage_data() -> None:
     """The digits (scikit-learn's, made here with this Python: k8s/requirements.txt) to
     s3://BUCKET/data/digits/, which FSx imports at /fsx/data/digits."""
     outputs = Outputs.load()

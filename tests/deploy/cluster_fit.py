@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """What the rendered jobs need of the cluster terraform/ makes: the ports they use between pods on
 different nodes let in by the nodes' security group, and the pods that can run at once fitting
 the node groups they select (without gang scheduling, jobs that each hold part of a group that

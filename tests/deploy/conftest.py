@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 import os
 import pathlib
 import shutil
@@ -6,7 +8,7 @@ import sys
 import pytest
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import deploycheck  # noqa: E402
+import deploycheck
 
 
 @pytest.fixture

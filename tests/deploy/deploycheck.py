@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Offline checks of k8s/ and terraform/: each function takes files (the project's, or a broken
 copy a test made) and returns the problems it finds as strings, empty when there are none.
 tests/deploy/test_*.py run them; `python tests/deploy/deploycheck.py` prints them all."""
@@ -415,7 +417,7 @@ def _hcl(folder: pathlib.Path) -> dict[pathlib.Path, dict]:
 def terraform_parse(folder: pathlib.Path) -> list[str]:
     try:
         _hcl(folder)
-    except Exception as e:  # lark's errors carry the line and column
+    except Exception as e:  # noqa: BLE001 - lark's errors carry the line and column
         return [f"HCL parse: {type(e).__name__}: {e}"]
     return []
 

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Stand-ins for aws, docker, kubectl and terraform that behave as AWS, an ECR repository with
 immutable tags, an EKS cluster's API server and terraform's state do in the ways k8s/eks.py
 meets them, kept in one state file, so that tests can run `make eks-*` end to end offline and

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A scheduling simulation of jobs competing for a node pool, with and without Kueue, to show
 what the rendered manifests and k8s/kueue's configuration do when there are too few nodes: the
 pods of the jobs, the pool's nodes, kube-scheduler's first fit, the MPI operator's

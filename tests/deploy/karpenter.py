@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/karpenter/: the NodePools and EC2NodeClasses against Karpenter v1's CRD schemas
 (../shared/schemas/, strict), the CEL rules the schemas carry but a JSON Schema validator skips
 (the ones these files could break), and what libddp needs of them: a NodePool for every pool the

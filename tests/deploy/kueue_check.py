@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Kueue's objects (k8s/kueue/, each overlay's LocalQueue) and what libddp needs of them. No CRD
 schema of Kueue is kept beside the project, so the fields are checked here by name (v1beta2,
 Kueue v0.19), with the rules its webhooks apply that these files could break. Then the point of

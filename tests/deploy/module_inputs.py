@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The input names of the registry modules terraform/ uses, as data: terraform/ cannot be
 `terraform validate`d here (the modules and providers cannot be downloaded), so the tests check
 every argument given to a module (and to an EKS managed node group) against these lists.

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/ps/: the parameter-server demo as one Indexed Job and a headless Service. What the API
 server cannot see and libddp needs: one Job for all the ranks (Kueue admits each Job on its own:
 two would be two workloads, one of which could start and wait for the other), each pod's rank

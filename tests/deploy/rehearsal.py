@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """A rehearsal of an MPIJob on this machine, as close to a cluster as it gets: the overlay is
 rendered, the launcher's command and environment are taken from it, one network namespace is made
 per pod, its host named as the MPI operator names the pods (<job>-launcher, <job>-worker-<i>),
@@ -35,7 +37,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import deploycheck as dc  # noqa: E402
+import deploycheck as dc
 
 spec = importlib.util.spec_from_file_location("netsim",
                                               dc.ROOT / "benchmarks" / "netsim" / "netsim.py")

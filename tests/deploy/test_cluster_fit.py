@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """What the jobs need of the cluster terraform/ makes (cluster_fit.py): the ports they use
 between nodes let in, and what each overlay starts at once within the node groups it selects.
 Each check is also fed a broken copy (of terraform/ or of the rendered jobs)."""

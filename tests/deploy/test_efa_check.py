@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/image/efa_check.py (ddp-efa-check, run by the GPU jobs' launchers after training): fed
 sample launcher logs (tests/deploy/logs/: NCCL over aws-ofi-nccl and EFA, NCCL fallen back to
 sockets, libddp's ofi transport on efa and on tcp), it passes the good ones and names what went

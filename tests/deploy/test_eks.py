@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/eks.py (make eks-up / eks-run / eks-stage-data / eks-down) run end to end against
 fakecloud.py's AWS, ECR and cluster (what they answer, and refuse, as the real ones do), and in
 DRY_RUN=1 from a bare copy of the repository with nothing beside it: the offline steps run, the
@@ -15,8 +17,8 @@ import deploycheck as dc
 import fakecloud
 
 sys.path.insert(0, str(dc.ROOT / "k8s"))
-from ops import jobs  # noqa: E402
-from ops.outputs import PLACEHOLDERS  # noqa: E402
+from ops import jobs
+from ops.outputs import PLACEHOLDERS
 
 EKS = dc.ROOT / "k8s" / "eks.py"
 LOGS = dc.ROOT / "tests" / "deploy" / "logs"

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """Gang admission, simulated (gang_sim.py) with the rendered jobs, terraform's GPU pool and
 k8s/kueue's queue and configuration: two GPU jobs that each need both nodes deadlock without
 Kueue (each holding one node and waiting for the other, for ever: the MPI operator's

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/image/: both Dockerfiles hadolint-clean, everything they COPY in the repository, apt's
 package lists there wherever apt installs, and the entrypoint's wait for the hostfile's names
 (what the launcher pod runs before mpirun)."""

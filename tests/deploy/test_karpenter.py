@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/karpenter/ (karpenter.py): Karpenter v1's schemas and CEL rules, and what the overlays'
 jobs need of the NodePools; each check also fed a broken copy."""
 import copy

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/local_overlay.py: terraform's outputs and the pushed image go into a git-ignored overlay
 on top of a tracked one, never into tracked files; and the walk-throughs in the docs write no
 tracked file (walkthrough.py), as the old one did (fsx.env, kustomization.yaml)."""

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/: every YAML parsed and yamllint-clean, each overlay rendered by kustomize, MPIJobs against
 the operator CRD's strict schema and the controller's rules, built-in kinds against Kubernetes'
 schemas. Every validator is also fed a broken copy, to show it catches what it is for."""

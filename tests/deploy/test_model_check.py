@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The model check after the GPU demo: a suspended Job in the gpu-efa overlay that reads the very
 checkpoint ddp-digits writes on FSx, and k8s/image/model_check.py (ddp-model-check), which scores
 a checkpoint on the demo's held-out images and fails below the bar. (The rehearsal of the GPU

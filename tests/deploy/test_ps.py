@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/ps/: the parameter-server demo as one Indexed Job and a headless Service, checked by
 Kubernetes' schemas and ps_check.py (ranks, sizes, names, token), within the CPU pool and the
 nodes' security group; each rule fed a broken copy. (Rehearsed in test_rehearsal.py.)"""

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The cpu overlay's MPIJobs, the gpu-efa overlay's launch line and the parameter-server job
 rehearsed on network namespaces whose hosts are named as the operator names the pods
 (tests/deploy/rehearsal.py says what is and is not the same as on a cluster): the digits demo

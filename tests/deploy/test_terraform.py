@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """terraform/: formatted, parsed, every reference declared, checkov's checks passed (or skipped
 in the code with a reason), variables validated; each check also fed a broken copy.
 `terraform init`/`validate` need the providers and modules, which this machine cannot download:

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/trainjob/ (trainjob_check.py): Kubeflow Trainer v2's TrainJob and its torch runtime for
 the torch.distributed backend `ddp`, against Trainer v2.3's CRD schemas, the webhook's rules and
 libddp's needs; each fed a broken copy."""

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """k8s/trainjob/: Kubeflow Trainer v2's TrainJob and the ClusterTrainingRuntime it runs on,
 against their CRD schemas (../shared/schemas/, strict), the webhook's rules the schemas cannot
 say, and what libddp needs: GPUs per node = processes per node, requests = limits, the NCCL

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The docs' walk-throughs (the ```sh blocks of k8s/README.md and terraform/README.md) against
 the repository: a step that writes into a tracked file (`> k8s/.../fsx.env`, `kustomize edit`
 in a tracked overlay) leaves the checkout dirty and the next `git pull` in conflict; values

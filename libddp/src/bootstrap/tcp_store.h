@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The TCP rendezvous store: a server (hosted by rank 0 or by a launcher) and its client.
 // Connections are authenticated with the job token before any request is read.
 #pragma once
@@ -99,7 +101,8 @@ class TcpStoreClient : public Store {
   absl::StatusOr<int64_t> Add(absl::string_view key, int64_t delta) override;
 
  private:
-  TcpStoreClient(net::Fd fd, std::string address) : fd_(std::move(fd)), address_(address) {}
+  TcpStoreClient(net::Fd fd, std::string address)
+      : fd_(std::move(fd)), address_(std::move(address)) {}
   absl::StatusOr<std::string> Call(uint8_t op, absl::string_view key, absl::string_view value,
                                    uint64_t arg, absl::Duration timeout);
 

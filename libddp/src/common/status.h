@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Status helpers shared by every layer.
 #pragma once
 
@@ -18,10 +20,13 @@
 // DDP_ASSIGN_OR_RETURN(auto x, MakeX()): unwraps a StatusOr or returns its error.
 #define DDP_ASSIGN_OR_RETURN(lhs, expr) \
   DDP_ASSIGN_OR_RETURN_IMPL(DDP_CONCAT(ddp_statusor_, __LINE__), lhs, expr)
+// (`lhs` is a declaration, `auto x`, and `tmp` a name: neither can be parenthesized.)
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define DDP_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                              \
   if (!tmp.ok()) return tmp.status();             \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 namespace ddp {
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Executor: batches, the table of operations by device, and what they share.
 #include "engine/executor.h"
 
@@ -120,7 +122,7 @@ void Executor::Finish(ProcessSet& set, const std::string& name, absl::Status sta
 }
 
 void Executor::Phase(const std::string& name, const char* phase, int64_t start, int64_t end,
-                     std::vector<std::pair<std::string, std::string>> args) {
+                     const std::vector<std::pair<std::string, std::string>>& args) {
   if (timeline_ != nullptr) timeline_->Phase(name, phase, start, end, args);  // no-op if stopped
 }
 

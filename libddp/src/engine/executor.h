@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Executor: runs the tensors a round agreed on. It forms the fusion batches (every member forms
 // the same ones from the same list), then hands each batch or tensor to the operations of the
 // memory it lives in, from a table by device ("first enabled wins", as Horovod keeps one list of
@@ -70,7 +72,7 @@ class Executor {
     return timeline_ != nullptr && timeline_->active() ? timeline_->NowMicros() : 0;
   }
   void Phase(const std::string& name, const char* phase, int64_t start, int64_t end,
-             std::vector<std::pair<std::string, std::string>> args = {});
+             const std::vector<std::pair<std::string, std::string>>& args = {});
   // NEGOTIATE (submitted to agreed) and QUEUE (agreed to started) of a local submission.
   void Waited(const LocalOp& op, const Response& r, int64_t started);
   // A collective ran: `tensors` of them fused, `bytes` moved.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Handle: waiting on, polling and chaining callbacks to an asynchronous engine operation.
 #include "absl/time/clock.h"
 #include "common/wait.h"
@@ -24,7 +26,7 @@ absl::Status Unshared(const absl::Status& s) {
 
 }  // namespace
 
-void HandleState::Finish(absl::Status s) {
+void HandleState::Finish(const absl::Status& s) {
   std::vector<std::function<void(const absl::Status&)>> run;
   {
     std::lock_guard<std::mutex> lock(mu);

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // HandleState: what a Handle shares with the engine thread that finishes the operation.
 #pragma once
 
@@ -22,7 +24,7 @@ struct HandleState {
   explicit HandleState(std::string n) : name(std::move(n)) {}
 
   // Called once, by the engine. The output fields must be set before.
-  void Finish(absl::Status s);
+  void Finish(const absl::Status& s);
 
   const std::string name;
   // The engine refused the submission itself (set before Finish, never changed after).

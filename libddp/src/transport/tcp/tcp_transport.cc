@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // TcpTransport: construction, the progress loop, waiting, failures and goodbyes.
 #include "transport/tcp/tcp_transport.h"
 
@@ -68,7 +70,7 @@ CoreConfig Core(const TcpConfig& c) {
 
 TcpTransport::TcpTransport(TcpConfig config)
     : PeerTransport(Core(config)),
-      config_(config),
+      config_(std::move(config)),
       spin_budget_ns_(absl::ToInt64Nanoseconds(kMinSpinOversubscribed),
                       absl::ToInt64Nanoseconds(kMaxSpinOversubscribed)) {}
 

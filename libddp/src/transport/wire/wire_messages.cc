@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // WireTransport's messages: sends and receives posted (a header, inline payload or data messages
 // in segments), a header matched with its receive, and the control messages that arrive, taken
 // in sequence order.
@@ -103,7 +105,7 @@ RequestPtr WireTransport::Irecv(int peer, uint64_t tag, const Descriptor& descri
     PostedRecv op{request, tag, descriptor, static_cast<char*>(data), bytes};
     if (std::optional<Header> h = p.matcher.TakeEarly(tag)) {
       StartWaiting(peer);
-      Match(peer, std::move(op), *std::move(h));
+      Match(peer, op, *std::move(h));
       return request;
     }
     if (peer_state(peer) == PeerState::kLeft) return Completed(LeftError(peer));
@@ -137,7 +139,7 @@ void WireTransport::PostSegments(uint64_t token, Pending& op) {
 }
 
 // A header met its receive: copy the inline payload or post the data receives.
-void WireTransport::Match(int peer, PostedRecv op, Header h) {
+void WireTransport::Match(int peer, const PostedRecv& op, Header h) {
   absl::Status bad;
   if (!(h.descriptor_ == op.descriptor)) {
     bad = Disagreement(peer, op.descriptor, h.descriptor_);

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // WireTransport: the Transport contract on top of any Wire (MPI, libfabric).
 //
 // Every message starts with a control message to its receiver: a header with the 64-bit tag,
@@ -145,7 +147,7 @@ class WireTransport final : public PeerTransport {
   bool PollOnceLocked();
   void HandleControl(int peer, std::string payload);
   void HandleInOrder(int peer, const std::string& payload);
-  void Match(int peer, PostedRecv op, Header h);
+  void Match(int peer, const PostedRecv& op, Header h);
   void PostControlLocked(int peer, std::string message);
   void SegmentsDone(uint64_t token, const absl::Status& status);
   void PostSegments(uint64_t token, Pending& op);
