@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # ddp_optional(NAME OPTION_VAR RESULT_VAR): detects an optional dependency honouring AUTO/ON/OFF.
 function(ddp_optional name option result)
   set(found OFF)

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # What the jobs need in the cluster: the NVIDIA and EFA device plugins (so that pods can ask for
 # nvidia.com/gpu and vpc.amazonaws.com/efa), the FSx CSI driver, the MPI operator (MPIJobs),
 # Kubeflow Trainer with JobSet (TrainJobs), and Kueue, which admits every job whole.

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Where there is no Docker (`make eks-run` on a laptop without it, or in CI): a CodeBuild project
 # that builds k8s/image/Dockerfile.$FLAVOUR from a zip of the repository that k8s/eks.py puts at
 # s3://BUCKET/build/source.zip, and pushes $REPOSITORY:$FLAVOUR-$TAG to the ECR repository.

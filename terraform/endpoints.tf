@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Image pulls without the NAT gateway: the ECR API and registry endpoints (interface, private
 # DNS, so the nodes' usual ECR names resolve to them) and S3's gateway endpoint, where ECR keeps
 # the image layers (and FSx's bucket is). A first pull of the GPU image (~15 GB) by each GPU node

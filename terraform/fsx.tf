@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # FSx for Lustre beside the GPU nodes (same subnet): datasets and checkpoints, mounted in the
 # pods through the FSx CSI driver by the static PersistentVolume in k8s/mpijob/overlays/gpu-efa.
 

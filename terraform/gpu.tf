@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Where the GPU nodes go: a cluster placement group (EFA's latency wants one), shared by the
 # managed gpu node group (main.tf) and Karpenter's GPU nodes (k8s/karpenter/, through the
 # gpu_placement_group output). A capacity reservation is made in a placement group or in none,

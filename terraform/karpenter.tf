@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Karpenter (karpenter = true): its IAM roles, interruption queue and pod identity from the EKS
 # module's karpenter submodule, the controller from its Helm chart on the system nodes, and the
 # EFA security group the GPU+EFA EC2NodeClass names (its placement group is gpu.tf's, shared

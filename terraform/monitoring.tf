@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Monitoring: CloudWatch Container Insights with enhanced observability, through the EKS add-on
 # amazon-cloudwatch-observability (main.tf's addons). The add-on runs the CloudWatch agent and
 # NVIDIA's DCGM exporter on every node, so GPU metrics (utilisation, memory, power, temperature,

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 output "configure_kubectl" {
   description = "Points kubectl at the new cluster."
   value       = "aws eks --region ${var.region} update-kubeconfig --name ${module.eks.cluster_name}"

@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 variable "region" {
   description = "AWS region of the cluster (one where the GPU instance type is offered)."
   type        = string

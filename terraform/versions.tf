@@ -1,3 +1,5 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 terraform {
   required_version = ">= 1.9.0" # validations that read other variables
 

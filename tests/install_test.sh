@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Installs libddp into a temporary prefix, builds examples/cpp against it with find_package(ddp)
 # and with pkg-config, and runs the example as a real 2-rank job; then builds examples/ps the same
 # way and runs it as a parameter-server job (2 workers, 1 server). examples/c is compiled as C11

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # `pip install .` into a fresh virtual environment (Debian's Python, nothing from the system's
 # site-packages): scikit-build-core builds libddp and the extension from this checkout, pip brings
 # NumPy. Then the installed `ddprun` runs the numpy API worker as a 2-rank job.

@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # The object files of the reduce kernels (one per ISA build, libddp/src/reduce/isa/) keep their
 # code to themselves: each defines exactly one global symbol, its kernel table, and nothing weak
 # (an inline function or template the linker could pick from a -mavx512f build for callers on any

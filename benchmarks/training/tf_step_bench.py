@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """One Keras training benchmark run (benchmarks/training/compare_tensorflow): the training step of
 an MLP or a small CNN (forward, loss, GradientTape, optimizer.apply_gradients in a tf.function) on a
 fixed random batch of 32 per rank, timed per step after warm-up; rank 0 prints

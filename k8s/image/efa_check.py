@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp-efa-check: runs a job's command (mpirun ...), passes its output through, and then fails
 unless the job's traffic between hosts went over EFA, as NCCL and libddp themselves report it:
 

@@ -1,4 +1,6 @@
 #!/bin/sh
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Entrypoint of the libddp images. In the MPI operator's launcher pod (K_MPI_JOB_ROLE=launcher),
 # waits until every host of the hostfile resolves (the headless Service's DNS records can lag
 # behind the pods being ready), naming the ones that do not, then runs the command. Elsewhere it

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """ddp-model-check: loads a checkpoint the digits demo wrote (/fsx/checkpoints/digits.pt on the
 cluster) and reports the model's accuracy on the held-out test images, the split the training
 never saw; exits 1 below --min-accuracy. The model and the split are the demo's own

@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The digits CNN under torchrun, on torch.distributed's backend `ddp` (libddp) with torch's own
 DistributedDataParallel: what Kubeflow Trainer's torch runtime runs here (k8s/trainjob/). The model
 and the data split are the demo's (examples/pytorch/train_digits.py, imported); the gradients go

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The C API (ddp/c_api.h): thin wrappers over Context and Engine that turn absl::Status into a
 // code plus a message, and std::string/std::vector into pointers and counts.
 #include "ddp/c_api.h"

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Context: the job (bootstrap/job.h), the collectives and the engine of one rank, plus the
 // argument checks that turn bad input into clear errors before anything is touched.
 #include "ddp/context.h"

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // AvailableTransports, NcclAvailable, NcclVersion, and the RendezvousServer and RendezvousClient
 // around the store.
 #include "ddp/info.h"

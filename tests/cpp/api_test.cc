@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The public C++ API: bad input gives clear errors and corrupts nothing, topology from host
 // names, shutdown semantics, and one collective above 2^31 bytes (slow label).
 #include <dirent.h>

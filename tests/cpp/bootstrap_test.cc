@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Bootstrap layer: options from the environment, topology, the authenticated rendezvous store,
 // and the handshake and frame encodings every connection relies on.
 #include <gtest/gtest.h>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The byte codec (common/bytes.h) every fixed-layout format goes through: what it writes, that a
 // read past the end reads nothing, and that running past a buffer the caller sized is stopped.
 #include "common/bytes.h"

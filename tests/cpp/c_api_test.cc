@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The C API (ddp/c_api.h) in real multi-rank jobs: every engine operation against its
 // definition, completion callbacks, process sets, join; and errors as codes plus messages (a NULL
 // context, a refused submission, ranks that disagree on a tensor's shape).

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Conformance: every collective x dtype x op x count x placement, for N = 1..8 real processes,
 // against references in higher precision, fresh random data each run, outputs poisoned first.
 #include <fcntl.h>

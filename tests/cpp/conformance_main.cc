@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp-conformance: the conformance matrix as a program of its own, for launchers that start the
 // ranks themselves (mpirun for the MPI transport; ddprun works too). Every rank prints
 // "rank R digest=<hex>" and "rank R status=OK" (or the error); the caller compares them.

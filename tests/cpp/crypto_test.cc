@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Tests for common/crypto: published SHA-256 and HMAC-SHA256 vectors, incremental hashing,
 // constant-time comparison and getrandom(2).
 #include "common/crypto.h"

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The engine's operation kinds: results of each, scale factors, bad input, and results written
 // into the caller's memory.
 #include <gtest/gtest.h>

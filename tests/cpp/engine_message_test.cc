@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Negotiation messages and the response cache, without processes: encoding round trips, hostile
 // input, agreement messages, deterministic slots and LRU eviction.
 #include <gtest/gtest.h>

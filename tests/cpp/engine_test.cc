@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The fusion engine across real rank processes: random submission orders, mixed dtypes and ops,
 // mismatches, duplicates, stalls, the timeline, join, process sets, the response cache, autotune,
 // idle sleeping and a dead peer (the operation kinds themselves: engine_kinds_test.cc).

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Tests for engine/timeline (valid Chrome-trace JSON, also after a crash), engine/autotune
 // (search order, convergence, change reporting, CSV log, config validation) and the pool of the
 // engine's outputs.

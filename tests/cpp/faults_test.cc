@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Errors, never hangs: dead and stopped ranks, strangers and garbage on the wire, ranks that
 // disagree, aborts. Each job runs as real processes; a job that outlives its hang limit fails.
 #include <fcntl.h>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The launchers' environments (ddp/launch.h): each launcher's variables, their precedence, and
 // every partial or contradictory environment an error naming the variables -- never a silent job
 // of one rank.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // KeepFreedMemory (ddp/memory.h). It applies once per process, so each test runs it in a child
 // process of its own (EXPECT_EXIT), which exits 0 when every check held and prints the first
 // that did not.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The GPU path: CUDA tensors through the engine and the NCCL backend (libddp_nccl.so).
 //
 // Without a GPU (or without the plugin) CUDA submissions must fail at once with an error that

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The engine's negotiation as N members in one process, no transport: each member prepares its
 // contribution, the test does the exchange (an element-wise max of the vectors, the
 // announcements concatenated in member order), and each member processes the result. Every

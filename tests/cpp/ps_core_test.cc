@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The parameter server's rules without a network: ServerCore driven directly (sync and async
 // keys, worker deaths, waits past the limit, bad requests, checkpoints), and the optimizers'
 // saved state.

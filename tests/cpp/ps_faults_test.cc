@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The parameter server's jobs when things go wrong: workers and servers killed (named, or
 // survived), a server that restarts from its checkpoint and rejoins, a new job restoring the last
 // one's checkpoints, and strangers and nonsense at a server.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The parameter server (ddp/ps.h) in real jobs of processes: the correctness matrix over every
 // transport (and under mpirun), and credit that keeps workers submitting keys in opposite orders
 // from waiting on each other. ps_core_test.cc has the server's rules without a network,

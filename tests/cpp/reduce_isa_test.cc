@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Every ISA's build of the reduction kernels gives the same bits as the scalar build, for every
 // type, op, count, misalignment and aliasing, on data full of special values; and the choice of
 // ISA (CPU detection, DDP_REDUCE_ISA) behaves as reduce_internal.h says.

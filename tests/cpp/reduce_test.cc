@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Tests for the reduction kernels against scalar references written independently of them (exact
 // arithmetic in double or absl::int128, rounding by nearbyint), and for the f16/bf16 conversions.
 #include "reduce/reduce.h"

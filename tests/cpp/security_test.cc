@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The security contract (docs/security.md): the claims not tested beside the code they concern.
 // The job token stays out of every log line, error and timeline, even at debug level and when a
 // rank aborts; every listening socket is bound to the chosen interface, never to all of them.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Shared memory: segment hygiene (nothing left in /dev/shm after a job, a crash, or a failed
 // start; stale names of dead processes swept; names never reused), who may attach, and the
 // shared-memory allreduce under more ranks than cores; an idle rank's progress thread asleep.

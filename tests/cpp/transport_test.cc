@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The transport core (transport/core.h) over TCP and shared memory, as real processes: a peer's
 // failure as an event the caller escalates as it chooses, and attribution by the events peers
 // send (a goodbye names the ranks that left before it).

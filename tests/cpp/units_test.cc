@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Units of the layers that need no processes: errors as data, communicator ids and tags, the
 // epilogue that finishes averages, the matcher, the wait primitive and a handle's wait for the
 // GPU, NCCL's error text.

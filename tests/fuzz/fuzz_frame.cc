@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the TCP transport's frame header and the notices that ABORT and BYE frames
 // carry (peer-supplied bytes on every established stream). Whatever decodes must re-encode to
 // the same thing.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the authenticated handshake every connection starts with (auth.h), as a
 // stranger would drive it. The decoders of each message for both roles, then the whole blocking
 // server side (the rendezvous store's) over a socket pair fed the input: it must refuse, never

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the engine's negotiation records (message.h), which every rank's
 // announcement carries to the coordinator each cycle. Parsing never crashes; what parses
 // re-encodes to records that parse the same; agreement checks over what parsed never crash.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the DDP_* variables (options.cc, ps.cc), which come from whoever wrote the
 // job's environment (a launcher, a Kubernetes manifest, a user's shell). The input sets some of
 // them: records of (variable index, value length, value). Parsing and validation answer with a

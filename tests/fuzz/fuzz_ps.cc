@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: a parameter server's handling of requests (ServerCore, behind the checks
 // the server's loop makes: CheckRequest, the payload limit). Every request comes from a peer
 // holding the job's token, but its bytes are untrusted: a worker with a bug, or a hostile one,

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: a shared-memory segment's header as another local process left it
 // (segment.cc: Segment::Attach), the one thing a rank reads of a peer's segment before trusting
 // it. The input is the whole segment: written to /dev/shm under a segment name, then attached as

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the rendezvous store's request protocol (tcp_store.cc). Two ways in, chosen
 // by a hash of the input; the first byte is not a request:
 // - most inputs go straight to the store's table (StoreTable::Serve, what each client's thread of

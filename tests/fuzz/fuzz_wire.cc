@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libFuzzer harness: the control messages of WireTransport (wire_transport.cc), the protocol
 // over MPI, libfabric and shared memory: message headers (inline or with data messages after
 // them), clear-to-sends, heartbeats, goodbyes and aborts, with their sequence numbers, as a peer

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Writes the seed corpora of the fuzz harnesses (tests/fuzz/corpus/<harness>/): well-formed
 // inputs of each protocol, made with libddp's own encoders where it has them, so that the
 // fuzzers start from what peers really send. Run by `make fuzz-seeds`; the output is committed.

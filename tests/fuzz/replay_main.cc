@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Replays inputs through a fuzz harness without libFuzzer: each argument is a file, or a directory
 // whose files (not recursively) are each one input, fed to LLVMFuzzerTestOneInput in name order.
 // Every build with tests links the harnesses against it, so the committed seeds

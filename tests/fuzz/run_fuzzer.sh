@@ -1,4 +1,6 @@
 #!/bin/sh
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # run_fuzzer.sh HARNESS SECONDS SCRATCH ARTIFACTS SEEDS [RUNS]: runs one libFuzzer harness for
 # SECONDS (0: no limit) or until it has run RUNS inputs, whichever comes first, from the
 # committed SEEDS (read only) plus what earlier runs found in SCRATCH (written), crashes saved

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # The GPU checks, on the GPU machine (after tests/gpu/prepare.sh here): a build with NCCL and the
 # Python extension (warnings as errors: a second compiler), the C++ NCCL, handle and C API tests,
 # and the CUDA Python workers (1 rank: NCCL allows one rank per GPU). Log: $OUT/log. Through the

@@ -1,4 +1,6 @@
 #!/bin/bash
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 # Prepares the GPU machine's checks (tests/gpu/check.sh) on this Debian machine: the GPU machine
 # (Ubuntu 24.04, CUDA, torch; no network) lacks Abseil, GoogleTest and pybind11's CMake files, so
 # Debian's packages are unpacked into .device/root, which git ignores and the device tool carries

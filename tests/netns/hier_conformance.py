@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """The conformance matrix over simulated network hosts (benchmarks/netsim): H hosts, L ranks in
 each, the hierarchical allreduce's real shape (shared memory within a host, TCP across links
 limited with tc), in chunks that pipeline its phases. Every rank must report OK and all must

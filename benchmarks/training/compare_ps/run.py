@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """One host: the parameter server's push+pull against the ring allreduce on the same bytes.
 
     .venv/bin/python benchmarks/training/compare_ps/run.py [--np 4] [--sizes-mb 1,16,64]

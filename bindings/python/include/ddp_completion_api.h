@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // What ddp._ddp lends a C++ extension built apart from libddp (ddp.torch's torch_native module,
 // which torch's C++ calls): word of an operation's end without Python, so that torch's future for
 // it completes on a C++ thread and a waiting caller wakes without a hop through Python threads.

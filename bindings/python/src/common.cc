@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The helpers every file of ddp._ddp uses (common.h): the GIL, errors, the process's context,
 // conversions and automatic names. Uses no other file of the module.
 #include "common.h"

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // What every file of ddp._ddp uses (defined in common.cc, which uses none of the others): the
 // GIL let go for blocking calls, errors raised as ddp.DDPError, the process's one Context, the
 // conversions of the (address, dtype code, shape) triples the Python side passes, and the

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The parts of ddp._ddp that module.cc assembles, one per file (Handle and groups: their
 // headers).
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Groups: libddp jobs of their own beside the process's job, for the torch.distributed backend's
 // later process groups (new_group). Each is a Context with its own rendezvous, connections and
 // engine, as Gloo gives each process group its own: only the group's members make it, which a

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Groups (groups.cc): jobs of their own beside the process's, for torch.distributed's subgroups.
 #pragma once
 

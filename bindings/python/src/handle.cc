@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp.Handle: an operation in flight, its buffers kept alive, its result made once it finishes.
 #include "handle.h"
 

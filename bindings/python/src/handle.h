@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp._ddp.Handle: an operation in flight, seen from Python (handle.cc).
 #pragma once
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp._ddp.torch_allreduce: ddp.torch's allreduce_async(_) of a dense, contiguous CPU or CUDA
 // tensor in one call from Python to the engine.
 //

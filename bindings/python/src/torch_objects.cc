@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // torch's objects, looked up once (torch_objects.h).
 #include "torch_objects.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // torch's objects, looked up once torch is imported, without torch's headers (the extension works
 // with whatever torch the process imported): the fast path's (tensor_path.cc) and the current
 // CUDA stream's.

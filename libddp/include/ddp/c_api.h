@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 /* libddp's C API: the job and the fusion engine through plain C types, for C programs and for
  * plugins that cannot include the C++ headers. A framework plugin built against its own copy of
  * Abseil (TensorFlow's wheel ships one) cannot include ddp/engine.h, whose absl::Status would be

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Context: one process's membership in a libddp job and the collectives it can run.
 //
 // A Context owns everything a rank needs (rendezvous, transports, threads); nothing in libddp is

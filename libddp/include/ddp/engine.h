@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Engine: asynchronous, named collectives with negotiation, a response cache and tensor fusion.
 //
 // A training step submits its gradients by name as they become ready, possibly in a different

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Errors as data. Every libddp error is an absl::Status whose message names the operation, the
 // tensor and the rank(s) responsible; the ranks and the tensor also travel as Status payloads,
 // so a program can act on them without parsing text (Python: DDPError.ranks, DDPError.tensor).

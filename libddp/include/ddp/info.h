@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // What this installation of libddp can do: its transports and the GPU path, with the library
 // behind each (the optional ones are plugins, found at run time).
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Freed memory kept for reuse: where the process allocates with glibc's malloc, a training step
 // frees its large temporaries (a layer's gradient before it is added into .grad, activations)
 // and glibc gives them back to the kernel (munmap above its mmap threshold, or a trim of the

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Options: everything a Context needs to join a job, read from DDP_* environment variables.
 #pragma once
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Parameter-server mode: workers push gradients and pull values; servers hold the keys.
 //
 // A parameter-server job is a libddp job (DDP_RANK, DDP_SIZE, the rendezvous, any transport)

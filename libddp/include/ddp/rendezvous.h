@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // RendezvousServer: the store through which the ranks of a job find each other, for launchers
 // (ddprun hosts it; without one, rank 0 does). Connections are authenticated with the job token
 // before any request is read. RendezvousClient: a launcher's or worker's own keys in such a

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Exchange: how the ranks of a job tell each other what they need to connect (hosts, addresses,
 // shared-memory names). Every rank contributes a value under a key and reads the others'. Two
 // implementations behind one interface, so that the job's assembly (job.h) is written once:

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // AssembleJob: the plan, the preparation and the connection of this rank's transports.
 #include "bootstrap/job.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Job: one rank's place in a job, assembled from its options: every rank's host, the topology,
 // the transport that carries every message, and this host's shared memory, which collective
 // backends may use too. Assembly runs the same steps whatever the bootstrap (exchange.h):

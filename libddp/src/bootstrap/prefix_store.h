@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // PrefixStore: a Store whose keys all live under one prefix of another (as PyTorch's c10d does),
 // so that the key space of one initialisation never meets another's.
 #pragma once

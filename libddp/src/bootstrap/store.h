@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Store: the key-value rendezvous through which ranks find each other (set / get / add / wait).
 #pragma once
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // TCP rendezvous store: one thread per authenticated client, a map under a mutex.
 #include "bootstrap/tcp_store.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Topology: local (same host) and cross (host index) ranks derived from every rank's host name.
 #pragma once
 

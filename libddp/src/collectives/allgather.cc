@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Allgather(v): the pipelined ring, receiving straight into the output buffer.
 #include <cstring>
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Allreduce: the pipelined ring for large messages, recursive doubling for small ones.
 #include <algorithm>
 #include <condition_variable>

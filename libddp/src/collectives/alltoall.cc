@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Alltoall: every pair exchanges its blocks directly, all transfers in flight at once.
 #include <cstring>
 

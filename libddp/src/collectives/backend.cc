@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // WholeJobBackends: which collective backends a whole-job communicator gets.
 #include "collectives/backend.h"
 

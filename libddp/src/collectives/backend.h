@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Collective backends: whole collectives run by something other than libddp's own algorithms
 // over point-to-point messages, as NCCL keeps CollNet beside its point-to-point network table.
 // Today: the allreduce through shared reduction areas (shm_allreduce.h) and MPI_Allreduce

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Barrier: dissemination in ceil(log2 N) rounds of empty messages.
 #include "collectives/collectives.h"
 #include "common/status.h"

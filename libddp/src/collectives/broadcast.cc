@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Broadcast: a binomial tree for small messages, a pipelined chain for large ones.
 #include <cstring>
 

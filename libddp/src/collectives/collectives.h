@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The collective operations, over a Communicator. Arguments are validated by their callers (the
 // context for a direct call, the engine for a submitted one); these assume sane pointers and
 // counts.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // CommIds: the one owner of communicator ids.
 //
 // Every communicator on a transport has an id, and every message tag of its collectives carries

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Communicator: sequencing, descriptors, scratch, transfer tracking.
 #include "collectives/communicator.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Communicator: what every collective algorithm runs on. Wraps a Transport with collective
 // sequence numbers, tags, message descriptors, scratch memory and the choice of algorithm.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // MpiAllreduce: MPI_Allreduce through the MPI plugin, then the epilogue.
 #include "collectives/mpi_allreduce.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // MpiAllreduce: the collective backend (backend.h) that hands whole allreduces to
 // MPI_Allreduce (DDP_TRANSPORT=mpi with DDP_MPI_ALLREDUCE=1), for users of tuned HPC MPIs. Each
 // slot has an MPI communicator of its own (mpi/mpi.h), so the context's allreduces and the

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Reduce-scatter(v): the reduce-scatter phase of the ring on its own.
 #include <cstring>
 

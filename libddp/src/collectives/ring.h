@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The pipelined ring: reduce-scatter and all-gather over per-rank blocks, segmented so that
 // sending, receiving and reducing overlap (each segment is forwarded as soon as it is reduced).
 // Every rank sends and receives (N-1)/N of the data per phase, whatever N is.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Handshake encoding, MACs and the blocking handshake used by the store.
 #include "common/auth.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The authenticated handshake every libddp connection starts with (store and transport alike).
 //
 // Mutual challenge-response over a per-job secret; the secret never crosses the wire:

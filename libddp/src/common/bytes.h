@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The one codec for libddp's fixed-layout bytes (the handshake, TCP frame headers, wire control
 // messages, negotiation records, notices, parameter-server checkpoints and optimizer state): a
 // writer that appends fields, one that fills a buffer of a size the format fixes, a reader of

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // SHA-256 and HMAC-SHA256 through OpenSSL's libcrypto; constant-time compare; getrandom(2).
 #include "common/crypto.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Crypto primitives for the authenticated handshake: SHA-256, HMAC-SHA256, constant-time compare
 // and kernel randomness. The hashing and the MAC are OpenSSL's libcrypto (the library users
 // trust, using the CPU's SHA instructions); peers prove they know the job token by MACing fresh

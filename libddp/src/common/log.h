@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Minimal leveled logging to stderr, prefixed with the rank: "[ddp 3 W] message".
 #pragma once
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Optional parts of libddp (the NCCL backend, the MPI bootstrap and transport, the libfabric
 // transport) are plugins: shared libraries
 // beside libddp.so that libddp opens on first use, so that libddp itself never depends on CUDA

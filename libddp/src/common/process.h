@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Other processes of this machine, by pid (of this pid namespace), as /proc and kill(2) see them.
 #ifndef DDP_COMMON_PROCESS_H_
 #define DDP_COMMON_PROCESS_H_

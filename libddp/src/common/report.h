@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The launcher's report channel. ddprun starts each rank with DDP_REPORT_FD, the write end of a
 // pipe it reads; when the rank's job breaks for good, libddp writes there, once, what broke it
 // and whom that blames. The launcher can then name the culprit of a failed job instead of the

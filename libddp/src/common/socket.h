@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Thin, Status-returning wrappers over BSD sockets shared by the store and the TCP transport.
 #pragma once
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libddp's own threads: their names, and DDP_COMM_THREAD_NICE, the niceness of the engine's and
 // the transports' progress threads, set process-wide by the context before it starts any of them.
 //

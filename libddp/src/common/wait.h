@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The one way libddp waits for what another thread or process will do: spin, then yield the
 // core, then sleep. Every loop of libddp that polls for what it waits for (a request's owner, the
 // transports' callers, progress threads and shutdowns, the shared-memory allreduce and join, the

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Autotuner: coordinate search over fusion threshold and cycle time, scored by measured throughput.
 #include "engine/autotune.h"
 

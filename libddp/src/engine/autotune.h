@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Autotune: online tuning of the fusion threshold and cycle time from measured throughput.
 //
 // Coordinate search: first the fusion threshold over a grid (cycle time fixed), then the cycle

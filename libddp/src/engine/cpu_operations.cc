@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The operations on CPU memory: libddp's collectives, with tensor fusion (a persistent fusion
 // buffer; scale factors applied while packing and unpacking, so tensors with different factors
 // still fuse; none where the collective reads and writes the tensors in place, as shared memory's

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The operations on CUDA memory: the same bookkeeping as on the CPU (batches, joined ranks'
 // identity, timeline, handles), the data movement by the NCCL backend (nccl/device.h).
 #include <algorithm>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // EngineImpl: construction, submission and its checks (callers' threads), join, process sets.
 #include <algorithm>
 #include <utility>

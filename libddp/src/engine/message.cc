@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Negotiation messages: encoding, decoding and agreement checks.
 #include "engine/message.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // What ranks tell each other about a submitted tensor during negotiation, how it is encoded, and
 // how disagreements become error messages.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Negotiator: how the ranks of a process set agree, each round, on which tensors every rank has
 // submitted, with no coordinator on the critical path. Pure: no transport, thread or clock of
 // its own, so that it is tested as N members in one process (negotiator_test.cc).

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The entries of the executor's table (executor.h): operations on CPU memory (libddp's
 // collectives) and on CUDA memory (the NCCL backend, nccl/device.h).
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The pool of the engine's CPU outputs (output_pool.h).
 #include "engine/output_pool.h"
 

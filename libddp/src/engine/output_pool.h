@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Where the CPU outputs the engine allocates (allgather, alltoall, reduce-scatter) come from: a
 // small process-wide pool of large blocks that outputs give back when their last holder lets go.
 //

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ResponseCache: deterministic slot assignment and LRU eviction.
 #include "engine/response_cache.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ResponseCache: the tensors whose description every rank of a process set already agreed on.
 //
 // Every rank applies the same operations in the same order, so slot numbers are identical on all

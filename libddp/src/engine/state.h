@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // What the engine keeps per submission and per process set, shared by its parts: the
 // negotiator (negotiator.h), the executor (executor.h) and the loop (engine.h).
 #pragma once

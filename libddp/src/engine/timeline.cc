@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Timeline: writes the engine's per-tensor phases as Chrome trace events (JSON array form).
 #include "engine/timeline.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Timeline: a Chrome-trace (JSON array) record of what the engine did with each tensor, loadable
 // in Perfetto or chrome://tracing. Written so that a process killed at any moment leaves a file
 // that parses once a closing "]" is appended (the trace format makes that bracket optional).

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // MPI_Allreduce as a collective backend (DDP_MPI_ALLREDUCE=1), part of libddp_mpi.so: each slot
 // (the context's collectives, the engine's world set) has a duplicate of MPI_COMM_WORLD of its
 // own, so that their allreduces never interleave. f16 and bf16 use libddp's kernels as MPI user

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libddp's side of mpi/: opens libddp_mpi.so on first use and forwards to it.
 #include <cstdlib>
 #include <string>

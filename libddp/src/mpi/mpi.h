@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // mpi/: everything libddp does with MPI, in one room. Under mpirun (Open MPI, MPICH/PMI):
 //   - the bootstrap exchanges rank 0's job token and every rank's host and address with MPI
 //     collectives (bootstrap/exchange.h), so no rendezvous store or exported token is needed;

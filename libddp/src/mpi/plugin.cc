@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libddp_mpi.so's table (mpi/mpi.h says what it offers) and the bootstrap's MPI calls.
 #include <mpi.h>
 

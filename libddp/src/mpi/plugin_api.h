@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The table libddp_mpi.so returns from `ddp_mpi_plugin` (both sides built from one tree).
 #pragma once
 

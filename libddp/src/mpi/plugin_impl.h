@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Inside libddp_mpi.so: what its sources share (plugin.cc exports the table; wire.cc and
 // allreduce.cc implement the transport and the collective backend).
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The MPI transport's wire (DDP_TRANSPORT=mpi), part of libddp_mpi.so: control messages on one
 // duplicate of MPI_COMM_WORLD (taken with MPI_Improbe/MPI_Mrecv, any source, exact size), data
 // messages on another with MPI_Isend/MPI_Irecv straight from and into the caller's buffers.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Inside libddp_nccl.so: what its sources share. nccl_backend.cc holds the backend's
 // machinery (the device, stream and communicators, waiting for the GPU while watching for
 // trouble, failing for good, the watcher of stream-ordered collectives), collectives.cc the

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The NCCL backend's collectives (nccl_backend.cc: the machinery around them). Allreduce runs in
 // place on a lone tensor and through the fusion buffer otherwise; uneven allgathers and
 // reduce-scatters are grouped broadcasts and reduces. Scale factors and averages are our kernels

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // nccl/: the GPU path. Collectives on CUDA memory with NCCL communicators, on a stream of its own.
 //
 // This header is all the rest of the library sees of CUDA and NCCL: no CUDA type appears here,

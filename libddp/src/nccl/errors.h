@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // How an NCCL error reads: NCCL's own text, its last error, and the fix when libddp knows it.
 // Part of libddp (not the plugin), so that it is tested without a GPU.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // CUDA kernels of the NCCL backend: scaling, integer averages and identity fills, grid-stride
 // loops over any count (including > 2^31 elements).
 #include <cuda_bf16.h>

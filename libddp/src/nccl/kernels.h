@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Element-wise CUDA kernels the NCCL backend needs around its collectives (kernels.cu). Plain
 // types only: `stream` is a cudaStream_t. Each returns the launch's cudaError_t as an int.
 #pragma once

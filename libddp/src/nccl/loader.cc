@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Part of libddp: opens libddp_nccl.so (next to libddp.so, or DDP_NCCL_PLUGIN) the
 // first time the GPU path is needed, and forwards device.h's functions to it. Without the plugin
 // (built without DDP_WITH_NCCL, or its CUDA/NCCL libraries missing at run time) every function

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The NCCL backend: libddp_nccl.so, which loader.cc opens on the first CUDA submission, so that
 // libddp itself never depends on CUDA or NCCL at run time.
 //

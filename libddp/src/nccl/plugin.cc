@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libddp_nccl.so's table (plugin.h): the backend's creation, and what libddp asks of CUDA
 // outside any backend (devices, plain memory and copies for tests, a collective's done event).
 #include "nccl/plugin.h"

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The one symbol libddp_nccl.so exports, `ddp_nccl_plugin`, and the table it returns. Both sides
 // are built together from one tree; `abi` catches a stale plugin next to a newer libddp.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // libddp's side of the libfabric transport: opens libddp_ofi.so on first use.
 #include "common/plugin.h"
 #include "ofi/ofi_wire.h"

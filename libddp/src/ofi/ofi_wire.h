@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The libfabric transport (DDP_TRANSPORT=ofi): a WireTransport over an FI_EP_RDM endpoint with
 // tagged messages (EFA on AWS; `tcp;ofi_rxm` and `shm` here). The libfabric calls live in
 // libddp_ofi.so (ofi_wire.cc), opened on first use; libddp never links libfabric.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Handles: an operation's requests waited for, partitions resent to a restarted server, and the
 // answers turned into the operation's status, version and contributors.
 #include <algorithm>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Server-side optimizers of async keys: the built-ins (sgd, adam, sum) and those an application
 // registers (ddp/ps.h RegisterOptimizer), and their application to a partition of any floating
 // dtype (f16 and bf16 through f32).

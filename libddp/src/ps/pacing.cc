@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Credit (DDP_PS_CREDIT_BYTES): the pacer's thread returns it as answers and held notices
 // arrive, and sends what waited for it, in order.
 #include <mutex>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The parameter server's messages, between a worker and a server over the job's transport.
 //
 // Every (worker, server) pair has one stream of requests, numbered from 0 by the worker. Request

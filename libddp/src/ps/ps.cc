@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ddp/ps.h's ParameterServer: PsOptions from the environment, and the public face of the worker's
 // side (worker.h; its rooms: worker.cc, registration.cc, requests.cc, pacing.cc, recovery.cc,
 // handles.cc) and of a server rank's loop (server.h).

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Server restarts (DDP_PS_SERVER_RESTART_SECONDS): the recoverer's thread waits for a failed
 // server's new process, registers every key again with it, and sends what was parked for it.
 #include <map>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Registration: a key checked, cut into partitions, its partitions placed on the servers (size
 // balanced), and one init per partition sent to register it there.
 #include <algorithm>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // A request's way to its server: to this process's own server through its thread, parked while
 // its server restarts, queued behind the server's credit, or sent over the transport.
 #include <algorithm>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ServerLoop: a ServerCore on the job's transport. One thread (the caller of Run) does all the
 // core's work; the transport's completions only queue events for it. Requests from a worker are
 // handled in the order the worker made them (a push whose payload is still arriving holds back

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The worker's life: Init (roles, the job, per-server streams and credit, the pacer's, the
 // recoverer's and the colocated server's threads), operations submitted, and Finish.
 #include "ps/worker.h"

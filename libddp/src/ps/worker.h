@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The worker's side of the parameter server, shared by its rooms: ParameterServerImpl (roles,
 // keys and their placement, requests to the servers, credit, server restarts) and HandleState
 // (one operation in flight). Internal: ddp/ps.h is the public face.

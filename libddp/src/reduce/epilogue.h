@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Epilogue: how an allreduce's combined result is finished, decided in one place for every
 // algorithm and backend (ring, recursive doubling, hierarchical, reduce-scatter, the shared-memory
 // allreduce, MPI_Allreduce, the engine's fusion buffer, NCCL).

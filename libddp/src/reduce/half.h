@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Branchless IEEE binary16 and bfloat16 <-> binary32 conversions, internal to the reduce layer.
 //
 // They are inline and free of branches and tables so that a loop converting an array compiles to

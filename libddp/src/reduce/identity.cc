@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Identity fill: what a rank without data (a joined rank) contributes to a reduction.
 #include <cstdint>
 #include <cstdio>

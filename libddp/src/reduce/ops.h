@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The element-wise operations behind every ReduceOp, shared by the kernels of every ISA.
 // Internal linkage throughout, for the reason given at the top of half.h (which provides BitCast).
 #pragma once

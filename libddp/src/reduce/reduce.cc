@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The entry points of reduce.h, and the choice of the instruction set their kernels use.
 //
 // The kernels are one source (isa/kernels.inc) built once per ISA, each build in a translation

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Element-wise reduction kernels for every DataType x ReduceOp, used by the collectives.
 #pragma once
 

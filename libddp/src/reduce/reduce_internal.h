@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The instruction-set dispatch beneath reduce.h. Collectives call reduce.h; tests and benchmarks
 // call these too, so that every implementation is checked and measured on a machine that runs it.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // PeerTransport: names, errors, failure, peer events, notices, liveness.
 #include "transport/core.h"
 

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // PeerTransport: the transport core that TcpTransport and WireTransport (shared memory, MPI,
 // libfabric) share; each keeps only its own way of moving bytes.
 //

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // How every transport decides that a peer it waits on is at fault (see transport.h, Errors).
 #pragma once
 

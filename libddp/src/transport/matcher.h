@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Matcher: the tag matching of every transport, for one peer.
 //
 // A receive matches the first message from its peer with the same tag (per tag, in order); the

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Notices: what a rank tells its peers when it aborts or says goodbye, as bytes on any wire.
 //
 // Failure attribution goes by these events, not by waiting: an abort carries the ranks its

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Request completion and waiting.
 #include "common/wait.h"
 #include "transport/transport.h"

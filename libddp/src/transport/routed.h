@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // RoutedTransport: one Transport over two, by peer: the ranks on this host through shared
 // memory, the others through TCP. Each pair of ranks uses one of the two for all its messages,
 // so ordering and matching are the chosen transport's.

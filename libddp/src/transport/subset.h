@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // SubsetTransport: a view of a transport restricted to some of its ranks, renumbered 0..k-1, so
 // that a collective can run on a process set with the same algorithms as on the whole job.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Transport: point-to-point byte movement between the ranks of a job.
 //
 // The interface every transport implements (TCP, shared memory, MPI, libfabric; the last three

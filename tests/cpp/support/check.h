@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Checks inside a rank's body: they return a Status (the harness reports it) instead of
 // asserting, since a rank is a forked process.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The conformance matrix: every collective x dtype x op x count x placement, against references
 // in higher precision, fresh random data each run, outputs poisoned first. Run by the gtest
 // suites over every transport the build has (collectives_test.cc) and, under mpirun, by the

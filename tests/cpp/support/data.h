@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Test data: deterministic pseudo-random inputs per (seed, call, rank, index) and checks of
 // collective results against references computed in higher precision.
 #pragma once

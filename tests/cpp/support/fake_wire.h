@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // A Wire (transport/wire/wire.h) that hands a WireTransport what a test or a fuzz input says the
 // peers sent: control messages and events queued up front, handed over a few per poll (so that
 // receives are posted between arrivals too). Data completes at once: receives filled with a

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Multi-process test harness: runs a job of N real rank processes (fork) on loopback.
 //
 // The parent forks a rendezvous-store process and N ranks; each rank gets DDP_* variables, runs

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // What the parameter server's tests (ps_*_test.cc) share: the layouts their jobs run in, and a
 // directory of a test's own for checkpoints.
 #pragma once

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The parameter server's correctness matrix, run by every rank of a parameter-server job (gtest's
 // multi-process jobs over tcp, shm and libfabric; ddp-conformance --ps under mpirun for MPI):
 //   - sync keys of every dtype, split into partitions over the servers: every pull of step t is

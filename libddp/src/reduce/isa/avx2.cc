@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The AVX2 build of the kernels (isa/kernels.inc), compiled with -mavx2 -mfma -mf16c (see
 // libddp/CMakeLists.txt) and run only where reduce.cc found all three. f16 converts with F16C, 8
 // lanes at a time, and bf16 with integer operations, 16 at a time.

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The AVX-512 build of the kernels (isa/kernels.inc), compiled with -mavx512f -mavx512bw
 // -mavx512vl (plus the AVX2 set) and a preference for 512-bit vectors (see libddp/CMakeLists.txt),
 // and run only where reduce.cc found them all and the OS saves the ZMM state. f16 converts with

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The table of kernels that each ISA's build (isa/*.cc) exports and reduce.cc dispatches through.
 //
 // Free of ddp/types.h on purpose: that pulls in absl and <iostream>, whose static initializer

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ShmDomain: the shared memory of the ranks on one host. Every local rank creates one segment
 // (segment.h) holding what the others write to it: one inbound byte ring per local peer (the
 // point-to-point path, shm_wire.h) and one reduction area per backend slot (the

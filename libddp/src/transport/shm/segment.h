@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Segment: one POSIX shared-memory object per rank, created by that rank and mapped by the other
 // ranks on its host.
 //

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 #include "transport/shm/shm_wire.h"
 
 #include <algorithm>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // ShmWire: the Wire (transport/wire/wire.h) between the ranks of one host, over byte rings in
 // shared memory. WireTransport builds the whole Transport contract on it (tags, descriptors,
 // heartbeats, goodbyes, aborts, blame), as over MPI and libfabric.

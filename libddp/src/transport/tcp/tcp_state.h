@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Per-connection and per-peer state of TcpTransport; touched only by its progress thread.
 #pragma once
 

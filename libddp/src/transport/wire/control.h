@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // The control messages of WireTransport (wire_transport.h): their layout, and how they are
 // written and read (common/bytes.h), for the sources of the transport alone.
 //

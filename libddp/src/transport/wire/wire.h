@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // Wire: the small interface a message-passing library (MPI, libfabric) offers to WireTransport.
 //
 // A wire moves two kinds of messages between ranks: control messages (small, copied, arriving

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // WireTransport: failures (of the whole transport, or of one peer it isolates and goes on
 // without) and shutdown, with the aborts and goodbyes they send.
 #include <algorithm>

@@ -1,3 +1,5 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
 // WireTransport: construction, progress (polling the wire, segments done, what a failure left
 // in it), liveness, waiting and the watchdog. wire_messages.cc posts and takes in the messages,
 // wire_shutdown.cc handles failures and shutdown; control.h is the control messages' layout.
