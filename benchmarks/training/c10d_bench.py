@@ -1,4 +1,6 @@
 #!/usr/bin/env python3
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
 """One torch.distributed measurement for benchmarks/training/compare_c10d, the same script for every
 backend: `ddp` (libddp's torch.distributed backend), `gloo`, `mpi`, and two floors that exchange
 no gradients: `none` (no process group, the plain model: every rank trains alone) and
@@ -46,7 +48,8 @@ def parse_size(text):
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--np", type=int, default=0, help="start this many ranks on 127.0.0.1")
-    ap.add_argument("--backend", choices=("ddp", "gloo", "mpi", "none", "ddp-noexchange"), required=True)
+    ap.add_argument("--backend", choices=("ddp", "gloo", "mpi", "none", "ddp-noexchange"),
+                    required=True)
     ap.add_argument("--mode", choices=("train", "collectives", "fsdp"), default="train")
     ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     ap.add_argument("--fsdp-api", choices=("fsdp1", "fsdp2"), default="fsdp1")
@@ -212,29 +215,47 @@ def timed_steps(rank, step, args, key, keep_pace=False):
 
 
 def no_exchange(state, bucket):
-    """A DDP comm hook that exchanges nothing: the bucket's gradients stay this rank's own."""
+    """A DDP comm hook that exchanges nothing: the bucket's gradients stay this rank's own. Its
+    state, {"first": ids of the first layer's parameters, "tail": {}}, gets in "tail" the bytes
+    of each bucket that holds one of them: the gradients backward computes last, whose exchange
+    nothing can overlap (the MLP's: the first layer's weight, 42 MB, and its bias, a bucket of
+    its own)."""
     import torch
+    buffer = bucket.buffer()
+    if any(id(p) in state["first"] for p in bucket.parameters()):
+        state["tail"][bucket.index()] = buffer.numel() * buffer.element_size()
     fut = torch.futures.Future()
-    fut.set_result(bucket.buffer())
+    fut.set_result(buffer)
     return fut
+
+
+def first_layer(model):
+    """The parameters of the model's first module that has any (in forward order)."""
+    for module in model.modules():
+        own = list(module.parameters(recurse=False))
+        if own:
+            return own
+    return []
 
 
 def train(rank, args, torch):
     sb = models()
     torch.manual_seed(42)
     model = sb.MODELS[args.model]()
+    tail = {"first": {id(p) for p in first_layer(model)}, "tail": {}}  # ddp-noexchange
     if args.backend != "none":
         # As compare_training: no buffer broadcast before every forward (libddp's optimizer
         # makes none either), DDP's default 25 MB buckets.
         model = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
         if args.backend == "ddp-noexchange":
-            model.register_comm_hook(None, no_exchange)
+            model.register_comm_hook(tail, no_exchange)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(1000 + rank.rank)
     data = torch.randn(BATCH, *sb.IMAGE_SHAPE, generator=gen)
     target = torch.randint(0, sb.NUM_CLASSES, (BATCH,), generator=gen)
 
     def step():
+        tail["tail"].clear()  # this step's buckets (the first step's layout is another)
         opt.zero_grad()
         torch.nn.functional.cross_entropy(model(data), target).backward()
         opt.step()
@@ -242,8 +263,11 @@ def train(rank, args, torch):
     step_ms = timed_steps(rank, step, args, "train",
                           keep_pace=args.backend in ("none", "ddp-noexchange"))
     params = sum(p.numel() for p in model.parameters())
+    # The bytes of the buckets ready last (DDP rebuilds its buckets after the first step: the
+    # layout of the last step is the one timed).
+    last = {"tail_bytes": sum(tail["tail"].values())} if tail["tail"] else {}
     result(rank, mode="train", backend=args.backend, model=args.model, ranks=rank.size,
-           params=params, step_ms=f"{step_ms:.2f}")
+           params=params, step_ms=f"{step_ms:.2f}", **last)
 
 
 def fsdp_model(args, torch, sb):
