@@ -17,7 +17,7 @@
 #include "ddp/context.h"
 #include "ddp/engine.h"
 #include "ddp/errors.h"
-#include "ddp/version.h"
+#include "ddp/info.h"
 
 struct ddp_context {
   std::shared_ptr<ddp::Context> context;
@@ -117,7 +117,7 @@ extern "C" {
 
 const char* ddp_last_error(void) { return last_error.c_str(); }
 
-const char* ddp_version(void) { return DDP_VERSION_STRING; }
+const char* ddp_version(void) { return ddp::Version(); }
 
 int ddp_context_create(ddp_context** out) {
   if (out == nullptr) return Code(absl::InvalidArgumentError("ddp_context_create: out is NULL"));

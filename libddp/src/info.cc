@@ -1,16 +1,19 @@
 // SPDX-FileCopyrightText: 2026 The libddp Authors
 // SPDX-License-Identifier: Apache-2.0
-// AvailableTransports, NcclAvailable, NcclVersion, and the RendezvousServer and RendezvousClient
-// around the store.
+// Version, AvailableTransports, NcclAvailable, NcclVersion, and the RendezvousServer and
+// RendezvousClient around the store.
 #include "ddp/info.h"
 
 #include "bootstrap/tcp_store.h"
 #include "ddp/rendezvous.h"
+#include "ddp/version.h"
 #include "mpi/mpi.h"
 #include "nccl/device.h"
 #include "ofi/ofi_wire.h"
 
 namespace ddp {
+
+const char* Version() { return DDP_VERSION_STRING; }
 
 std::vector<TransportInfo> AvailableTransports() {
   std::vector<TransportInfo> out = {{"tcp", "built in"}, {"shm", "built in"}};

@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "ddp/c_api.h"
 #include "ddp/ddp.h"
 #include "support/check.h"
 #include "support/multiprocess.h"
@@ -34,6 +35,20 @@ absl::Status ExpectInvalid(const absl::Status& status, absl::string_view needle)
                                             "', got ", status.ToString()));
   }
   return absl::OkStatus();
+}
+
+// The version is written once, in the repository's VERSION file: the library, the headers and
+// the C API all say it (tests/python/test_run_flags.py checks the Python side and the CMake
+// package against the same file).
+TEST(Api, TheVersionIsTheVersionFiles) {
+  std::ifstream in(absl::StrCat(DDP_SOURCE_DIR, "/VERSION"));
+  std::string written;
+  ASSERT_TRUE(std::getline(in, written)) << "no VERSION file in " << DDP_SOURCE_DIR;
+  EXPECT_EQ(std::string(ddp::Version()), written);
+  EXPECT_EQ(std::string(DDP_VERSION_STRING), written);
+  EXPECT_EQ(std::string(ddp_version()), written);
+  EXPECT_EQ(absl::StrCat(DDP_VERSION_MAJOR, ".", DDP_VERSION_MINOR, ".", DDP_VERSION_PATCH),
+            written);
 }
 
 // The store as launchers and elastic workers use it (ddp/rendezvous.h): keys, waits that end

@@ -374,12 +374,37 @@ def real_ddprun(ddp_env):
         capture_output=True, text=True, timeout=HANG)
 
 
-def test_version_prints_ddps_version(real_ddprun, ddp_env):
-    version = subprocess.run([sys.executable, "-c", "import ddp; print(ddp.__version__)"],
-                             env=ddp_env, capture_output=True, text=True, check=True).stdout
+def test_version_is_the_version_files_everywhere(real_ddprun, ddp_env):
+    # VERSION is the one place the version is written: the extension, the libddp.so it loads,
+    # ddprun --version, pip's metadata (pyproject.toml reads the file) and the CMake package
+    # all say what it says (tests/cpp/api_test.cc checks the C++ side).
+    repo = RUN_DIR.parents[3]
+    written = (repo / "VERSION").read_text().strip()
+    assert re.fullmatch(r"\d+\.\d+\.\d+", written)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import ddp; print(ddp.__version__, ddp._ddp.library_version())"],
+        env=ddp_env, capture_output=True, text=True, check=True).stdout.split()
+    assert probe == [written, written]
     done = real_ddprun("--version")
-    assert (done.returncode, done.stdout, done.stderr) == (0, version, "")
-    assert re.fullmatch(r"\d+\.\d+\.\d+\n", version)
+    assert (done.returncode, done.stdout, done.stderr) == (0, written + "\n", "")
+
+    try:
+        import tomllib
+    except ImportError:  # Python < 3.11
+        pytest.skip("tomllib (Python >= 3.11) reads pyproject.toml")
+    project = tomllib.loads((repo / "pyproject.toml").read_text())
+    assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
+    meta = project["tool"]["scikit-build"]["metadata"]["version"]
+    assert meta["input"] == "VERSION"
+    assert re.search(meta["regex"], (repo / "VERSION").read_text()).group("value") == written
+
+    build = pathlib.Path(os.environ.get("DDP_BUILD_DIR", repo / "build")) / "libddp"
+    if not (build / "ddpConfigVersion.cmake").exists():
+        pytest.skip(f"no CMake build at {build} (make build) to read the CMake package from")
+    cmake = re.search(r'set\(PACKAGE_VERSION "([^"]+)"\)',
+                      (build / "ddpConfigVersion.cmake").read_text())
+    assert cmake and cmake.group(1) == written
+    assert f"Version: {written}\n" in (build / "ddp.pc").read_text()
 
 
 def test_libddp_agrees_with_torchruns_variables_under_ddprun(real_ddprun):

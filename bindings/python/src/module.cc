@@ -462,7 +462,8 @@ void DefineStore(py::module_& m) {
 PYBIND11_MODULE(_ddp, m) {
   using namespace ddp_python;
   m.doc() = "libddp's C++ layer; use the `ddp` package instead of this module.";
-  m.attr("__version__") = DDP_VERSION_STRING;
+  m.attr("__version__") = DDP_VERSION_STRING;  // the headers this extension was compiled with
+  m.def("library_version", &ddp::Version, "The version of the libddp.so loaded (ddp::Version()).");
   NoteMainThread();
 
   DefineErrors(m);

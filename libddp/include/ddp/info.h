@@ -9,6 +9,11 @@
 
 namespace ddp {
 
+// The version of the library linked in ("0.1.0"; from the repository's VERSION file), which may
+// differ from the headers' DDP_VERSION_STRING (ddp/version.h) when a program runs against another
+// build than it was compiled with.
+const char* Version();
+
 struct TransportInfo {
   std::string name;     // what DDP_TRANSPORT may name: "tcp", "shm", "mpi", "ofi"
   std::string library;  // "built in", or the library's version ("Open MPI v4.1.4", ...)
