@@ -22,6 +22,9 @@ TF_VENV := .venv-tf
 TORCH2_VENV := .venv-torch2
 # The lint tools (ruff, mypy, lizard; tests/lint/requirements.txt), pinned, in a venv of their own.
 LINT_VENV := .venv-lint
+# The Pythons `make wheel` builds for (one wheel per tag: Debian's 3.11 and pyenv's 3.11 share
+# cp311); e.g. WHEEL_PYTHONS="$$(pyenv root)/versions/3.12.1/bin/python" for a cp312 wheel.
+WHEEL_PYTHONS ?= /usr/bin/python3 python3
 
 APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev libssl-dev libgtest-dev \
   libgmock-dev libbenchmark-dev openmpi-bin libopenmpi-dev libfabric-dev libfabric-bin \
@@ -31,6 +34,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
 .PHONY: help lint lint-venv lint-python lint-format lint-size lint-spdx lint-tidy
 .PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
   test-torch2 demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
+  wheel test-wheel package test-package test-packages \
   eks-up eks-run eks-stage-data eks-down \
   test-fast test-slow test-matrix sanitize asan asan-build tsan tsan-build fuzz-build fuzz-smoke fuzz fuzz-seeds soak chaos bench bench-horovod horovod-suite-tf install clean format
 
@@ -166,7 +170,7 @@ demo-ps: build  ## the same with 4 workers and 2 parameter servers
 # What CI runs: the C++ suite (fast and slow labels; tests/cpp/CMakeLists.txt says what the
 # matrix label holds), the Python suite, ddp.torch's tests on PyTorch 2, PyTorch's own suite's CI
 # part (torch-suite-ci, 120 s a test at most), the TensorFlow suite (in .venv-tf), the deployment
-# checks, `pip install .` from scratch,
+# checks, the wheel (pip's build from scratch, auditwheel) and the .deb with their install tests,
 # then ASan/UBSan (built
 # with clang, so a second compiler's warnings stop the build too) and TSan builds of the fast
 # label.
@@ -191,10 +195,10 @@ test:  ## what CI runs (lint first): about 30 minutes on 2 cores
 	TORCH_SUITE_TIMEOUT=120 $(MAKE) torch-suite-ci
 	$(call STAMP,test-tf)
 	$(MAKE) test-tf
-	@# The deployment checks (one core: linters and a rehearsal that mostly waits) beside pip's
-	@# build of libddp from scratch.
-	$(call STAMP,test-deploy and test-pip)
-	$(MAKE) -j 2 --output-sync=target test-deploy test-pip
+	@# The deployment checks (one core: linters and a rehearsal that mostly waits) beside the
+	@# wheel (pip's build of libddp from scratch, then its clean-room test) and the .deb.
+	$(call STAMP,test-deploy and test-packages)
+	$(MAKE) -j 2 --output-sync=target test-deploy test-packages
 	$(call STAMP,sanitize)
 	$(MAKE) sanitize
 	$(call STAMP,test: done)
@@ -249,8 +253,31 @@ eks-down: deploy-venv  ## the jobs, Karpenter's nodes, then the stack
 	$(EKS) down
 
 # `pip install .` from scratch in a clean virtual environment, then a 2-rank job (about 3 min).
+# Not in `make test`, whose wheel build is the same pip build from scratch.
 test-pip: deps  ## pip install . from scratch, then a 2-rank job
 	tests/pip_install_test.sh
+
+# Self-contained wheels (packaging/wheel.sh: pip's build of this checkout, then auditwheel; torch
+# 2's native module built against .venv-torch2's torch) into dist/, and their clean-room test
+# (tests/wheel_install_test.sh: fresh venvs, the build trees, headers and Abseil hidden).
+wheel: deps torch2-venv  ## self-contained wheels into dist/ (WHEEL_PYTHONS), no compiler needed to install
+	packaging/wheel.sh $(WHEEL_PYTHONS)
+test-wheel: wheel  ## the cp311 wheel installed and run in a clean room
+	tests/wheel_install_test.sh
+# The C++ library as a .deb (cmake/package.cmake): a Release build of the library alone, then
+# CPack; its test unpacks it into a scratch root and builds the examples against it.
+package: deps  ## a .deb of the C++ library, headers, CMake package and pkg-config file into dist/
+	cmake -S . -B build-package -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
+	  -DDDP_BUILD_TESTS=OFF -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF >/dev/null
+	cmake --build build-package -j $(JOBS)
+	cd build-package && cpack -B cpack >/dev/null
+	mkdir -p dist && cp build-package/cpack/libddp-dev_*.deb dist/
+	@ls -l dist/libddp-dev_*.deb
+test-package: package  ## the .deb unpacked into a scratch root, the C++ examples built against it
+	tests/package_test.sh
+test-packages:  ## test-wheel, then test-package (one after the other: each builds on both cores)
+	$(MAKE) test-wheel
+	$(MAKE) test-package
 
 test-fast: build  ## ctest's fast label
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -L fast
@@ -389,7 +416,8 @@ format:  ## clang-format every C++ file in place
 	clang-format -i $(CXX_SOURCES)
 
 clean:  ## the builds and the venvs
-	rm -rf $(BUILD) build-asan build-tsan $(DEPLOY_VENV) $(TF_VENV) $(TORCH2_VENV) $(LINT_VENV)
+	rm -rf $(BUILD) build-asan build-tsan build-package build/wheel-* dist .venv-wheel \
+	  $(DEPLOY_VENV) $(TF_VENV) $(TORCH2_VENV) $(LINT_VENV)
 
 # PyTorch's own distributed suite (torch/testing/_internal/distributed/distributed_test.py) on
 # gloo and on ddp, in .venv (torch 1.13) and .venv-torch2: every test that passes on gloo and not on

@@ -5,16 +5,24 @@
 # and with pkg-config, and runs the example as a real 2-rank job; then builds examples/ps the same
 # way and runs it as a parameter-server job (2 workers, 1 server). examples/c is compiled as C11
 # (pkg-config) and run as a 3-rank job.
+#
+#   install_test.sh BUILD_DIR SOURCE_DIR        installs BUILD_DIR first
+#   install_test.sh --prefix PREFIX SOURCE_DIR  uses what is installed there (the .deb's files:
+#                                               tests/package_test.sh)
 set -euo pipefail
-build_dir=$1
-source_dir=$2
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-
-cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
-cmake -S "$source_dir/examples/cpp" -B "$work/ex" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+if [ "$1" = --prefix ]; then
+  prefix=$2
+  source_dir=$3
+else
+  source_dir=$2
+  prefix=$work/prefix
+  cmake --install "$1" --prefix "$prefix" >/dev/null
+fi
+cmake -S "$source_dir/examples/cpp" -B "$work/ex" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/ex" >/dev/null
-libdir=$(dirname "$(find "$work/prefix" -name 'libddp.so' | head -n 1)")
+libdir=$(dirname "$(find "$prefix" -name 'libddp.so' | head -n 1)")
 PKG_CONFIG_PATH="$libdir/pkgconfig" g++ "$source_dir/examples/cpp/allreduce_example.cc" \
   $(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --cflags --libs ddp) \
   -Wl,-rpath,"$libdir" -o "$work/example_pc"
@@ -47,7 +55,7 @@ done
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 cat "$work/c0.log" "$work/c1.log" "$work/c2.log"
 for r in 0 1 2; do grep -q "rank $r: ok" "$work/c$r.log" || status=1; done
-cmake -S "$source_dir/examples/ps" -B "$work/ps" -G Ninja -DCMAKE_PREFIX_PATH="$work/prefix" >/dev/null
+cmake -S "$source_dir/examples/ps" -B "$work/ps" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >/dev/null
 cmake --build "$work/ps" >/dev/null
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 export DDP_SIZE=3 DDP_RENDEZVOUS_PORT=$port DDP_PS_SERVERS=1

@@ -19,6 +19,10 @@ calls after --warmup, in --repeats groups (the median of the groups' medians):
 and counts the allreduces of one DistributedDataParallel step of the MLP of
 examples/pytorch/synthetic_benchmark.py (DDP's default 25 MB buckets): the step's cost of the
 hop is that count times (submit, backend - submit, direct).
+
+--python-path runs torch 2's backend without its torch-native module, as on a torch that the
+installed ddp was not built for (a wheel made against another torch): torch's Python trampolines
+call the Python operations. Run it beside a run without it to see what the module saves.
 """
 import argparse
 import os
@@ -85,13 +89,19 @@ def main():
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--warmup", type=int, default=50)
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--python-path", action="store_true",
+                    help="torch 2's backend without its torch-native module")
     args = ap.parse_args()
 
     import torch
     import torch.distributed as dist
 
     import ddp.torch as hvd
+    from ddp.torch import _native
 
+    if args.python_path:
+        _native.module, _native.missing = None, "left out by --python-path"
+    path = "python" if _native.module is None else "native"
     dist.init_process_group("ddp")  # ddprun's RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
     torch.set_num_threads(1)
     gloo = dist.new_group(backend="gloo")
@@ -119,14 +129,14 @@ def main():
     if dist.get_rank() == 0:
         worst = {k: max(m[k] for m in medians) for k in results}  # the slowest rank's
         hop = worst["submit, backend"] - worst["submit, direct"]
-        print(f"torch {torch.__version__}, {dist.get_world_size()} ranks, "
+        print(f"torch {torch.__version__} ({path} path), {dist.get_world_size()} ranks, "
               f"{args.elements * 4} B float32, the slowest rank's medians:")
         for name, value in worst.items():
             print(f"  {name:22s} {value:9.1f} us")
         print(f"  hop per operation      {hop:9.1f} us")
         print(f"  allreduces per DDP step of the MLP: {buckets}; hop per step "
               f"{hop * buckets / 1000:.3f} ms")
-        print(f"RESULT torch={torch.__version__} ranks={dist.get_world_size()} "
+        print(f"RESULT torch={torch.__version__} path={path} ranks={dist.get_world_size()} "
               + " ".join(f"{k.replace(', ', '_').replace(' ', '_')}_us={v:.1f}"
                          for k, v in worst.items())
               + f" hop_us={hop:.1f} buckets={buckets} hop_step_ms={hop * buckets / 1000:.3f}")

@@ -18,6 +18,7 @@ Parameter-server training (ddp.ps underneath): ddp.ParameterServerOptimizer(opt,
 mode="sync"|"async", staleness=s).
 """
 
+from . import _supported  # refuses a torch older than the oldest supported, naming it
 from .. import (Adasum, Average, DDPError, DDPValueError, Handle, Max, Min, Product, ProcessSet,
                 ReduceOp, Sum, add_process_set, allgather_object, barrier, broadcast_object,
                 ccl_built, cross_rank, cross_size, cuda_built, ddl_built, engine_stats,

@@ -119,9 +119,10 @@ def _python_only():
     if not _warned_python_only:
         _warned_python_only = True
         warnings.warn(f"ddp.torch: the torch.distributed backend 'ddp' runs through torch's "
-                      f"Python trampolines on torch {torch.__version__}, without recv from any "
-                      f"source, Work.is_completed() and its name in torch's reports: "
-                      f"{_native.missing}", RuntimeWarning, stacklevel=3)
+                      f"Python trampolines on torch {torch.__version__}: each waited operation "
+                      f"about 0.1 ms slower, and no recv from any source, Work.is_completed() or "
+                      f"its name in torch's reports: {_native.missing}", RuntimeWarning,
+                      stacklevel=3)
 
 
 def create_extended(options, backend_options=None):  # noqa: ARG001 - torch's signature
