@@ -176,7 +176,7 @@ demo-ps: build  ## the same with 4 workers and 2 parameter servers
 # label.
 # Each part says when it starts (CI's log then shows where the time goes).
 STAMP = @date -u +'== %H:%M:%S UTC: make $(1)'
-test:  ## what CI runs (lint first): about 30 minutes on 2 cores
+test:  ## what CI runs (lint first): about 40 minutes on 2 cores
 	$(call STAMP,test: lint)
 	$(MAKE) deps
 	$(MAKE) lint
@@ -270,6 +270,7 @@ package: deps  ## a .deb of the C++ library, headers, CMake package and pkg-conf
 	cmake -S . -B build-package -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX=/usr \
 	  -DDDP_BUILD_TESTS=OFF -DDDP_BUILD_BENCHMARKS=OFF -DDDP_WITH_PYTHON=OFF >/dev/null
 	cmake --build build-package -j $(JOBS)
+	rm -rf build-package/cpack && rm -f dist/libddp-dev_*.deb
 	cd build-package && cpack -B cpack >/dev/null
 	mkdir -p dist && cp build-package/cpack/libddp-dev_*.deb dist/
 	@ls -l dist/libddp-dev_*.deb

@@ -20,7 +20,9 @@ set(CPACK_RESOURCE_FILE_LICENSE ${PROJECT_SOURCE_DIR}/LICENSE)
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION libdevel)
-set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1, libssl3, libabsl-dev (>= 0~20220623)")
+# Abseil's ABI is its release's (libabsl20220623: the sonames and the lts_20220623 namespace the
+# headers use): the package built against it needs that release, not any newer one.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1, libssl3, libabsl20220623, libabsl-dev (>= 20220623), libabsl-dev (<< 20220624)")
 set(CPACK_DEBIAN_PACKAGE_SUGGESTS "libopenmpi-dev, libfabric1")
 set(CPACK_DEBIAN_PACKAGE_GENERATE_SHLIBS ON)  # and the ldconfig trigger
 # The C++ library's own install rules alone (component Unspecified), not the Python package's

@@ -25,10 +25,11 @@ cd "$source_dir"
 wheel_dir=${WHEEL_DIR:-dist}
 tools=${WHEEL_VENV:-.venv-wheel}
 torch_python=${TORCH_PYTHON:-.venv-torch2/bin/python}
+[ $# -gt 0 ] || set -- /usr/bin/python3 python3
 pythons=()
 # Named as the caller's PATH finds them (before the tools' venv goes first on it).
-for python in "${@:-/usr/bin/python3 python3}"; do
-  for p in $python; do pythons+=("$(command -v "$p" || echo "$p")"); done
+for python in "$@"; do
+  pythons+=("$(command -v "$python" || echo "$python")")
 done
 
 if [ ! -f "$tools/.ok" ] || [ packaging/requirements.txt -nt "$tools/.ok" ]; then

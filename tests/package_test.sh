@@ -12,15 +12,16 @@
 set -euo pipefail
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 version=$(cat "$source_dir/VERSION")
-deb=${1:-$source_dir/dist/libddp-dev_${version}_amd64.deb}
+deb=${1:-$source_dir/dist/libddp-dev_${version}_$(dpkg --print-architecture).deb}
 [ -f "$deb" ] || { echo "package test: no $deb (make package)" >&2; exit 1; }
 root=$(mktemp -d)
 trap 'rm -rf "$root"' EXIT
 
 dpkg-deb --info "$deb" | sed -n '/Package:/,$p'
-[ "$(dpkg-deb -f "$deb" Package)" = libddp-dev ] && [ "$(dpkg-deb -f "$deb" Version)" = "$version" ]
+[ "$(dpkg-deb -f "$deb" Package)" = libddp-dev ] || { echo "package test: not libddp-dev" >&2; exit 1; }
+[ "$(dpkg-deb -f "$deb" Version)" = "$version" ] || { echo "package test: not version $version" >&2; exit 1; }
 dpkg-deb -x "$deb" "$root"
-libdir=$root/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+libdir=$root/usr/lib/$(dpkg-architecture -qDEB_HOST_MULTIARCH)
 for f in "$libdir/libddp.so.$version" "$libdir/libddp.so" "$root/usr/include/ddp/ddp.h" \
          "$root/usr/include/ddp/version.h" "$libdir/cmake/ddp/ddpConfig.cmake" \
          "$libdir/pkgconfig/ddp.pc"; do
@@ -30,11 +31,29 @@ if dpkg-deb -c "$deb" | grep -E '/(ddp|tests?|bin)/.*\.py$'; then
   echo "package test: Python files in the C++ package" >&2; exit 1
 fi
 
+# Every Depends clause is met by this machine's packages (what `apt install ./the.deb` would
+# need; the package is only unpacked here).
+while read -r clause; do
+  [ -n "$clause" ] || continue
+  pkg=${clause%% *}
+  have=$(dpkg-query -W -f='${Version}' "$pkg" 2>/dev/null || true)
+  [ -n "$have" ] || { echo "package test: Depends names $pkg, not installed here" >&2; exit 1; }
+  if [[ $clause =~ \((\<\<|\<=|=|\>=|\>\>)\ ([^\)]+)\) ]]; then
+    op=${BASH_REMATCH[1]}
+    want=${BASH_REMATCH[2]}
+    declare -A ops=(["<<"]=lt ["<="]=le ["="]=eq [">="]=ge [">>"]=gt)
+    dpkg --compare-versions "$have" "${ops[$op]}" "$want" ||
+      { echo "package test: Depends $clause, and $pkg here is $have" >&2; exit 1; }
+  fi
+  echo "Depends $clause: $pkg $have"
+done < <(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//')
+
 # Depends, and what those packages depend on in turn (libabsl-dev brings Abseil's libraries).
 depends=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -E 's/\(.*\)//; s/ //g' | tr '\n' ' ')
 allowed=$depends
 for p in $depends; do
-  allowed="$allowed $(dpkg-query -W -f='${Depends}' "$p" 2>/dev/null | tr ',' '\n' | sed -E 's/\(.*\)//; s/\|.*//; s/ //g' | tr '\n' ' ')"
+  # (a package not installed here adds nothing: the check below then names what is missing)
+  allowed="$allowed $({ dpkg-query -W -f='${Depends}' "$p" 2>/dev/null || true; } | tr ',' '\n' | sed -E 's/\(.*\)//; s/\|.*//; s/ //g' | tr '\n' ' ')"
 done
 for lib in $(readelf -d "$libdir/libddp.so.$version" | sed -nE 's/.*\(NEEDED\).*\[(.*)\]/\1/p'); do
   path=$(ldconfig -p | awk -v l="$lib" '$1 == l && !found { print $NF; found = 1 }')
@@ -46,10 +65,13 @@ for lib in $(readelf -d "$libdir/libddp.so.$version" | sed -nE 's/.*\(NEEDED\).*
     { echo "package test: $owner (for $lib) is not among the Depends: $depends" >&2; exit 1; }
 done
 
-cmake_version=$(sed -nE 's/set\(PACKAGE_VERSION "([^"]+)"\)/\1/p' "$libdir/cmake/ddp/ddpConfigVersion.cmake")
+# The file's first PACKAGE_VERSION (a later one appends "(64bit)" for a caller of another width).
+cmake_version=$(grep -m 1 -oE 'set\(PACKAGE_VERSION "[^"$]+"\)' "$libdir/cmake/ddp/ddpConfigVersion.cmake" |
+  sed -E 's/.*"([^"]+)".*/\1/')
 pc_version=$(PKG_CONFIG_PATH="$libdir/pkgconfig" pkg-config --modversion ddp)
 echo "package test: the CMake package says $cmake_version, pkg-config $pc_version, VERSION $version"
-[ "$cmake_version" = "$version" ] && [ "$pc_version" = "$version" ]
+[ "$cmake_version" = "$version" ] || { echo "package test: the CMake package is not $version" >&2; exit 1; }
+[ "$pc_version" = "$version" ] || { echo "package test: ddp.pc is not $version" >&2; exit 1; }
 
 "$source_dir/tests/install_test.sh" --prefix "$root/usr" "$source_dir"
 echo "package test: $(basename "$deb") ($(du -h "$deb" | cut -f1)) unpacked and built against"

@@ -20,12 +20,15 @@
 # 4. torch 2.15 (.venv-torch2's, seen through a .pth line after the venv's own site-packages,
 #    so `ddp` comes from the wheel and torch is not fetched again): the same, on the native path;
 #    then the native module corrupted: the same again, on the Python path, with its one warning.
-# Root is needed for the mount namespace; without it the checks run unhidden and say so.
+# Root is needed for the mount namespace (make test runs as root): without one the test stops,
+# since nothing it checks would then be hidden.
 set -euo pipefail
 source_dir=$(cd "$(dirname "$0")/.." && pwd)
 cd "$source_dir"
 version=$(cat VERSION)
-wheel=${1:-$(ls dist/libddp-"$version"-cp311-*.whl 2>/dev/null | head -n 1)}
+tools=${WHEEL_VENV:-.venv-wheel}
+arch=$(uname -m)
+wheel=${1:-$(ls dist/libddp-"$version"-cp311-*"$arch".whl 2>/dev/null | head -n 1 || true)}
 [ -f "$wheel" ] || { echo "wheel test: no wheel (make wheel first)" >&2; exit 1; }
 wheel=$(cd "$(dirname "$wheel")" && pwd)/$(basename "$wheel")
 work=$(mktemp -d)
@@ -33,28 +36,30 @@ trap 'rm -rf "$work"' EXIT
 step() { echo "== wheel test: $*"; }
 
 step "auditwheel show $(basename "$wheel")"
-.venv-wheel/bin/auditwheel show "$wheel" | sed -n '1,4p'
+"$tools/bin/auditwheel" show "$wheel" | sed -n '1,4p'
 echo "(the versioned-symbol list auditwheel also prints counts the libraries of the plugins'"
 echo " own dependencies, left out on purpose: the tag is the one above)"
 
 # Runs "$@" with the build trees, /usr/include and Abseil's libraries hidden.
 hidden() {
   if [ "$(id -u)" != 0 ] || ! unshare -m true 2>/dev/null; then
-    echo "wheel test: NOT hidden (needs root for a mount namespace): $*" >&2
-    "$@"
-    return
+    echo "wheel test: FAILED: hiding the build trees, headers and Abseil needs a mount" \
+         "namespace (root: unshare -m)" >&2
+    exit 1
   fi
   unshare -m --propagation private bash -c '
     set -e
     mount -t tmpfs none /usr/include
     for d in "$0"/build "$0"/build-*; do [ -d "$d" ] && mount -t tmpfs none "$d"; done
-    libs=(/usr/lib/x86_64-linux-gnu/libabsl_*)
+    multiarch=$(gcc -print-multiarch)
+    libs=(/usr/lib/"$multiarch"/libabsl_*)
     # HIDE_PLUGIN_LIBS=1: Open MPI and libfabric too, as on a machine without them.
-    [ -n "${HIDE_PLUGIN_LIBS:-}" ] && libs+=(/usr/lib/x86_64-linux-gnu/lib{mpi.so.40,fabric.so.1}*)
+    [ -n "${HIDE_PLUGIN_LIBS:-}" ] && libs+=(/usr/lib/"$multiarch"/lib{mpi.so.40,fabric.so.1}*)
     for f in "${libs[@]}"; do
       if [ -f "$f" ] && [ ! -L "$f" ]; then mount --bind /dev/null "$f"; fi
     done
-    [ -z "$(ls /usr/include)" ] && [ ! -e "$0/build/CMakeCache.txt" ]
+    [ -z "$(ls /usr/include)" ] || exit 90
+    [ ! -e "$0/build/CMakeCache.txt" ] || exit 91
     shift; exec "$@"' "$source_dir" _ "$@"
 }
 
@@ -86,7 +91,8 @@ got=$(cd "$work" && hidden "$work/plain/bin/python" -c '
 import importlib.metadata, ddp
 print(importlib.metadata.version("libddp"), ddp.__version__, ddp._ddp.library_version(), ddp.__file__)')
 echo "wheel test: pip, ddp, libddp.so, file: $got"
-[ "$got" = "$version $version $version $work/plain/lib/python3.11/site-packages/ddp/__init__.py" ]
+site() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'; }
+[ "$got" = "$version $version $version $(site "$work/plain")/ddp/__init__.py" ]
 [ "$(cd "$work" && hidden "$work/plain/bin/ddprun" --version)" = "$version" ]
 run_job "$work/plain" numpy
 
@@ -117,9 +123,10 @@ if [ -n "$other_python" ]; then
 else
   echo "wheel test: no Python 3.12 from pyenv here: the wrong-Python case not run" >&2
 fi
-aarch64=$work/$(basename "$wheel" | sed 's/x86_64/aarch64/')
-cp "$wheel" "$aarch64"
-refused "$work/plain/bin/pip" "$aarch64"
+other_arch=$([ "$arch" = aarch64 ] && echo x86_64 || echo aarch64)
+foreign=$work/$(basename "$wheel" | sed "s/$arch/$other_arch/")
+cp "$wheel" "$foreign"
+refused "$work/plain/bin/pip" "$foreign"
 
 step "Debian's Python and Debian's torch 1.13 (the wheel's torch-native module is for 2.15)"
 /usr/bin/python3 -m venv --system-site-packages "$work/torch1"
@@ -127,18 +134,18 @@ step "Debian's Python and Debian's torch 1.13 (the wheel's torch-native module i
 run_job "$work/torch1" torch
 grep -q "backend path python" "$work/job.log"
 
-torch2_site=$(ls -d "$source_dir"/.venv-torch2/lib/python3.11/site-packages 2>/dev/null || true)
-if [ -z "$torch2_site" ]; then
-  echo "wheel test: SKIPPED torch 2: no .venv-torch2 (make torch2-venv)" >&2
+if [ ! -x "$source_dir/.venv-torch2/bin/python" ]; then
+  echo "wheel test: FAILED: no .venv-torch2 for the torch 2 part (make torch2-venv)" >&2
   exit 1
 fi
+torch2_site=$(site "$source_dir/.venv-torch2")
 step "torch 2 from .venv-torch2, the wheel's own ddp first"
 /usr/bin/python3 -m venv "$work/torch2"
 "$work/torch2/bin/pip" install -q --no-deps "$wheel"
-echo "$torch2_site" >"$work/torch2/lib/python3.11/site-packages/zz-torch2.pth"
+echo "$torch2_site" >"$(site "$work/torch2")/zz-torch2.pth"
 run_job "$work/torch2" torch
 grep -q "torch 2.*backend path native" "$work/job.log"
-native=$(ls "$work"/torch2/lib/python3.11/site-packages/ddp/torch/_native_torch2_*.so)
+native=$(ls "$(site "$work/torch2")"/ddp/torch/_native_torch2_*.so)
 step "the torch-native module corrupted ($(basename "$native")): the Python path, one warning"
 head -c 4096 "$native" >"$native.part" && mv "$native.part" "$native"
 run_job "$work/torch2" torch

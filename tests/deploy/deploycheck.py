@@ -355,6 +355,29 @@ def dockerfile_sources(dockerfile: pathlib.Path, root: pathlib.Path = ROOT) -> l
     return problems
 
 
+def build_inputs_copied(dockerfile: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+    """Every file or folder at the repository's root that the CMake build reads (the top-level
+    CMakeLists.txt, cmake/*.cmake and the library's and bindings' CMakeLists.txt naming
+    ${CMAKE_CURRENT_SOURCE_DIR}/X at the root or ${PROJECT_SOURCE_DIR}/X: VERSION, LICENSE, ...)
+    is COPY'd into the image's build stage."""
+    text = re.sub(r"\\\n", " ", dockerfile.read_text())
+    copied = set()
+    for line in re.findall(r"^COPY\s+(.*)$", text, re.M):
+        words = [w for w in shlex.split(line) if not w.startswith("--")]
+        copied.update(w.rstrip("/").split("/")[0] for w in words[:-1])
+    read = set()
+    top = [root / "CMakeLists.txt", *sorted((root / "cmake").glob("*.cmake"))]
+    below = sorted((root / "libddp").rglob("CMakeLists.txt")) + sorted(
+        (root / "bindings").rglob("CMakeLists.txt"))
+    for cmake in top + below:
+        pattern = r"\$\{(PROJECT_SOURCE_DIR|CMAKE_CURRENT_SOURCE_DIR)\}/([\w.-]+)"
+        for var, name in re.findall(pattern, cmake.read_text()):
+            if var == "PROJECT_SOURCE_DIR" or cmake in top:
+                read.add(name)
+    return [f"{dockerfile.name}: the build reads {name} and the image does not COPY it"
+            for name in sorted(read - copied) if (root / name).exists()]
+
+
 # Terraform ---------------------------------------------------------------------------------
 
 # What installs packages through apt: it needs the package lists, which images remove after each

@@ -62,6 +62,19 @@ def test_everything_copied_is_in_the_repository(dockerfile, tmp_path):
                                              "repository"]
 
 
+@pytest.mark.parametrize("dockerfile", dc.DOCKERFILES, ids=lambda p: p.name)
+def test_the_image_copies_what_the_cmake_build_reads(dockerfile, tmp_path):
+    """CMakeLists.txt reads VERSION, cmake/package.cmake names LICENSE: an image that copies the
+    sources alone fails at cmake's configure."""
+    assert dc.build_inputs_copied(dockerfile) == []
+    broken = tmp_path / dockerfile.name
+    broken.write_text(dockerfile.read_text().replace("COPY CMakeLists.txt VERSION LICENSE ./",
+                                                        "COPY CMakeLists.txt ./"))
+    assert dc.build_inputs_copied(broken) == [
+        f"{dockerfile.name}: the build reads LICENSE and the image does not COPY it",
+        f"{dockerfile.name}: the build reads VERSION and the image does not COPY it"]
+
+
 def entrypoint(tmp_path, hostfile_text, *command, wait="2"):
     hostfile = tmp_path / "hostfile"
     hostfile.write_text(hostfile_text)

@@ -41,6 +41,15 @@ def test_a_module_cut_short_or_not_elf_is_named_not_mapped(tmp_path):
     text.write_text("not a library")
     assert native._truncated(str(text)) == "not a 64-bit ELF file"
     assert "No such file" in native._truncated(str(tmp_path / "absent.so"))
+    # Headers whose numbers are nonsense: named, never an exception out of the import.
+    bad = bytearray(whole[:64])
+    bad[0x36:0x38] = (8).to_bytes(2, "little")  # e_phentsize
+    (tmp_path / "small.so").write_bytes(bytes(bad) + whole[64:])
+    assert native._truncated(str(tmp_path / "small.so")) == "a program header size of 8"
+    bad = bytearray(whole[:64])
+    bad[0x20:0x28] = (2**63 + 5).to_bytes(8, "little")  # e_phoff past any file
+    (tmp_path / "far.so").write_bytes(bytes(bad) + whole[64:])
+    assert "bytes where its headers need" in native._truncated(str(tmp_path / "far.so"))
 
 
 def test_a_damaged_module_leaves_the_python_path_with_its_reason(tmp_path, ddp_env):

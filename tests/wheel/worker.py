@@ -29,27 +29,50 @@ def check_numpy():
     return f"allreduce of {size} ranks"
 
 
+def batch(torch, rank):
+    """Rank `rank`'s batch: the same on every rank that asks for it."""
+    return torch.randn(4, 8, generator=torch.Generator().manual_seed(rank + 1))
+
+
+def averaged_gradients(torch, model, size):
+    """What averaging every rank's gradient must give: each rank's batch through a copy of the
+    model, here, alone."""
+    grads = []
+    for rank in range(size):
+        model.zero_grad()
+        model(batch(torch, rank)).square().sum().backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    return [sum(g) / size for g in zip(*grads)]
+
+
 def horovod_step(torch):
+    import copy
+
     import ddp.torch as hvd
 
     hvd.init()
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 2)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    want = [p.detach() - 0.1 * g for p, g in
+            zip(model.parameters(), averaged_gradients(torch, copy.deepcopy(model), hvd.size()))]
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters())
-    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-    torch.manual_seed(hvd.rank() + 1)  # each rank its own batch
-    loss = model(torch.randn(4, 8)).square().sum()
     opt.zero_grad()
-    loss.backward()
+    model(batch(torch, hvd.rank())).square().sum().backward()
     opt.step()
+    for got, expected in zip(model.parameters(), want):
+        assert torch.allclose(got, expected, atol=1e-6), (got, expected)
     flat = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
     every = hvd.allgather(flat.unsqueeze(0))
+    assert every.shape[0] == hvd.size(), every.shape
     assert all(torch.equal(every[0], row) for row in every), "parameters differ between ranks"
     hvd.shutdown()
 
 
 def c10d_step(torch):
+    import copy
+
     import torch.distributed as dist
 
     import ddp.torch  # noqa: F401 - the backend, where torch's entry point has not loaded it
@@ -61,13 +84,12 @@ def c10d_step(torch):
     dist.all_reduce(t)
     assert torch.equal(t, torch.full((5,), float(size * (size + 1) / 2))), t
     torch.manual_seed(0)
-    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 2))
-    torch.manual_seed(rank + 1)
-    model(torch.randn(4, 8)).sum().backward()
-    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
-    every = [torch.empty_like(grads) for _ in range(size)]
-    dist.all_gather(every, grads)
-    assert all(torch.equal(every[0], g) for g in every), "DDP's gradients differ between ranks"
+    plain = torch.nn.Linear(8, 2)
+    want = averaged_gradients(torch, copy.deepcopy(plain), size)
+    model = torch.nn.parallel.DistributedDataParallel(plain)
+    model(batch(torch, rank)).square().sum().backward()
+    for p, expected in zip(model.parameters(), want):
+        assert torch.allclose(p.grad, expected, atol=1e-6), (p.grad, expected)
     dist.destroy_process_group()
     return "native" if _native.module is not None else "python"
 

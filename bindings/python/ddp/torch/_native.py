@@ -31,15 +31,19 @@ def _truncated(path):
                 return "not a 64-bit ELF file"
             phoff, shoff = struct.unpack_from("<QQ", head, 0x20)
             phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", head, 0x36)
+            if phentsize < 56:  # an ELF64 program header's size
+                return f"a program header size of {phentsize}"
             end = max(phoff + phentsize * phnum, shoff + shentsize * shnum)
+            if size < end:
+                return f"{size} bytes where its headers need {end}"
             f.seek(phoff)
             table = f.read(phentsize * phnum)
-            for i in range(phnum if len(table) == phentsize * phnum else 0):
+            for i in range(phnum):
                 kind, _, offset, _, _, filesz = struct.unpack_from("<IIQQQQ", table, i * phentsize)
                 if kind == 1:  # PT_LOAD
                     end = max(end, offset + filesz)
-    except OSError as e:
-        return str(e)
+    except (OSError, struct.error, OverflowError, ValueError) as e:
+        return f"{type(e).__name__}: {e}"
     return f"{size} bytes where its headers need {end}" if size < end else None
 
 
