@@ -112,7 +112,10 @@ def test_a_lost_worker_is_named_and_the_job_run_again_completes(tmp_path):
     status, out, lost_s, again = rehearsal.rehearse_lost_worker(job, tmp_path)
     print(f"launcher ended {lost_s:.1f} s after the kill (DDP_TIMEOUT_SECONDS {bound})")
     assert status != 0 and "killed" in out, out
-    assert re.search(r"rank [23] \(ddp-digits-worker-1, [\d.]+:\d+\): connection lost", out), out
+    # A reset (ECONNRESET: "connection lost (...)") or an orderly close ("closed the connection
+    # unexpectedly") reaches the survivors, whichever the kernel delivers first; both name it.
+    assert re.search(r"rank [23] \(ddp-digits-worker-1, [\d.]+:\d+\): (connection lost|closed the "
+                     r"connection unexpectedly)", out), out
     assert lost_s < bound, lost_s
     assert again.returncode == 0, again.stdout + again.stderr
     accuracy = float(re.search(r"final test accuracy ([\d.]+)%", again.stdout).group(1))
