@@ -31,8 +31,10 @@ if dpkg-deb -c "$deb" | grep -E '/(ddp|tests?|bin)/.*\.py$'; then
   echo "package test: Python files in the C++ package" >&2; exit 1
 fi
 
+clauses=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//')  # one clause a line
 # Every Depends clause is met by this machine's packages (what `apt install ./the.deb` would
 # need; the package is only unpacked here).
+declare -A ops=(["<<"]=lt ["<="]=le ["="]=eq [">="]=ge [">>"]=gt)  # dpkg --compare-versions's
 while read -r clause; do
   [ -n "$clause" ] || continue
   pkg=${clause%% *}
@@ -41,15 +43,14 @@ while read -r clause; do
   if [[ $clause =~ \((\<\<|\<=|=|\>=|\>\>)\ ([^\)]+)\) ]]; then
     op=${BASH_REMATCH[1]}
     want=${BASH_REMATCH[2]}
-    declare -A ops=(["<<"]=lt ["<="]=le ["="]=eq [">="]=ge [">>"]=gt)
     dpkg --compare-versions "$have" "${ops[$op]}" "$want" ||
       { echo "package test: Depends $clause, and $pkg here is $have" >&2; exit 1; }
   fi
   echo "Depends $clause: $pkg $have"
-done < <(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed 's/^ *//')
+done <<<"$clauses"
 
 # Depends, and what those packages depend on in turn (libabsl-dev brings Abseil's libraries).
-depends=$(dpkg-deb -f "$deb" Depends | tr ',' '\n' | sed -E 's/\(.*\)//; s/ //g' | tr '\n' ' ')
+depends=$(sed -E 's/\(.*\)//; s/ //g' <<<"$clauses" | sort -u | tr '\n' ' ')
 allowed=$depends
 for p in $depends; do
   # (a package not installed here adds nothing: the check below then names what is missing)

@@ -34,6 +34,15 @@ def count(items, n, what, whose):
         _refuse(what, f"needs {n} {whose} (one per rank), got {len(items)}")
 
 
+def whole(big, small, size, what, big_role, small_role):
+    """`big` holds `size` times `small`'s elements (an all_gather_into_tensor's output, a
+    reduce_scatter_tensor's input) and has its dtype."""
+    if big.numel() != small.numel() * size:
+        raise ValueError(f"{PREFIX}{what}'s {big_role} has {big.numel()} elements, not {size} x "
+                         f"the {small_role}'s {small.numel()}")
+    dtypes([big], small.dtype, what)
+
+
 def like(tensors, n, numel, dtype, what, whose="output"):
     """`n` tensors of `numel` elements and `dtype` each (an allgather's outputs, a scatter's
     inputs)."""

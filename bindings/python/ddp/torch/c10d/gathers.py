@@ -23,11 +23,7 @@ class Gathers:
             outs[0].reshape(-1), outputs))
 
     def _allgather_base(self, output, input, opts=None):  # noqa: A002 - torch's name
-        if output.numel() != input.numel() * self._size:
-            raise ValueError(f"torch.distributed backend 'ddp': all_gather_into_tensor's output "
-                             f"has {output.numel()} elements, not {self._size} x the input's "
-                             f"{input.numel()}")
-        _checks.dtypes([output], input.dtype, "all_gather_into_tensor")
+        _checks.whole(output, input, self._size, "all_gather_into_tensor", "output", "input")
         if _f._into_fits(input, output):  # noqa: SLF001 - the package's own
             return self._submit([_f._allgather_into_async(  # noqa: SLF001
                 input, output, process_set=self._set)], [output])
@@ -90,11 +86,7 @@ class Gathers:
 
     def _reduce_scatter_base(self, output, input, opts=None):  # noqa: A002 - torch's name
         op, scale = reduce_ops.scaled_op(opts, output, "reduce_scatter")
-        if input.numel() != output.numel() * self._size:
-            raise ValueError(f"torch.distributed backend 'ddp': reduce_scatter_tensor's input "
-                             f"has {input.numel()} elements, not {self._size} x the output's "
-                             f"{output.numel()}")
-        _checks.dtypes([input], output.dtype, "reduce_scatter_tensor")
+        _checks.whole(input, output, self._size, "reduce_scatter_tensor", "input", "output")
         if _f._into_fits(input, output):  # noqa: SLF001 - the package's own
             return self._submit([_f._reducescatter_into_async(  # noqa: SLF001
                 tensors_.as_rows(input, self._size), output, op, scale, self._set)], [output])
