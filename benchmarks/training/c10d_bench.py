@@ -10,6 +10,11 @@ nothing: DDP's own bucketing and copies, without communication).
   --mode train        DistributedDataParallel training step (the MLP or the CNN of
                       examples/pytorch/synthetic_benchmark.py), batch 32 per rank, SGD;
                       --backend none trains the plain model, nothing exchanged
+  --mode paired       the training step of the plain model, of DDP with no exchange (on
+                      Gloo), of DDP on `ddp` and on Gloo, and an allreduce of the buckets
+                      DDP has ready last (on `ddp` and on Gloo), all in the same processes,
+                      one step of each per round, the order turning every round (give
+                      --backend ddp: the default group; Gloo's is a second group)
   --mode collectives  all_reduce, all_gather_into_tensor and reduce_scatter_tensor (1.13:
                       _all_gather_base, _reduce_scatter_base), f32, nccl-tests' busbw
   --mode fsdp         a FullyShardedDataParallel (--fsdp-api fsdp1) or fully_shard (fsdp2)
@@ -22,6 +27,7 @@ fails, its line has status=unsupported or failed and why=<torch's message, URL-q
 """
 import argparse
 import datetime
+import json
 import os
 import socket
 import statistics
@@ -50,7 +56,8 @@ def parse_args(argv):
     ap.add_argument("--np", type=int, default=0, help="start this many ranks on 127.0.0.1")
     ap.add_argument("--backend", choices=("ddp", "gloo", "mpi", "none", "ddp-noexchange"),
                     required=True)
-    ap.add_argument("--mode", choices=("train", "collectives", "fsdp"), default="train")
+    ap.add_argument("--mode", choices=("train", "paired", "collectives", "fsdp"),
+                    default="train")
     ap.add_argument("--model", choices=("mlp", "cnn"), default="mlp")
     ap.add_argument("--fsdp-api", choices=("fsdp1", "fsdp2"), default="fsdp1")
     ap.add_argument("--steps", type=int, default=20, help="timed steps")
@@ -270,6 +277,80 @@ def train(rank, args, torch):
            params=params, step_ms=f"{step_ms:.2f}", **last)
 
 
+PAIRED = ("plain", "noexchange", "ddp", "gloo", "allreduce-ddp", "allreduce-gloo")
+
+
+def paired(rank, args, torch):
+    """Every variant of the training step in the same processes, a step of each per round (the
+    order turning by one every round), each step started by all ranks together (the benchmark's
+    store) and timed on every rank; per variant, the median over rounds of the slowest rank's
+    time. Launch-to-launch drift of a shared machine (tens of ms) then falls on every variant
+    alike, and the differences (what DDP and each backend add to the plain step) are taken round
+    by round. The allreduce of the buckets ready last is timed here too, on both groups, at the
+    size the no-exchange hook saw."""
+    if args.backend != "ddp":
+        raise SystemExit("c10d_bench: --mode paired needs --backend ddp")
+    dist, sb = rank.dist, models()
+    gloo = dist.new_group(backend="gloo")
+    nets, tail = {}, {"first": set(), "tail": {}}
+    for variant in PAIRED[:4]:
+        torch.manual_seed(42)
+        net = sb.MODELS[args.model]()
+        if variant == "noexchange":
+            tail["first"] = {id(p) for p in first_layer(net)}
+        if variant != "plain":
+            net = torch.nn.parallel.DistributedDataParallel(
+                net, broadcast_buffers=False, process_group=None if variant == "ddp" else gloo)
+            if variant == "noexchange":
+                net.register_comm_hook(tail, no_exchange)
+        nets[variant] = (net, torch.optim.SGD(net.parameters(), lr=0.01))
+    gen = torch.Generator().manual_seed(1000 + rank.rank)
+    data = torch.randn(BATCH, *sb.IMAGE_SHAPE, generator=gen)
+    target = torch.randint(0, sb.NUM_CLASSES, (BATCH,), generator=gen)
+    bucket = {}
+
+    def train_step(variant):
+        net, opt = nets[variant]
+        if variant == "noexchange":
+            tail["tail"].clear()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(net(data), target).backward()
+        opt.step()
+
+    def allreduce(group):
+        dist.all_reduce(bucket["tensor"], group=group)
+
+    steps = {v: (lambda v=v: train_step(v)) for v in PAIRED[:4]}
+    steps["allreduce-ddp"] = lambda: allreduce(None)
+    steps["allreduce-gloo"] = lambda: allreduce(gloo)
+    times = {v: [] for v in PAIRED}
+    for r in range(args.warmup + args.steps):
+        if r == args.warmup:  # the buckets' layout is the rebuilt one by now
+            size = sum(tail["tail"].values())
+            bucket["tensor"] = torch.ones(max(1, size // 4))
+        order = PAIRED[r % len(PAIRED):] + PAIRED[:r % len(PAIRED)]
+        for variant in order:
+            if variant.startswith("allreduce") and "tensor" not in bucket:
+                continue
+            rank.barrier(f"paired/{r}/{variant}")
+            start = time.perf_counter()
+            steps[variant]()
+            if r >= args.warmup:
+                times[variant].append((time.perf_counter() - start) * 1e3)
+    slowest = {}
+    for v, ts in times.items():  # per round, the slowest rank's time
+        rank.store.set(f"paired/times/{v}/{rank.rank}", json.dumps(ts))
+        every = [json.loads(rank.store.get(f"paired/times/{v}/{r}")) for r in range(rank.size)]
+        slowest[v] = [max(column) for column in zip(*every)]
+    med = {v: statistics.median(ts) for v, ts in slowest.items()}
+    diff = lambda a, b: statistics.median(x - y for x, y in zip(slowest[a], slowest[b]))  # noqa: E731
+    result(rank, mode="paired", backend="ddp", model=args.model, ranks=rank.size,
+           rounds=args.steps, tail_bytes=bucket["tensor"].numel() * 4,
+           **{f"{v.replace('-', '_')}_ms": f"{m:.2f}" for v, m in med.items()},
+           own_ms=f"{diff('noexchange', 'plain'):.2f}", ddp_adds_ms=f"{diff('ddp', 'plain'):.2f}",
+           gloo_adds_ms=f"{diff('gloo', 'plain'):.2f}")
+
+
 def fsdp_model(args, torch, sb):
     model = sb.MODELS["mlp"]()
     layers = [m for m in model if isinstance(m, sb.Dense)]
@@ -409,6 +490,8 @@ def run_rank(args):
               f"ranks, {threads} thread(s) per rank, mode {args.mode}", flush=True)
     if args.mode == "train":
         train(rank, args, torch)
+    elif args.mode == "paired":
+        paired(rank, args, torch)
     elif args.mode == "fsdp":
         fsdp(rank, args, torch)
     else:
