@@ -32,7 +32,7 @@ APT_PACKAGES := build-essential cmake ninja-build pkg-config git libabsl-dev lib
   python3-matplotlib python3-sklearn iproute2 clang clang-format clang-tidy libclang-rt-14-dev
 
 .PHONY: help lint lint-venv lint-python lint-format lint-size lint-spdx lint-tidy
-.PHONY: all deps venv deploy-venv tf-venv torch2-venv build build-tf build-torch2 test-tf \
+.PHONY: all deps venv deploy-venv tf-venv torch2-venv torch2-frameworks build build-tf build-torch2 test-tf \
   test-torch2 demo-tf demo demo-ps test test-full test-python test-deploy test-pip \
   wheel test-wheel package test-package test-packages \
   eks-up eks-run eks-stage-data eks-down \
@@ -141,6 +141,15 @@ $(TORCH2_VENV)/.ok: bindings/python/requirements-torch2.txt
 	$(TORCH2_VENV)/bin/pip install -q --no-compile -r bindings/python/requirements-torch2.txt
 	touch $@
 
+# The frameworks that take a backend name (Lightning, DeepSpeed, Accelerate) in .venv-torch2, for
+# tests/python/test_frameworks.py and examples/pytorch/*_digits.py; torch and numpy held where
+# requirements-torch2.txt puts them. About 20 s.
+torch2-frameworks: $(TORCH2_VENV)/.frameworks-ok  ## Lightning, DeepSpeed, Accelerate into .venv-torch2
+$(TORCH2_VENV)/.frameworks-ok: $(TORCH2_VENV)/.ok bindings/python/requirements-frameworks.txt
+	$(TORCH2_VENV)/bin/pip install -q --no-compile --no-build-isolation \
+	  -c bindings/python/requirements-torch2.txt -r bindings/python/requirements-frameworks.txt
+	touch $@
+
 # ddp.torch on PyTorch 2: the same build (the extension does not link torch) installed into
 # .venv-torch2, and the backend's torch-native part built for its torch too (bindings/torch_native:
 # one small module per torch line, the profiler's events and torch 2's C++ Backend, about 1 min).
@@ -184,7 +193,7 @@ test:  ## what CI runs (lint first): about 40 minutes on 2 cores
 	@# The C++ build (two compilers) beside the three venvs' downloads and installs, all at once
 	@# (mostly waiting on the network and the disk): each venv after the other took as long as
 	@# the build.
-	$(MAKE) -j 4 --output-sync=target build torch2-venv tf-venv deploy-venv
+	$(MAKE) -j 4 --output-sync=target build torch2-frameworks tf-venv deploy-venv
 	$(call STAMP,test: ctest)
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 1800 -L 'fast|slow'
 	$(call STAMP,test-python)
@@ -221,8 +230,9 @@ test-python: build  ## tests/python on Debian's torch 1.13
 # elastic, parameter server, fast path, Horovod's API, the demos) on PyTorch 2, in .venv-torch2;
 # test-python runs them on 1.13. `make test` leaves out those marked `once` (tests/python/pytest.ini).
 TORCH2_TESTS ?= torch
-test-torch2: build-torch2  ## ddp.torch's tests on PyTorch 2 (TORCH2_TESTS=marker expression)
-	$(TORCH2_VENV)/bin/python -m pytest --durations=5 -m '$(TORCH2_TESTS)' tests/python
+test-torch2: build-torch2 torch2-frameworks  ## ddp.torch's tests on PyTorch 2 (TORCH2_TESTS=marker expression)
+	DDP_REQUIRE_FRAMEWORKS=1 $(TORCH2_VENV)/bin/python -m pytest --durations=5 \
+	  -m '$(TORCH2_TESTS)' tests/python
 
 # ddp.tensorflow in TensorFlow's environment: ops x dtypes, gradients, tf.function, errors.
 test-tf: build-tf  ## tests/tensorflow in .venv-tf
