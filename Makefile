@@ -103,6 +103,7 @@ build: deps venv $(BUILD)/build.ninja  ## libddp, its tests and benchmarks; ddp,
 	cmake --build $(BUILD) -j $(JOBS)
 	@site=$$($(VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'); \
 	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
+	$(PYTHON) packaging/dev_metadata.py "$$site" && \
 	printf '#!%s\nimport sys\nfrom ddp.run import main\nsys.exit(main())\n' \
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddprun && chmod +x $(VENV)/bin/ddprun && \
 	printf '#!%s\nimport sys\nfrom ddp_model import main\nsys.exit(main())\n' \
@@ -114,6 +115,7 @@ build: deps venv $(BUILD)/build.ninja  ## libddp, its tests and benchmarks; ddp,
 define install_ddp
 	@site=$$($(1)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])'); \
 	rm -rf "$$site/ddp" && cmake --install $(BUILD) --component python --prefix "$$site" >/dev/null && \
+	$(PYTHON) packaging/dev_metadata.py "$$site" && \
 	printf '#!%s\nimport sys\nfrom ddp.run import main\nsys.exit(main())\n' \
 	  "$(abspath $(1))/bin/python" > $(1)/bin/ddprun && chmod +x $(1)/bin/ddprun && \
 	echo "installed ddp into $$site and ddprun into $(1)/bin"
@@ -141,10 +143,10 @@ $(TORCH2_VENV)/.ok: bindings/python/requirements-torch2.txt
 	$(TORCH2_VENV)/bin/pip install -q --no-compile -r bindings/python/requirements-torch2.txt
 	touch $@
 
-# The frameworks that take a backend name (Lightning, DeepSpeed, Accelerate) in .venv-torch2, for
-# tests/python/test_frameworks.py and examples/pytorch/*_digits.py; torch and numpy held where
-# requirements-torch2.txt puts them. About 20 s.
-torch2-frameworks: $(TORCH2_VENV)/.frameworks-ok  ## Lightning, DeepSpeed, Accelerate into .venv-torch2
+# The frameworks that take a backend name (Lightning, DeepSpeed, Accelerate) and the cluster
+# engines (Ray, PySpark) in .venv-torch2, for tests/python/test_{frameworks,ray,spark}.py and the
+# examples; torch and numpy held where requirements-torch2.txt puts them. About 40 s.
+torch2-frameworks: $(TORCH2_VENV)/.frameworks-ok  ## Lightning, DeepSpeed, Accelerate, Ray, PySpark into .venv-torch2
 $(TORCH2_VENV)/.frameworks-ok: $(TORCH2_VENV)/.ok bindings/python/requirements-frameworks.txt
 	$(TORCH2_VENV)/bin/pip install -q --no-compile --no-build-isolation \
 	  -c bindings/python/requirements-torch2.txt -r bindings/python/requirements-frameworks.txt

@@ -43,6 +43,10 @@ def needs(name: str):
             return "Keras is not installed here"
     if name.startswith("ddp.torch") and importlib.util.find_spec("torch") is None:
         return "torch is not installed here"
+    if name.startswith("ddp.ray") and importlib.util.find_spec("ray") is None:
+        return "Ray is not installed here (make torch2-frameworks: test-torch2 imports these)"
+    if name.startswith("ddp.spark") and importlib.util.find_spec("pyspark") is None:
+        return "PySpark is not installed here (make torch2-frameworks: test-torch2 imports these)"
     if name.endswith("__main__"):
         return "runs the command it belongs to"
     return None

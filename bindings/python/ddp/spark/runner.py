@@ -1,0 +1,94 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""run(fn, args, num_proc, ...): a libddp job on the executors of the active Spark session, with
+the API and semantics of Horovod's `horovod.spark.run`: fn runs once per rank, the results come
+back in rank order, and a rank whose fn raises fails the job with the rank named.
+
+Each rank is one task of a barrier stage (Spark starts them all at once or not at all). The
+tasks tell each other their hosts through the barrier's allGather and each works out the same
+ranks (run/cluster.py: a host's tasks together, as ddprun places ranks); the driver hosts the
+rendezvous store; each task gets the environment ddprun would have set (`ddp.init()`,
+`init_process_group("ddp")` and torch's env:// work inside fn). Spark starts a failed barrier
+stage again as a whole (spark.stage.maxConsecutiveAttempts); run() fails once Spark gives up."""
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import socket
+from typing import Any, Callable
+
+from pyspark import BarrierTaskContext, SparkContext
+from pyspark.sql import SparkSession
+
+from ..run.cluster import Member, describe, enter, environments, new_token
+from ..run.static_job import start_store
+
+_FAILED = re.compile(r"ddp\.spark\.run: rank (\d+) failed: ([^\n]*)")
+
+
+def _context() -> SparkContext:
+    session = SparkSession.getActiveSession()
+    if session is None:
+        raise ValueError("ddp.spark.run: no active SparkContext: make a SparkSession first")
+    return session.sparkContext
+
+
+def _task(fn, args, kwargs, driver, rendezvous, token, extra):
+    """What each barrier task runs: its place, its environment, then fn."""
+
+    def task(_partition):
+        ctx = BarrierTaskContext.get()
+        everyone = [Member(*json.loads(m)) for m in ctx.allGather(json.dumps(describe(driver)))]
+        env = environments(everyone, rendezvous, token)[ctx.partitionId()]
+        enter(env, extra)
+        rank = int(env["DDP_RANK"])
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as e:  # re-raised naming the rank: Spark shows it
+            raise RuntimeError(f"ddp.spark.run: rank {rank} failed: {type(e).__name__}: "
+                               f"{e}") from e
+        yield rank, pickle.dumps(result)
+
+    return task
+
+
+# Horovod's options that mean nothing here: the ranks' output goes to the executors' logs, as
+# Spark's tasks' does, and there is no mpirun.
+_HOROVOD_ONLY = {"stdout", "stderr", "verbose", "nics", "prefix_output_with_timestamp",
+                 "extra_mpi_args", "executable"}
+
+
+def run(fn: Callable, args: tuple = (), kwargs: dict | None = None, num_proc: int | None = None,
+        start_timeout: float | None = None, env: dict | None = None,
+        **horovod_only: Any) -> list[Any]:
+    """fn(*args, **kwargs) on num_proc ranks (default: the context's default parallelism); the
+    results in rank order. start_timeout: seconds for the job's start-up (the rendezvous); env:
+    more variables for the ranks. Horovod's stdout, stderr, verbose, nics,
+    prefix_output_with_timestamp, extra_mpi_args and executable are accepted and have no
+    effect."""
+    unknown = sorted(set(horovod_only) - _HOROVOD_ONLY)
+    if unknown:
+        raise TypeError(f"ddp.spark.run: unexpected keyword argument(s) {', '.join(unknown)}")
+    sc = _context()
+    num_proc = num_proc or sc.defaultParallelism
+    if num_proc < 1:
+        raise ValueError(f"ddp.spark.run: num_proc must be at least 1, not {num_proc}")
+    driver = sc.getConf().get("spark.driver.host") or socket.gethostname()
+    driver_addr = socket.gethostbyname(driver)
+    token = new_token()
+    port, close = start_store(token, driver_addr)
+    extra = dict(env or {})
+    if start_timeout is not None:
+        extra["DDP_START_TIMEOUT_SECONDS"] = str(start_timeout)
+    task = _task(fn, tuple(args), dict(kwargs or {}), driver, (driver_addr, port), token, extra)
+    try:
+        pairs = sc.parallelize(range(num_proc), num_proc).barrier().mapPartitions(task).collect()
+    except Exception as e:  # Py4J's error, with the failed rank in its text
+        failed = _FAILED.search(str(e))
+        if failed:
+            raise RuntimeError(f"ddp.spark.run: rank {failed[1]} failed: {failed[2]}") from e
+        raise
+    finally:
+        close()
+    return [pickle.loads(result) for _, result in sorted(pairs)]
