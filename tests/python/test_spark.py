@@ -122,10 +122,16 @@ def test_digits_example_on_four_ranks(spark, ddp_env, tmp_path, path):
     """examples/spark/train_digits.py through ddp.spark.run and through Spark's
     TorchDistributor (torchrun in each task, init_process_group("ddp") in a function that never
     imports ddp), each an application of its own on local-cluster: >= 97% on 4 ranks."""
-    done = subprocess.run([sys.executable, str(EXAMPLES / "train_digits.py"), "--path", path,
-                           "--workers", "4", "--master", MASTER, "--target-accuracy", "0.97"],
-                          env=dict(ddp_env, PYSPARK_PYTHON=sys.executable), capture_output=True,
-                          text=True, timeout=400, cwd=str(tmp_path))
+    before = set(_work_dir().glob("app-*"))
+    try:
+        done = subprocess.run([sys.executable, str(EXAMPLES / "train_digits.py"), "--path",
+                               path, "--workers", "4", "--master", MASTER,
+                               "--target-accuracy", "0.97"],
+                              env=dict(ddp_env, PYSPARK_PYTHON=sys.executable),
+                              capture_output=True, text=True, timeout=400, cwd=str(tmp_path))
+    finally:  # the example's application's files (its executors' logs)
+        for app in set(_work_dir().glob("app-*")) - before:
+            shutil.rmtree(app, ignore_errors=True)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-6000:]
     assert f"spark {path}: 4 ranks on " in out, out[-6000:]
