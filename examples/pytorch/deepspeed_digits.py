@@ -4,7 +4,8 @@
 """The digits CNN of train_digits.py trained with DeepSpeed (ZeRO stage 1 or 2, on CPU) over
 libddp's torch.distributed backend: `deepspeed.init_distributed(dist_backend="ddp")`.
 
-    DS_ACCELERATOR=cpu ddprun -np 4 python examples/pytorch/deepspeed_digits.py --zero-stage 2
+    DS_ACCELERATOR=cpu DDP_KEEP_FREED_MEMORY=0 ddprun -np 4 python \
+        examples/pytorch/deepspeed_digits.py --zero-stage 2
 
 DeepSpeed's CPU accelerator names `ccl` as its backend; the call above makes every DeepSpeed
 collective (ZeRO's reduce-scatters and all-gathers of the partitioned gradients and parameters)
@@ -22,6 +23,11 @@ import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")  # before deepspeed is imported
+# libddp keeps the memory a rank frees (glibc told not to trim, nor to mmap large blocks); with
+# DeepSpeed's large temporaries on CPU that grows a rank's address space to 13-22 GB (VmData,
+# 1.3 GB without), and a fork of such a rank (py-cpuinfo, DeepSpeed's compiler probes) fails
+# with ENOMEM on a machine of 24 GB. Leave glibc as it is here.
+os.environ.setdefault("DDP_KEEP_FREED_MEMORY", "0")
 import deepspeed
 
 import ddp.torch  # noqa: F401 - registers the backend `ddp` (torch >= 2.5 also loads it)

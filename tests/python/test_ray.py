@@ -169,10 +169,16 @@ def test_executor_num_workers_executables_run_remote_and_callbacks(ray_cluster):
         RayExecutor(num_workers=2, num_hosts=2)
 
 
+class Broken:
+    def __init__(self):
+        raise ValueError("no executable")
+
+
 def test_a_failing_rank_fails_the_call_named_and_more_than_the_cluster_is_refused(ray_cluster):
     """A rank's exception fails run() with that rank named while the others wait in an
-    allreduce it never joins (shutdown() stops them); a placement the cluster cannot give
-    fails after the placement timeout, saying what was asked and what there is."""
+    allreduce it never joins (shutdown() stops them); an executable that cannot be made fails
+    start() and leaves nothing started; a placement the cluster cannot give fails after the
+    placement timeout, saying what was asked and what there is."""
     from ddp.ray import RayExecutor
     cluster_probe = _probe()
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=120), num_workers=3)
@@ -185,6 +191,11 @@ def test_a_failing_rank_fails_the_call_named_and_more_than_the_cluster_is_refuse
         assert time.monotonic() - start < 60
     finally:
         executor.shutdown()
+    broken = RayExecutor(num_workers=2)
+    with pytest.raises(RuntimeError, match="RayExecutor.start: rank [01] failed: ValueError: "
+                       "no executable"):
+        broken.start(executable_cls=Broken)
+    assert broken.workers == [] and broken._close_store is None  # all of it stopped
     too_many = RayExecutor(RayExecutor.create_settings(placement_group_timeout_s=3),
                            num_hosts=3, num_workers_per_host=1)
     with pytest.raises(TimeoutError, match="3 workers of 1 CPU.s. each on 3 distinct hosts"):

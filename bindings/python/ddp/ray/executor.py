@@ -128,6 +128,13 @@ class RayExecutor:
         executable_cls, makes an instance of it in each (after the environment is set)."""
         if self.workers:
             raise RuntimeError("RayExecutor: already started")
+        try:
+            self._start(executable_cls, executable_args, executable_kwargs, extra_env_vars)
+        except BaseException:
+            self.shutdown()  # nothing half-started is left: actors, placement, store
+            raise
+
+    def _start(self, executable_cls, executable_args, executable_kwargs, extra_env_vars):
         self._group, bundles, self._own_group = self._placement()
         self.workers = [_Worker.options(
             num_cpus=self.cpus_per_worker, num_gpus=self.gpus_per_worker,
