@@ -4,10 +4,15 @@
 tests: processes marked with an environment variable of their own, so that stopping them kills
 exactly what the test started (and whatever those processes started), nothing else of the
 machine's."""
+import importlib.util
 import os
+import pathlib
 import signal
+import sys
 import time
 import uuid
+
+WORKERS = pathlib.Path(__file__).resolve().parent / "workers"
 
 
 def marker():
@@ -54,3 +59,15 @@ def _state(pid):
             return f.read().rsplit(")", 1)[1].split()[0]
     except OSError:
         return None
+
+
+def probe_module():
+    """tests/python/workers/cluster_probe.py as a module (the clusters' workers get it by
+    value: they do not have the tests on their path)."""
+    if "cluster_probe" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("cluster_probe",
+                                                      WORKERS / "cluster_probe.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["cluster_probe"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["cluster_probe"]

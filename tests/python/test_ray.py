@@ -20,8 +20,7 @@ import time
 
 import pytest
 
-from cluster_fixtures import marker, stop_marked
-from conftest import WORKERS
+from cluster_fixtures import marker, probe_module, stop_marked
 
 pytestmark = pytest.mark.torch
 HOST2 = "ddp-ray-node-2"
@@ -72,7 +71,7 @@ def ray_cluster(ddp_env):
             time.sleep(0.5)
         assert sorted(n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]) == \
             sorted([socket.gethostname(), HOST2])
-        ray.cloudpickle.register_pickle_by_value(_probe())
+        ray.cloudpickle.register_pickle_by_value(probe_module())
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Counter, lambdas
         yield address
     except subprocess.CalledProcessError as e:
@@ -83,17 +82,6 @@ def ray_cluster(ddp_env):
         left = stop_marked(name, value)
         shutil.rmtree(temp, ignore_errors=True)
         assert not left, f"Ray's processes left running: {left}"
-
-
-def _probe():
-    """tests/python/workers/cluster_probe.py as a module (the workers get it by value)."""
-    if "cluster_probe" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("cluster_probe",
-                                                      WORKERS / "cluster_probe.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["cluster_probe"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["cluster_probe"]
 
 
 def _connected(a, b):
@@ -107,7 +95,7 @@ def test_executor_places_ranks_by_host_shared_memory_within_tcp_across(ray_clust
     pair over shared memory (each maps its peer's segments and no one else's), TCP between the
     hosts; Horovod's and torchrun's variables set; an allreduce right."""
     from ddp.ray import RayExecutor
-    cluster_probe = _probe()
+    cluster_probe = probe_module()
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=120), num_hosts=2,
                            num_workers_per_host=2)
     assert executor.num_workers == 4
@@ -180,7 +168,7 @@ def test_a_failing_rank_fails_the_call_named_and_more_than_the_cluster_is_refuse
     start() and leaves nothing started; a placement the cluster cannot give fails after the
     placement timeout, saying what was asked and what there is."""
     from ddp.ray import RayExecutor
-    cluster_probe = _probe()
+    cluster_probe = probe_module()
     executor = RayExecutor(RayExecutor.create_settings(timeout_s=120), num_workers=3)
     executor.start()
     try:

@@ -16,7 +16,7 @@ import sys
 
 import pytest
 
-from conftest import WORKERS
+from cluster_fixtures import probe_module
 
 pytestmark = pytest.mark.torch
 MASTER = "local-cluster[2,2,1024]"
@@ -36,17 +36,6 @@ def _need_spark():
     pytest.skip(why)
 
 
-def _probe():
-    """tests/python/workers/cluster_probe.py as a module (the executors get it by value)."""
-    if "cluster_probe" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("cluster_probe",
-                                                      WORKERS / "cluster_probe.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules["cluster_probe"] = module
-        spec.loader.exec_module(module)
-    return sys.modules["cluster_probe"]
-
-
 def _work_dir():
     """Where local-cluster's workers keep each application's files (SPARK_HOME/work)."""
     import pyspark
@@ -62,7 +51,7 @@ def spark():
     os.environ["PYSPARK_PYTHON"] = sys.executable  # the executors' Python: this venv's
     session = (SparkSession.builder.master(MASTER).appName("ddp-tests")
                .config("spark.ui.enabled", "false").getOrCreate())
-    cloudpickle.register_pickle_by_value(_probe())
+    cloudpickle.register_pickle_by_value(probe_module())
     app = session.sparkContext.applicationId
     try:
         yield session
@@ -79,7 +68,7 @@ def test_run_gives_ranks_by_host_and_returns_results_in_rank_order(spark):
     """4 barrier tasks on two executors of one machine: one host to libddp (shared memory among
     all four), ranks 0-3 with results in rank order, Horovod's and torchrun's variables."""
     import ddp.spark
-    ranks = ddp.spark.run(_probe().probe, args=(1.0,), num_proc=4)
+    ranks = ddp.spark.run(probe_module().probe, args=(1.0,), num_proc=4)
     assert [r["rank"] for r in ranks] == [0, 1, 2, 3]
     assert all(r["size"] == 4 and r["sum"] == 10.0 for r in ranks), ranks
     assert [(r["local_rank"], r["local_size"], r["cross_size"]) for r in ranks] == \
@@ -89,7 +78,7 @@ def test_run_gives_ranks_by_host_and_returns_results_in_rank_order(spark):
     for r in ranks:
         assert r["env"]["RANK"] == r["env"]["HOROVOD_RANK"] == str(r["rank"])
         assert r["env"]["WORLD_SIZE"] == "4" and r["env"]["MASTER_ADDR"], r["env"]
-    two = ddp.spark.run(_probe().probe, kwargs={"value": 0.0}, num_proc=2,
+    two = ddp.spark.run(probe_module().probe, kwargs={"value": 0.0}, num_proc=2,
                         env={"DDP_TEST_EXTRA": "1"}, start_timeout=60, verbose=2)
     assert [(r["rank"], r["size"], r["sum"]) for r in two] == [(0, 2, 1.0), (1, 2, 1.0)]
 
@@ -97,9 +86,9 @@ def test_run_gives_ranks_by_host_and_returns_results_in_rank_order(spark):
 def test_a_failing_rank_fails_the_stage_with_the_rank_named(spark):
     import ddp.spark
     with pytest.raises(RuntimeError, match="rank 2 failed: ValueError: rank 2 fails on purpose"):
-        ddp.spark.run(_probe().fail_on, args=(2,), num_proc=4)
+        ddp.spark.run(probe_module().fail_on, args=(2,), num_proc=4)
     # The executors are usable afterwards.
-    assert [r["rank"] for r in ddp.spark.run(_probe().probe, args=(0.0,), num_proc=4)] == \
+    assert [r["rank"] for r in ddp.spark.run(probe_module().probe, args=(0.0,), num_proc=4)] == \
         [0, 1, 2, 3]
 
 

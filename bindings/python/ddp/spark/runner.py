@@ -16,6 +16,8 @@ import json
 import pickle
 import re
 import socket
+import sys
+import time
 from typing import Any, Callable
 
 from pyspark import BarrierTaskContext, SparkContext
@@ -34,6 +36,19 @@ def _context() -> SparkContext:
     return session.sparkContext
 
 
+# A rank whose collective failed because another rank failed (libddp's error names that rank)
+# waits this long before failing its task: Spark reports the first task failure it hears, and
+# the stage's failure should name the rank where it began, not one of those it stopped.
+PEER_FAILURE_GRACE_SECONDS = 3.0
+
+
+def _from_a_peer(error: BaseException) -> bool:
+    """Whether ERROR is libddp's (Horovod API or torch backend): another rank's failure."""
+    ddp = sys.modules.get("ddp")
+    return (ddp is not None and isinstance(error, ddp.DDPError)) or \
+        type(error).__name__ == "BackendError"
+
+
 def _task(fn, args, kwargs, driver, rendezvous, token, extra):
     """What each barrier task runs: its place, its environment, then fn."""
 
@@ -46,6 +61,8 @@ def _task(fn, args, kwargs, driver, rendezvous, token, extra):
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:  # re-raised naming the rank: Spark shows it
+            if _from_a_peer(e):  # the rank whose failure made this one: Spark hears it first
+                time.sleep(PEER_FAILURE_GRACE_SECONDS)
             raise RuntimeError(f"ddp.spark.run: rank {rank} failed: {type(e).__name__}: "
                                f"{e}") from e
         yield rank, pickle.dumps(result)
