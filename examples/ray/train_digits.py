@@ -40,10 +40,24 @@ def _digits():
     return module
 
 
+def _train(model, x, y, opt, epochs, batch_size, steps):
+    """The loop both paths share: shuffled batches of this rank's shard, cosine decay."""
+    import torch
+    import torch.nn.functional as F
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
+    for _ in range(epochs):
+        order = torch.randperm(len(y))
+        for step in range(steps):
+            batch = order[step * batch_size:(step + 1) * batch_size]
+            opt.zero_grad()
+            F.cross_entropy(model(x[batch]), y[batch]).backward()
+            opt.step()
+        sched.step()
+
+
 def horovod_style(digits, epochs, batch_size, lr, seed):
     """One rank of the executor path: the training loop of examples/pytorch/train_digits.py."""
     import torch
-    import torch.nn.functional as F
 
     import ddp.torch as ddp
     ddp.init()
@@ -55,16 +69,7 @@ def horovod_style(digits, epochs, batch_size, lr, seed):
     opt = torch.optim.SGD(model.parameters(), lr=lr * ddp.size(), momentum=0.9)
     ddp.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = ddp.DistributedOptimizer(opt, named_parameters=model.named_parameters())
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, epochs)
-    steps = len(y_train) // ddp.size() // batch_size
-    for _ in range(epochs):
-        order = torch.randperm(len(y))
-        for step in range(steps):
-            batch = order[step * batch_size:(step + 1) * batch_size]
-            opt.zero_grad()
-            F.cross_entropy(model(x[batch]), y[batch]).backward()
-            opt.step()
-        sched.step()
+    _train(model, x, y, opt, epochs, batch_size, len(y_train) // ddp.size() // batch_size)
     accuracy = digits.evaluate(model, x_test, y_test)
     backend = f"{ddp.size()} ranks on backend ddp, local size {ddp.local_size()}"
     ddp.shutdown()
@@ -77,7 +82,6 @@ def torch_distributed(config):
     import ray.train.torch
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     Net, load_data = config["model"], config["data"]
     # torch >= 2.5 registered `ddp` at `import torch` (the entry point's module is loaded).
     autoloaded = "_ddp_torch_backend" in sys.modules
@@ -88,16 +92,8 @@ def torch_distributed(config):
     x, y = x_train[rank::size], y_train[rank::size]
     model = ray.train.torch.prepare_model(Net())
     opt = torch.optim.SGD(model.parameters(), lr=config["lr"] * size, momentum=0.9)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, config["epochs"])
-    steps, b = len(y_train) // size // config["batch_size"], config["batch_size"]
-    for _ in range(config["epochs"]):
-        order = torch.randperm(len(y))
-        for step in range(steps):
-            batch = order[step * b:(step + 1) * b]
-            opt.zero_grad()
-            F.cross_entropy(model(x[batch]), y[batch]).backward()
-            opt.step()
-        sched.step()
+    b = config["batch_size"]
+    _train(model, x, y, opt, config["epochs"], b, len(y_train) // size // b)
     model.eval()
     with torch.no_grad():
         correct = (model(x_test).argmax(1) == y_test).float().mean().item()
