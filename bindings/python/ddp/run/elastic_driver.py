@@ -40,6 +40,11 @@ from .job import GRACE_SECONDS
 from .output import copy_lines
 from .procs import describe, sweep_shm
 
+# How long a superseded generation's store stays open (Driver.form says why).
+RETIRE_SECONDS = 5.0
+# How long after a worker ends the driver waits for others to end with it (Driver._next_event).
+SETTLE_SECONDS = 0.25
+
 
 def elastic_worker_env(base: Mapping[str, str], args: Any, addr: str, token: str,
                        store_port: int, worker_id: str, host: str) -> dict:
@@ -83,6 +88,14 @@ def _workers(count: int) -> str:
 
 
 class Driver:
+    """The elastic job's driver for ddprun: its workers are processes, here or through an agent
+    on their host; ddp.ray's RayDriver runs the same job with Ray's actors on Ray's nodes."""
+
+    PREFIX = "ddprun: elastic"  # what its lines begin with
+    # The settings as its user gives them, in what it says.
+    FLAGS = {"min_np": "--min-np", "elastic_timeout": "--elastic-timeout",
+             "reset_limit": "--reset-limit"}
+
     def __init__(self, args, out, err, token: str):
         self.args, self.out, self.err, self.token = args, out, err, token
         self.events: queue.SimpleQueue = queue.SimpleQueue()
@@ -99,6 +112,7 @@ class Driver:
         self.failure_code: int | None = None  # of a failure after the job began to end
         self.last_failure: int | None = None  # the status of the last failed worker
         self.servers: dict[int, Any] = {}  # generation -> its rendezvous store (_ddp's)
+        self.retiring: list[tuple[float, Any]] = []  # (when to close, a superseded store)
         self.bind, self.addr = LOOPBACK, LOOPBACK
         self.short_since: float | None = None  # when the workers fell below --min-np
         self.store: Any = None  # the driver's own store (_ddp.StoreServer) and its client
@@ -107,7 +121,11 @@ class Driver:
     # ---- saying -----------------------------------------------------------------------------
 
     def say(self, message: str) -> None:
-        self.err.write([f"ddprun: elastic: {message}\n".encode()])
+        self.err.write([f"{self.PREFIX}: {message}\n".encode()])
+
+    def ended(self, worker: Worker, status: int) -> str:
+        """How WORKER ended, as a sentence's end ("exited with status 3")."""
+        return describe(status)
 
     # ---- hosts ------------------------------------------------------------------------------
 
@@ -155,12 +173,17 @@ class Driver:
         return elastic_worker_env(base, self.args, self.addr, self.token, self.store.port,
                                   worker.id, worker.host)
 
-    def start(self, host: str, slot: int) -> Worker | None:
+    def new_worker(self, host: str, slot: int) -> Worker:
+        """A worker for SLOT of HOST, not yet started: its id names the slot (and how many
+        workers that slot had before)."""
         self._note_host(host)
         self.serial += 1
         uses = sum(1 for w in self.workers.values() if w.host == host and w.slot == slot)
-        wid = f"{host}:{slot}" + (f".{uses}" if uses else "")
-        worker = Worker(wid, host, slot, self.serial)
+        return Worker(f"{host}:{slot}" + (f".{uses}" if uses else ""), host, slot, self.serial)
+
+    def start(self, host: str, slot: int) -> Worker | None:
+        worker = self.new_worker(host, slot)
+        wid = worker.id
         prefix = f"[{wid}] ".encode()
         remote = host not in self.local_hosts
         try:
@@ -226,7 +249,8 @@ class Driver:
             self.resets += 1
             limit = self.args.reset_limit
             if limit is not None and self.resets > limit:
-                self.end(f"{why}, and the job was reset {limit} times already (--reset-limit)")
+                self.end(f"{why}, and the job was reset {limit} times already "
+                         f"({self.FLAGS['reset_limit']})")
                 return False
         order = {h: i for i, h in enumerate(self.hosts)}
         # Rank 0 is a worker that has the state (the lowest rank of the last generation), so that
@@ -247,9 +271,13 @@ class Driver:
         self.client.set(f"elastic/generation/{self.generation}", json.dumps(plan).encode())
         self.client.set("elastic/latest", str(self.generation).encode())
         # The last generation's store is done with: its ranks met long ago, or (one of them died
-        # as they met) they fail at once instead of waiting out the start timeout, and join this.
+        # as they met) they fail when it closes instead of waiting out the start timeout, and
+        # join this. It closes a few seconds from now, not at once: a worker that read the
+        # last generation's plan just before this one was published is connecting to it, and a
+        # closed port would have it retry until its start timeout; a store that closes while
+        # it waits there fails it at once.
         for old in [g for g in self.servers if g < self.generation]:
-            self.servers.pop(old).close()
+            self.retiring.append((time.monotonic() + RETIRE_SECONDS, self.servers.pop(old)))
         self.say(f"generation {self.generation}: {_workers(len(ranked))} ({why})" +
                  ("" if not self.args.verbose else ": " +
                   ", ".join(f"{w.id}={w.rank}" for w in ranked)))
@@ -287,6 +315,7 @@ class Driver:
                     signal.signal(signum, handler)
             for server in self.servers.values():
                 server.close()
+            self._retire(everything=True)
             if self.store is not None:
                 self.store.close()
 
@@ -300,8 +329,8 @@ class Driver:
             return code
         self.fill()
         if len(self.members()) < self.args.min_np:
-            self.end(f"{_workers(len(self.members()))} started, fewer than --min-np "
-                     f"{self.args.min_np}")
+            self.end(f"{_workers(len(self.members()))} started, fewer than "
+                     f"{self.FLAGS['min_np']} {self.args.min_np}")
         else:
             self.form("the start")
         self._supervise()
@@ -343,7 +372,8 @@ class Driver:
             if free >= args.np:
                 return None
             if time.monotonic() - waited_from > args.elastic_timeout:
-                self.say(f"{free} slots within --elastic-timeout {args.elastic_timeout:g} s, "
+                self.say(f"{free} slots within {self.FLAGS['elastic_timeout']} "
+                         f"{args.elastic_timeout:g} s, "
                          f"fewer than the {args.np} needed to start")
                 return 1
             kind = self._next_event(next_discovery)
@@ -365,6 +395,7 @@ class Driver:
             timeout_at = next_discovery if grace_until is None else min(next_discovery,
                                                                         grace_until)
             kind = self._next_event(timeout_at)
+            self._retire()
             if grace_until is not None and time.monotonic() >= grace_until:
                 for worker in self.running():
                     self.stop(worker, signal.SIGKILL)
@@ -382,45 +413,66 @@ class Driver:
                 grace_until = time.monotonic() + GRACE_SECONDS
 
     def _next_event(self, until: float) -> str | None:
-        """Handles the events that come before UNTIL; returns the kind of the last one."""
+        """Handles the events that come before UNTIL; returns the kind of the last one. Workers
+        that end within SETTLE_SECONDS of each other (a lost host takes all of its workers) are
+        handled together: one generation is formed without all of them, not one per worker
+        (whose store would keep the survivors waiting for a worker already gone)."""
         try:
-            kind, first, second = self.events.get(timeout=max(0.0, until - time.monotonic()))
+            batch = [self.events.get(timeout=max(0.0, until - time.monotonic()))]
         except queue.Empty:
             return None
-        if kind == "exit":
-            self._exited(self.workers[first], second)
-        elif kind == "signal":
-            if self.code is None:
-                self.code = 128 + first
-                verb = {signal.SIGINT: "interrupted", signal.SIGHUP: "hung up"}.get(
-                    first, "terminated")
-                self.say(f"{verb}, stopping {_workers(len(self.running()))}")
-                for worker in self.running():
-                    self.stop(worker, signal.SIGTERM if first == signal.SIGHUP else first)
-            else:
-                for worker in self.running():
-                    self.stop(worker, signal.SIGKILL)
-        return kind
+        settle = time.monotonic() + SETTLE_SECONDS
+        while batch[-1][0] == "exit":
+            try:
+                batch.append(self.events.get(timeout=max(0.0, settle - time.monotonic())))
+            except queue.Empty:
+                break
+        failures = []
+        for kind, first, second in batch:
+            if kind == "exit":
+                failure = self._exited(self.workers[first], second)
+                if failure:
+                    failures.append(failure)
+            elif kind == "signal":
+                self._signalled(first)
+        if failures and self.code is None and not self.finishing:
+            more = len(failures) - 1
+            self._reform(failures[0] + (f", and {_workers(more)} more" if more else ""))
+        return batch[-1][0]
 
-    def _exited(self, worker: Worker, status: int) -> None:
+    def _signalled(self, signum: int) -> None:
+        if self.code is None:
+            self.code = 128 + signum
+            verb = {int(signal.SIGINT): "interrupted", int(signal.SIGHUP): "hung up"}.get(
+                signum, "terminated")
+            self.say(f"{verb}, stopping {_workers(len(self.running()))}")
+            for worker in self.running():
+                self.stop(worker, signal.SIGTERM if signum == signal.SIGHUP else signum)
+        else:
+            for worker in self.running():
+                self.stop(worker, signal.SIGKILL)
+
+    def _exited(self, worker: Worker, status: int) -> str | None:
+        """Notes how WORKER ended; returns the failure a new generation is to be formed for."""
         worker.status = status
         sweep_shm()
         if status == 0:
             if not self.finishing:
                 self.finishing = True
                 self._finish(worker)
-            return
+            return None
         if worker.stopping or self.code is not None:
-            return  # the driver stopped it
+            return None  # the driver stopped it
         self.last_failure = 128 - status if status < 0 else status
         if self.finishing:
             self.failure_code = self.failure_code or self.last_failure
-            self.say(f"{worker.describe()} {describe(status)} after the job began to end")
-            return
+            self.say(f"{worker.describe()} {self.ended(worker, status)} after the job began "
+                     "to end")
+            return None
         self.blacklist.add(worker.host)
-        self.say(f"{worker.describe()} {describe(status)}; host {worker.host} gets no new "
-                 f"workers")
-        self._reform(f"{worker.describe()} {describe(status)}")
+        self.say(f"{worker.describe()} {self.ended(worker, status)}; host {worker.host} gets "
+                 "no new workers")
+        return f"{worker.describe()} {self.ended(worker, status)}"
 
     def _finish(self, worker: Worker) -> None:
         """A worker returned: training is over. The workers of its generation finish too; one
@@ -435,6 +487,14 @@ class Driver:
         self.generation += 1
         for old in list(self.servers):
             self.servers.pop(old).close()
+        self._retire(everything=True)
+
+    def _retire(self, everything: bool = False) -> None:
+        """Closes the superseded stores whose time has come (all of them: EVERYTHING)."""
+        now = time.monotonic()
+        for entry in [e for e in self.retiring if everything or e[0] <= now]:
+            self.retiring.remove(entry)
+            entry[1].close()
 
     def _reform(self, why: str) -> None:
         if len(self.members()) >= self.args.min_np:
@@ -443,9 +503,10 @@ class Driver:
             return
         if self.short_since is None:
             self.short_since = time.monotonic()
-            self.say(f"{_workers(len(self.members()))} left, fewer than --min-np "
-                     f"{self.args.min_np}: waiting up to {self.args.elastic_timeout:g} s "
-                     "(--elastic-timeout) for hosts")
+            self.say(f"{_workers(len(self.members()))} left, fewer than "
+                     f"{self.FLAGS['min_np']} {self.args.min_np}: waiting up to "
+                     f"{self.args.elastic_timeout:g} s ({self.FLAGS['elastic_timeout']}) "
+                     "for hosts")
             # What the script gives now may already do.
             self.fill()
             if len(self.members()) >= self.args.min_np:
@@ -460,7 +521,8 @@ class Driver:
         elif self.short_since is not None and \
                 time.monotonic() - self.short_since > self.args.elastic_timeout:
             self.end(f"{_workers(len(self.members()))} for {self.args.elastic_timeout:g} s "
-                     f"(--elastic-timeout), fewer than --min-np {self.args.min_np}")
+                     f"({self.FLAGS['elastic_timeout']}), fewer than {self.FLAGS['min_np']} "
+                     f"{self.args.min_np}")
 
     def _rediscover(self) -> None:
         found = self.discover()
