@@ -36,9 +36,10 @@ def marked(name, value):
     return pids
 
 
-def stop_marked(name, value, grace=5.0):
-    """SIGTERM to every marked process, then SIGKILL to those left after GRACE seconds."""
-    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 2.0)):
+def stop_marked(name, value, grace=5.0, first=signal.SIGTERM):
+    """FIRST (SIGTERM) to every marked process, then SIGKILL to those left after GRACE
+    seconds."""
+    for sig, wait in ((first, grace), (signal.SIGKILL, 2.0)):
         pids = marked(name, value)
         for pid in pids:
             try:

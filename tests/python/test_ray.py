@@ -11,7 +11,9 @@ there makes its absence a failure). Needs root for `unshare --uts`."""
 import importlib.util
 import os
 import pathlib
+import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -42,45 +44,82 @@ def _free_port():
         return s.getsockname()[1]
 
 
+class Cluster:
+    """A two-node Ray cluster on this machine (2 CPUs each), started and stopped by the tests:
+    the head, and a second node under `unshare --uts` whose processes carry a marker of their
+    own, so that a test can lose that node (SIGKILL to all of it) and start another in its
+    place. Ray's health checks are tightened (a lost node is dead to Ray within seconds)."""
+
+    def __init__(self, ddp_env):
+        self.name, self.value = marker()
+        self.temp = tempfile.mkdtemp(prefix="ddp-ray-", dir="/tmp")  # short: Ray's socket paths
+        self.port = _free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.ray_cli = str(pathlib.Path(sys.executable).parent / "ray")
+        self.env = dict(ddp_env, **{self.name: self.value}, RAY_USAGE_STATS_ENABLED="0",
+                        RAY_health_check_period_ms="1000",
+                        RAY_health_check_failure_threshold="3")
+        self.common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "2",
+                       "--disable-usage-stats"]
+        self.node2: tuple[str, str] | None = None  # the second node's own marker
+
+    def start_head(self):
+        subprocess.run([self.ray_cli, "start", "--head", "--port", str(self.port),
+                        "--include-dashboard=false", "--temp-dir", self.temp, *self.common],
+                       env=self.env, check=True, capture_output=True, text=True, timeout=120)
+
+    def start_node2(self):
+        """A second node, named HOST2 (a node that comes back is a new node to Ray)."""
+        self.node2 = marker()
+        subprocess.run(["unshare", "--uts", "sh", "-c", f'hostname {HOST2} && exec "$@"', "sh",
+                        self.ray_cli, "start", "--address", self.address, *self.common],
+                       env=dict(self.env, DDP_TEST_RAY_NODE=self.node2[1]), check=True,
+                       capture_output=True, text=True, timeout=120)
+
+    def lose_node2(self):
+        """Every process of the second node killed at once (SIGKILL): a lost machine."""
+        assert self.node2 is not None
+        left = stop_marked("DDP_TEST_RAY_NODE", self.node2[1], grace=5.0,
+                           first=signal.SIGKILL)
+        assert not left, left
+        self.node2 = None
+
+    def wait_for_nodes(self, count, timeout=60):
+        import ray
+        deadline = time.monotonic() + timeout
+        while sum(n["Alive"] for n in ray.nodes()) != count and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return sorted(n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"])
+
+    def stop(self):
+        left = stop_marked(self.name, self.value)
+        shutil.rmtree(self.temp, ignore_errors=True)
+        return left
+
+
 @pytest.fixture(scope="module")
 def ray_cluster(ddp_env):
-    """The address of a two-node Ray cluster on this machine (2 CPUs each); the test's process
-    is its driver."""
+    """The two-node cluster (a Cluster); the test's process is its driver."""
     _need_ray()
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("the second Ray node runs under `unshare --uts` (a host name of its own): "
                     "needs root and unshare")
     import ray
-    name, value = marker()
-    temp = tempfile.mkdtemp(prefix="ddp-ray-", dir="/tmp")  # short: Ray's socket paths
-    port = _free_port()
-    ray_cli = str(pathlib.Path(sys.executable).parent / "ray")
-    env = dict(ddp_env, **{name: value}, RAY_USAGE_STATS_ENABLED="0")
-    common = ["--node-ip-address", "127.0.0.1", "--num-cpus", "2", "--disable-usage-stats"]
+    cluster = Cluster(ddp_env)
     try:
-        subprocess.run([ray_cli, "start", "--head", "--port", str(port),
-                        "--include-dashboard=false", "--temp-dir", temp, *common], env=env,
-                       check=True, capture_output=True, text=True, timeout=120)
-        subprocess.run(["unshare", "--uts", "sh", "-c", f'hostname {HOST2} && exec "$@"', "sh",
-                        ray_cli, "start", "--address", f"127.0.0.1:{port}", *common], env=env,
-                       check=True, capture_output=True, text=True, timeout=120)
-        address = f"127.0.0.1:{port}"
-        ray.init(address=address, log_to_driver=False)
-        deadline = time.monotonic() + 60
-        while sum(n["Alive"] for n in ray.nodes()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert sorted(n["NodeManagerHostname"] for n in ray.nodes() if n["Alive"]) == \
-            sorted([socket.gethostname(), HOST2])
+        cluster.start_head()
+        cluster.start_node2()
+        ray.init(address=cluster.address, log_to_driver=False)
+        assert cluster.wait_for_nodes(2) == sorted([socket.gethostname(), HOST2])
         ray.cloudpickle.register_pickle_by_value(probe_module())
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # Counter, lambdas
-        yield address
+        yield cluster
     except subprocess.CalledProcessError as e:
         pytest.fail(f"starting the Ray cluster: {e.cmd} exited {e.returncode}\n{e.stdout}\n"
                     f"{e.stderr}")
     finally:
         ray.shutdown()
-        left = stop_marked(name, value)
-        shutil.rmtree(temp, ignore_errors=True)
+        left = cluster.stop()
         assert not left, f"Ray's processes left running: {left}"
 
 
@@ -194,7 +233,7 @@ def test_a_failing_rank_fails_the_call_named_and_more_than_the_cluster_is_refuse
 def test_digits_example_on_four_ranks(ray_cluster, ddp_env, tmp_path, path):
     """examples/ray/train_digits.py through RayExecutor and through Ray Train's TorchTrainer
     (TorchConfig(backend="ddp"), the training function unchanged): >= 97% on 4 ranks."""
-    env = dict(ddp_env, RAY_ADDRESS=ray_cluster, RAY_USAGE_STATS_ENABLED="0")
+    env = dict(ddp_env, RAY_ADDRESS=ray_cluster.address, RAY_USAGE_STATS_ENABLED="0")
     done = subprocess.run([sys.executable, str(EXAMPLES / "train_digits.py"), "--path", path,
                            "--workers", "4", "--target-accuracy", "0.97",
                            "--storage", str(tmp_path)], env=env, capture_output=True,
@@ -204,3 +243,130 @@ def test_digits_example_on_four_ranks(ray_cluster, ddp_env, tmp_path, path):
     assert f"ray {path}: 4 ranks on backend ddp" in out, out[-6000:]
     if path == "trainer":  # the function never imports ddp: torch's entry point registered it
         assert "(registered by torch's entry point)" in out, out[-6000:]
+
+
+def _progress(directory):
+    """{file: (step, size, generation)} of the elastic workers' progress files."""
+    seen = {}
+    for path in pathlib.Path(directory).iterdir():
+        try:
+            step, size, generation = map(int, path.read_text().split())
+        except (OSError, ValueError):
+            continue  # being written
+        seen[path.name] = (step, size, generation)
+    return seen
+
+
+def _wait_until(what, check, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout} s")
+
+
+def _newest(progress):
+    """(size, generation) of the newest generation that trained a step."""
+    return max(((size, generation) for _, size, generation in progress.values()),
+               key=lambda sg: sg[1], default=(0, -1))
+
+
+def test_elastic_mode_goes_on_when_a_node_is_lost_and_grows_when_one_joins(
+        ray_cluster, tmp_path, capfd):
+    """RayExecutor(min_workers=2, max_workers=4): 4 workers on the two nodes; the second node
+    lost mid-run (every process of it SIGKILLed) leaves 2, who go on from their last commit, the
+    driver naming the lost node and ranks; a new node that joins gets 2 workers, who join at the
+    next commit and get the state from rank 0. No step is lost or applied twice (weights ==
+    steps on every rank); ranks on one node meet over shared memory."""
+    from ddp.ray import RayExecutor
+    cluster_probe = probe_module()
+    progress, finish = tmp_path / "progress", tmp_path / "finish"
+    progress.mkdir()
+    executor = RayExecutor(min_workers=2, max_workers=4, elastic_timeout=60)
+    executor.start(extra_env_vars={"DDP_TEST_EXTRA": "elastic"})
+    steps = {}
+
+    def drive():
+        try:
+            _wait_until("4 workers training", lambda: _newest(_progress(progress))[0] == 4 and
+                        max(s for s, _, _ in _progress(progress).values()) >= 10, 120)
+            ray_cluster.lose_node2()
+            before = _newest(_progress(progress))[1]
+            _wait_until("2 workers training after the node was lost",
+                        lambda: _newest(_progress(progress)) [0] == 2 and
+                        _newest(_progress(progress))[1] > before, 90)
+            steps["lost"] = max(s for s, _, _ in _progress(progress).values())
+            ray_cluster.start_node2()
+            _wait_until("4 workers training after a node joined",
+                        lambda: _newest(_progress(progress))[0] == 4 and
+                        _newest(_progress(progress))[1] > before + 1, 120)
+            time.sleep(1.0)  # a few steps of the 4
+        finally:
+            finish.touch()
+
+    import threading
+    driver = threading.Thread(target=drive, daemon=True)
+    driver.start()
+    try:
+        results = executor.run(cluster_probe.elastic_train, args=[str(progress), str(finish)])
+    finally:
+        finish.touch()
+        driver.join(timeout=300)
+        executor.shutdown()
+        if ray_cluster.node2 is None:  # the later tests have their two nodes again
+            ray_cluster.start_node2()
+            ray_cluster.wait_for_nodes(2)
+    err = capfd.readouterr().err
+    assert "lost" in steps, err[-4000:]
+    assert [r["rank"] for r in results] == [0, 1, 2, 3], (results, err[-4000:])
+    final = results[0]["step"]
+    for r in results:
+        assert r["size"] == 4 and r["step"] == final and r["weights"] == [float(final)] * 4, r
+        assert r["sizes"] == [4, 2, 4], r
+        assert r["generation"] == results[0]["generation"] >= 2, r
+    assert final > steps["lost"]
+    hosts = [r["host"] for r in results]
+    assert hosts[:2] == [socket.gethostname()] * 2 and hosts[2:] == [HOST2] * 2, results
+    # A node is a host to libddp, named with its Ray node ID: the new node is not the lost one.
+    assert results[2]["hostname_env"].startswith(f"{HOST2}/")
+    for a, b in ((0, 1), (2, 3)):
+        pair = sorted([results[a]["pid"], results[b]["pid"]])
+        assert results[a]["shm_pids"] == pair == results[b]["shm_pids"], results
+    # The driver said what happened, naming the lost node and its workers' ranks.
+    said = [line for line in err.splitlines() if line.startswith("ddp.ray: elastic:")]
+    for slot in (0, 1):
+        assert any(re.search(rf"worker {HOST2}/[0-9a-f]{{8}}:{slot} \(rank \d, host {HOST2}/"
+                             r"[0-9a-f]{8}\) (was lost: |.*left: stopping)", line)
+                   for line in said), said
+    assert "ddp.ray: elastic: generation" in err, err[-4000:]
+
+
+def test_elastic_mode_is_checked_and_waits_for_min_workers_then_says_why(ray_cluster):
+    """Horovod's checks of the elastic settings; the calls that have no meaning in elastic mode
+    refused; more workers than the cluster can hold: run() fails after elastic_timeout,
+    saying so, and nothing is left running."""
+    import ray
+
+    from ddp.ray import ElasticRayExecutor, RayExecutor
+    with pytest.raises(ValueError, match="max_workers needs min_workers"):
+        RayExecutor(max_workers=4)
+    with pytest.raises(ValueError, match=r"max_workers \(2\) is below min_workers \(3\)"):
+        RayExecutor(min_workers=3, max_workers=2)
+    with pytest.raises(ValueError, match="not both"):
+        RayExecutor(min_workers=2, num_workers=2)
+    elastic = RayExecutor(min_workers=2)
+    elastic.start()
+    with pytest.raises(NotImplementedError, match="execute: not in elastic mode"):
+        elastic.execute(print)
+    with pytest.raises(ValueError, match="executables"):
+        RayExecutor(min_workers=2).start(executable_cls=Counter)
+    too_many = ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=5,
+                                                                     elastic_timeout=3))
+    too_many.start()
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match="4 slots within elastic_timeout 3 s, fewer than "
+                       "the 5 needed to start"):
+        too_many.run(lambda: None)
+    assert time.monotonic() - start < 30
+    assert ray.available_resources().get("CPU") == 4.0  # no actor was left

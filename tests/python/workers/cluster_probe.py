@@ -77,3 +77,43 @@ def fail_on(rank_to_fail):
         raise ValueError(f"rank {rank_to_fail} fails on purpose")
     ddp.allreduce(np.ones(4), name="never.finished")
     return ddp.rank()
+
+
+def elastic_train(progress_dir, finish_file, step_seconds=0.05):
+    """An elastic job's training loop (ddp.elastic.run) for RayExecutor's elastic mode: every
+    step adds exactly 1.0 to each weight whatever the size (the mean of an allreduce of ones), so
+    that weights == steps on every rank shows no step was lost or applied twice across resets.
+    Each step writes "STEP SIZE GENERATION" to PROGRESS_DIR/<host>-<pid>; training ends at the
+    first step after FINISH_FILE appears (rank 0 looks, the allreduce tells the others)."""
+    import time
+
+    import numpy as np
+
+    import ddp
+    ddp.init()
+    state = ddp.elastic.NumpyState(step=0, weights=[0.0] * 4, sizes=[])
+    mine = os.path.join(progress_dir, f"{socket.gethostname()}-{os.getpid()}")
+
+    @ddp.elastic.run
+    def train(state):
+        while True:
+            finish = 1.0 if ddp.rank() == 0 and os.path.exists(finish_file) else 0.0
+            total = ddp.allreduce(np.array([1.0, 1.0, 1.0, 1.0, finish]), op=ddp.Sum,
+                                  name="elastic.step")
+            if total[4] > 0:
+                return
+            state.weights = [w + t / ddp.size() for w, t in zip(state.weights, total[:4])]
+            state.step += 1
+            if not state.sizes or state.sizes[-1] != ddp.size():
+                state.sizes = state.sizes + [ddp.size()]
+            with open(mine, "w") as f:
+                f.write(f"{state.step} {ddp.size()} {ddp.elastic.generation()}\n")
+            time.sleep(step_seconds)
+            state.commit()
+
+    train(state)
+    return {"rank": ddp.rank(), "size": ddp.size(), "host": socket.gethostname(),
+            "hostname_env": os.environ.get("DDP_HOSTNAME"), "step": state.step,
+            "weights": state.weights, "sizes": state.sizes,
+            "generation": ddp.elastic.generation(), "shm_pids": _shm_creators(),
+            "pid": os.getpid()}

@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """RayExecutor: a libddp job on a Ray cluster, with the API and semantics of Horovod's
 `horovod.ray.RayExecutor` (start, run, run_remote, execute, execute_single, shutdown;
-num_workers or num_hosts x num_workers_per_host, cpus_per_worker, use_gpu, placement groups).
+num_workers or num_hosts x num_workers_per_host, cpus_per_worker, use_gpu, placement groups;
+min_workers/max_workers for elastic mode, ray/elastic.py).
 
 The workers are Ray actors placed by a placement group (PACK for num_workers, STRICT_SPREAD, a
 bundle per host, for num_hosts). Each tells the driver its host; the driver gives the ranks as
@@ -23,6 +24,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from ..run.cluster import Member, describe, enter, environments, new_token
 from ..run.static_job import start_store
+from .elastic import run_elastic
 
 
 @dataclasses.dataclass
@@ -68,10 +70,16 @@ class RayExecutor:
     def __init__(self, settings: Settings | None = None, num_workers: int | None = None,
                  num_hosts: int | None = None, num_workers_per_host: int = 1,
                  cpus_per_worker: int = 1, use_gpu: bool = False,
-                 gpus_per_worker: int | None = None, use_current_placement_group: bool = True):
-        if (num_workers is None) == (num_hosts is None):
+                 gpus_per_worker: int | None = None, use_current_placement_group: bool = True,
+                 min_workers: int | None = None, max_workers: int | None = None,
+                 reset_limit: int | None = None, cooldown_range: tuple | None = None,
+                 elastic_timeout: float = 600, override_discovery: bool = True,
+                 verbose: bool = False):
+        self.elastic = _elastic_params(num_workers, num_hosts, min_workers, max_workers,
+                                       reset_limit, elastic_timeout, override_discovery)
+        if self.elastic is None and (num_workers is None) == (num_hosts is None):
             raise ValueError("RayExecutor: give num_workers, or num_hosts (with "
-                             "num_workers_per_host), not both")
+                             "num_workers_per_host), not both; or min_workers (elastic mode)")
         if (num_workers or 0) < 0 or (num_hosts or 0) < 0 or num_workers_per_host < 1:
             raise ValueError("RayExecutor: the numbers of workers and hosts must be positive")
         if gpus_per_worker and not use_gpu:
@@ -80,7 +88,7 @@ class RayExecutor:
         self.num_hosts = num_hosts
         self.num_workers_per_host = num_workers_per_host
         self.num_workers = num_workers if num_workers is not None else \
-            num_hosts * num_workers_per_host
+            (num_hosts or 0) * num_workers_per_host
         self.cpus_per_worker, self.use_gpu = cpus_per_worker, use_gpu
         self.gpus_per_worker = (gpus_per_worker or 1) if use_gpu else 0
         self.use_current_placement_group = use_current_placement_group
@@ -88,6 +96,11 @@ class RayExecutor:
         self._group = None
         self._own_group = False
         self._close_store: Callable[[], None] | None = None
+        self._extra_env: dict | None = None  # elastic mode: start() keeps extra_env_vars
+        self.verbose = verbose
+        # cooldown_range (Horovod's: how long a failed host is left out) has no use here: a
+        # failed Ray node is left out for good, and a node that comes back is a new node.
+        del cooldown_range
 
     # Starting -----------------------------------------------------------------------------
 
@@ -97,9 +110,7 @@ class RayExecutor:
         if self.use_current_placement_group and current is not None:
             count = len(current.bundle_specs)
             return current, [i % count for i in range(self.num_workers)], False
-        one = {"CPU": self.cpus_per_worker}
-        if self.use_gpu:
-            one["GPU"] = self.gpus_per_worker
+        one = self._resources()
         if self.num_hosts is not None:
             bundle = {k: v * self.num_workers_per_host for k, v in one.items()}
             group = placement_group([bundle] * self.num_hosts, strategy="STRICT_SPREAD")
@@ -116,6 +127,13 @@ class RayExecutor:
                 f"{ray.cluster_resources()} ({len(ray.nodes())} nodes)")
         return group, bundles, True
 
+    def _resources(self) -> dict:
+        """What one worker takes of a node."""
+        one = {"CPU": self.cpus_per_worker}
+        if self.use_gpu:
+            one["GPU"] = self.gpus_per_worker
+        return one
+
     def _asked(self) -> str:
         gpus = f" and {self.gpus_per_worker} GPU(s)" if self.use_gpu else ""
         where = (f" on {self.num_hosts} distinct hosts" if self.num_hosts is not None else "")
@@ -126,8 +144,14 @@ class RayExecutor:
               executable_kwargs: dict | None = None, extra_env_vars: dict | None = None) -> None:
         """Places the workers, gives them their ranks and environment and, with
         executable_cls, makes an instance of it in each (after the environment is set)."""
-        if self.workers:
+        if self.workers or self._extra_env is not None:
             raise RuntimeError("RayExecutor: already started")
+        if self.elastic is not None:
+            if executable_cls is not None:
+                raise ValueError("RayExecutor: elastic mode runs functions (run), not "
+                                 "executables: its workers come and go")
+            self._extra_env = dict(extra_env_vars or {})  # the workers start in run()
+            return
         try:
             self._start(executable_cls, executable_args, executable_kwargs, extra_env_vars)
         except BaseException:
@@ -174,20 +198,33 @@ class RayExecutor:
                                    f"{type(cause).__name__}: {cause}") from e
         return ray.get(refs)
 
-    def _started(self) -> None:
-        if not self.workers:
+    def _started(self, what: str = "") -> None:
+        if self.elastic is not None and what != "run":
+            raise NotImplementedError(f"RayExecutor.{what}: not in elastic mode (as Horovod's): "
+                                      "use run(), whose workers come and go with the nodes")
+        if not self.workers and self._extra_env is None:
             raise RuntimeError("RayExecutor: call start() first")
 
     def run_remote(self, fn: Callable, args: list | None = None,
                    kwargs: dict | None = None) -> list:
         """fn(*args, **kwargs) on every rank; their ObjectRefs, in rank order."""
-        self._started()
+        self._started("run_remote")
         return [w.run.remote(fn, args or [], kwargs or {}) for w in self.workers]
 
     def run(self, fn: Callable, args: list | None = None, kwargs: dict | None = None,
             callbacks: list | None = None) -> list:
         """fn(*args, **kwargs) on every rank; the results in rank order. callbacks: Horovod's
-        (results are not streamed from Ray's workers here): each is called with the list."""
+        (results are not streamed from Ray's workers here): each is called with the list.
+        In elastic mode: fn on every worker as the nodes allow, from min_workers to max_workers
+        (fn uses ddp.elastic.run); the results of the last generation's workers."""
+        if self.elastic is not None:
+            self._started("run")
+            results = run_elastic(fn, list(args or []), dict(kwargs or {}), **self.elastic,
+                                  resources=self._resources(), extra_env=self._extra_env or {},
+                                  verbose=self.verbose)
+            for callback in callbacks or []:
+                callback(results)
+            return results
         results = self._get(self.run_remote(fn, args, kwargs), "run")
         for callback in callbacks or []:
             callback(results)
@@ -195,7 +232,7 @@ class RayExecutor:
 
     def execute(self, fn: Callable, callbacks: list | None = None) -> list:
         """fn(executable) on every rank (the object start() made); results in rank order."""
-        self._started()
+        self._started("execute")
         results = self._get([w.execute.remote(fn) for w in self.workers], "execute")
         for callback in callbacks or []:
             callback(results)
@@ -203,7 +240,7 @@ class RayExecutor:
 
     def execute_single(self, fn: Callable) -> Any:
         """fn(executable) on rank 0 alone."""
-        self._started()
+        self._started("execute_single")
         return self._get([self.workers[0].execute.remote(fn)], "execute_single")[0]
 
     def shutdown(self) -> None:
@@ -211,9 +248,73 @@ class RayExecutor:
         for worker in self.workers:
             ray.kill(worker)
         self.workers = []
+        self._extra_env = None
         if self._group is not None and self._own_group:
             remove_placement_group(self._group)
         self._group = None
         if self._close_store is not None:
             self._close_store()
             self._close_store = None
+
+
+def _elastic_params(num_workers, num_hosts, min_workers, max_workers, reset_limit,
+                    elastic_timeout, override_discovery) -> dict | None:
+    """Elastic mode's settings (None: a fixed job), checked as Horovod checks them."""
+    if min_workers is None and max_workers is None:
+        return None
+    if not min_workers or min_workers < 1:
+        raise ValueError("RayExecutor: max_workers needs min_workers (at least 1): elastic "
+                         "mode starts when min_workers workers can run")
+    if max_workers is not None and max_workers < min_workers:
+        raise ValueError(f"RayExecutor: max_workers ({max_workers}) is below min_workers "
+                         f"({min_workers})")
+    if num_workers is not None or num_hosts is not None:
+        raise ValueError("RayExecutor: give min_workers/max_workers (elastic mode) or "
+                         "num_workers/num_hosts (a fixed job), not both")
+    if elastic_timeout <= 0:
+        raise ValueError(f"RayExecutor: elastic_timeout must be positive (got "
+                         f"{elastic_timeout})")
+    if not override_discovery:
+        raise ValueError("RayExecutor: override_discovery=False (a discovery script of the "
+                         "user's) is not supported: the hosts are Ray's live nodes")
+    return {"min_workers": min_workers, "max_workers": max_workers,
+            "reset_limit": reset_limit, "elastic_timeout": float(elastic_timeout)}
+
+
+@dataclasses.dataclass
+class ElasticSettings:
+    """What ElasticRayExecutor.create_settings returns (Horovod's names)."""
+    min_np: int = 1
+    max_np: int | None = None
+    reset_limit: int | None = None
+    elastic_timeout: float = 600
+    verbose: bool = False
+
+
+class ElasticRayExecutor:
+    """Horovod's older elastic API on Ray (`horovod.ray.ElasticRayExecutor`): RayExecutor's
+    elastic mode under the names it had (min_np/max_np, cpus_per_slot)."""
+
+    @staticmethod
+    def create_settings(min_np: int = 1, max_np: int | None = None,
+                        reset_limit: int | None = None, elastic_timeout: float = 600,
+                        verbose: bool = False, **_horovod_only) -> ElasticSettings:
+        """Horovod's settings; its ssh, NIC and timeout options have no meaning here."""
+        return ElasticSettings(min_np, max_np, reset_limit, elastic_timeout, verbose)
+
+    def __init__(self, settings: ElasticSettings, use_gpu: bool = False, cpus_per_slot: int = 1,
+                 gpus_per_slot: int | None = None, env_vars: dict | None = None,
+                 override_discovery: bool = True):
+        self._executor = RayExecutor(
+            cpus_per_worker=cpus_per_slot, use_gpu=use_gpu, gpus_per_worker=gpus_per_slot,
+            min_workers=settings.min_np, max_workers=settings.max_np,
+            reset_limit=settings.reset_limit, elastic_timeout=settings.elastic_timeout,
+            override_discovery=override_discovery, verbose=settings.verbose)
+        self._env_vars = dict(env_vars or {})
+
+    def start(self) -> None:
+        self._executor.start(extra_env_vars=self._env_vars)
+
+    def run(self, worker_fn: Callable, callbacks: list | None = None) -> list:
+        """worker_fn() on every worker, elastically; the last generation's results by rank."""
+        return self._executor.run(worker_fn, callbacks=callbacks)

@@ -1,0 +1,247 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Elastic mode on Ray: `RayExecutor(settings, min_workers=2, max_workers=8).run(train)` (or
+Horovod's older `ElasticRayExecutor`), a job that goes on as Ray's nodes come and go.
+
+It is ddprun's elastic driver (run/elastic_driver.py: generations, the blacklist, --min-np's wait,
+the reset limit), with Ray's nodes for hosts and Ray's actors for worker processes:
+
+- The hosts are the cluster's live nodes (`ray.nodes()`, asked every second), each with as many
+  slots as it has room for workers (its CPUs over cpus_per_worker; its GPUs over gpus_per_worker
+  with use_gpu). A node is named by its host name and the start of its Ray node ID
+  ("node-2/3f2a9c1b"): a node that comes back is a new node (Ray gives it a new ID), so the
+  blacklist of a failed node never keeps its successor out.
+- A worker is an actor pinned to its node (NodeAffinitySchedulingStrategy, not soft) running the
+  user's function in the environment ddprun gives an elastic worker: the function calls
+  `ddp.init()` and wraps its loop in `ddp.elastic.run` / `ddp.torch.elastic.run` as under
+  ddprun; within a node its ranks meet over shared memory, across nodes over TCP.
+- A worker whose function raises fails as a process that exits non-zero does (its node gets no
+  new workers; the others go back to their last commit in a generation without it); one whose
+  actor dies (its node lost, its process killed) is said as lost, with Ray's reason; a node that
+  leaves the cluster has its workers stopped; a node that joins gets workers, up to
+  max_workers, who join at the running workers' next commit.
+- `run` returns what the workers of the last generation returned, in rank order; it raises when
+  the job ends in failure, saying why.
+
+Ray learns that a node is gone from its health checks (by default about 15-30 s after it stops
+answering); the surviving ranks learn it from libddp at once and wait, at their last commit, for
+the generation without it.
+"""
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from typing import Any, Callable
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from ..run.cluster import enter, new_token
+from ..run.elastic_driver import Driver, Worker, elastic_worker_env
+from ..run.output import Sink
+
+_LEFT = "left"  # what a worker's function gives when the job finished before it could join
+
+
+@ray.remote(max_restarts=0)
+class _ElasticWorker:
+    """One elastic worker: the user's function in an elastic worker's environment."""
+
+    def run(self, env: dict, extra: dict, fn: Callable, args, kwargs) -> tuple[str, Any]:
+        enter(env, extra)
+        try:
+            return "returned", fn(*args, **kwargs)
+        except SystemExit as e:  # ddp.elastic: the job finished before this worker joined
+            if e.code in (0, None):
+                return _LEFT, None
+            raise
+
+
+def _lost(error: Exception) -> str:
+    """Ray's reason for an actor's death, in a clause: "its node has died"."""
+    text = " ".join(str(error).split())
+    if "because " in text:  # ActorDiedError: "... The actor is dead because its node has died."
+        return text[text.index("because ") + 8:].split(". ")[0]
+    if "RpcError: " in text:  # ActorUnavailableError: its process no longer answers
+        return f"its process stopped answering ({text.rsplit('RpcError: ', 1)[1]})"
+    return text.split(". ")[0]
+
+
+class RayWorker(Worker):
+    def __init__(self, wid: str, host: str, slot: int, serial: int):
+        super().__init__(wid, host, slot, serial)
+        self.actor: Any = None
+        self.result: Any = None
+        self.returned = False  # its function returned (not: left without joining)
+        self.why = ""  # how it ended, when it failed
+
+
+class RayDriver(Driver):
+    """The elastic driver with Ray's live nodes for hosts and actors for processes."""
+
+    PREFIX = "ddp.ray: elastic"
+    FLAGS = {"min_np": "min_workers", "elastic_timeout": "elastic_timeout",
+             "reset_limit": "reset_limit"}
+
+    def __init__(self, args, err, fn: Callable, fn_args, fn_kwargs, extra_env: dict,
+                 resources: dict):
+        super().__init__(args, None, err, new_token())
+        self.fn, self.fn_args, self.fn_kwargs = fn, fn_args, fn_kwargs
+        self.extra_env, self.resources = extra_env, resources
+        self.names: dict[str, str] = {}  # Ray node ID -> its name here (a host of the driver's)
+        self.node_of: dict[str, str] = {}  # and back
+        self.last_said = ""
+
+    def say(self, message: str) -> None:
+        self.last_said = message
+        super().say(message)
+
+    # ---- hosts: Ray's live nodes -------------------------------------------------------------
+
+    def _slots(self, resources: dict) -> int:
+        counts = [int(resources.get(name, 0) // amount)
+                  for name, amount in self.resources.items() if amount > 0]
+        return max(0, min(counts)) if counts else 0
+
+    def discover(self) -> dict[str, int] | None:
+        try:
+            nodes = ray.nodes()
+        except Exception as e:  # noqa: BLE001 - said; the last answer holds
+            self.say(f"cannot list Ray's nodes: {e}")
+            return None
+        found: dict[str, int] = {}
+        for node in nodes:
+            if not node.get("Alive"):
+                continue
+            node_id = node["NodeID"]
+            name = self.names.get(node_id)
+            if name is None:
+                name = f"{node.get('NodeManagerHostname') or node['NodeManagerAddress']}/" \
+                       f"{node_id[:8]}"
+                self.names[node_id], self.node_of[name] = name, node_id
+            slots = self._slots(node.get("Resources", {}))
+            if slots:
+                found[name] = slots
+        # The hosts seen before keep their order (ranks go by it); new ones come after, the
+        # driver's own node first (rank 0 where the driver is, as under ddprun), then by name.
+        ordered = {h: found[h] for h in self.hosts if h in found}
+        here = {ray.get_runtime_context().get_node_id()}
+        new = sorted((h for h in found if h not in ordered),
+                     key=lambda h: (self.node_of[h] not in here, h))
+        ordered.update((h, found[h]) for h in new)
+        return ordered
+
+    def _first_hosts(self) -> None:
+        self.hosts = self.discover() or {}
+        self.bind = "0.0.0.0"  # the workers reach the driver's stores from their nodes
+        self.addr = ray.util.get_node_ip_address()
+
+    def _note_host(self, host: str) -> None:
+        """Every worker is an actor: none is started as a local process."""
+
+    # ---- workers: actors -----------------------------------------------------------------------
+
+    def new_worker(self, host: str, slot: int) -> Worker:
+        plain = super().new_worker(host, slot)
+        return RayWorker(plain.id, plain.host, plain.slot, plain.serial)
+
+    def start(self, host: str, slot: int) -> Worker | None:
+        worker = self.new_worker(host, slot)
+        assert isinstance(worker, RayWorker)
+        env = elastic_worker_env({}, self.args, self.addr, self.token, self.store.port,
+                                 worker.id, host)
+        env["DDP_HOSTNAME"] = host  # what libddp groups ranks by: one node, one host
+        strategy = NodeAffinitySchedulingStrategy(self.node_of[host], soft=False)
+        worker.actor = _ElasticWorker.options(
+            num_cpus=self.resources.get("CPU", 0), num_gpus=self.resources.get("GPU", 0),
+            scheduling_strategy=strategy).remote()
+        ref = worker.actor.run.remote(env, self.extra_env, self.fn, self.fn_args,
+                                      self.fn_kwargs)
+        self.workers[worker.id] = worker
+        threading.Thread(target=self._wait, args=(worker, ref), daemon=True,
+                         name=f"ddp-ray-wait-{worker.id}").start()
+        return worker
+
+    def _wait(self, worker: RayWorker, ref) -> None:
+        """Waits for the worker's function; its end goes to the driver as an exit status."""
+        try:
+            kind, worker.result = ray.get(ref)
+            worker.returned = kind != _LEFT
+            status = 0
+        except ray.exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None) or e
+            worker.why = f"raised {type(cause).__name__}: {cause}"
+            status = 1
+        except ray.exceptions.RayActorError as e:
+            worker.why = f"was lost: {_lost(e)}"
+            status = -signal.SIGKILL
+        except Exception as e:  # noqa: BLE001 - said as the worker's end
+            worker.why = f"failed: {type(e).__name__}: {e}"
+            status = 1
+        if status != 0 and worker.actor is not None:
+            ray.kill(worker.actor, no_restart=True)  # its slot is free again
+        self.events.put(("exit", worker.id, status))
+
+    def ended(self, worker: Worker, status: int) -> str:
+        return getattr(worker, "why", "") or super().ended(worker, status)
+
+    def stop(self, worker: Worker, signum: int = signal.SIGTERM) -> None:
+        worker.stopping = True
+        actor = getattr(worker, "actor", None)
+        if actor is not None and worker.status is None:
+            ray.kill(actor, no_restart=True)
+
+    def results(self) -> list:
+        """What the workers that returned gave, in the rank order of their last generation."""
+        done = [w for w in self.workers.values()
+                if isinstance(w, RayWorker) and w.status == 0 and w.returned]
+        return [w.result for w in sorted(done, key=lambda w: (w.rank is None, w.rank or 0))]
+
+    def release(self) -> None:
+        for worker in self.workers.values():
+            actor = getattr(worker, "actor", None)
+            if actor is not None:
+                ray.kill(actor, no_restart=True)
+
+
+def _args(min_workers: int, max_workers: int | None, reset_limit: int | None,
+          elastic_timeout: float, verbose: bool) -> argparse.Namespace:
+    """The driver's settings, as ddprun's parser would give them for this job."""
+    return argparse.Namespace(
+        np=min_workers, min_np=min_workers, max_np=max_workers, reset_limit=reset_limit,
+        elastic_timeout=float(elastic_timeout), verbose=verbose, host_discovery_script=None,
+        host_list=None, slots=None, rendezvous_addr=None, command=["<ray>"],
+        # run/env.py's job settings: the workers take DDP_* settings from extra_env_vars.
+        servers=0, restart_servers=False, fusion_threshold_mb=None, cycle_time_ms=None,
+        autotune=False, start_timeout=None, log_level=None, iface=None,
+        timeline_filename=None, places=None)
+
+
+def run_elastic(fn: Callable, args: list, kwargs: dict, *, min_workers: int,
+                max_workers: int | None, reset_limit: int | None, elastic_timeout: float,
+                resources: dict, extra_env: dict, verbose: bool = False) -> list:
+    """Runs fn(*args, **kwargs) as an elastic job on the cluster's nodes; the results of the
+    last generation's workers, in rank order."""
+    driver = RayDriver(_args(min_workers, max_workers, reset_limit, elastic_timeout, verbose),
+                       Sink(sys.stderr.buffer if hasattr(sys.stderr, "buffer") else _Text()),
+                       fn, args, kwargs, extra_env, resources)
+    try:
+        code = driver.run()
+    finally:
+        driver.release()
+    if code != 0:
+        raise RuntimeError(f"RayExecutor.run: the elastic job failed (status {code}): "
+                           f"{driver.last_said}")
+    return driver.results()
+
+
+class _Text:
+    """sys.stderr when it has no binary buffer (a notebook's, pytest's capsys)."""
+
+    def write(self, data: bytes) -> None:
+        sys.stderr.write(data.decode(errors="replace"))
+
+    def flush(self) -> None:
+        sys.stderr.flush()
