@@ -212,14 +212,26 @@ def test_a_failing_rank_fails_the_call_named_and_more_than_the_cluster_is_refuse
     executor.start()
     try:
         start = time.monotonic()
-        with pytest.raises(RuntimeError,
-                           match="rank 1 failed: ValueError: rank 1 fails on purpose"):
+        with pytest.raises(RuntimeError, match=r"rank 1 \(host [^)]+\) failed: ValueError: "
+                           "rank 1 fails on purpose"):
             executor.run(cluster_probe.fail_on, args=[1])
         assert time.monotonic() - start < 60
     finally:
         executor.shutdown()
+    # A rank whose process dies: the call fails with a rank and its host named (the dead one's,
+    # or a survivor's whose libddp error names the dead one).
+    executor = RayExecutor(RayExecutor.create_settings(timeout_s=120), num_workers=2)
+    executor.start()
+    try:
+        with pytest.raises(RuntimeError, match=r"RayExecutor.run: rank [01] \(host [^)]+\) "
+                           r"failed: ") as lost:
+            executor.run(cluster_probe.die_on, args=[1])
+    finally:
+        executor.shutdown()
+    assert "rank 1" in str(lost.value), lost.value
+    assert "died" in str(lost.value) or "connection lost" in str(lost.value), lost.value
     broken = RayExecutor(num_workers=2)
-    with pytest.raises(RuntimeError, match="RayExecutor.start: rank [01] failed: ValueError: "
+    with pytest.raises(RuntimeError, match=r"RayExecutor.start: rank [01] \(host [^)]+\) failed: ValueError: "
                        "no executable"):
         broken.start(executable_cls=Broken)
     assert broken.workers == [] and broken._close_store is None  # all of it stopped

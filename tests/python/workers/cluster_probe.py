@@ -117,3 +117,18 @@ def elastic_train(progress_dir, finish_file, step_seconds=0.05):
             "weights": state.weights, "sizes": state.sizes,
             "generation": ddp.elastic.generation(), "shm_pids": _shm_creators(),
             "pid": os.getpid()}
+
+
+def die_on(rank_to_die):
+    """ddp.init(); the given rank's process is killed (SIGKILL), the others go to an allreduce
+    it never joins."""
+    import signal
+
+    import numpy as np
+
+    import ddp
+    ddp.init()
+    if ddp.rank() == rank_to_die:
+        os.kill(os.getpid(), signal.SIGKILL)
+    ddp.allreduce(np.ones(4), name="never.finished")
+    return ddp.rank()

@@ -97,6 +97,7 @@ class RayExecutor:
         self._own_group = False
         self._close_store: Callable[[], None] | None = None
         self._extra_env: dict | None = None  # elastic mode: start() keeps extra_env_vars
+        self._hosts: list[str] = []  # each rank's host, once started
         self.verbose = verbose
         # cooldown_range (Horovod's: how long a failed host is left out) has no use here: a
         # failed Ray node is left out for good, and a node that comes back is a new node.
@@ -171,6 +172,7 @@ class RayExecutor:
         envs = environments(members, (driver, port), token)
         order = sorted(range(len(envs)), key=lambda i: int(envs[i]["DDP_RANK"]))
         self.workers = [self.workers[i] for i in order]
+        self._hosts = [members[i].host for i in order]
         self._get([w.enter.remote(envs[i], dict(extra_env_vars or {}))
                    for w, i in zip(self.workers, order)], "start")
         if executable_cls is not None:
@@ -191,10 +193,11 @@ class RayExecutor:
                                    f"{self.settings.timeout_s:g} s")
             try:
                 ray.get(done[0])
-            except Exception as e:  # re-raised with the rank named
+            except Exception as e:  # re-raised with the rank (and its host) named
                 rank = refs.index(done[0])
+                where = f" (host {self._hosts[rank]})" if rank < len(self._hosts) else ""
                 cause = getattr(e, "cause", None) or e  # a RayTaskError's: the function's own
-                raise RuntimeError(f"RayExecutor.{what}: rank {rank} failed: "
+                raise RuntimeError(f"RayExecutor.{what}: rank {rank}{where} failed: "
                                    f"{type(cause).__name__}: {cause}") from e
         return ray.get(refs)
 
@@ -248,6 +251,7 @@ class RayExecutor:
         for worker in self.workers:
             ray.kill(worker)
         self.workers = []
+        self._hosts = []
         self._extra_env = None
         if self._group is not None and self._own_group:
             remove_placement_group(self._group)
