@@ -84,9 +84,16 @@ def test_run_gives_ranks_by_host_and_returns_results_in_rank_order(spark):
 
 
 def test_a_failing_rank_fails_the_stage_with_the_rank_named(spark):
+    """A rank whose fn raises, and a rank whose process dies (SIGKILL: it can say nothing), each
+    fail run() with the rank and its host named; Spark's own error is the cause."""
     import ddp.spark
-    with pytest.raises(RuntimeError, match="rank 2 failed: ValueError: rank 2 fails on purpose"):
+    with pytest.raises(RuntimeError, match=r"rank 2 \(host [^)]+\) failed: ValueError: rank 2 "
+                       "fails on purpose"):
         ddp.spark.run(probe_module().fail_on, args=(2,), num_proc=4)
+    with pytest.raises(RuntimeError, match=r"ddp.spark.run: rank 1 \(host [^)]+\) (was lost: "
+                       r"Python worker exited unexpectedly|failed: )") as lost:
+        ddp.spark.run(probe_module().die_on, args=(1,), num_proc=4)
+    assert "rank 1" in str(lost.value), lost.value
     # The executors are usable afterwards.
     assert [r["rank"] for r in ddp.spark.run(probe_module().probe, args=(0.0,), num_proc=4)] == \
         [0, 1, 2, 3]

@@ -26,7 +26,11 @@ from pyspark.sql import SparkSession
 from ..run.cluster import Member, describe, enter, environments, new_token
 from ..run.static_job import start_store
 
-_FAILED = re.compile(r"ddp\.spark\.run: rank (\d+) failed: ([^\n]*)")
+_FAILED = re.compile(r"ddp\.spark\.run: (rank \d+ \(host [^)\n]*\)) failed: ([^\n]*)")
+# Spark's words for a barrier task that ended without an exception of its own (its Python
+# worker died): the task's partition, and the first line of the reason.
+_LOST = re.compile(r"barrier task ResultTask\(\d+, (\d+)\) finished unsuccessfully\.\s*\n"
+                   r"(?:[\w.$]+(?:Exception|Error): )?([^\n]*)")
 
 
 def _context() -> SparkContext:
@@ -57,17 +61,38 @@ def _task(fn, args, kwargs, driver, rendezvous, token, extra):
         everyone = [Member(*json.loads(m)) for m in ctx.allGather(json.dumps(describe(driver)))]
         env = environments(everyone, rendezvous, token)[ctx.partitionId()]
         enter(env, extra)
-        rank = int(env["DDP_RANK"])
+        rank, host = int(env["DDP_RANK"]), everyone[ctx.partitionId()].host
+        _note_place(rendezvous, token, ctx.partitionId(), rank, host)
         try:
             result = fn(*args, **kwargs)
         except BaseException as e:  # re-raised naming the rank: Spark shows it
             if _from_a_peer(e):  # the rank whose failure made this one: Spark hears it first
                 time.sleep(PEER_FAILURE_GRACE_SECONDS)
-            raise RuntimeError(f"ddp.spark.run: rank {rank} failed: {type(e).__name__}: "
-                               f"{e}") from e
+            raise RuntimeError(f"ddp.spark.run: rank {rank} (host {host}) failed: "
+                               f"{type(e).__name__}: {e}") from e
         yield rank, pickle.dumps(result)
 
     return task
+
+
+def _note_place(rendezvous, token, partition: int, rank: int, host: str) -> None:
+    """Tells the driver which rank and host this task is, so that a task whose process dies
+    (it can say nothing then) is named by them."""
+    from ddp import _ddp
+    client = _ddp.StoreClient(rendezvous[0], rendezvous[1], token, 30.0)
+    client.set(f"spark/partition/{partition}", json.dumps([rank, host]).encode())
+
+
+def _place_of(rendezvous, token, partition: int) -> str:
+    """"rank R (host H)" of a barrier task, from what it noted; its partition if it noted
+    nothing (it died before it had a rank)."""
+    from ddp import _ddp
+    try:
+        client = _ddp.StoreClient(rendezvous[0], rendezvous[1], token, 5.0)
+        rank, host = json.loads(client.get(f"spark/partition/{partition}", 1.0))
+        return f"rank {rank} (host {host})"
+    except Exception:  # noqa: BLE001 - it never said: named by its task
+        return f"the task of partition {partition} (before it had a rank)"
 
 
 # Horovod's options that mean nothing here: the ranks' output goes to the executors' logs, as
@@ -104,7 +129,11 @@ def run(fn: Callable, args: tuple = (), kwargs: dict | None = None, num_proc: in
     except Exception as e:  # Py4J's error, with the failed rank in its text
         failed = _FAILED.search(str(e))
         if failed:
-            raise RuntimeError(f"ddp.spark.run: rank {failed[1]} failed: {failed[2]}") from e
+            raise RuntimeError(f"ddp.spark.run: {failed[1]} failed: {failed[2]}") from e
+        lost = _LOST.search(str(e))
+        if lost:
+            where = _place_of((driver_addr, port), token, int(lost[1]))
+            raise RuntimeError(f"ddp.spark.run: {where} was lost: {lost[2].strip()}") from e
         raise
     finally:
         close()
