@@ -231,8 +231,8 @@ def test_a_failing_rank_fails_the_call_named_and_more_than_the_cluster_is_refuse
     assert "rank 1" in str(lost.value), lost.value
     assert "died" in str(lost.value) or "connection lost" in str(lost.value), lost.value
     broken = RayExecutor(num_workers=2)
-    with pytest.raises(RuntimeError, match=r"RayExecutor.start: rank [01] \(host [^)]+\) failed: ValueError: "
-                       "no executable"):
+    with pytest.raises(RuntimeError, match=r"RayExecutor.start: rank [01] \(host [^)]+\) "
+                       "failed: ValueError: no executable"):
         broken.start(executable_cls=Broken)
     assert broken.workers == [] and broken._close_store is None  # all of it stopped
     too_many = RayExecutor(RayExecutor.create_settings(placement_group_timeout_s=3),
