@@ -20,8 +20,12 @@ the reset limit), with Ray's nodes for hosts and Ray's actors for worker process
   actor dies (its node lost, its process killed) is said as lost, with Ray's reason; a node that
   leaves the cluster has its workers stopped; a node that joins gets workers, up to
   max_workers, who join at the running workers' next commit.
-- `run` returns what the workers of the last generation returned, in rank order; it raises when
-  the job ends in failure, saying why.
+- `run` returns what the workers returned, in the rank order of the last generation each was in
+  (a worker started as training ended leaves without joining and gives nothing); it raises
+  when the job ends in failure, saying why and naming the first failure.
+- A worker whose actor its node does not start within placement_group_timeout_s (the node's
+  slots are counted from its total resources, as Horovod counts them; other work may hold
+  them) fails as a worker that could not start.
 
 Ray learns that a node is gone from its health checks (by default about 15-30 s after it stops
 answering); the surviving ranks learn it from libddp at once and wait, at their last commit, for
@@ -49,6 +53,9 @@ _LEFT = "left"  # what a worker's function gives when the job finished before it
 class _ElasticWorker:
     """One elastic worker: the user's function in an elastic worker's environment."""
 
+    def ready(self) -> bool:
+        return True
+
     def run(self, env: dict, extra: dict, fn: Callable, args, kwargs) -> tuple[str, Any]:
         enter(env, extra)
         try:
@@ -75,6 +82,7 @@ class RayWorker(Worker):
         self.actor: Any = None
         self.result: Any = None
         self.returned = False  # its function returned (not: left without joining)
+        self.placed = False  # its actor started on its node
         self.why = ""  # how it ended, when it failed
 
 
@@ -86,8 +94,10 @@ class RayDriver(Driver):
              "reset_limit": "reset_limit"}
 
     def __init__(self, args, err, fn: Callable, fn_args, fn_kwargs, extra_env: dict,
-                 resources: dict):
+                 resources: dict, placement_timeout: float = 100.0):
         super().__init__(args, None, err, new_token())
+        self.placement_timeout = placement_timeout
+        self.first_failure = ""  # the first worker's failure, for run()'s error
         self.fn, self.fn_args, self.fn_kwargs = fn, fn_args, fn_kwargs
         self.extra_env, self.resources = extra_env, resources
         self.names: dict[str, str] = {}  # Ray node ID -> its name here (a host of the driver's)
@@ -157,32 +167,51 @@ class RayDriver(Driver):
         worker.actor = _ElasticWorker.options(
             num_cpus=self.resources.get("CPU", 0), num_gpus=self.resources.get("GPU", 0),
             scheduling_strategy=strategy).remote()
+        ready = worker.actor.ready.remote()
         ref = worker.actor.run.remote(env, self.extra_env, self.fn, self.fn_args,
                                       self.fn_kwargs)
         self.workers[worker.id] = worker
-        threading.Thread(target=self._wait, args=(worker, ref), daemon=True,
+        threading.Thread(target=self._wait, args=(worker, ref, ready), daemon=True,
                          name=f"ddp-ray-wait-{worker.id}").start()
         return worker
 
-    def _wait(self, worker: RayWorker, ref) -> None:
-        """Waits for the worker's function; its end goes to the driver as an exit status."""
+    def _wait(self, worker: RayWorker, ref, ready) -> None:
+        """Waits for the worker's actor to start (a node whose resources others hold may never
+        start it: after the placement timeout it counts as failed) and for its function; its
+        end goes to the driver as an exit status, whatever happens here."""
+        status = 1
+        try:
+            status = self._outcome(worker, ref, ready)
+        except Exception as e:  # noqa: BLE001 - said as the worker's end
+            worker.why = f"failed: {type(e).__name__}: {e}"
+        finally:
+            if status != 0 and not worker.stopping and not self.first_failure:
+                self.first_failure = f"{worker.describe()} {worker.why}"
+            if status != 0 and worker.actor is not None:
+                try:
+                    ray.kill(worker.actor, no_restart=True)  # its slot is free again
+                except Exception:  # noqa: BLE001 - gone already
+                    pass
+            self.events.put(("exit", worker.id, status))
+
+    def _outcome(self, worker: RayWorker, ref, ready) -> int:
+        placed, _ = ray.wait([ready], timeout=self.placement_timeout)
+        if not placed:
+            worker.why = (f"was not started on its node within {self.placement_timeout:g} s "
+                          "(placement_group_timeout_s): the node's resources are taken")
+            return 1
+        worker.placed = True
         try:
             kind, worker.result = ray.get(ref)
             worker.returned = kind != _LEFT
-            status = 0
+            return 0
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None) or e
             worker.why = f"raised {type(cause).__name__}: {cause}"
-            status = 1
+            return 1
         except ray.exceptions.RayActorError as e:
             worker.why = f"was lost: {_lost(e)}"
-            status = -signal.SIGKILL
-        except Exception as e:  # noqa: BLE001 - said as the worker's end
-            worker.why = f"failed: {type(e).__name__}: {e}"
-            status = 1
-        if status != 0 and worker.actor is not None:
-            ray.kill(worker.actor, no_restart=True)  # its slot is free again
-        self.events.put(("exit", worker.id, status))
+            return -signal.SIGKILL
 
     def ended(self, worker: Worker, status: int) -> str:
         return getattr(worker, "why", "") or super().ended(worker, status)
@@ -193,8 +222,17 @@ class RayDriver(Driver):
         if actor is not None and worker.status is None:
             ray.kill(actor, no_restart=True)
 
+    def _finish(self, worker: Worker) -> None:
+        """Training is over: a worker whose actor has not started yet never will be needed."""
+        super()._finish(worker)
+        for other in self.running():
+            if isinstance(other, RayWorker) and not other.placed:
+                self.stop(other)
+
     def results(self) -> list:
-        """What the workers that returned gave, in the rank order of their last generation."""
+        """What the workers that returned gave, in the rank order of the last generation each
+        was in (a worker started as training ended, which left without joining, gives
+        nothing)."""
         done = [w for w in self.workers.values()
                 if isinstance(w, RayWorker) and w.status == 0 and w.returned]
         return [w.result for w in sorted(done, key=lambda w: (w.rank is None, w.rank or 0))]
@@ -221,19 +259,25 @@ def _args(min_workers: int, max_workers: int | None, reset_limit: int | None,
 
 def run_elastic(fn: Callable, args: list, kwargs: dict, *, min_workers: int,
                 max_workers: int | None, reset_limit: int | None, elastic_timeout: float,
-                resources: dict, extra_env: dict, verbose: bool = False) -> list:
-    """Runs fn(*args, **kwargs) as an elastic job on the cluster's nodes; the results of the
-    last generation's workers, in rank order."""
+                resources: dict, extra_env: dict, placement_timeout: float = 100.0,
+                verbose: bool = False) -> list:
+    """Runs fn(*args, **kwargs) as an elastic job on the cluster's nodes; what its workers
+    returned, in rank order (RayDriver.results)."""
     driver = RayDriver(_args(min_workers, max_workers, reset_limit, elastic_timeout, verbose),
                        Sink(sys.stderr.buffer if hasattr(sys.stderr, "buffer") else _Text()),
-                       fn, args, kwargs, extra_env, resources)
+                       fn, args, kwargs, extra_env, resources, placement_timeout)
     try:
         code = driver.run()
     finally:
         driver.release()
+    if code == 128 + signal.SIGINT:
+        raise KeyboardInterrupt
     if code != 0:
+        first = driver.first_failure
         raise RuntimeError(f"RayExecutor.run: the elastic job failed (status {code}): "
-                           f"{driver.last_said}")
+                           f"{driver.last_said}" +
+                           (f"; its first failure: {first}" if first and
+                            first not in driver.last_said else ""))
     return driver.results()
 
 

@@ -16,6 +16,7 @@ rather than wait."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, Callable
 
 import ray
@@ -99,9 +100,12 @@ class RayExecutor:
         self._extra_env: dict | None = None  # elastic mode: start() keeps extra_env_vars
         self._hosts: list[str] = []  # each rank's host, once started
         self.verbose = verbose
-        # cooldown_range (Horovod's: how long a failed host is left out) has no use here: a
-        # failed Ray node is left out for good, and a node that comes back is a new node.
-        del cooldown_range
+        if cooldown_range is not None:
+            # Horovod's: how long a failed host is left out. Here a node where a worker failed
+            # is left out for the rest of the job (as ddprun leaves out a host), said now.
+            warnings.warn("RayExecutor: cooldown_range is not supported: a node where a worker "
+                          "failed gets no new workers for the rest of the job (a node that "
+                          "joins the cluster again, with a new node ID, does)", stacklevel=2)
 
     # Starting -----------------------------------------------------------------------------
 
@@ -224,6 +228,7 @@ class RayExecutor:
             self._started("run")
             results = run_elastic(fn, list(args or []), dict(kwargs or {}), **self.elastic,
                                   resources=self._resources(), extra_env=self._extra_env or {},
+                                  placement_timeout=self.settings.placement_group_timeout_s,
                                   verbose=self.verbose)
             for callback in callbacks or []:
                 callback(results)
@@ -302,9 +307,18 @@ class ElasticRayExecutor:
     @staticmethod
     def create_settings(min_np: int = 1, max_np: int | None = None,
                         reset_limit: int | None = None, elastic_timeout: float = 600,
-                        verbose: bool = False, **_horovod_only) -> ElasticSettings:
-        """Horovod's settings; its ssh, NIC and timeout options have no meaning here."""
-        return ElasticSettings(min_np, max_np, reset_limit, elastic_timeout, verbose)
+                        verbose: bool = False, min_num_proc: int | None = None,
+                        max_num_proc: int | None = None, **horovod_only) -> ElasticSettings:
+        """Horovod's settings (min_num_proc/max_num_proc or their older names min_np/max_np);
+        its ssh, NIC and timeout options have no meaning here; other keywords are refused."""
+        unknown = sorted(set(horovod_only) - {"timeout_s", "ssh_identity_file", "ssh_str",
+                                              "nics", "placement_group_timeout_s"})
+        if unknown:
+            raise TypeError(f"ElasticRayExecutor.create_settings: unexpected keyword "
+                            f"argument(s) {', '.join(unknown)}")
+        return ElasticSettings(min_num_proc if min_num_proc is not None else min_np,
+                               max_num_proc if max_num_proc is not None else max_np,
+                               reset_limit, elastic_timeout, verbose)
 
     def __init__(self, settings: ElasticSettings, use_gpu: bool = False, cpus_per_slot: int = 1,
                  gpus_per_slot: int | None = None, env_vars: dict | None = None,

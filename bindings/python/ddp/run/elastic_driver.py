@@ -310,9 +310,8 @@ class Driver:
         try:
             return self._run()
         finally:
-            for signum, handler in handlers.items():
-                if handler is not None:
-                    signal.signal(signum, handler)
+            for signum, handler in handlers.items():  # None: not set from Python (the default)
+                signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
             for server in self.servers.values():
                 server.close()
             self._retire(everything=True)

@@ -62,8 +62,8 @@ def _task(fn, args, kwargs, driver, rendezvous, token, extra):
         env = environments(everyone, rendezvous, token)[ctx.partitionId()]
         enter(env, extra)
         rank, host = int(env["DDP_RANK"]), everyone[ctx.partitionId()].host
-        _note_place(rendezvous, token, ctx.partitionId(), rank, host)
         try:
+            _note_place(rendezvous, token, ctx.partitionId(), rank, host)
             result = fn(*args, **kwargs)
         except BaseException as e:  # re-raised naming the rank: Spark shows it
             if _from_a_peer(e):  # the rank whose failure made this one: Spark hears it first
@@ -77,7 +77,10 @@ def _task(fn, args, kwargs, driver, rendezvous, token, extra):
 
 def _note_place(rendezvous, token, partition: int, rank: int, host: str) -> None:
     """Tells the driver which rank and host this task is, so that a task whose process dies
-    (it can say nothing then) is named by them."""
+    (it can say nothing then) is named by them. A stage that Spark starts again writes its
+    tasks' places over the last attempt's (a task that dies before it writes would be named as
+    its partition's task was in that attempt: the same rank where the executors are the
+    same)."""
     from ddp import _ddp
     client = _ddp.StoreClient(rendezvous[0], rendezvous[1], token, 30.0)
     client.set(f"spark/partition/{partition}", json.dumps([rank, host]).encode())
