@@ -108,3 +108,16 @@ def test_every_init_says_what_its_folder_is_and_only_re_exports(path):
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
             assert node.name == "__getattr__", f"{path}:{node.lineno}: {node.name} defined here"
+
+
+@pytest.mark.parametrize("api,module,package", [("ddp.ray", "ray", "'ray[train]'"),
+                                                ("ddp.spark", "pyspark", "pyspark")])
+def test_ray_and_spark_missing_say_what_to_install(api, module, package, ddp_env):
+    """Importing ddp.ray without Ray (or ddp.spark without PySpark) names what to install,
+    whether or not this environment has it (the test hides it)."""
+    code = f"import sys; sys.modules[{module!r}] = None; import {api}"
+    done = subprocess.run([sys.executable, "-c", code], env=ddp_env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode != 0
+    assert f"ModuleNotFoundError: {api} needs {module}, which is not installed in " in \
+        done.stderr and f": pip install {package}" in done.stderr, done.stderr[-2000:]

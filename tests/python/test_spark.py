@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -94,6 +95,10 @@ def test_a_failing_rank_fails_the_stage_with_the_rank_named(spark):
                        r"Python worker exited unexpectedly|failed: )") as lost:
         ddp.spark.run(probe_module().die_on, args=(1,), num_proc=4)
     assert "rank 1" in str(lost.value), lost.value
+    lock = threading.Lock()
+    with pytest.raises(TypeError, match=r"ddp.spark.run: .*<lambda> cannot be pickled to go to "
+                       "the workers"):
+        ddp.spark.run(lambda: lock.locked(), num_proc=2)
     # The executors are usable afterwards.
     assert [r["rank"] for r in ddp.spark.run(probe_module().probe, args=(0.0,), num_proc=4)] == \
         [0, 1, 2, 3]

@@ -23,7 +23,7 @@ import ray
 from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from ..run.cluster import Member, describe, enter, environments, new_token
+from ..run.cluster import Member, describe, enter, environments, new_token, picklable
 from ..run.static_job import start_store
 from .elastic import run_elastic
 
@@ -151,6 +151,9 @@ class RayExecutor:
         executable_cls, makes an instance of it in each (after the environment is set)."""
         if self.workers or self._extra_env is not None:
             raise RuntimeError("RayExecutor: already started")
+        if executable_cls is not None:
+            picklable("RayExecutor.start", ray.cloudpickle.dumps, executable_cls,
+                      executable_args, executable_kwargs)
         if self.elastic is not None:
             if executable_cls is not None:
                 raise ValueError("RayExecutor: elastic mode runs functions (run), not "
@@ -216,6 +219,7 @@ class RayExecutor:
                    kwargs: dict | None = None) -> list:
         """fn(*args, **kwargs) on every rank; their ObjectRefs, in rank order."""
         self._started("run_remote")
+        picklable("RayExecutor.run", ray.cloudpickle.dumps, fn, args, kwargs)
         return [w.run.remote(fn, args or [], kwargs or {}) for w in self.workers]
 
     def run(self, fn: Callable, args: list | None = None, kwargs: dict | None = None,
@@ -226,6 +230,7 @@ class RayExecutor:
         (fn uses ddp.elastic.run); the results of the last generation's workers."""
         if self.elastic is not None:
             self._started("run")
+            picklable("RayExecutor.run", ray.cloudpickle.dumps, fn, args, kwargs)
             results = run_elastic(fn, list(args or []), dict(kwargs or {}), **self.elastic,
                                   resources=self._resources(), extra_env=self._extra_env or {},
                                   placement_timeout=self.settings.placement_group_timeout_s,
@@ -241,6 +246,7 @@ class RayExecutor:
     def execute(self, fn: Callable, callbacks: list | None = None) -> list:
         """fn(executable) on every rank (the object start() made); results in rank order."""
         self._started("execute")
+        picklable("RayExecutor.execute", ray.cloudpickle.dumps, fn)
         results = self._get([w.execute.remote(fn) for w in self.workers], "execute")
         for callback in callbacks or []:
             callback(results)
@@ -249,6 +255,7 @@ class RayExecutor:
     def execute_single(self, fn: Callable) -> Any:
         """fn(executable) on rank 0 alone."""
         self._started("execute_single")
+        picklable("RayExecutor.execute_single", ray.cloudpickle.dumps, fn)
         return self._get([self.workers[0].execute.remote(fn)], "execute_single")[0]
 
     def shutdown(self) -> None:

@@ -8,9 +8,11 @@ with the rendezvous store hosted by the scheduler's driver."""
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import secrets
 import socket
+import sys
 from typing import NamedTuple
 
 from .env import rank_env, scrubbed
@@ -80,3 +82,26 @@ def enter(env: dict, extra: dict | None = None) -> None:
 
 def new_token() -> str:
     return secrets.token_hex(16)
+
+
+def require(module: str, package: str, api: str):
+    """MODULE imported, or an error naming what to install for API (ddp.ray, ddp.spark)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise  # the framework is there but something it needs is not: its own error
+        raise ModuleNotFoundError(f"{api} needs {module}, which is not installed in "
+                                  f"{sys.prefix}: pip install {package}", name=module) from e
+
+
+def picklable(what: str, dumps, obj, *with_it) -> None:
+    """Refuses OBJ (a function or class; WHAT: the call that was given it) and what goes WITH_IT
+    (its arguments) before anything starts when the scheduler's pickler (DUMPS: Ray's or Spark's
+    cloudpickle) cannot send them to the workers."""
+    try:
+        dumps((obj, *with_it))
+    except Exception as e:  # any pickling failure: said with its cause
+        name = getattr(obj, "__qualname__", None) or type(obj).__name__
+        raise TypeError(f"{what}: {name} cannot be pickled to go to the workers "
+                        f"({type(e).__name__}: {e}); nothing was started") from e

@@ -20,10 +20,11 @@ import sys
 import time
 from typing import Any, Callable
 
-from pyspark import BarrierTaskContext, SparkContext
+from pyspark import BarrierTaskContext, SparkContext, cloudpickle
 from pyspark.sql import SparkSession
 
-from ..run.cluster import Member, describe, enter, environments, new_token
+from .. import _ddp
+from ..run.cluster import Member, describe, enter, environments, new_token, picklable
 from ..run.static_job import start_store
 
 _FAILED = re.compile(r"ddp\.spark\.run: (rank \d+ \(host [^)\n]*\)) failed: ([^\n]*)")
@@ -81,7 +82,6 @@ def _note_place(rendezvous, token, partition: int, rank: int, host: str) -> None
     tasks' places over the last attempt's (a task that dies before it writes would be named as
     its partition's task was in that attempt: the same rank where the executors are the
     same)."""
-    from ddp import _ddp
     client = _ddp.StoreClient(rendezvous[0], rendezvous[1], token, 30.0)
     client.set(f"spark/partition/{partition}", json.dumps([rank, host]).encode())
 
@@ -89,7 +89,6 @@ def _note_place(rendezvous, token, partition: int, rank: int, host: str) -> None
 def _place_of(rendezvous, token, partition: int) -> str:
     """"rank R (host H)" of a barrier task, from what it noted; its partition if it noted
     nothing (it died before it had a rank)."""
-    from ddp import _ddp
     try:
         client = _ddp.StoreClient(rendezvous[0], rendezvous[1], token, 5.0)
         rank, host = json.loads(client.get(f"spark/partition/{partition}", 1.0))
@@ -116,6 +115,7 @@ def run(fn: Callable, args: tuple = (), kwargs: dict | None = None, num_proc: in
     if unknown:
         raise TypeError(f"ddp.spark.run: unexpected keyword argument(s) {', '.join(unknown)}")
     sc = _context()
+    picklable("ddp.spark.run", cloudpickle.dumps, fn, args, kwargs)
     num_proc = num_proc or sc.defaultParallelism
     if num_proc < 1:
         raise ValueError(f"ddp.spark.run: num_proc must be at least 1, not {num_proc}")
