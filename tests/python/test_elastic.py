@@ -86,7 +86,11 @@ def test_outside_elastic_mode_the_same_script_trains_once(run_job):
     (["--min-np", "2", "--nnodes", "2", "--node-rank", "0", "--rendezvous", "h:1", "true"],
      "it takes no --nnodes"),
     (["-np", "2", "--slots-per-host", "2", "true"],
-     "--slots-per-host, --elastic-timeout and --reset-limit are for elastic"),
+     "--slots-per-host, --elastic-timeout, --reset-limit and --blacklist-cooldown-range are for "
+     "elastic"),
+    (["-np", "2", "--blacklist-cooldown-range", "1", "2", "true"], "are for elastic mode"),
+    (["--min-np", "2", "--blacklist-cooldown-range", "5", "1", "true"],
+     "--blacklist-cooldown-range needs 0 < LOW <= HIGH (got 5 1)"),
     (["--min-np", "2", "--timeline-filename", "t.json", "true"], "with {rank}"),
     (["true"], "-np N is required"),
 ])
@@ -104,3 +108,20 @@ def test_the_discovery_script_output_is_parsed():
     assert parse_discovery(text, 3) == {"node-a": 4, "node-b": 3, "fe80::1": 2}
     with pytest.raises(ValueError):
         parse_discovery("node-a:0\n", 1)
+
+
+def test_the_blacklist_leaves_a_host_out_for_good_or_for_a_growing_cooldown():
+    from ddp.run.blacklist import Blacklist
+    forever = Blacklist()
+    assert forever.add("a") is None and "a" in forever and "b" not in forever
+    assert forever.returned() == []
+    now = [100.0]
+    cooling = Blacklist((2.0, 5.0), clock=lambda: now[0], rand=lambda: 0.5)
+    assert cooling.add("a") == 3.0  # 2 * 2**0 + 0.5 * 2
+    assert "a" in cooling
+    now[0] = 102.9
+    assert "a" in cooling and cooling.returned() == []
+    now[0] = 103.0
+    assert "a" not in cooling and cooling.returned() == ["a"] and cooling.returned() == []
+    assert cooling.add("a") == 5.0  # 2 * 2**1 + 1 = 5: within the range
+    assert cooling.add("a") == 5.0  # 2 * 2**2 + 1 = 9, held to the highest

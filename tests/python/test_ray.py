@@ -394,8 +394,8 @@ def test_elastic_mode_is_checked_and_waits_for_min_workers_then_says_why(ray_clu
         elastic.execute(print)
     with pytest.raises(ValueError, match="executables"):
         RayExecutor(min_workers=2).start(executable_cls=Counter)
-    with pytest.warns(UserWarning, match="cooldown_range is not supported"):
-        RayExecutor(min_workers=2, cooldown_range=(1, 5))
+    with pytest.raises(ValueError, match="cooldown_range needs 0 < low <= high"):
+        RayExecutor(min_workers=2, cooldown_range=(5, 1))
     settings = ElasticRayExecutor.create_settings(min_num_proc=2, max_num_proc=3, timeout_s=9)
     assert (settings.min_np, settings.max_np) == (2, 3)
     with pytest.raises(TypeError, match="min_np_procs"):
@@ -471,3 +471,46 @@ def test_elastic_mode_a_worker_its_node_cannot_start_fails_and_the_rest_train(ra
     assert sorted(r["host"] for r in results) == sorted([socket.gethostname()] * 2 + [HOST2])
     assert re.search(rf"worker {HOST2}/[0-9a-f]{{8}}:\d \(rank \d, host \S+\) was not started on "
                      r"its node within 15 s \(placement_group_timeout_s\)", err), err[-3000:]
+
+
+def test_elastic_mode_a_failed_nodes_cooldown_ends_and_it_gets_a_worker_again(ray_cluster,
+                                                                             tmp_path, capfd):
+    """cooldown_range (Horovod's): a worker raises once; its node gets no new workers for 1-2 s,
+    the 3 others go on from their last commit, then the node gets a worker again and the job is
+    4 again, no step lost or applied twice."""
+    from ddp.ray import RayExecutor
+    progress, finish = tmp_path / "progress", tmp_path / "finish"
+    progress.mkdir()
+    executor = RayExecutor(min_workers=2, max_workers=4, cooldown_range=(1, 2),
+                           elastic_timeout=60)
+    executor.start()
+    seen = []
+
+    def finish_when_four_again():
+        try:
+            _wait_until("3 workers training", lambda: _newest(_progress(progress))[0] == 3, 90)
+            seen.append(3)
+            _wait_until("4 workers again", lambda: _newest(_progress(progress))[0] == 4, 90)
+            seen.append(4)
+            time.sleep(1.0)
+        finally:
+            finish.touch()
+
+    threading.Thread(target=finish_when_four_again, daemon=True).start()
+    try:
+        results = executor.run(probe_module().elastic_train,
+                               args=[str(progress), str(finish)],
+                               kwargs={"fail_once": str(tmp_path / "failed")})
+    finally:
+        finish.touch()
+        executor.shutdown()
+    err = capfd.readouterr().err
+    assert seen == [3, 4], err[-3000:]
+    final = results[0]["step"]
+    assert [r["rank"] for r in results] == [0, 1, 2, 3], (results, err[-3000:])
+    for r in results:
+        assert r["weights"] == [float(final)] * 4 and r["sizes"] == [4, 3, 4], r
+    assert re.search(rf"raised RuntimeError: failing once on purpose; host {HOST2}/[0-9a-f]{{8}} "
+                     r"gets no new workers for \d\.\d s", err), err[-3000:]
+    assert re.search(rf"host {HOST2}/[0-9a-f]{{8}} may get workers again \(its cooldown is "
+                     r"over\)", err), err[-3000:]

@@ -79,12 +79,13 @@ def fail_on(rank_to_fail):
     return ddp.rank()
 
 
-def elastic_train(progress_dir, finish_file, step_seconds=0.05):
+def elastic_train(progress_dir, finish_file, step_seconds=0.05, fail_once=None):
     """An elastic job's training loop (ddp.elastic.run) for RayExecutor's elastic mode: every
     step adds exactly 1.0 to each weight whatever the size (the mean of an allreduce of ones), so
     that weights == steps on every rank shows no step was lost or applied twice across resets.
     Each step writes "STEP SIZE GENERATION" to PROGRESS_DIR/<host>-<pid>; training ends at the
-    first step after FINISH_FILE appears (rank 0 looks, the allreduce tells the others)."""
+    first step after FINISH_FILE appears (rank 0 looks, the allreduce tells the others). FAIL_ONCE
+    (a path): the last rank raises at step 5 if it is the first to create that file."""
     import time
 
     import numpy as np
@@ -106,6 +107,13 @@ def elastic_train(progress_dir, finish_file, step_seconds=0.05):
             state.step += 1
             if not state.sizes or state.sizes[-1] != ddp.size():
                 state.sizes = state.sizes + [ddp.size()]
+            if fail_once and state.step >= 5 and ddp.rank() == ddp.size() - 1:
+                try:
+                    os.close(os.open(fail_once, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+                except FileExistsError:
+                    pass
+                else:
+                    raise RuntimeError("failing once on purpose")
             with open(mine, "w") as f:
                 f.write(f"{state.step} {ddp.size()} {ddp.elastic.generation()}\n")
             time.sleep(step_seconds)

@@ -10,7 +10,8 @@ the reset limit), with Ray's nodes for hosts and Ray's actors for worker process
   slots as it has room for workers (its CPUs over cpus_per_worker; its GPUs over gpus_per_worker
   with use_gpu). A node is named by its host name and the start of its Ray node ID
   ("node-2/3f2a9c1b"): a node that comes back is a new node (Ray gives it a new ID), so the
-  blacklist of a failed node never keeps its successor out.
+  blacklist of a failed node never keeps its successor out; with cooldown_range a node where a
+  worker failed gets workers again after its cooldown (run/blacklist.py).
 - A worker is an actor pinned to its node (NodeAffinitySchedulingStrategy, not soft) running the
   user's function in the environment ddprun gives an elastic worker: the function calls
   `ddp.init()` and wraps its loop in `ddp.elastic.run` / `ddp.torch.elastic.run` as under
@@ -245,10 +246,12 @@ class RayDriver(Driver):
 
 
 def _args(min_workers: int, max_workers: int | None, reset_limit: int | None,
-          elastic_timeout: float, verbose: bool) -> argparse.Namespace:
+          cooldown_range: tuple[float, float] | None, elastic_timeout: float,
+          verbose: bool) -> argparse.Namespace:
     """The driver's settings, as ddprun's parser would give them for this job."""
     return argparse.Namespace(
         np=min_workers, min_np=min_workers, max_np=max_workers, reset_limit=reset_limit,
+        cooldown_range=cooldown_range,
         elastic_timeout=float(elastic_timeout), verbose=verbose, host_discovery_script=None,
         host_list=None, slots=None, rendezvous_addr=None, command=["<ray>"],
         # run/env.py's job settings: the workers take DDP_* settings from extra_env_vars.
@@ -258,12 +261,14 @@ def _args(min_workers: int, max_workers: int | None, reset_limit: int | None,
 
 
 def run_elastic(fn: Callable, args: list, kwargs: dict, *, min_workers: int,
-                max_workers: int | None, reset_limit: int | None, elastic_timeout: float,
+                max_workers: int | None, reset_limit: int | None,
+                cooldown_range: tuple[float, float] | None, elastic_timeout: float,
                 resources: dict, extra_env: dict, placement_timeout: float = 100.0,
                 verbose: bool = False) -> list:
     """Runs fn(*args, **kwargs) as an elastic job on the cluster's nodes; what its workers
     returned, in rank order (RayDriver.results)."""
-    driver = RayDriver(_args(min_workers, max_workers, reset_limit, elastic_timeout, verbose),
+    driver = RayDriver(_args(min_workers, max_workers, reset_limit, cooldown_range,
+                             elastic_timeout, verbose),
                        Sink(sys.stderr.buffer if hasattr(sys.stderr, "buffer") else _Text()),
                        fn, args, kwargs, extra_env, resources, placement_timeout)
     try:

@@ -16,7 +16,6 @@ rather than wait."""
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Any, Callable
 
 import ray
@@ -77,7 +76,8 @@ class RayExecutor:
                  elastic_timeout: float = 600, override_discovery: bool = True,
                  verbose: bool = False):
         self.elastic = _elastic_params(num_workers, num_hosts, min_workers, max_workers,
-                                       reset_limit, elastic_timeout, override_discovery)
+                                       reset_limit, cooldown_range, elastic_timeout,
+                                       override_discovery)
         if self.elastic is None and (num_workers is None) == (num_hosts is None):
             raise ValueError("RayExecutor: give num_workers, or num_hosts (with "
                              "num_workers_per_host), not both; or min_workers (elastic mode)")
@@ -100,12 +100,6 @@ class RayExecutor:
         self._extra_env: dict | None = None  # elastic mode: start() keeps extra_env_vars
         self._hosts: list[str] = []  # each rank's host, once started
         self.verbose = verbose
-        if cooldown_range is not None:
-            # Horovod's: how long a failed host is left out. Here a node where a worker failed
-            # is left out for the rest of the job (as ddprun leaves out a host), said now.
-            warnings.warn("RayExecutor: cooldown_range is not supported: a node where a worker "
-                          "failed gets no new workers for the rest of the job (a node that "
-                          "joins the cluster again, with a new node ID, does)", stacklevel=2)
 
     # Starting -----------------------------------------------------------------------------
 
@@ -274,7 +268,7 @@ class RayExecutor:
 
 
 def _elastic_params(num_workers, num_hosts, min_workers, max_workers, reset_limit,
-                    elastic_timeout, override_discovery) -> dict | None:
+                    cooldown_range, elastic_timeout, override_discovery) -> dict | None:
     """Elastic mode's settings (None: a fixed job), checked as Horovod checks them."""
     if min_workers is None and max_workers is None:
         return None
@@ -290,11 +284,18 @@ def _elastic_params(num_workers, num_hosts, min_workers, max_workers, reset_limi
     if elastic_timeout <= 0:
         raise ValueError(f"RayExecutor: elastic_timeout must be positive (got "
                          f"{elastic_timeout})")
+    if cooldown_range is not None:
+        lowest, highest = (float(x) for x in cooldown_range)
+        if not 0 < lowest <= highest:
+            raise ValueError(f"RayExecutor: cooldown_range needs 0 < low <= high (got "
+                             f"{cooldown_range})")
+        cooldown_range = (lowest, highest)
     if not override_discovery:
         raise ValueError("RayExecutor: override_discovery=False (a discovery script of the "
                          "user's) is not supported: the hosts are Ray's live nodes")
     return {"min_workers": min_workers, "max_workers": max_workers,
-            "reset_limit": reset_limit, "elastic_timeout": float(elastic_timeout)}
+            "reset_limit": reset_limit, "cooldown_range": cooldown_range,
+            "elastic_timeout": float(elastic_timeout)}
 
 
 @dataclasses.dataclass

@@ -67,6 +67,11 @@ def _add_elastic_flags(parser: argparse.ArgumentParser) -> None:
                          metavar="S", help="how long to wait for enough workers (default 600)")
     elastic.add_argument("--reset-limit", type=int, metavar="N",
                          help="stop the job after it was re-formed N times (default: no limit)")
+    elastic.add_argument("--blacklist-cooldown-range", dest="cooldown_range", type=float,
+                         nargs=2, metavar=("LOW", "HIGH"),
+                         help="a host where a worker failed gets no new workers for LOW to HIGH "
+                         "seconds, doubling with each failure there (default: for the rest of "
+                         "the job)")
 
 
 def _add_server_flags(add) -> None:
@@ -211,10 +216,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         _check_elastic(parser, args)
     else:
         resolve_count(parser, args)
-    if args.slots is not None or args.elastic_timeout != 600.0 or args.reset_limit is not None:
+    if args.slots is not None or args.elastic_timeout != 600.0 or args.reset_limit is not None \
+            or args.cooldown_range is not None:
         if not args.elastic:
-            parser.error("--slots-per-host, --elastic-timeout and --reset-limit are for elastic "
-                         "mode (--min-np, --max-np or --host-discovery-script)")
+            parser.error("--slots-per-host, --elastic-timeout, --reset-limit and "
+                         "--blacklist-cooldown-range are for elastic mode (--min-np, --max-np or "
+                         "--host-discovery-script)")
     if args.np < 1:
         parser.error(f"-np must be at least 1 (got {args.np})")
     if args.hosts and args.hostfile:
@@ -280,6 +287,10 @@ def _check_elastic(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
         parser.error(f"--slots-per-host must be at least 1 (got {args.slots})")
     if args.reset_limit is not None and args.reset_limit < 0:
         parser.error(f"--reset-limit must be >= 0 (got {args.reset_limit})")
+    if args.cooldown_range is not None and not 0 < args.cooldown_range[0] <= \
+            args.cooldown_range[1]:
+        parser.error("--blacklist-cooldown-range needs 0 < LOW <= HIGH (got "
+                     f"{args.cooldown_range[0]:g} {args.cooldown_range[1]:g})")
     if args.host_discovery_script and (args.hosts or args.hostfile):
         parser.error("give --host-discovery-script or -H/--hostfile, not both")
     if args.nnodes is not None or args.servers:

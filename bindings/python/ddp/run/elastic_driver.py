@@ -9,8 +9,9 @@ generations: a plan (each worker's rank, each rank's host) and a fresh rendezvou
 generation's ranks to meet at, published in the driver's own store (ddp/elastic.py reads it).
 
 - A worker that fails (exits non-zero) is said, its host is left out of later starts (as
-  Horovod's blacklist), and the driver forms a generation of the others; they learn of the
-  failure from libddp (a DDPError naming it), put their state back to the last commit and join.
+  Horovod's blacklist: for good, or for --blacklist-cooldown-range's while, run/blacklist.py),
+  and the driver forms a generation of the others; they learn of the failure from libddp (a
+  DDPError naming it), put their state back to the last commit and join.
 - A host the script no longer lists has its workers stopped, and a generation is formed without
   them.
 - A host that appears gets workers (up to --max-np) and a generation is formed with them; the
@@ -33,6 +34,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .agent import remote_command
+from .blacklist import Blacklist
 from .discovery import DISCOVERY_SECONDS, discover
 from .env import decimal, forwarded_env, server_command, worker_env
 from .hosts import LOOPBACK, address_toward, is_local
@@ -101,7 +103,7 @@ class Driver:
         self.events: queue.SimpleQueue = queue.SimpleQueue()
         self.workers: dict[str, Worker] = {}
         self.hosts: dict[str, int] = {}  # the hosts there are now, in order, with their slots
-        self.blacklist: set[str] = set()
+        self.blacklist = Blacklist(getattr(args, "cooldown_range", None))
         self.local_hosts: set[str] = set()
         self.serial = 0
         self.generation = -1
@@ -468,9 +470,9 @@ class Driver:
             self.say(f"{worker.describe()} {self.ended(worker, status)} after the job began "
                      "to end")
             return None
-        self.blacklist.add(worker.host)
+        cooldown = self.blacklist.add(worker.host)
         self.say(f"{worker.describe()} {self.ended(worker, status)}; host {worker.host} gets "
-                 "no new workers")
+                 "no new workers" + ("" if cooldown is None else f" for {cooldown:.1f} s"))
         return f"{worker.describe()} {self.ended(worker, status)}"
 
     def _finish(self, worker: Worker) -> None:
@@ -525,16 +527,21 @@ class Driver:
 
     def _rediscover(self) -> None:
         found = self.discover()
-        if found is None or found == self.hosts:
+        back = self.blacklist.returned()
+        for host in back:
+            self.say(f"host {host} may get workers again (its cooldown is over)")
+        removed: list[Worker] = []
+        if found is not None and found != self.hosts:
+            gone = [h for h in self.hosts if h not in found]
+            shrunk = {h: s for h, s in found.items() if h in self.hosts and s < self.hosts[h]}
+            self.hosts = found
+            removed = [w for w in self.members()
+                       if w.host in gone or (w.host in shrunk and w.slot >= shrunk[w.host])]
+            for worker in removed:
+                self.say(f"host {worker.host} left: stopping {worker.describe()}")
+                self.stop(worker)
+        elif not back:
             return
-        gone = [h for h in self.hosts if h not in found]
-        shrunk = {h: s for h, s in found.items() if h in self.hosts and s < self.hosts[h]}
-        self.hosts = found
-        removed = [w for w in self.members()
-                   if w.host in gone or (w.host in shrunk and w.slot >= shrunk[w.host])]
-        for worker in removed:
-            self.say(f"host {worker.host} left: stopping {worker.describe()}")
-            self.stop(worker)
         if self.short_since is not None:
             return  # _wait_for_hosts fills and forms
         added = self.fill()
