@@ -43,7 +43,7 @@ from typing import Any, Callable
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..run.cluster import enter, new_token
+from ..run.cluster import enter, job_settings, new_token
 from ..run.elastic_driver import Driver, Worker, elastic_worker_env
 from ..run.output import Sink
 
@@ -91,6 +91,7 @@ class RayDriver(Driver):
     """The elastic driver with Ray's live nodes for hosts and actors for processes."""
 
     PREFIX = "ddp.ray: elastic"
+    WORKER = RayWorker
     FLAGS = {"min_np": "min_workers", "elastic_timeout": "elastic_timeout",
              "reset_limit": "reset_limit"}
 
@@ -101,6 +102,7 @@ class RayDriver(Driver):
         self.first_failure = ""  # the first worker's failure, for run()'s error
         self.fn, self.fn_args, self.fn_kwargs = fn, fn_args, fn_kwargs
         self.extra_env, self.resources = extra_env, resources
+        self.driver_node = ray.get_runtime_context().get_node_id()  # where this driver runs
         self.names: dict[str, str] = {}  # Ray node ID -> its name here (a host of the driver's)
         self.node_of: dict[str, str] = {}  # and back
         self.last_said = ""
@@ -138,9 +140,8 @@ class RayDriver(Driver):
         # The hosts seen before keep their order (ranks go by it); new ones come after, the
         # driver's own node first (rank 0 where the driver is, as under ddprun), then by name.
         ordered = {h: found[h] for h in self.hosts if h in found}
-        here = {ray.get_runtime_context().get_node_id()}
         new = sorted((h for h in found if h not in ordered),
-                     key=lambda h: (self.node_of[h] not in here, h))
+                     key=lambda h: (self.node_of[h] != self.driver_node, h))
         ordered.update((h, found[h]) for h in new)
         return ordered
 
@@ -153,10 +154,6 @@ class RayDriver(Driver):
         """Every worker is an actor: none is started as a local process."""
 
     # ---- workers: actors -----------------------------------------------------------------------
-
-    def new_worker(self, host: str, slot: int) -> Worker:
-        plain = super().new_worker(host, slot)
-        return RayWorker(plain.id, plain.host, plain.slot, plain.serial)
 
     def start(self, host: str, slot: int) -> Worker | None:
         worker = self.new_worker(host, slot)
@@ -248,16 +245,15 @@ class RayDriver(Driver):
 def _args(min_workers: int, max_workers: int | None, reset_limit: int | None,
           cooldown_range: tuple[float, float] | None, elastic_timeout: float,
           verbose: bool) -> argparse.Namespace:
-    """The driver's settings, as ddprun's parser would give them for this job."""
-    return argparse.Namespace(
+    """The driver's settings, as ddprun's parser would give them for this job (the job settings
+    at ddprun's defaults: the workers take DDP_* settings from extra_env_vars)."""
+    args = job_settings()
+    args.__dict__.update(
         np=min_workers, min_np=min_workers, max_np=max_workers, reset_limit=reset_limit,
-        cooldown_range=cooldown_range,
-        elastic_timeout=float(elastic_timeout), verbose=verbose, host_discovery_script=None,
-        host_list=None, slots=None, rendezvous_addr=None, command=["<ray>"],
-        # run/env.py's job settings: the workers take DDP_* settings from extra_env_vars.
-        servers=0, restart_servers=False, fusion_threshold_mb=None, cycle_time_ms=None,
-        autotune=False, start_timeout=None, log_level=None, iface=None,
-        timeline_filename=None, places=None)
+        cooldown_range=cooldown_range, elastic_timeout=float(elastic_timeout), verbose=verbose,
+        host_discovery_script=None, host_list=None, slots=None, rendezvous_addr=None,
+        command=["<ray>"], places=None)
+    return args
 
 
 def run_elastic(fn: Callable, args: list, kwargs: dict, *, min_workers: int,

@@ -45,9 +45,10 @@ def ranks_of(members: list[Member]) -> list[int]:
     return ranks
 
 
-def _settings() -> argparse.Namespace:
+def job_settings() -> argparse.Namespace:
     """ddprun's job settings (run/env.py reads them), left at its defaults: the scheduler's
-    processes take DDP_* settings from their own environment."""
+    processes take DDP_* settings from their own environment (Ray's elastic driver adds its
+    own to these)."""
     return argparse.Namespace(servers=0, restart_servers=False, fusion_threshold_mb=None,
                               cycle_time_ms=None, autotune=False, start_timeout=None,
                               log_level=None, iface=None, timeline_filename=None)
@@ -63,7 +64,7 @@ def environments(members: list[Member], rendezvous: tuple[str, int],
     for m in members:
         counts[m.host] = counts.get(m.host, 0) + 1
     places = place([Host(h, n) for h, n in counts.items()], len(members))
-    args = _settings()
+    args = job_settings()
     args.np, args.places = len(members), places
     first = members[by_rank[0]]
     master = (first.addr, first.free_port)

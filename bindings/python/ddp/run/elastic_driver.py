@@ -94,6 +94,7 @@ class Driver:
     on their host; ddp.ray's RayDriver runs the same job with Ray's actors on Ray's nodes."""
 
     PREFIX = "ddprun: elastic"  # what its lines begin with
+    WORKER: type[Worker] = Worker  # what it makes of each worker (a subclass may add to it)
     # The settings as its user gives them, in what it says.
     FLAGS = {"min_np": "--min-np", "elastic_timeout": "--elastic-timeout",
              "reset_limit": "--reset-limit"}
@@ -181,7 +182,8 @@ class Driver:
         self._note_host(host)
         self.serial += 1
         uses = sum(1 for w in self.workers.values() if w.host == host and w.slot == slot)
-        return Worker(f"{host}:{slot}" + (f".{uses}" if uses else ""), host, slot, self.serial)
+        return self.WORKER(f"{host}:{slot}" + (f".{uses}" if uses else ""), host, slot,
+                           self.serial)
 
     def start(self, host: str, slot: int) -> Worker | None:
         worker = self.new_worker(host, slot)
