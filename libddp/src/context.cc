@@ -5,8 +5,10 @@
 #include "ddp/context.h"
 
 #include <cstdint>
+#include <cstdlib>
 #include <mutex>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bootstrap/job.h"
 #include "collectives/backend.h"
@@ -145,6 +147,20 @@ absl::Status ContextImpl::CheckBuffer(absl::string_view what, absl::string_view 
 Context::Context(std::unique_ptr<ContextImpl> impl) : impl_(std::move(impl)) {}
 
 Context::~Context() { Shutdown().IgnoreError(); }
+
+namespace {
+
+// Whether this context is the job its launcher started (the rank and size of the process's
+// environment), not a group made inside it (torch's new_group), whose ranks are the group's.
+bool IsLaunchersJob(const Options& options) {
+  int rank = -1, size = -1;
+  const char* r = std::getenv("DDP_RANK");
+  const char* n = std::getenv("DDP_SIZE");
+  return r != nullptr && n != nullptr && absl::SimpleAtoi(r, &rank) && absl::SimpleAtoi(n, &size) &&
+         rank == options.rank && size == options.size;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options) {
   auto impl = std::make_unique<ContextImpl>();
@@ -311,6 +327,10 @@ absl::Status Context::Shutdown() {
   // The engine first, outside the lock: its last rounds and callbacks may still use the context.
   if (impl_->engine) {
     impl_->engine->Shutdown(absl::FailedPreconditionError("the context has been shut down"));
+    if (IsLaunchersJob(impl_->options)) {
+      const EngineStats stats = impl_->engine->stats();
+      ReportStragglers(stats.waited_for_seconds, stats.waited_for_rounds);
+    }
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
   if (impl_->shut_down) return absl::OkStatus();

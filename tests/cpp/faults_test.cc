@@ -251,6 +251,23 @@ TEST(Faults, AReportIsOneLineNamingTheBlamedRanks) {
   ReportFailure(absl::AbortedError("no launcher"));
 }
 
+TEST(Faults, TheStragglerLineListsTheRanksWaitedForMostFirstWithinItsBound) {
+  EXPECT_EQ(StragglerReportLine({0.5, 0.0, 2.25}, {3, 0, 7}),
+            "stragglers 2:2.250000:7 0:0.500000:3\n");
+  EXPECT_EQ(StragglerReportLine({0.0, 0.0}, {0, 0}), "");  // nobody was waited for
+  EXPECT_EQ(StragglerReportLine({}, {}), "");
+  // A large job: as many ranks as fit, whole, the most waited for first.
+  std::vector<double> seconds(5000);
+  std::vector<uint64_t> rounds(5000, 1);
+  for (size_t r = 0; r < seconds.size(); ++r) seconds[r] = static_cast<double>(r);
+  const std::string line = StragglerReportLine(seconds, rounds);
+  EXPECT_LE(line.size(), kMaxReportBytes);
+  EXPECT_EQ(line.rfind("stragglers 4999:4999.000000:1 4998:", 0), 0u) << line.substr(0, 80);
+  EXPECT_EQ(line.back(), '\n');
+  EXPECT_EQ(line[line.size() - 2], '1');  // the last item is whole
+  ReportStragglers(seconds, rounds);      // not started by a launcher: nothing is written
+}
+
 // Connects to `address` and lets `attack` do its worst; never blocks longer than a second.
 void Attack(const std::string& address, const std::function<void(int fd)>& attack) {
   std::string ip;

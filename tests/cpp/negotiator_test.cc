@@ -282,14 +282,55 @@ TEST(Negotiator, AMembersRecordIsItsFieldsInOrderLittleEndian) {
       "\x07"                              // pending, joined, stopping
       "\x08\x07\x06\x05\x04\x03\x02\x01"  // fusion threshold
       "\0\0\0\x3f"                        // cycle time, f32 0.5
-      "\x0D\x0C\x0B\x0A",                 // cache capacity
-      21);
+      "\x0D\x0C\x0B\x0A"                  // cache capacity
+      "\0\0\0\0",                         // waited (none reported)
+      25);
   record[0] = static_cast<char>(n);
   ASSERT_GE(c.vector.size(), 2 * record.size() + 2);
   const auto tail = c.vector.end() - 2;
-  EXPECT_EQ(std::string(tail - 21, tail), record);
-  EXPECT_EQ(std::string(tail - 42, tail - 21), std::string(21, '\0'));
+  EXPECT_EQ(std::string(tail - 25, tail), record);
+  EXPECT_EQ(std::string(tail - 50, tail - 25), std::string(25, '\0'));
   EXPECT_EQ(std::vector<uint8_t>(tail, c.vector.end()), in.set_pending);
+}
+
+// The straggler: in every step member 2 submits 30 ms after the others. The round after each
+// step's tensors became ready, every member names member 2 as the one waited for, with the same
+// figure: the other two waited 30 ms each (through the cache as in the first, described step).
+TEST(Negotiator, EveryMemberNamesTheMemberTheOthersWaitedFor) {
+  Members m(3);
+  for (int step = 0; step < 3; ++step) {
+    m.Submit(0, "grad", Allreduce({4}));
+    m.Submit(1, "grad", Allreduce({4}));
+    m.Round();  // member 2 has not submitted yet: nothing is ready
+    m.Advance(absl::Milliseconds(30));
+    m.Submit(2, "grad", Allreduce({4}));
+    std::vector<RoundOutcome> ready = m.Round();
+    ASSERT_EQ(Names(ready[0]), std::vector<std::string>{"grad"}) << "step " << step;
+    for (const RoundOutcome& o : ready) EXPECT_EQ(o.last_member, -1);  // nothing before
+    m.Run(ready);
+    std::vector<RoundOutcome> next = m.Round();  // the reports of the waits
+    for (const RoundOutcome& o : next) {
+      ASSERT_EQ(o.last_member, 2) << "step " << step;
+      ASSERT_EQ(o.waited_for_s.size(), 3u);
+      EXPECT_NEAR(o.waited_for_s[2], 0.060, 1e-5);
+      EXPECT_EQ(o.waited_for_s[0], 0.0);
+      EXPECT_EQ(o.waited_for_s[1], 0.0);
+    }
+  }
+}
+
+// Nobody waited: every member submitted in the same round; and a member alone names nobody.
+TEST(Negotiator, NoStragglerWhenNobodyWaited) {
+  Members m(2);
+  m.Submit(0, "a", Allreduce({4}));
+  m.Submit(1, "a", Allreduce({4}));
+  m.Run(m.Round());
+  for (const RoundOutcome& o : m.Round()) EXPECT_EQ(o.last_member, -1);
+  Members alone(1);
+  alone.Submit(0, "a", Allreduce({4}));
+  alone.Advance(absl::Milliseconds(5));
+  alone.Run(alone.Round());
+  EXPECT_EQ(alone.Round()[0].last_member, -1);
 }
 
 }  // namespace

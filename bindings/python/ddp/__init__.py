@@ -19,7 +19,7 @@ from ._ddp import DDPError, DDPValueError
 from ._job import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, engine_stats,
                    gloo_built, gloo_enabled, init, is_initialized, join, local_rank, local_size,
                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
-                   shutdown, size, start_timeline, stop_timeline)
+                   shutdown, size, start_timeline, stats, stop_timeline)
 from ._numpy import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
                      allreduce_async_, alltoall, alltoall_async, broadcast, broadcast_,
                      broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_,

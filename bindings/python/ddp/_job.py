@@ -163,3 +163,18 @@ def ccl_built():
 def engine_stats():
     """Counters of the fusion engine: rounds, cache hits/misses, fused tensors, bytes, ..."""
     return _ddp.engine_stats()
+
+
+def stats():
+    """The engine's counters (engine_stats()) and the job's stragglers: `stats()["stragglers"]`
+    lists the ranks the others waited for, most first, each a dict with `rank`,
+    `waited_for_seconds` (how long the other ranks waited for it, summed over them) and `rounds`
+    (the negotiation rounds in which it was the one they waited for). The figures are agreed:
+    the same on every rank. Cumulative since init: the difference of two calls is a step's."""
+    counters = _ddp.engine_stats()
+    seconds = counters.pop("waited_for_seconds")
+    rounds = counters.pop("waited_for_rounds")
+    ranks = sorted((r for r, n in enumerate(rounds) if n > 0), key=lambda r: -seconds[r])
+    counters["stragglers"] = [{"rank": r, "waited_for_seconds": seconds[r], "rounds": rounds[r]}
+                              for r in ranks]
+    return counters

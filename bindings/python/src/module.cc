@@ -415,6 +415,8 @@ void DefineEngineControl(py::module_& m) {
     d["fusion_threshold"] = s.fusion_threshold;
     d["cycle_time_ms"] = s.cycle_time_ms;
     d["autotune_converged"] = s.autotune_converged;
+    d["waited_for_seconds"] = s.waited_for_seconds;
+    d["waited_for_rounds"] = s.waited_for_rounds;
     return d;
   });
 

@@ -109,6 +109,13 @@ struct EngineStats {
   uint64_t parameter_digest = 0;   // hash of the sequence of (cycle, params) applied: equal
                                    // on every rank when they switched together
   bool autotune_converged = false;
+  // Stragglers, per job rank (index = rank; empty until a round measured one): how long the
+  // other ranks waited for this one, in seconds summed over the waiting ranks, and in how many
+  // rounds it was the one they waited for. Every rank of a process set counts the same rounds
+  // from the same agreed data, so the figures are the same on every rank that has run the same
+  // rounds (a process set's are known to its members only). docs/observability.md.
+  std::vector<double> waited_for_seconds;
+  std::vector<uint64_t> waited_for_rounds;
 };
 
 class Engine {

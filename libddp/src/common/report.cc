@@ -8,12 +8,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "ddp/errors.h"
@@ -34,6 +36,8 @@ int ReportFd() {
   return fd;
 }
 
+void WriteReport(int fd, const std::string& line);
+
 }  // namespace
 
 std::string FailureReportLine(const absl::Status& status) {
@@ -48,12 +52,45 @@ std::string FailureReportLine(const absl::Status& status) {
   return line;
 }
 
+std::string StragglerReportLine(const std::vector<double>& seconds,
+                                const std::vector<uint64_t>& rounds) {
+  std::vector<size_t> ranks;
+  for (size_t r = 0; r < seconds.size() && r < rounds.size(); ++r) {
+    if (rounds[r] > 0) ranks.push_back(r);
+  }
+  if (ranks.empty()) return "";
+  std::stable_sort(ranks.begin(), ranks.end(),
+                   [&](size_t a, size_t b) { return seconds[a] > seconds[b]; });
+  std::string line = "stragglers";
+  for (size_t r : ranks) {
+    const std::string item = absl::StrFormat(" %d:%.6f:%d", r, seconds[r], rounds[r]);
+    if (line.size() + item.size() + 1 > kMaxReportBytes) break;
+    line += item;
+  }
+  line += '\n';
+  return line;
+}
+
+void ReportStragglers(const std::vector<double>& seconds, const std::vector<uint64_t>& rounds) {
+  static std::atomic<bool> reported{false};
+  const int fd = ReportFd();
+  if (fd < 0) return;
+  const std::string line = StragglerReportLine(seconds, rounds);
+  if (line.empty() || reported.exchange(true)) return;
+  WriteReport(fd, line);
+}
+
 void ReportFailure(const absl::Status& status) {
   if (status.ok() || absl::IsCancelled(status)) return;
   static std::atomic<bool> reported{false};
   const int fd = ReportFd();
   if (fd < 0 || reported.exchange(true)) return;
-  const std::string line = FailureReportLine(status);
+  WriteReport(fd, FailureReportLine(status));
+}
+
+namespace {
+
+void WriteReport(int fd, const std::string& line) {
   // A launcher that is gone must not kill this rank with SIGPIPE: the signal is blocked in this
   // thread for the write, and one it raised is taken back before the mask is restored.
   sigset_t pipe_only, old;
@@ -74,5 +111,7 @@ void ReportFailure(const absl::Status& status) {
   }
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
+
+}  // namespace
 
 }  // namespace ddp

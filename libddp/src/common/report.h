@@ -7,13 +7,19 @@
 //
 // One line, at most kMaxReportBytes, written with a single write(2) (atomic on a pipe):
 //     failure <blamed ranks, comma-separated, first cause first, or -> <status code> <message>
-// The message is the error's, on one line. Without DDP_REPORT_FD (not started by ddprun), or
+// The message is the error's, on one line. At a graceful shutdown, a rank writes its straggler
+// scores (engine.h, EngineStats::waited_for_seconds) on a second line, which ddprun prints as a
+// table at the end of the job:
+//     stragglers <rank>:<seconds>:<rounds> ...    (the ranks others waited for, most first)
+// Without DDP_REPORT_FD (not started by ddprun), or
 // with one that is not an open pipe, nothing is written, and a launcher gone (EPIPE) is ignored.
 // The descriptor is inherited like the variable, so a wrapper script (`sh train.sh` running
 // python) passes both on to the process that runs libddp.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -26,5 +32,12 @@ void ReportFailure(const absl::Status& status);
 
 // The line ReportFailure writes for `status` (for tests).
 std::string FailureReportLine(const absl::Status& status);
+
+// Writes the straggler line (once per process; nothing when no rank was waited for).
+void ReportStragglers(const std::vector<double>& seconds, const std::vector<uint64_t>& rounds);
+
+// That line, as many ranks as fit in kMaxReportBytes, most waited-for first ("" for none).
+std::string StragglerReportLine(const std::vector<double>& seconds,
+                                const std::vector<uint64_t>& rounds);
 
 }  // namespace ddp

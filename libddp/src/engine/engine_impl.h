@@ -146,6 +146,8 @@ class EngineImpl final : public Engine {
   absl::StatusOr<std::unique_ptr<ProcessSet>> MakeSet(int id, std::vector<int> members);
   // The world set's agreed add_process_set operations: every rank makes the sets.
   void AddProcessSets(ProcessSet& world, std::vector<Response>& responses);
+  // Adds a round's straggler (negotiator.cc's AttributeWaits) to the stats.
+  void CountStraggler(const SetState& set, const RoundOutcome& round, EngineStats& s) const;
   void ApplyParameters(const TunedParams& next);
 
   const Options options_;

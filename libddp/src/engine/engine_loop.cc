@@ -338,6 +338,7 @@ absl::Status EngineImpl::Apply(ProcessSet& set, RoundOutcome& round) {
   stats_.Update([&](EngineStats& s) {
     s.cache_hits += round.cache_hits;
     s.cache_misses += round.cache_misses;
+    if (round.last_member >= 0) CountStraggler(set, round, s);
   });
   // Average's divisor while ranks have joined: the set's size (Horovod's rule), or the ranks
   // that contributed (DDP_JOIN_AVERAGE=contributors).
@@ -362,6 +363,18 @@ absl::Status EngineImpl::Apply(ProcessSet& set, RoundOutcome& round) {
     handle->Finish(absl::OkStatus());
   }
   return absl::OkStatus();
+}
+
+void EngineImpl::CountStraggler(const SetState& set, const RoundOutcome& round,
+                                EngineStats& s) const {
+  if (s.waited_for_seconds.empty()) {
+    s.waited_for_seconds.assign(static_cast<size_t>(size_), 0.0);
+    s.waited_for_rounds.assign(static_cast<size_t>(size_), 0);
+  }
+  const size_t member = static_cast<size_t>(round.last_member);
+  const size_t rank = static_cast<size_t>(set.members[member]);
+  s.waited_for_seconds[rank] += round.waited_for_s[member];
+  ++s.waited_for_rounds[rank];
 }
 
 void EngineImpl::ApplyParameters(const TunedParams& next) {

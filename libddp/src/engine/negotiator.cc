@@ -24,10 +24,13 @@ struct MemberRecord {
   int64_t fusion_threshold = 0;
   float cycle_time_ms = 0;
   uint32_t cache_capacity = 0;
+  // How long this rank's own submissions that became ready in its previous round had waited
+  // there, summed, in microseconds plus one (0: it had none): who waited for whom.
+  uint32_t waited_us = 0;
   static constexpr uint8_t kHasPending = 1;
   static constexpr uint8_t kJoined = 2;
   static constexpr uint8_t kStopping = 4;  // this rank's engine is shutting down
-  static constexpr size_t kBytes = 21;
+  static constexpr size_t kBytes = 25;
 };
 
 void WriteMember(const MemberRecord& r, uint8_t* p) {
@@ -37,6 +40,7 @@ void WriteMember(const MemberRecord& r, uint8_t* p) {
   w.Put(r.fusion_threshold);
   w.Put(r.cycle_time_ms);
   w.Put(r.cache_capacity);
+  w.Put(r.waited_us);
 }
 
 MemberRecord ReadMember(const uint8_t* p) {
@@ -47,6 +51,7 @@ MemberRecord ReadMember(const uint8_t* p) {
   in.Get(&r.fusion_threshold);
   in.Get(&r.cycle_time_ms);
   in.Get(&r.cache_capacity);
+  in.Get(&r.waited_us);
   return r;
 }
 
@@ -84,6 +89,44 @@ void RequeueSlot(SetState& set, int slot) {
 
 // Process's steps, in the order it takes them.
 
+// Who the members waited for in their previous round: each reported how long its own tensors
+// that became ready then had waited since it submitted them (summed over them). The tensors were
+// the same on every member, so the member that waited least submitted last, and every other
+// member waited for it the difference. Members that reported nothing (no tensors of their own:
+// joined, or not in that round) take no part.
+void AttributeWaits(const std::vector<uint32_t>& waited, RoundOutcome& out) {
+  out.waited_for_s.assign(waited.size(), 0.0);
+  int last = -1;
+  size_t reporting = 0;
+  for (size_t i = 0; i < waited.size(); ++i) {
+    if (waited[i] == 0) continue;
+    ++reporting;
+    if (last < 0 || waited[i] < waited[static_cast<size_t>(last)]) last = static_cast<int>(i);
+  }
+  if (reporting < 2) return;
+  double total_us = 0;
+  for (uint32_t w : waited) {
+    if (w != 0) total_us += static_cast<double>(w - waited[static_cast<size_t>(last)]);
+  }
+  if (total_us <= 0) return;
+  out.waited_for_s[static_cast<size_t>(last)] = total_us * 1e-6;
+  out.last_member = last;
+}
+
+// What this rank reports next round: how long its own submissions among `responses` waited.
+uint32_t OwnWait(const SetState& set, const std::vector<Response>& responses, absl::Time now) {
+  double us = 0;
+  bool any = false;
+  for (const Response& r : responses) {
+    auto it = set.pending.find(r.name);
+    if (!r.error.ok() || it == set.pending.end()) continue;
+    any = true;
+    us += std::max(0.0, absl::ToDoubleMicroseconds(now - it->second->submitted));
+  }
+  if (!any) return 0;
+  return static_cast<uint32_t>(std::min(us, 4.0e9)) + 1;
+}
+
 // What the members' records say: who has work, who joined or is stopping, the parameters and
 // cache capacity of the first member (agreed), and which process sets have work.
 RoundOutcome ReadMembers(SetState& set, const std::vector<uint8_t>& vec) {
@@ -91,13 +134,16 @@ RoundOutcome ReadMembers(SetState& set, const std::vector<uint8_t>& vec) {
   const size_t sets_at = RecordsAt(set) + members * MemberRecord::kBytes;
   RoundOutcome out;
   out.joined.assign(members, false);
+  std::vector<uint32_t> waited(members, 0);
   for (size_t i = 0; i < members; ++i) {
     const MemberRecord r = ReadMember(MemberAt(set, vec, i));
+    waited[i] = r.waited_us;
     out.anything_pending = out.anything_pending || (r.flags & MemberRecord::kHasPending) != 0;
     out.joined[i] = (r.flags & MemberRecord::kJoined) != 0;
     if ((r.flags & MemberRecord::kStopping) != 0) out.stopping.push_back(set.members[i]);
     if (!out.joined[i]) ++out.active_members;
   }
+  AttributeWaits(waited, out);
   const MemberRecord coordinator = ReadMember(MemberAt(set, vec, 0));
   out.params =
       TunedParams{coordinator.fusion_threshold, static_cast<double>(coordinator.cycle_time_ms)};
@@ -285,6 +331,8 @@ Contribution Negotiator::Prepare(SetState& set, const RoundInput& in, absl::Time
   me.fusion_threshold = in.proposal.fusion_threshold;
   me.cycle_time_ms = static_cast<float>(in.proposal.cycle_time_ms);
   me.cache_capacity = settings_.cache_capacity;
+  me.waited_us = set.wait_report_us;
+  set.wait_report_us = 0;
   WriteMember(me, &vec[RecordsAt(set) + static_cast<size_t>(set.my_index) * MemberRecord::kBytes]);
   std::copy(in.set_pending.begin(), in.set_pending.end(), vec.end() - in.set_pending.size());
   return c;
@@ -310,6 +358,7 @@ absl::StatusOr<RoundOutcome> Negotiator::Process(SetState& set, const std::vecto
   FailStalled(set, stall_failed, settings_.stall_shutdown, now_us, out);
   CompleteTableEntries(set, out, now_us);
   if (set.id == 0) FinishJoin(set, out);
+  set.wait_report_us = OwnWait(set, out.responses, now);
   if (log::Enabled(LogLevel::kTrace) && !out.responses.empty()) TraceRound(set, out);
   CheckStalls(set, now);
   return out;

@@ -66,6 +66,10 @@ struct RoundOutcome {
   bool join_finished = false;
   int last_to_join = -1;
   std::vector<std::string> unfinished;
+  // Per member: how long the other members waited for it in their previous round (seconds,
+  // summed over them), and the member they waited for (-1: nobody measurably).
+  std::vector<double> waited_for_s;
+  int last_member = -1;
   uint64_t cache_hits = 0;    // tensors agreed through the cache
   uint64_t cache_misses = 0;  // tensors agreed by their full descriptions
 };

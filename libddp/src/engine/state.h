@@ -83,6 +83,9 @@ struct SetState {
   absl::flat_hash_map<std::string, TableEntry> table;
   std::vector<bool> was_joined;
   std::vector<std::string> stall_fail_outbox;  // the set's first member only
+  // How long this rank's own submissions that became ready in its last round waited (us + 1;
+  // 0: none), told to the others in the next round (negotiator.cc: who waited for whom).
+  uint32_t wait_report_us = 0;
 };
 
 // A process set with what runs its collectives.

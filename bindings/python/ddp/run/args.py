@@ -171,6 +171,11 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
                         type=_interface, metavar="IFACE",
                         help="the network interface the ranks listen and connect on "
                         "(DDP_IFACE, and NCCL_SOCKET_IFNAME for NCCL's own sockets); one name")
+    output.add_argument("--stragglers", choices=("auto", "always", "never"), default="auto",
+                        help="the table of the ranks the others waited for, at the end of the "
+                        "job: auto (default) prints it when one rank held each of the others 10%% "
+                        "of the job's time and at least a second (and with --verbose), always, "
+                        "never")
     output.add_argument("--version", action=_Version, help="print ddp's version and exit")
 
 

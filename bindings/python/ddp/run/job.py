@@ -14,6 +14,7 @@ import subprocess
 import threading
 import time
 
+from . import stragglers as _stragglers
 from .output import CONTROL, OutputPump, RankFiles, Sink, copy_lines, rank_prefix
 from .procs import count_ranks, describe, sweep_shm
 
@@ -88,6 +89,10 @@ class Job:
         # What each rank's libddp reported on its report pipe when its job broke
         # (DDP_REPORT_FD, libddp's common/report.h): the ranks it blames, and why.
         self.reports: dict[int, tuple[list[int], str]] = {}
+        self.started_at = time.monotonic()
+        # The straggler scores each rank's libddp reported at its shutdown (the same on every
+        # rank: run/stragglers.py), by rank.
+        self.stragglers: dict[int, list[_stragglers.Straggler]] = {}
         self._code: int | None = None  # set by the first failure or interruption: the cause
         self._deadline: float | None = None  # when the processes asked to stop get SIGKILL
 
@@ -101,6 +106,7 @@ class Job:
     def run(self) -> int:
         handlers = {} if self._agent else self._catch_signals()
         try:
+            self.started_at = time.monotonic()
             self._start()
             self._pump.start()
             if self._agent:
@@ -113,6 +119,17 @@ class Job:
         finally:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
+
+    def say_stragglers(self, size: int, always: bool) -> None:
+        """The stragglers table of a job of SIZE ranks (run/stragglers.py), from the lowest
+        rank's report."""
+        if not self.stragglers:
+            return
+        hosts = {r: u.host for u in self._units for r in u.ranks if u.host}
+        rows = self.stragglers[min(self.stragglers)]
+        for line in _stragglers.table(rows, size, time.monotonic() - self.started_at, hosts,
+                                      always):
+            self.say(line)
 
     def _catch_signals(self) -> dict:
         if threading.current_thread() is not threading.main_thread():
@@ -138,12 +155,18 @@ class Job:
     # ---- what the ranks' libddp and the agents say ---------------------------------------------
 
     def _report_line(self, rank: int, line: bytes) -> None:
-        """A line of RANK's report pipe: `failure RANKS|- CODE MESSAGE`. An agent passes it on."""
+        """A line of RANK's report pipe: `failure RANKS|- CODE MESSAGE`, or the straggler scores
+        (run/stragglers.py). An agent passes it on."""
         if self._agent:
             self._err.write([CONTROL + f"report {rank} ".encode() + line.rstrip(b"\r\n") +
                              b"\n"])
             return
-        words = line.decode(errors="replace").rstrip("\r\n").split(" ", 3)
+        text = line.decode(errors="replace").rstrip("\r\n")
+        scores = _stragglers.parse(text)
+        if scores is not None:
+            self.stragglers.setdefault(rank, scores)
+            return
+        words = text.split(" ", 3)
         if len(words) < 3 or words[0] != "failure" or rank in self.reports:
             return
         blamed = [int(r) for r in words[1].split(",") if r.isdigit()]

@@ -170,6 +170,9 @@ def run(args: argparse.Namespace, out: Sink, err: Sink) -> int:
         if args.verbose:
             _say_start(job, args, units, addr, port, remote)
         code = job.run()
+        if (not args.nnodes or args.node_rank == 0) and args.stragglers != "never":
+            # every node's ranks report the same figures: the first node prints them
+            job.say_stragglers(args.np, args.stragglers == "always" or args.verbose)
     finally:
         close_store()
         if files is not None:

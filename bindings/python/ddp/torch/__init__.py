@@ -25,7 +25,7 @@ from .. import (Adasum, Average, DDPError, DDPValueError, Handle, Max, Min, Prod
                 gloo_built, gloo_enabled, global_process_set, init, is_initialized, join,
                 local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
                 nccl_built, poll, rank, remove_process_set, rocm_built, shutdown, size,
-                start_timeline, stop_timeline, synchronize)
+                start_timeline, stats, stop_timeline, synchronize)
 from .._api import COMMON
 from . import elastic
 from .compression import Compression
