@@ -55,8 +55,9 @@ deps:  ## the Debian packages the build and tests need (apt-get; idempotent)
 	else echo "deps: all present"; fi
 
 venv: $(VENV)/.ok
-$(VENV)/.ok:
+$(VENV)/.ok: tests/python/requirements.txt
 	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(VENV)/bin/pip install -q -r tests/python/requirements.txt
 	touch $@
 
 deploy-venv: $(DEPLOY_VENV)/.ok

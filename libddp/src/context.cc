@@ -20,6 +20,7 @@
 #include "common/status.h"
 #include "common/thread_priority.h"
 #include "engine/engine_impl.h"
+#include "monitor.h"
 
 namespace ddp {
 
@@ -30,6 +31,8 @@ class ContextImpl {
   collectives::CommIds comm_ids;
   std::unique_ptr<collectives::Communicator> comm;
   std::unique_ptr<engine::EngineImpl> engine;
+  std::unique_ptr<Monitor> monitor;  // after the engine: stops before it
+  std::mutex monitor_mu;             // guards `monitor` against two Shutdowns at once
   std::mutex mu;  // one collective at a time: ranks must issue them in the same order
   bool shut_down = false;
 
@@ -176,6 +179,9 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options)
     }
     ReportFailure(status);
     return status;
+  }
+  if (options.monitor && IsLaunchersJob(options)) {
+    impl->monitor = Monitor::Start(options, *impl->engine);
   }
   return std::unique_ptr<Context>(new Context(std::move(impl)));
 }
@@ -324,6 +330,13 @@ void Context::Abort(const absl::Status& reason) {
 }
 
 absl::Status Context::Shutdown() {
+  {
+    std::unique_ptr<Monitor> monitor;  // stopped outside the lock
+    {
+      std::lock_guard<std::mutex> lock(impl_->monitor_mu);
+      monitor = std::move(impl_->monitor);
+    }
+  }
   // The engine first, outside the lock: its last rounds and callbacks may still use the context.
   if (impl_->engine) {
     impl_->engine->Shutdown(absl::FailedPreconditionError("the context has been shut down"));

@@ -60,6 +60,9 @@ std::map<std::string, std::string> AllUnset() {
                            "DDP_CACHE_CAPACITY",
                            "DDP_TIMELINE",
                            "DDP_TIMELINE_MARK_CYCLES",
+                           "DDP_FLIGHT_RECORDER_ENTRIES",
+                           "DDP_FLIGHT_RECORDER_DUMP",
+                           "DDP_MONITOR",
                            "DDP_STALL_CHECK_SECONDS",
                            "DDP_STALL_SHUTDOWN_SECONDS",
                            "DDP_AUTOTUNE",
@@ -116,6 +119,9 @@ TEST(OptionsTable, UnsetVariablesKeepTheDefaults) {
   EXPECT_EQ(o->cache_capacity, d.cache_capacity);
   EXPECT_EQ(o->timeline, d.timeline);
   EXPECT_EQ(o->timeline_mark_cycles, d.timeline_mark_cycles);
+  EXPECT_EQ(o->flight_recorder_entries, 2048);
+  EXPECT_EQ(o->flight_recorder_dump, "");
+  EXPECT_FALSE(o->monitor);
   EXPECT_EQ(o->stall_check, d.stall_check);
   EXPECT_EQ(o->stall_shutdown, d.stall_shutdown);
   EXPECT_EQ(o->autotune, d.autotune);
@@ -164,6 +170,9 @@ TEST(OptionsTable, EveryVariableLandsInItsField) {
                  {"DDP_CACHE_CAPACITY", "77"},
                  {"DDP_TIMELINE", "/tmp/timeline.json"},
                  {"DDP_TIMELINE_MARK_CYCLES", "true"},
+                 {"DDP_FLIGHT_RECORDER_ENTRIES", "64"},
+                 {"DDP_FLIGHT_RECORDER_DUMP", "/tmp/fr"},
+                 {"DDP_MONITOR", "1"},
                  {"DDP_STALL_CHECK_SECONDS", "30"},
                  {"DDP_STALL_SHUTDOWN_SECONDS", "90.5"},
                  {"DDP_AUTOTUNE", "1"},
@@ -210,6 +219,9 @@ TEST(OptionsTable, EveryVariableLandsInItsField) {
   EXPECT_EQ(o->cache_capacity, 77);
   EXPECT_EQ(o->timeline, "/tmp/timeline.json");
   EXPECT_TRUE(o->timeline_mark_cycles);
+  EXPECT_EQ(o->flight_recorder_entries, 64);
+  EXPECT_EQ(o->flight_recorder_dump, "/tmp/fr");
+  EXPECT_TRUE(o->monitor);
   EXPECT_EQ(o->stall_check, absl::Seconds(30));
   EXPECT_EQ(o->stall_shutdown, absl::Milliseconds(90500));
   EXPECT_TRUE(o->autotune);

@@ -63,7 +63,8 @@ def test_ddprun_writes_exactly_its_rows(run_env):
     # Every flag that sets a variable, on one machine and across hosts, with torchrun's names.
     flags = ["--servers", "1", "--restart-servers", "--fusion-threshold-mb", "32",
              "--cycle-time-ms", "2", "--autotune", "--start-timeout", "30", "--log-level", "info",
-             "--network-interface", "lo", "--timeline-filename", "/tmp/t-{rank}.json"]
+             "--network-interface", "lo", "--timeline-filename", "/tmp/t-{rank}.json",
+             "--flight-recorder", "/tmp/fr"]
     written = set()
     for argv in (["-np", "2", "prog"], ["-np", "3", "-H", "a:2,b:2", *flags, "prog"]):
         args = _args(argv)

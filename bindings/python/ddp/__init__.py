@@ -16,7 +16,8 @@ engine, so ranks may submit in different orders. Errors are ddp.DDPError with th
 from . import _ddp, elastic
 from ._api import COMMON
 from ._ddp import DDPError, DDPValueError
-from ._job import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, engine_stats,
+from ._job import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, dump_flight_recorder,
+                   engine_stats, flight_record,
                    gloo_built, gloo_enabled, init, is_initialized, join, local_rank, local_size,
                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
                    shutdown, size, start_timeline, stats, stop_timeline)

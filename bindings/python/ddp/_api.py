@@ -13,7 +13,8 @@ COMMON = (
     "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async", "alltoall",
     "alltoall_async", "barrier", "join", "synchronize", "poll", "add_process_set",
     "remove_process_set", "ProcessSet", "global_process_set", "start_timeline", "stop_timeline",
-    "engine_stats", "stats", "broadcast_object", "allgather_object", "mpi_built", "mpi_enabled",
+    "engine_stats", "stats", "flight_record", "dump_flight_recorder", "broadcast_object",
+    "allgather_object", "mpi_built", "mpi_enabled",
     "mpi_threads_supported", "gloo_built", "gloo_enabled", "nccl_built", "cuda_built",
     "rocm_built", "ddl_built", "ccl_built",
 )

@@ -1,10 +1,13 @@
 # SPDX-FileCopyrightText: 2026 The libddp Authors
 # SPDX-License-Identifier: Apache-2.0
 """The job in this process: joining it (init, with an elastic job's generation), leaving it
-(shutdown, also when the main thread dies of an exception), join, the engine's timeline and
-counters, and what this installation was built with, under Horovod's names."""
+(shutdown, also when the main thread dies of an exception), join, the engine's timeline,
+counters, stragglers and flight record, and what this installation was built with, under
+Horovod's names."""
 
 import atexit
+import json
+import os
 import re
 import sys
 from typing import Callable
@@ -163,6 +166,20 @@ def ccl_built():
 def engine_stats():
     """Counters of the fusion engine: rounds, cache hits/misses, fused tensors, bytes, ..."""
     return _ddp.engine_stats()
+
+
+def flight_record():
+    """This rank's flight record: its last operations (DDP_FLIGHT_RECORDER_ENTRIES, 2048 by
+    default) with their state, times and errors, and totals per kind, as a dict (libddp's
+    flight-recorder format, docs/observability.md)."""
+    return json.loads(_ddp.flight_record("on demand"))
+
+
+def dump_flight_recorder(folder):
+    """Writes this rank's flight record to FOLDER/ddp_flight_recorder_rank_<rank>.json (the
+    folder is created); returns the file's path. `python -m ddp.flight_recorder torch FOLDER`
+    turns a job's files into the dumps torch's flight-recorder analyzer reads."""
+    return _ddp.dump_flight_record(os.fspath(folder), "on demand")
 
 
 def stats():

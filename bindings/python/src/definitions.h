@@ -8,6 +8,7 @@
 
 namespace ddp_python {
 
+void DefineObserve(pybind11::module_& m);
 void DefinePs(pybind11::module_& m);
 void DefineTensorPath(pybind11::module_& m);
 

@@ -480,6 +480,7 @@ PYBIND11_MODULE(_ddp, m) {
   DefineTensorPath(m);
   DefinePs(m);
   DefineGroups(m);
+  DefineObserve(m);
   DefineTesting(m);
   DefineStore(m);
 }

@@ -189,6 +189,21 @@ class Engine {
   virtual void StopTimeline() = 0;
 
   virtual EngineStats stats() const = 0;
+  // The flight recorder (DDP_FLIGHT_RECORDER_ENTRIES): this rank's last operations, each with
+  // its process set, sequence numbers, name, kind, dtype, shapes, state (scheduled, started,
+  // completed, failed), times and error, and totals per kind, as JSON (libddp's
+  // flight-recorder format, docs/observability.md); `reason` says why it was taken.
+  virtual std::string FlightRecord(const std::string& reason) const = 0;
+  // Writes it to `folder`/ddp_flight_recorder_rank_<rank>.json (the folder is created);
+  // returns the file's path. The engine writes one itself when the job breaks, to
+  // DDP_FLIGHT_RECORDER_DUMP.
+  virtual absl::StatusOr<std::string> DumpFlightRecord(const std::string& folder,
+                                                       const std::string& reason) const = 0;
+  // What this rank is doing now, as a JSON object: the operations in flight (oldest first, at
+  // most 8, each as in the flight record, with "age_seconds"), how many there are, the last one
+  // finished, the totals per kind, the engine's counters and the error that broke the job, if
+  // one did ("error"). What ddprun status shows and its metrics read (docs/observability.md).
+  virtual std::string StatusJson() const = 0;
 };
 
 }  // namespace ddp

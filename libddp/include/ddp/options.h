@@ -113,6 +113,15 @@ struct Options {
   // (DDP_TIMELINE_MARK_CYCLES=1) also one marker per engine cycle.
   std::string timeline;
   bool timeline_mark_cycles = false;
+  // The flight recorder: the engine's last flight_recorder_entries operations, always kept
+  // (DDP_FLIGHT_RECORDER_ENTRIES, 0 = off), and written to the folder flight_recorder_dump
+  // (DDP_FLIGHT_RECORDER_DUMP; empty: not written) as ddp_flight_recorder_rank_<N>.json when
+  // the job breaks.
+  int64_t flight_recorder_entries = 2048;
+  std::string flight_recorder_dump;
+  // Publish this rank's status to the launcher's rendezvous store every second (DDP_MONITOR=1,
+  // set by ddprun): what `ddprun status`, `ddprun dump` and ddprun's metrics read.
+  bool monitor = false;
   // Warn when some ranks submitted a tensor and others have not for stall_check
   // (DDP_STALL_CHECK_SECONDS, 0 = never); fail such tensors on every rank after stall_shutdown
   // (DDP_STALL_SHUTDOWN_SECONDS, 0 = never).

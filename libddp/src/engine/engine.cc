@@ -115,6 +115,7 @@ EngineImpl::EngineImpl(const Options& options, transport::Transport* transport,
       backends_(std::move(backends)),
       rank_(options.rank),
       size_(options.size),
+      recorder_(static_cast<size_t>(options.flight_recorder_entries)),
       cuda_(CudaOptions(options, transport)),
       negotiator_(Negotiation(options)) {
   params_.fusion_threshold = options.fusion_threshold;
@@ -195,11 +196,12 @@ absl::Status EngineImpl::Start() {
     autotuner_.emplace(std::move(tuner));
   }
   std::shared_ptr<Inbox> inbox = inbox_;
-  executor_ = std::make_unique<Executor>(timeline_.get(), &stats_, params_.fusion_threshold,
-                                         [inbox](int set, const std::string& name) {
-                                           std::lock_guard<std::mutex> lock(inbox->mu);
-                                           inbox->in_flight.erase(absl::StrCat(set, "/", name));
-                                         });
+  executor_ =
+      std::make_unique<Executor>(timeline_.get(), &stats_, &recorder_, params_.fusion_threshold,
+                                 [inbox](int set, const std::string& name) {
+                                   std::lock_guard<std::mutex> lock(inbox->mu);
+                                   inbox->in_flight.erase(absl::StrCat(set, "/", name));
+                                 });
   executor_->SetOperations(
       kCpuMemory,
       MakeCpuOperations(*executor_, transport_ != nullptr ? transport_->name() : "none"));
@@ -298,6 +300,7 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
   op->handle = std::make_shared<HandleState>(op->name);
   op->submitted = absl::Now();
   if (timeline_->active()) op->submitted_us = timeline_->NowMicros();
+  op->flight_id = recorder_.Scheduled(op->process_set, op->name, op->meta, op->submitted);
   Handle handle(op->handle);
   inbox_->queue.push_back(std::move(op));
   const bool wake = inbox_->idle;

@@ -12,6 +12,7 @@
 // Callers' threads only queue submissions (engine.cc), after checking them.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -31,6 +32,7 @@
 #include "ddp/options.h"
 #include "engine/autotune.h"
 #include "engine/executor.h"
+#include "engine/flight_recorder.h"
 #include "engine/negotiator.h"
 #include "engine/operations.h"
 #include "engine/state.h"
@@ -82,6 +84,10 @@ class EngineImpl final : public Engine {
     if (timeline_ != nullptr) timeline_->Stop();
   }
   EngineStats stats() const override { return stats_.Get(); }
+  std::string FlightRecord(const std::string& reason) const override;
+  std::string StatusJson() const override;
+  absl::StatusOr<std::string> DumpFlightRecord(const std::string& folder,
+                                               const std::string& reason) const override;
 
  private:
   // What callers' threads share with the engine's (and with doorbell callbacks, which may run
@@ -149,6 +155,8 @@ class EngineImpl final : public Engine {
   // Adds a round's straggler (negotiator.cc's AttributeWaits) to the stats.
   void CountStraggler(const SetState& set, const RoundOutcome& round, EngineStats& s) const;
   void ApplyParameters(const TunedParams& next);
+  // Writes the flight record to DDP_FLIGHT_RECORDER_DUMP, if set (engine_record.cc).
+  void DumpOnFailure(const absl::Status& status) const;
 
   const Options options_;
   transport::Transport* const transport_;
@@ -159,6 +167,8 @@ class EngineImpl final : public Engine {
   const int size_;
   const std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
   StatsBox stats_;
+  FlightRecorder recorder_;
+  mutable std::atomic<bool> dumped_on_failure_{false};
   CudaBackend cuda_;
 
   // Owned by the engine's thread.

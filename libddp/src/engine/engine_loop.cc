@@ -452,11 +452,20 @@ void EngineImpl::FailEverything(const absl::Status& why) {
   // The engine is over: its error says so (ABORTED), unless it was shut down on purpose.
   const absl::Status status = BrokenForGood(why);
   ReportFailure(status);  // a no-op when the transport has reported already
+  bool on_purpose;        // shut down (with work pending, perhaps): not a failure to record
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    on_purpose = inbox_->stop;
+  }
+  if (!on_purpose && !absl::IsCancelled(why)) DumpOnFailure(status);
   std::vector<std::pair<std::shared_ptr<HandleState>, std::string>> to_fail;
   {
     std::lock_guard<std::mutex> lock(inbox_->mu);
     if (inbox_->failed.ok()) inbox_->failed = status;
-    for (auto& op : inbox_->queue) to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
+    for (auto& op : inbox_->queue) {
+      to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
+      recorder_.Finished(op->flight_id, status);
+    }
     inbox_->queue.clear();
     inbox_->in_flight.clear();
     if (inbox_->join_handle != nullptr && !inbox_->join_handle->done.load()) {
@@ -466,8 +475,10 @@ void EngineImpl::FailEverything(const absl::Status& why) {
     inbox_->join_requested = false;
   }
   for (auto& set : sets_) {
-    for (auto& [name, op] : set->pending)
+    for (auto& [name, op] : set->pending) {
       to_fail.emplace_back(op->handle, OpKindName(op->meta.kind));
+      recorder_.Finished(op->flight_id, status);
+    }
     set->pending.clear();
     set->fresh.clear();
   }

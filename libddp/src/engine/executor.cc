@@ -48,10 +48,11 @@ SplitLayout ReduceScatterLayout(const TensorMeta& meta, int n, int me) {
   return layout;
 }
 
-Executor::Executor(Timeline* timeline, StatsBox* stats, int64_t fusion_threshold,
-                   std::function<void(int, const std::string&)> finished)
+Executor::Executor(Timeline* timeline, StatsBox* stats, FlightRecorder* recorder,
+                   int64_t fusion_threshold, std::function<void(int, const std::string&)> finished)
     : timeline_(timeline),
       stats_(stats),
+      recorder_(recorder),
       fusion_threshold_(fusion_threshold),
       finished_(std::move(finished)) {}
 
@@ -80,6 +81,7 @@ absl::Status Executor::Execute(ProcessSet& set, std::vector<Response>& responses
         return absl::InternalError(absl::StrCat(OpKindName(r.meta.kind), " '", r.name,
                                                 "' was agreed without this rank's submission"));
       }
+      recorder_->Started(op->flight_id);
       DDP_RETURN_IF_ERROR(ops->Run(set, r, *op));
       continue;
     }
@@ -95,6 +97,11 @@ absl::Status Executor::Execute(ProcessSet& set, std::vector<Response>& responses
         bytes += responses[j].meta.Bytes();
         batch.push_back(&responses[j]);
         taken[j] = true;
+      }
+    }
+    for (const Response* member : batch) {
+      if (const LocalOp* op = Local(set, member->name); op != nullptr) {
+        recorder_->Started(op->flight_id);
       }
     }
     DDP_RETURN_IF_ERROR(ops->Allreduce(set, batch, active));
@@ -118,6 +125,7 @@ void Executor::Finish(ProcessSet& set, const std::string& name, absl::Status sta
     s.bytes += bytes;
   });
   finished_(set.id, name);
+  recorder_->Finished(op->flight_id, status);
   op->handle->Finish(WithTensor(std::move(status), name));
 }
 

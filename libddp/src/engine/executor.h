@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "engine/flight_recorder.h"
 #include "engine/state.h"
 #include "engine/timeline.h"
 
@@ -50,7 +51,7 @@ class Executor {
  public:
   // `timeline` may be null. `finished(set, name)`: told of every finished submission (the
   // engine forgets its name then).
-  Executor(Timeline* timeline, StatsBox* stats, int64_t fusion_threshold,
+  Executor(Timeline* timeline, StatsBox* stats, FlightRecorder* recorder, int64_t fusion_threshold,
            std::function<void(int set, const std::string& name)> finished);
 
   // The operations for tensors in memory `device` (kCpuMemory, kCudaMemory).
@@ -58,7 +59,8 @@ class Executor {
   void set_fusion_threshold(int64_t bytes) { fusion_threshold_ = bytes; }
 
   // Runs (or fails) every response, in order, batching compatible allreduces. (Process sets
-  // are the engine's: it takes their responses out first.)
+  // are the engine's: it takes their responses out first.) The flight recorder sees each of
+  // this rank's submissions start and finish.
   absl::Status Execute(ProcessSet& set, std::vector<Response>& responses, int active);
   // Bytes run since the last call (autotune's measure).
   uint64_t TakeExecutedBytes() { return std::exchange(executed_bytes_, 0); }
@@ -81,6 +83,7 @@ class Executor {
  private:
   Timeline* const timeline_;
   StatsBox* const stats_;
+  FlightRecorder* const recorder_;
   int64_t fusion_threshold_;
   std::function<void(int, const std::string&)> finished_;
   std::array<std::unique_ptr<DeviceOperations>, 2> operations_;  // [0] CPU, [1] CUDA

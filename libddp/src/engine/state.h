@@ -38,6 +38,7 @@ struct LocalOp {
   nccl::ReadyPtr ready;  // CUDA tensors: when the inputs are ready on their stream
   absl::Time submitted;
   int64_t submitted_us = 0;  // timeline clock
+  uint64_t flight_id = 0;    // its flight recorder entry (0: none)
   State state = State::kNew;
   int slot = -1;
 };

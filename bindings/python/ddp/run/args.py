@@ -126,6 +126,16 @@ def _interface(text: str) -> str:
     return names[0]
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (1-65535)")
+    return port
+
+
 def version() -> str:
     """ddp's version: its extension's (the CMake project's), else the installed package's."""
     try:
@@ -176,6 +186,15 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
                         "job: auto (default) prints it when one rank held each of the others 10%% "
                         "of the job's time and at least a second (and with --verbose), always, "
                         "never")
+    output.add_argument("--flight-recorder", metavar="DIR",
+                        help="where the ranks' flight records go when the job breaks "
+                        "(DDP_FLIGHT_RECORDER_DUMP; ddp_flight_recorder_rank_N.json): a rank "
+                        "whose job broke writes its own, and when a rank fails ddprun asks the "
+                        "others for theirs before it stops them")
+    output.add_argument("--metrics-port", type=_port, metavar="PORT",
+                        help="serve Prometheus metrics of every rank at http://HOST:PORT/metrics "
+                        "while the job runs (bytes, operations, busbw, wait time, errors, by rank "
+                        "and operation)")
     output.add_argument("--version", action=_Version, help="print ddp's version and exit")
 
 
@@ -236,6 +255,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.output_filename and args.elastic:
         parser.error("--output-filename names each rank's files, and an elastic job's ranks "
                      "change: it is for a static job")
+    if args.elastic and (args.metrics_port is not None or args.stragglers != "auto"):
+        parser.error("--metrics-port and --stragglers are for a static job (an elastic job's "
+                     "ranks change with each generation)")
     args.workers = args.np
     args.np += args.servers  # every rank of the job: the workers, then the servers
     _read_hosts(parser, args)

@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
         from .agent import agent_main  # lazy: the agent alone
 
         return agent_main()
+    if argv[:1] in (["status"], ["dump"]):  # -np is required to run a job: never a command
+        from . import status  # lazy: not in the agent
+
+        return status.main(argv[0], argv[1:])
     from . import args as cli, static_job  # lazy: not in the agent
     from .output import Sink  # lazy: not in the agent
 

@@ -24,11 +24,13 @@ TORCHRUN_PLACE = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP
                   "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME")
 _TORCHRUN_NAMES = (*TORCHRUN_PLACE, "MASTER_ADDR", "MASTER_PORT")
 _SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "DDP_REJOIN", "DDP_REPORT_FD",
+                   "DDP_MONITOR",
                    "MPI_LOCALRANKID", "MPI_LOCALNRANKS", *HOROVOD_PLACE, *_TORCHRUN_NAMES}
 # What the ranks of an elastic job are not told by the launcher: they learn their place from
 # each generation (ddp/elastic.py).
 ELASTIC_UNSET = ("DDP_RANK", "DDP_SIZE", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_CROSS_RANK",
-                 "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE", *HOROVOD_PLACE,
+                 "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE", "DDP_MONITOR",
+                 *HOROVOD_PLACE,
                  *_TORCHRUN_NAMES)
 
 # Variables of the launcher's session that say nothing about the job; every other one goes to
@@ -79,6 +81,8 @@ def _settings(env: dict, args: argparse.Namespace) -> None:
         env["DDP_LOG_LEVEL"] = args.log_level
     if args.iface is not None:  # NCCL's own sockets too, as horovodrun's --network-interfaces
         env["DDP_IFACE"] = env["NCCL_SOCKET_IFNAME"] = args.iface
+    if args.flight_recorder is not None:
+        env["DDP_FLIGHT_RECORDER_DUMP"] = os.path.abspath(args.flight_recorder)
 
 
 def _timeline(env: dict, args: argparse.Namespace, rank: int) -> None:
@@ -122,7 +126,7 @@ def rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, to
                DDP_LOCAL_SIZE=str(where.local_size), DDP_CROSS_RANK=str(where.cross_rank),
                DDP_CROSS_SIZE=str(where.cross_size), DDP_RENDEZVOUS_ADDR=addr,
                DDP_RENDEZVOUS_PORT=str(port), DDP_RENDEZVOUS_EXTERNAL="1", DDP_JOB_TOKEN=token,
-               PYTHONUNBUFFERED="1")
+               DDP_MONITOR="1", PYTHONUNBUFFERED="1")
     env.update(zip(HOROVOD_PLACE, (env["DDP_RANK"], env["DDP_SIZE"], env["DDP_LOCAL_RANK"],
                                    env["DDP_LOCAL_SIZE"], env["DDP_CROSS_RANK"],
                                    env["DDP_CROSS_SIZE"])))

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import threading
 import time
+from typing import Callable
 
 from . import stragglers as _stragglers
 from .output import CONTROL, OutputPump, RankFiles, Sink, copy_lines, rank_prefix
@@ -90,6 +91,9 @@ class Job:
         # (DDP_REPORT_FD, libddp's common/report.h): the ranks it blames, and why.
         self.reports: dict[int, tuple[list[int], str]] = {}
         self.started_at = time.monotonic()
+        # Called with the failed rank before the others are stopped (ddprun --flight-recorder:
+        # their flight records are asked for first).
+        self.before_stop: Callable[[int], None] | None = None
         # The straggler scores each rank's libddp reported at its shutdown (the same on every
         # rank: run/stragglers.py), by rank.
         self.stragglers: dict[int, list[_stragglers.Straggler]] = {}
@@ -423,6 +427,8 @@ class Job:
             self.say(f"rank {rank}{f' on host {host}' if host else ''} {describe(status)}"
                      f"{reason}")
             if self._running():
+                if self.before_stop is not None:
+                    self.before_stop(rank)
                 self.say(f"stopping the other {count_ranks(self._running())}")
         self._stop_all()
 

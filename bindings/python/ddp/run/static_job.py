@@ -14,6 +14,7 @@ from .agent import remote_command
 from .env import forwarded_env, rank_env, server_command
 from .hosts import LOOPBACK, Place, address_toward, is_local
 from .job import Job, Unit
+from .observe import Observers
 from .output import RankFiles, Sink, rank_prefix
 from .procs import count_ranks, describe
 
@@ -149,6 +150,11 @@ def run(args: argparse.Namespace, out: Sink, err: Sink) -> int:
     except (OSError, ValueError) as e:
         say(f"{e.strerror or e}: {args.token_file}" if isinstance(e, OSError) else str(e))
         return 2
+    try:
+        observers = Observers(args, say)
+    except OSError as e:
+        say(str(e))
+        return 2
     bind, addr, port, remote = _where_to_meet(args)
     close_store = lambda: None  # noqa: E731
     if not args.nnodes or args.node_rank == 0:
@@ -156,17 +162,21 @@ def run(args: argparse.Namespace, out: Sink, err: Sink) -> int:
             port, close_store = start_store(token, bind, port)
         except Exception as e:  # noqa: BLE001 - any failure here means no job, said clearly
             say(f"cannot start the rendezvous store on {bind}:{port}: {e}")
+            observers.end(1)
             return 1
     units = _units(args, addr, port, token)
     try:
         files = _rank_files(args, units)
     except OSError as e:
         close_store()
+        observers.end(2)
         say(f"--output-filename {args.output_filename}: {e.strerror or e}")
         return 2
     job = Job(units, out, err, tolerated=_tolerated(args), restartable=_restartable(args),
               max_restarts=args.max_restarts, files=files)
+    code = 1
     try:
+        observers.start(job, addr, port, token)
         if args.verbose:
             _say_start(job, args, units, addr, port, remote)
         code = job.run()
@@ -174,6 +184,7 @@ def run(args: argparse.Namespace, out: Sink, err: Sink) -> int:
             # every node's ranks report the same figures: the first node prints them
             job.say_stragglers(args.np, args.stragglers == "always" or args.verbose)
     finally:
+        observers.end(code)
         close_store()
         if files is not None:
             files.close()

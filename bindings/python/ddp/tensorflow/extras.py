@@ -7,8 +7,9 @@ import numpy as np
 import tensorflow as tf
 
 from .. import _ddp, _ops
-from .._job import (ccl_built, ddl_built, engine_stats, gloo_built, gloo_enabled, mpi_built,
-                    mpi_enabled, mpi_threads_supported, rocm_built, stats)
+from .._job import (ccl_built, ddl_built, dump_flight_recorder, engine_stats, flight_record,
+                    gloo_built, gloo_enabled, mpi_built, mpi_enabled, mpi_threads_supported,
+                    rocm_built, stats)
 from .._objects import allgather_object as _allgather_object
 from .._objects import broadcast_object as _broadcast_object
 from .._ops import ProcessSet, add_process_set, global_process_set, remove_process_set
@@ -137,4 +138,4 @@ __all__ = ["grouped_allgather", "grouped_reducescatter", "rank_op", "local_rank_
            "allgather_object", "broadcast_", "add_process_set", "remove_process_set",
            "ProcessSet", "global_process_set", "mpi_built", "mpi_enabled", "mpi_threads_supported",
            "gloo_built", "gloo_enabled", "nccl_built", "cuda_built", "rocm_built", "ddl_built",
-           "ccl_built", "engine_stats", "stats"]
+           "ccl_built", "engine_stats", "stats", "flight_record", "dump_flight_recorder"]

@@ -21,7 +21,8 @@ mode="sync"|"async", staleness=s).
 from . import _supported  # refuses a torch older than the oldest supported, naming it
 from .. import (Adasum, Average, DDPError, DDPValueError, Handle, Max, Min, Product, ProcessSet,
                 ReduceOp, Sum, add_process_set, allgather_object, barrier, broadcast_object,
-                ccl_built, cross_rank, cross_size, cuda_built, ddl_built, engine_stats,
+                ccl_built, cross_rank, cross_size, cuda_built, ddl_built, dump_flight_recorder,
+                engine_stats, flight_record,
                 gloo_built, gloo_enabled, global_process_set, init, is_initialized, join,
                 local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
                 nccl_built, poll, rank, remove_process_set, rocm_built, shutdown, size,

@@ -39,11 +39,12 @@ from .. import functions as _f
 # What would make a group's libddp job take the launcher's place in the whole job for its own:
 # a group reads its rank, size, rendezvous and token from its overrides alone, and finds its
 # hosts itself (the "unsets" rows of libddp/src/rank_environment.tsv's "torch group" column).
+# DDP_FLIGHT_RECORDER_DUMP too: the files it names are the job's ranks', not a group's.
 _LAUNCHER_PREFIXES = ("OMPI_COMM_WORLD_", "PMI_", "PMIX_", "SLURM_", "TORCHELASTIC_")
 _LAUNCHER_NAMES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
                    "GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "MPI_LOCALRANKID",
                    "MPI_LOCALNRANKS", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_CROSS_RANK",
-                   "DDP_CROSS_SIZE", "DDP_BOOTSTRAP")
+                   "DDP_CROSS_SIZE", "DDP_BOOTSTRAP", "DDP_FLIGHT_RECORDER_DUMP")
 
 # Each group's store server, on the group's rank 0: closed with the group.
 _stores = {}

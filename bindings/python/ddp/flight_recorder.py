@@ -1,0 +1,133 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""libddp's flight records (ddp.dump_flight_recorder, DDP_FLIGHT_RECORDER_DUMP, ddprun dump) as
+the dumps PyTorch's flight-recorder analyzer reads:
+
+    python -m ddp.flight_recorder torch DIR [OUT]
+    python -m torch.distributed.flight_recorder.fr_trace OUT --prefix ddp_trace_rank_
+
+Each rank's DIR/ddp_flight_recorder_rank_<N>.json becomes OUT/ddp_trace_rank_<N> (OUT: DIR by
+default), a pickle in torch's format (version 2.10): one process group per libddp process set
+(the whole job is group "0", "default_pg", as torch.distributed's default group), an entry per
+collective with torch's names ("ddp:all_reduce", "Float") and states (scheduled, started,
+completed; a failed operation stays at the state it reached). Needs no torch. Operations torch
+has no name for (add_process_set) are left out."""
+from __future__ import annotations
+
+import json
+import pathlib
+import pickle
+import re
+import sys
+from typing import Any
+
+PREFIX = "ddp_trace_rank_"
+VERSION = "2.10"
+_SOURCE = re.compile(r"ddp_flight_recorder_rank_(\d+)\.json$")
+_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "broadcast": "broadcast",
+        "alltoall": "all_to_all", "reducescatter": "reduce_scatter"}
+_DTYPES = {"f32": "Float", "f64": "Double", "f16": "Half", "bf16": "BFloat16", "i8": "Char",
+           "u8": "Byte", "i32": "Int", "i64": "Long"}
+
+
+def _output_sizes(entry: dict, members: int) -> list[list[int]]:
+    """What the operation gives this rank (allgather: the ranks' first dimensions may differ;
+    the equal split is what torch's own all_gather would show)."""
+    shapes = [list(s) for s in entry["shapes"]]
+    kind = entry["kind"]
+    for shape in shapes:
+        if shape and kind == "allgather":
+            shape[0] *= members
+        elif shape and kind == "reducescatter":
+            shape[0] //= max(members, 1)
+    return shapes
+
+
+def _state(entry: dict) -> str:
+    if entry["state"] != "failed":
+        return entry["state"]
+    return "started" if entry["started_ns"] else "scheduled"
+
+
+def _entry(entry: dict, record_id: int, group: str, desc: str, members: int) -> dict[str, Any]:
+    state = _state(entry)
+    return {
+        "record_id": record_id, "pg_id": int(group), "process_group": (group, desc),
+        "collective_seq_id": entry["seq"], "p2p_seq_id": 0, "op_id": entry["seq"],
+        "profiling_name": f"ddp:{_OPS[entry['kind']]}",
+        "time_created_ns": entry["submitted_ns"],
+        "input_sizes": [list(s) for s in entry["shapes"]],
+        "input_dtypes": [_DTYPES.get(entry["dtype"], entry["dtype"])] * len(entry["shapes"]),
+        "output_sizes": _output_sizes(entry, members),
+        "output_dtypes": [_DTYPES.get(entry["dtype"], entry["dtype"])] * len(entry["shapes"]),
+        "state": state,
+        "time_discovered_started_ns": entry["started_ns"] or None,
+        "time_discovered_completed_ns": entry["finished_ns"] if state == "completed" else None,
+        "retired": state == "completed", "timeout_ms": 0, "is_p2p": False, "frames": [],
+    }
+
+
+def to_torch(record: dict) -> dict[str, Any]:
+    """One rank's flight record (libddp's format) as torch's flight-recorder dump."""
+    if record.get("format") != "libddp-flight-recorder":
+        raise ValueError("not a libddp flight record (its \"format\" is "
+                         f"{record.get('format')!r})")
+    sets = {str(k): v for k, v in record["process_sets"].items()}
+    descs = {k: "default_pg" if k == "0" else f"process_set_{k}" for k in sets}
+    entries, status = [], {}
+    for e in sorted(record["entries"], key=lambda e: e["id"]):
+        group = str(e["process_set"])
+        if e["kind"] not in _OPS or group not in sets:
+            continue
+        entries.append(_entry(e, e["id"] - 1, group, descs[group], len(sets[group])))
+        s = status.setdefault(group, {"last_enqueued_collective": -1,
+                                      "last_started_collective": -1,
+                                      "last_completed_collective": -1})
+        s["last_enqueued_collective"] = max(s["last_enqueued_collective"], e["seq"])
+        if e["started_ns"]:
+            s["last_started_collective"] = max(s["last_started_collective"], e["seq"])
+        if e["state"] == "completed":
+            s["last_completed_collective"] = max(s["last_completed_collective"], e["seq"])
+    return {
+        "version": VERSION, "comm_lib_version": "libddp",
+        "pg_config": {k: {"name": k, "desc": descs[k], "ranks": str(sorted(v))}
+                      for k, v in sets.items()},
+        "pg_status": status, "entries": entries,
+    }
+
+
+def convert(folder: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
+    """Every rank's record in FOLDER as torch's dump in OUT; the files written."""
+    sources = sorted((int(m.group(1)), p) for p in folder.iterdir()
+                     if (m := _SOURCE.search(p.name)))
+    if not sources:
+        raise FileNotFoundError(f"{folder}: no ddp_flight_recorder_rank_<N>.json files")
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for rank, path in sources:
+        dump = to_torch(json.loads(path.read_text()))
+        target = out / f"{PREFIX}{rank}"
+        with open(target, "wb") as f:
+            pickle.dump(dump, f)
+        written.append(target)
+    return written
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) not in (2, 3) or argv[0] != "torch":
+        print("usage: python -m ddp.flight_recorder torch DIR [OUT]", file=sys.stderr)
+        return 2
+    folder = pathlib.Path(argv[1])
+    try:
+        written = convert(folder, pathlib.Path(argv[2]) if len(argv) == 3 else folder)
+    except (OSError, ValueError, KeyError) as e:
+        print(f"ddp.flight_recorder: {e}", file=sys.stderr)
+        return 1
+    print(f"{len(written)} ranks' dumps for torch's analyzer in {written[0].parent}: "
+          f"python -m torch.distributed.flight_recorder.fr_trace {written[0].parent} "
+          f"--prefix {PREFIX}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,137 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""What the ranks publish in ddprun's store while a job runs (libddp's monitor, DDP_MONITOR:
+libddp/src/monitor.h), read back: each rank's status every second, and flight records on
+request. `ddprun status`, `ddprun dump`, ddprun's metrics and its dump at a failure use it."""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+STATUS = "ddp/monitor/status/{rank}"
+DUMP_COUNTER = "ddp/monitor/dump"
+DUMP = "ddp/monitor/dump/{n}/{rank}"
+# How long a reader waits to see heartbeats move: the monitor speaks every second.
+BEAT_WAIT_SECONDS = 1.6
+
+
+def _ddp():
+    from ddp import _ddp as module  # lazy: ddp/run is loaded alone too (the agent)
+
+    return module
+
+
+def connect(addr: str, port: int, token: str, timeout: float = 5.0):
+    return _ddp().StoreClient(addr, port, token, timeout)
+
+
+def read(client, ranks: int, wait: float = 0.05) -> dict[int, dict | None]:
+    """Each rank's last status (None: it has published none)."""
+    out: dict[int, dict | None] = {}
+    for rank in range(ranks):
+        try:
+            out[rank] = json.loads(bytes(client.get(STATUS.format(rank=rank), wait)))
+        except Exception:  # noqa: BLE001 - absent (DEADLINE_EXCEEDED) or unreadable: no status
+            out[rank] = None
+    return out
+
+
+def read_twice(client, ranks: int) -> tuple[dict, dict]:
+    """Two reads BEAT_WAIT_SECONDS apart: a rank whose heartbeat did not move has stopped
+    speaking (stopped, hung outside libddp, or gone)."""
+    first = read(client, ranks)
+    time.sleep(BEAT_WAIT_SECONDS)
+    return first, read(client, ranks)
+
+
+def silent(first: dict, second: dict) -> list[int]:
+    """The ranks whose heartbeat stood still between two reads (or that never spoke)."""
+    return [r for r in second if second[r] is None or
+            (first.get(r) is not None and first[r]["beat"] == second[r]["beat"])]
+
+
+def request_dump(client, ranks: int, timeout: float) -> tuple[dict[int, str], list[int]]:
+    """Asks every rank for its flight record; the records (JSON text) that came within TIMEOUT,
+    and the ranks that gave none."""
+    n = client.add(DUMP_COUNTER, 1)
+    deadline = time.monotonic() + timeout
+    records: dict[int, str] = {}
+    for rank in range(ranks):
+        left = max(0.05, deadline - time.monotonic())
+        try:
+            records[rank] = bytes(client.get(DUMP.format(n=n, rank=rank), left)).decode()
+        except Exception:  # noqa: BLE001 - no answer within the time: named by the caller
+            continue
+    return records, [r for r in range(ranks) if r not in records]
+
+
+def _op(entry: dict[str, Any]) -> str:
+    return f"{entry['kind']} '{entry['name']}' (#{entry['seq']})"
+
+
+def _doing(status: dict | None) -> str:
+    if status is None:
+        return "no status yet (not started, or before ddp's init)"
+    engine = status["engine"]
+    flight = engine["in_flight"]
+    if not flight:
+        last = engine.get("last")
+        return "idle" + (f"; last: {_op(last)}" if last else "")
+    oldest = flight[0]
+    more = engine["in_flight_count"] - 1
+    what = ("waiting for the others to submit " if oldest["state"] == "scheduled"
+            else "running ")
+    return (f"{what}{_op(oldest)} for {oldest['age_seconds']:.1f} s"
+            + (f" (+{more} more)" if more > 0 else ""))
+
+
+def rank_list(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def waiting(statuses: dict[int, dict | None], quiet: list[int]) -> list[str]:
+    """Who waits for whom: the ranks with work in flight wait for the silent ones; otherwise, the
+    ranks that submitted the oldest operation in flight wait for those that did not."""
+    busy = [r for r, s in statuses.items() if s and s["engine"]["in_flight"] and r not in quiet]
+    if quiet and busy:
+        return [f"{rank_list(busy)} wait for {rank_list(quiet)}, which "
+                f"{'does' if len(quiet) == 1 else 'do'} not answer (stopped, hung outside "
+                "libddp, or gone)"]
+    oldest = None
+    for r in busy:
+        head = statuses[r]["engine"]["in_flight"][0]  # type: ignore[index]
+        if oldest is None or head["age_seconds"] > oldest["age_seconds"]:
+            oldest = head
+    if oldest is None:
+        return []
+    have = [r for r, s in statuses.items() if s and any(
+        e["name"] == oldest["name"] and e["process_set"] == oldest["process_set"]
+        for e in s["engine"]["in_flight"])]
+    lacking = [r for r in statuses if r not in have]
+    if not lacking or oldest["state"] != "scheduled":
+        return []
+    return [f"{rank_list(have)} wait for {rank_list(lacking)} to submit {_op(oldest)}"]
+
+
+def render(job: dict, first: dict, second: dict) -> list[str]:
+    quiet = silent(first, second)
+    started = time.strftime("%H:%M:%S", time.localtime(job["started"]))
+    lines = [f"job {job['id']}: {' '.join(job['command'])} ({job['np']} ranks, started "
+             f"{started})",
+             f"{'rank':>5}  {'host':<16} {'pid':>8}  doing"]
+    errors = []
+    for rank, status in sorted(second.items()):
+        shown = status or first.get(rank)
+        host = shown["host"] if shown else "-"
+        pid = str(shown["pid"]) if shown else "-"
+        doing = _doing(shown)
+        if rank in quiet and shown is not None:
+            age = time.time() - shown["time_ns"] / 1e9
+            doing = f"NOT ANSWERING for {age:.1f} s; its last word: {doing}"
+        lines.append(f"{rank:>5}  {host[:16]:<16} {pid:>8}  {doing}")
+        if shown and shown["engine"].get("error"):
+            errors.append(f"rank {rank}: {shown['engine']['error']}")
+    lines += waiting(second, quiet) or ["nobody waits for anybody"]
+    lines.append("last error: " + (errors[0] if errors else "none"))
+    return lines

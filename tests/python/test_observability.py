@@ -1,0 +1,263 @@
+# SPDX-FileCopyrightText: 2026 The libddp Authors
+# SPDX-License-Identifier: Apache-2.0
+"""Seeing a running job: `ddprun status` (a rank stopped with SIGSTOP in the middle of an
+allreduce is named), `ddprun dump` and the flight recorder (libddp's format; torch's analyzer
+reads the converted dumps), ddprun --flight-recorder at a failure, and --metrics-port (checked
+with Prometheus' own parser)."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+READY_SECONDS = 60
+
+STOPPED = textwrap.dedent("""
+    import os, signal, sys, time
+    import numpy as np
+    import ddp
+    ddp.init()
+    x = np.ones(1 << 14, np.float32)
+    for i in range(50):
+        ddp.allreduce(x, name=f"grad{i % 4}")
+    time.sleep(1.5)  # every rank's monitor has spoken since: its last word shows the 50
+    print("READY", flush=True)
+    if ddp.rank() == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)  # as a debugger, or a frozen host, would
+    ddp.allreduce(x, name="stuck")
+""")
+
+LAGGING = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import ddp
+    ddp.init()
+    out = sys.argv[1]
+    x = np.ones(4, np.float32)
+    for i in range(5):
+        ddp.allreduce(x, name=f"step{i}")
+    if ddp.rank() != 2:
+        h = ddp.allreduce_async(x, name="step5")
+        time.sleep(1.0)
+        ddp.dump_flight_recorder(out)
+        ddp.synchronize(h)
+    else:  # rank 2 dumps before it submits step5
+        time.sleep(0.5)
+        ddp.dump_flight_recorder(out)
+        time.sleep(1.0)
+        ddp.allreduce(x, name="step5")
+""")
+
+DIES = textwrap.dedent("""
+    import os, signal
+    import numpy as np
+    import ddp
+    ddp.init()
+    x = np.ones(4, np.float32)
+    for i in range(3):
+        ddp.allreduce(x, name=f"step{i}")
+    if ddp.rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    ddp.allreduce(x, name="step3")
+""")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ddprun(env, *args, **kw):
+    return subprocess.run([sys.executable, "-m", "ddp.run", *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=120, **kw)
+
+
+class Job:
+    """A ddprun job in the background, with its ranks' lines."""
+
+    def __init__(self, env, tmp_path, script, *flags):
+        path = tmp_path / "job.py"
+        path.write_text(script)
+        self.proc = subprocess.Popen([sys.executable, "-m", "ddp.run", *flags, "-np", "3",
+                                      sys.executable, str(path)], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
+        self.lines = []
+
+    def wait_ready(self, ranks=3):
+        deadline = time.monotonic() + READY_SECONDS
+        while sum("READY" in line for line in self.lines) < ranks:
+            assert time.monotonic() < deadline, "".join(self.lines)
+            line = self.proc.stdout.readline()
+            assert line, "".join(self.lines)
+            self.lines.append(line)
+
+    def end(self):
+        """Every process of the job gone, the stopped one too."""
+        pids = subprocess.run(["pgrep", "-s", str(self.proc.pid)], capture_output=True,
+                              text=True).stdout.split()
+        for pid in pids:
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(int(pid), sig)
+                except ProcessLookupError:
+                    pass
+        self.proc.wait(timeout=30)
+        self.proc.stdout.close()
+
+
+@pytest.fixture
+def stopped_job(ddp_env, tmp_path):
+    job = Job(ddp_env, tmp_path, STOPPED)
+    try:
+        job.wait_ready()
+        time.sleep(0.5)  # rank 1 is stopped; the others wait in 'stuck'
+        yield job
+    finally:
+        job.end()
+
+
+def test_status_names_the_rank_stopped_in_the_middle_of_an_allreduce(ddp_env, stopped_job):
+    done = _ddprun(ddp_env, "status", "--job", stopped_job.proc.pid)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"job {stopped_job.proc.pid}: "), lines
+    assert "(3 ranks, started" in lines[0], lines
+    rows = {int(line.split()[0]): line for line in lines[2:5]}
+    for rank in (0, 2):
+        assert "waiting for the others to submit allreduce 'stuck' (#51)" in rows[rank], lines
+    assert "NOT ANSWERING for" in rows[1], lines
+    assert "ranks 0, 2 wait for rank 1, which does not answer" in done.stdout, lines
+    assert lines[-1] == "last error: none", lines
+    # Without --job: the one running is found.
+    alone = _ddprun(ddp_env, "status")
+    assert alone.returncode == 0 and "NOT ANSWERING" in alone.stdout, alone.stderr
+
+
+def test_dump_gives_the_live_ranks_records_and_names_the_silent_one(ddp_env, stopped_job,
+                                                                    tmp_path):
+    out = tmp_path / "dump"
+    done = _ddprun(ddp_env, "dump", "--job", stopped_job.proc.pid, "--torch", out)
+    assert done.returncode == 3, done.stdout + done.stderr  # not every rank answered
+    assert "2 of 3 ranks' flight records in" in done.stdout, done.stdout
+    assert "no flight record from rank 1: no answer within 5 s" in done.stderr, done.stderr
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ddp_flight_recorder_rank_0.json", "ddp_flight_recorder_rank_2.json",
+        "ddp_trace_rank_0", "ddp_trace_rank_2"]
+    record = json.loads((out / "ddp_flight_recorder_rank_0.json").read_text())
+    assert record["format"] == "libddp-flight-recorder" and record["rank"] == 0, record.keys()
+    assert record["reason"] == "requested by ddprun dump"
+    assert record["process_sets"] == {"0": [0, 1, 2]}
+    entries = record["entries"]
+    assert [e["seq"] for e in entries] == list(range(1, 52))
+    assert all(e["state"] == "completed" for e in entries[:50])
+    assert entries[-1]["name"] == "stuck" and entries[-1]["state"] == "scheduled", entries[-1]
+    assert record["totals"]["allreduce"]["operations"] == 50
+    assert record["totals"]["allreduce"]["bytes"] == 50 * 4 * (1 << 14)
+
+
+def test_status_and_dump_of_a_job_that_has_ended_or_never_was(ddp_env, tmp_path):
+    job = Job(ddp_env, tmp_path, "import ddp\nddp.init()\nprint('READY', flush=True)\n")
+    job.wait_ready()
+    assert job.proc.wait(timeout=60) == 0
+    job.proc.stdout.close()
+    done = _ddprun(ddp_env, "status", "--job", job.proc.pid)
+    assert done.returncode == 1
+    assert f"job {job.proc.pid} has ended (" in done.stderr and "exit status 0" in done.stderr
+    never = _ddprun(ddp_env, "dump", "--job", "999999999", tmp_path / "d")
+    assert never.returncode == 1
+    assert "no job 999999999 started by this user on this machine" in never.stderr
+
+
+def test_a_failure_dump_has_every_live_rank_and_names_the_dead_one(ddp_env, tmp_path):
+    script = tmp_path / "dies.py"
+    script.write_text(DIES)
+    folder = tmp_path / "fr"
+    done = _ddprun(ddp_env, "-np", "3", "--flight-recorder", folder, sys.executable, script)
+    assert done.returncode == 137, done.stderr
+    assert f"ddprun: flight records in {folder}: ranks 0, 2; none from rank 1" in done.stderr, \
+        done.stderr
+    for rank in (0, 2):
+        record = json.loads((folder / f"ddp_flight_recorder_rank_{rank}.json").read_text())
+        names = [(e["name"], e["state"]) for e in record["entries"]]
+        assert names[:3] == [(f"step{i}", "completed") for i in range(3)], names
+        assert names[3][0] == "step3" and names[3][1] != "completed", names
+
+
+def test_metrics_parse_with_prometheus_and_a_port_in_use_is_named(ddp_env, tmp_path):
+    parser = pytest.importorskip("prometheus_client.parser",
+                                 reason="prometheus_client: make venv installs it")
+    port = _free_port()
+    job = Job(ddp_env, tmp_path, STOPPED, "--metrics-port", str(port))
+    try:
+        job.wait_ready()
+        time.sleep(2.5)  # the monitors spoke after the 50; rank 1 has been silent since
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+            text = r.read().decode()
+        with pytest.raises(OSError):  # only /metrics is served
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)
+        families = {f.name: f for f in parser.text_string_to_metric_families(text)}
+        ops = {(s.labels["rank"], s.labels["op"]): s.value
+               for s in families["ddp_operations"].samples if s.name == "ddp_operations_total"}
+        assert ops == {(str(r), "allreduce"): 50.0 for r in range(3)}, ops
+        sent = {s.labels["rank"]: s.value for s in families["ddp_bytes"].samples
+                if s.name == "ddp_bytes_total"}
+        assert sent == {str(r): 50.0 * 4 * (1 << 14) for r in range(3)}, sent
+        assert all(s.value > 0 for s in families["ddp_busbw_bytes_per_second"].samples)
+        up = {s.labels["rank"]: s.value for s in families["ddp_rank_up"].samples}
+        assert up == {"0": 1.0, "1": 0.0, "2": 1.0}, up
+        flight = {s.labels["rank"]: s.value for s in families["ddp_in_flight_operations"].samples}
+        assert flight["0"] == 1.0 and flight["2"] == 1.0, flight
+        assert {"ddp_wait_seconds", "ddp_operation_errors", "ddp_waited_for_seconds",
+                "ddp_job_broken", "ddp_busy_seconds"} <= set(families), sorted(families)
+        busy = _ddprun(ddp_env, "--metrics-port", port, "-np", "1", sys.executable, "-c", "1")
+        assert busy.returncode == 2, busy.stderr
+        assert f"ddprun: --metrics-port {port}: cannot serve metrics there: Address already in " \
+               "use" in busy.stderr, busy.stderr
+    finally:
+        job.end()
+
+
+@pytest.mark.torch
+def test_torchs_flight_recorder_analyzer_names_the_rank_that_never_submitted(ddp_env, tmp_path):
+    fr_trace = pytest.importorskip(
+        "torch.distributed.flight_recorder.fr_trace",
+        reason="torch's flight-recorder analyzer ships with PyTorch 2 (make test-torch2)")
+    del fr_trace
+    script = tmp_path / "lagging.py"
+    script.write_text(LAGGING)
+    records = tmp_path / "records"
+    done = _ddprun(ddp_env, "-np", "4", sys.executable, script, records)
+    assert done.returncode == 0, done.stderr
+    converted = subprocess.run([sys.executable, "-m", "ddp.flight_recorder", "torch",
+                                str(records), str(tmp_path / "torch")], env=ddp_env,
+                               capture_output=True, text=True, timeout=60)
+    assert converted.returncode == 0, converted.stderr
+    assert converted.stdout.startswith("4 ranks' dumps for torch's analyzer in"), converted.stdout
+    analyzed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                               str(tmp_path / "torch"), "--prefix", "ddp_trace_rank_"],
+                              env=ddp_env, capture_output=True, text=True, timeout=120)
+    said = analyzed.stdout + analyzed.stderr
+    assert analyzed.returncode == 0, said
+    assert "Not all ranks joining collective, sequence number: 6" in said, said
+    assert "missing ranks: {2}" in said, said
+    assert "collective: ddp:all_reduce" in said and "group info: 0:default_pg" in said, said
+
+
+def test_the_converter_refuses_what_is_not_a_flight_record(ddp_env, tmp_path):
+    (tmp_path / "ddp_flight_recorder_rank_0.json").write_text('{"format": "other"}')
+    bad = subprocess.run([sys.executable, "-m", "ddp.flight_recorder", "torch", str(tmp_path)],
+                         env=ddp_env, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 1 and "not a libddp flight record" in bad.stderr, bad.stderr
+    empty = subprocess.run([sys.executable, "-m", "ddp.flight_recorder", "torch",
+                            str(tmp_path / "none")], env=ddp_env, capture_output=True, text=True,
+                           timeout=60)
+    assert empty.returncode == 1, empty.stderr
