@@ -109,7 +109,10 @@ build: deps venv $(BUILD)/build.ninja  ## libddp, its tests and benchmarks; ddp,
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddprun && chmod +x $(VENV)/bin/ddprun && \
 	printf '#!%s\nimport sys\nfrom ddp_model import main\nsys.exit(main())\n' \
 	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddp-model && chmod +x $(VENV)/bin/ddp-model && \
-	echo "installed ddp into $$site and ddprun, ddp-model into $(VENV)/bin"
+	printf '#!%s\nimport sys\nfrom ddp.timeline import main\nsys.exit(main())\n' \
+	  "$(abspath $(VENV))/bin/python" > $(VENV)/bin/ddp-timeline && \
+	chmod +x $(VENV)/bin/ddp-timeline && \
+	echo "installed ddp into $$site and ddprun, ddp-model, ddp-timeline into $(VENV)/bin"
 
 # Installs the `ddp` package (cmake's python component: extension, libddp.so, Python files, the
 # TensorFlow ops when built) and `ddprun` into the venv $(1).

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "bootstrap/job.h"
+#include "clock_sync.h"
 #include "collectives/backend.h"
 #include "collectives/collectives.h"
 #include "collectives/comm_ids.h"
@@ -106,6 +107,10 @@ absl::Status ContextImpl::Init() {
   engine = std::make_unique<engine::EngineImpl>(options, job.transport.get(), tuning, &comm_ids,
                                                 backends);
   DDP_RETURN_IF_ERROR(engine->Start());
+  if (options.timeline_clock_sync) {
+    DDP_ASSIGN_OR_RETURN(const ClockSync sync, SyncClocks(*comm, options.rank, options.size));
+    engine->NoteClockSync(sync.offset_us, sync.spread_us, sync.rounds);
+  }
   const bootstrap::Topology& t = job.topology;
   DDP_LOG(kInfo, "joined job: rank %d of %d on %s (local %d/%d, cross %d/%d)", options.rank,
           options.size, job.hosts[static_cast<size_t>(options.rank)], t.local_rank, t.local_size,
@@ -153,14 +158,17 @@ Context::~Context() { Shutdown().IgnoreError(); }
 
 namespace {
 
-// Whether this context is the job its launcher started (the rank and size of the process's
-// environment), not a group made inside it (torch's new_group), whose ranks are the group's.
+// Whether this context is the job its launcher started (the rank, size and store of the
+// process's environment), not a group made inside it (torch's new_group).
 bool IsLaunchersJob(const Options& options) {
-  int rank = -1, size = -1;
+  int rank = -1, size = -1, port = -1;
   const char* r = std::getenv("DDP_RANK");
   const char* n = std::getenv("DDP_SIZE");
-  return r != nullptr && n != nullptr && absl::SimpleAtoi(r, &rank) && absl::SimpleAtoi(n, &size) &&
-         rank == options.rank && size == options.size;
+  const char* p = std::getenv("DDP_RENDEZVOUS_PORT");
+  // A group of the same ranks (torch's new_group over all of them) meets at a store of its own.
+  return r != nullptr && n != nullptr && p != nullptr && absl::SimpleAtoi(r, &rank) &&
+         absl::SimpleAtoi(n, &size) && absl::SimpleAtoi(p, &port) && rank == options.rank &&
+         size == options.size && port == options.rendezvous_port;
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ Monitor::Monitor(const Options& options, const Engine& engine,
     : engine_(engine),
       rank_(options.rank),
       host_(HostName(options)),
+      key_(absl::StrCat("ddp/monitor/status/", options.rank)),
+      address_(options.rendezvous_addr),
+      port_(options.rendezvous_port),
+      token_(options.job_token),
       store_(std::move(store)),
       thread_([this] { Loop(); }) {}
 
@@ -55,33 +59,46 @@ Monitor::~Monitor() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // The last word: the rank left on purpose (not a rank that stopped answering).
+  if (store_ != nullptr) store_->Set(key_, Snapshot(/*left=*/true)).IgnoreError();
 }
 
-std::string Monitor::Snapshot() {
+std::string Monitor::Snapshot(bool left) {
   return absl::StrCat("{\"rank\":", rank_, ",\"host\":\"", Escape(host_), "\",\"pid\":", getpid(),
                       ",\"beat\":", ++beat_, ",\"time_ns\":", absl::ToUnixNanos(absl::Now()),
-                      ",\"engine\":", engine_.StatusJson(), "}");
+                      left ? ",\"left\":true" : "", ",\"engine\":", engine_.StatusJson(), "}");
 }
 
 void Monitor::AnswerDumpRequest() {
   absl::StatusOr<int64_t> asked = store_->Add("ddp/monitor/dump", 0);
   if (!asked.ok() || *asked <= dumps_answered_) return;
   dumps_answered_ = *asked;
-  const std::string record = engine_.FlightRecord("requested by ddprun dump");
-  store_->Set(absl::StrCat("ddp/monitor/dump/", *asked, "/", rank_), record).IgnoreError();
+  // One key per rank, the request's number first: the store keeps one record per rank, not one
+  // per request.
+  const std::string record =
+      absl::StrCat(*asked, "\n", engine_.FlightRecord("requested by ddprun dump"));
+  store_->Set(absl::StrCat("ddp/monitor/dump/", rank_), record).IgnoreError();
 }
 
 void Monitor::Loop() {
   NameThisThread("ddp-monitor");
-  const std::string key = absl::StrCat("ddp/monitor/status/", rank_);
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     lock.unlock();
-    // A store that went away (the launcher ended first) ends the monitor, quietly.
-    const bool spoke = store_->Set(key, Snapshot()).ok();
-    if (spoke) AnswerDumpRequest();
+    // A store that did not answer (a slow launcher, a dropped connection) is tried again, on a
+    // new connection, next time; one that went for good (the launcher ended) costs a try a
+    // second until the rank leaves.
+    if (store_ == nullptr) {
+      auto store = bootstrap::TcpStoreClient::Connect(address_, port_, token_, rank_,
+                                                      absl::Now() + absl::Milliseconds(500));
+      if (store.ok()) store_ = *std::move(store);
+    }
+    if (store_ != nullptr && store_->Set(key_, Snapshot(/*left=*/false)).ok()) {
+      AnswerDumpRequest();
+    } else {
+      store_.reset();
+    }
     lock.lock();
-    if (!spoke) return;
     cv_.wait_for(lock, absl::ToChronoNanoseconds(kInterval), [this] { return stop_; });
   }
 }

@@ -5,7 +5,8 @@
 // the rank's status (Engine::StatusJson, with its host, pid and a heartbeat count) in the
 // launcher's rendezvous store under ddp/monitor/status/<rank>, and answers a dump request (the
 // counter ddp/monitor/dump raised by `ddprun dump`) with its flight record under
-// ddp/monitor/dump/<n>/<rank>. `ddprun status`, `ddprun dump` and ddprun's metrics read them
+// ddp/monitor/dump/<rank>, after the request's number and a newline. Its last word, as the rank
+// leaves, says so ("left"). `ddprun status`, `ddprun dump` and ddprun's metrics read them
 // (docs/observability.md). A rank that stops (SIGSTOP, a debugger) stops speaking: its heartbeat
 // stands still, which is how the launcher tells it apart.
 #pragma once
@@ -32,10 +33,9 @@ class Monitor {
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;
 
-  // The status as published (for tests).
-  std::string Snapshot();
-
  private:
+  // The status as published; `left`: the rank's last word as it leaves.
+  std::string Snapshot(bool left);
   Monitor(const Options& options, const Engine& engine,
           std::unique_ptr<bootstrap::TcpStoreClient> store);
   void Loop();
@@ -44,7 +44,11 @@ class Monitor {
   const Engine& engine_;
   const int rank_;
   const std::string host_;
-  std::unique_ptr<bootstrap::TcpStoreClient> store_;
+  const std::string key_;
+  const std::string address_;
+  const int port_;
+  const std::string token_;
+  std::unique_ptr<bootstrap::TcpStoreClient> store_;  // null: reconnect at the next beat
   uint64_t beat_ = 0;
   int64_t dumps_answered_ = 0;
   std::mutex mu_;

@@ -137,6 +137,7 @@ constexpr Variable kEngineVariables[] = {
     Int("DDP_CACHE_CAPACITY", &Options::cache_capacity, 0, 1 << 20),
     Text("DDP_TIMELINE", &Options::timeline),
     Flag("DDP_TIMELINE_MARK_CYCLES", &Options::timeline_mark_cycles),
+    Flag("DDP_TIMELINE_CLOCK_SYNC", &Options::timeline_clock_sync),
     Int("DDP_FLIGHT_RECORDER_ENTRIES", &Options::flight_recorder_entries, 0, 1 << 20),
     Text("DDP_FLIGHT_RECORDER_DUMP", &Options::flight_recorder_dump),
     Flag("DDP_MONITOR", &Options::monitor),

@@ -60,6 +60,7 @@ std::map<std::string, std::string> AllUnset() {
                            "DDP_CACHE_CAPACITY",
                            "DDP_TIMELINE",
                            "DDP_TIMELINE_MARK_CYCLES",
+                           "DDP_TIMELINE_CLOCK_SYNC",
                            "DDP_FLIGHT_RECORDER_ENTRIES",
                            "DDP_FLIGHT_RECORDER_DUMP",
                            "DDP_MONITOR",
@@ -119,6 +120,7 @@ TEST(OptionsTable, UnsetVariablesKeepTheDefaults) {
   EXPECT_EQ(o->cache_capacity, d.cache_capacity);
   EXPECT_EQ(o->timeline, d.timeline);
   EXPECT_EQ(o->timeline_mark_cycles, d.timeline_mark_cycles);
+  EXPECT_FALSE(o->timeline_clock_sync);
   EXPECT_EQ(o->flight_recorder_entries, 2048);
   EXPECT_EQ(o->flight_recorder_dump, "");
   EXPECT_FALSE(o->monitor);
@@ -170,6 +172,7 @@ TEST(OptionsTable, EveryVariableLandsInItsField) {
                  {"DDP_CACHE_CAPACITY", "77"},
                  {"DDP_TIMELINE", "/tmp/timeline.json"},
                  {"DDP_TIMELINE_MARK_CYCLES", "true"},
+                 {"DDP_TIMELINE_CLOCK_SYNC", "1"},
                  {"DDP_FLIGHT_RECORDER_ENTRIES", "64"},
                  {"DDP_FLIGHT_RECORDER_DUMP", "/tmp/fr"},
                  {"DDP_MONITOR", "1"},
@@ -219,6 +222,7 @@ TEST(OptionsTable, EveryVariableLandsInItsField) {
   EXPECT_EQ(o->cache_capacity, 77);
   EXPECT_EQ(o->timeline, "/tmp/timeline.json");
   EXPECT_TRUE(o->timeline_mark_cycles);
+  EXPECT_TRUE(o->timeline_clock_sync);
   EXPECT_EQ(o->flight_recorder_entries, 64);
   EXPECT_EQ(o->flight_recorder_dump, "/tmp/fr");
   EXPECT_TRUE(o->monitor);

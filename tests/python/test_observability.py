@@ -73,6 +73,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def ddp_env(ddp_env, tmp_path):
+    """The tests' jobs kept in a job folder of their own (not the user's: `ddprun status`
+    without --job must find the test's job alone)."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    return {**ddp_env, "XDG_RUNTIME_DIR": str(runtime)}
+
+
 def _ddprun(env, *args, **kw):
     return subprocess.run([sys.executable, "-m", "ddp.run", *map(str, args)], env=env,
                           capture_output=True, text=True, timeout=120, **kw)
@@ -197,11 +206,17 @@ def test_metrics_parse_with_prometheus_and_a_port_in_use_is_named(ddp_env, tmp_p
     job = Job(ddp_env, tmp_path, STOPPED, "--metrics-port", str(port))
     try:
         job.wait_ready()
-        time.sleep(2.5)  # the monitors spoke after the 50; rank 1 has been silent since
         import urllib.request
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
-            text = r.read().decode()
+
+        def scrape():
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4")
+                return r.read().decode()
+        # Until rank 1, stopped, has been silent long enough to count as down.
+        deadline = time.monotonic() + 30
+        while 'ddp_rank_up{rank="1"} 0' not in (text := scrape()):
+            assert time.monotonic() < deadline, text
+            time.sleep(0.5)
         with pytest.raises(OSError):  # only /metrics is served
             urllib.request.urlopen(f"http://127.0.0.1:{port}/other", timeout=10)
         families = {f.name: f for f in parser.text_string_to_metric_families(text)}
@@ -261,3 +276,81 @@ def test_the_converter_refuses_what_is_not_a_flight_record(ddp_env, tmp_path):
                             str(tmp_path / "none")], env=ddp_env, capture_output=True, text=True,
                            timeout=60)
     assert empty.returncode == 1, empty.stderr
+
+
+TIMED = textwrap.dedent("""
+    import numpy as np
+    import ddp
+    ddp.init()
+    x = np.ones(1 << 12, np.float32)
+    for step in range(5):
+        ddp.allreduce(x, name=f"grad{step % 2}")
+        ddp.allgather(np.ones((2, 3), np.float32), name=f"gather{step}")
+""")
+
+
+def check_job_timeline(path, ranks, hosts=None):
+    """The merged trace as a trace viewer reads it: Chrome's JSON object format, a process per
+    rank named after it, complete events with a start and a duration on one clock, the clocks
+    measured; returns it."""
+    trace = json.loads(path.read_text())
+    assert trace["displayTimeUnit"] == "ms" and trace["otherData"]["ranks"] == ranks
+    assert trace["otherData"]["clock"] == "rank 0's (measured at start)", trace["otherData"]
+    events = trace["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "process_name"}
+    want = {r: f"rank {r}" + (f" ({hosts[r]})" if hosts else "") for r in range(ranks)}
+    assert names == want, names
+    sync = {e["pid"]: e["args"] for e in events if e["ph"] == "M" and e["name"] == "ddp_clock_sync"}
+    assert sorted(sync) == list(range(ranks)) and sync[0]["offset_us"] == 0, sync
+    assert all(s["rounds"] == 9 and s["spread_us"] >= 0 for s in sync.values()), sync
+    slices = [e for e in events if e["ph"] == "X"]
+    assert all(isinstance(e["ts"], int) and e["ts"] >= 0 and e["dur"] >= 0 for e in slices)
+    for rank in range(ranks):
+        mine = {e["name"] for e in slices if e["pid"] == rank}
+        assert {"NEGOTIATE", "ALLREDUCE", "ALLGATHER"} <= mine, (rank, mine)
+        sent = [e for e in slices if e["pid"] == rank and e["name"] == "ALLGATHER"]
+        assert all(int(e["args"]["bytes"]) == 24 * ranks for e in sent), sent  # the result's
+    # One clock: the same allreduce ends on every rank within the run's own span.
+    ends = [max(e["ts"] + e["dur"] for e in slices if e["pid"] == r) for r in range(ranks)]
+    span = max(e["ts"] + e["dur"] for e in slices) - min(e["ts"] for e in slices)
+    assert max(ends) - min(ends) <= span, (ends, span)
+    return trace
+
+
+def test_job_timeline_merges_every_rank_on_one_clock(ddp_env, tmp_path):
+    script = tmp_path / "timed.py"
+    script.write_text(TIMED)
+    out = tmp_path / "job.json"
+    done = _ddprun(ddp_env, "-np", 3, "--job-timeline", out, sys.executable, script)
+    assert done.returncode == 0, done.stderr
+    assert f"ddprun: job timeline: {out} (3 ranks on rank 0's clock; " in done.stderr, done.stderr
+    check_job_timeline(out, 3)
+    assert not (tmp_path / "job.json.ranks").exists()  # the ranks' files, merged, are gone
+    # ddp-timeline merge reads the ranks' files as they are, a killed rank's (no "]") too.
+    ranks = tmp_path / "ranks"
+    ranks.mkdir()
+    again = _ddprun({**ddp_env, "DDP_TIMELINE": str(ranks / "r{rank}.json"),
+                     "DDP_TIMELINE_CLOCK_SYNC": "1"}, "-np", 2, sys.executable, script)
+    assert again.returncode == 0, again.stderr
+    cut = ranks / "r1.json"
+    cut.write_text(cut.read_text().rstrip().rstrip("]"))
+    merged = subprocess.run([sys.executable, "-m", "ddp.timeline", "merge", "-o",
+                             str(tmp_path / "m.json"), str(ranks / "r0.json"), str(cut)],
+                            env=ddp_env, capture_output=True, text=True, timeout=60)
+    assert merged.returncode == 0, merged.stderr
+    assert "2 ranks in" in merged.stdout and "rank 0's (measured at start)" in merged.stdout
+    check_job_timeline(tmp_path / "m.json", 2)
+
+
+def test_job_timeline_that_cannot_be_written_stops_ddprun_before_any_rank(ddp_env, tmp_path):
+    marker = tmp_path / "started"
+    done = _ddprun(ddp_env, "-np", 2, "--job-timeline", tmp_path / "no" / "such" / "job.json",
+                   sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert done.returncode == 2, done.stderr
+    assert "ddprun: --job-timeline " in done.stderr and "cannot be written: No such file or " \
+        "directory" in done.stderr, done.stderr
+    assert not marker.exists()
+    both = _ddprun(ddp_env, "-np", 2, "--job-timeline", tmp_path / "j.json",
+                   "--timeline-filename", tmp_path / "t.json", sys.executable, "-c", "1")
+    assert both.returncode == 2 and "not both" in both.stderr, both.stderr

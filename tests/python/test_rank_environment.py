@@ -66,7 +66,8 @@ def test_ddprun_writes_exactly_its_rows(run_env):
              "--network-interface", "lo", "--timeline-filename", "/tmp/t-{rank}.json",
              "--flight-recorder", "/tmp/fr"]
     written = set()
-    for argv in (["-np", "2", "prog"], ["-np", "3", "-H", "a:2,b:2", *flags, "prog"]):
+    for argv in (["-np", "2", "prog"], ["-np", "3", "-H", "a:2,b:2", *flags, "prog"],
+                 ["-np", "2", "--job-timeline", "/tmp/job.json", "prog"]):
         args = _args(argv)
         for rank in range(args.np):
             where = args.places[rank] if args.places else None

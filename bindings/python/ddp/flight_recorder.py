@@ -10,8 +10,10 @@ Each rank's DIR/ddp_flight_recorder_rank_<N>.json becomes OUT/ddp_trace_rank_<N>
 default), a pickle in torch's format (version 2.10): one process group per libddp process set
 (the whole job is group "0", "default_pg", as torch.distributed's default group), an entry per
 collective with torch's names ("ddp:all_reduce", "Float") and states (scheduled, started,
-completed; a failed operation stays at the state it reached). Needs no torch. Operations torch
-has no name for (add_process_set) are left out."""
+completed; a failed operation stays at the state it reached), numbered in the order its process
+set agreed to run it (libddp's ranks may submit in different orders; the agreed order is the
+same everywhere). Needs no torch. Operations torch has no name for (add_process_set) are left
+out."""
 from __future__ import annotations
 
 import json
@@ -49,11 +51,12 @@ def _state(entry: dict) -> str:
     return "started" if entry["started_ns"] else "scheduled"
 
 
-def _entry(entry: dict, record_id: int, group: str, desc: str, members: int) -> dict[str, Any]:
+def _entry(entry: dict, seq: int, record_id: int, group: str, desc: str,
+           members: int) -> dict[str, Any]:
     state = _state(entry)
     return {
         "record_id": record_id, "pg_id": int(group), "process_group": (group, desc),
-        "collective_seq_id": entry["seq"], "p2p_seq_id": 0, "op_id": entry["seq"],
+        "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
         "profiling_name": f"ddp:{_OPS[entry['kind']]}",
         "time_created_ns": entry["submitted_ns"],
         "input_sizes": [list(s) for s in entry["shapes"]],
@@ -67,6 +70,24 @@ def _entry(entry: dict, record_id: int, group: str, desc: str, members: int) -> 
     }
 
 
+def _sequence(entries: list[dict]) -> list[tuple[dict, int]]:
+    """Each entry with torch's collective_seq_id: the order its process set agreed to run it
+    (the same on every rank, whatever order each rank submitted in); an operation not yet agreed
+    comes after the set's last agreed one, in this rank's order of submission."""
+    ordered = sorted((e for e in entries if e["kind"] in _OPS), key=lambda e: e["id"])
+    agreed: dict[int, int] = {}
+    for e in ordered:
+        agreed[e["process_set"]] = max(agreed.get(e["process_set"], 0), e["agreed_seq"])
+    out = []
+    for e in ordered:
+        if e["agreed_seq"]:
+            out.append((e, e["agreed_seq"]))
+        else:
+            agreed[e["process_set"]] += 1
+            out.append((e, agreed[e["process_set"]]))
+    return out
+
+
 def to_torch(record: dict) -> dict[str, Any]:
     """One rank's flight record (libddp's format) as torch's flight-recorder dump."""
     if record.get("format") != "libddp-flight-recorder":
@@ -75,19 +96,19 @@ def to_torch(record: dict) -> dict[str, Any]:
     sets = {str(k): v for k, v in record["process_sets"].items()}
     descs = {k: "default_pg" if k == "0" else f"process_set_{k}" for k in sets}
     entries, status = [], {}
-    for e in sorted(record["entries"], key=lambda e: e["id"]):
+    for e, seq in _sequence(record["entries"]):
         group = str(e["process_set"])
         if e["kind"] not in _OPS or group not in sets:
             continue
-        entries.append(_entry(e, e["id"] - 1, group, descs[group], len(sets[group])))
+        entries.append(_entry(e, seq, e["id"] - 1, group, descs[group], len(sets[group])))
         s = status.setdefault(group, {"last_enqueued_collective": -1,
                                       "last_started_collective": -1,
                                       "last_completed_collective": -1})
-        s["last_enqueued_collective"] = max(s["last_enqueued_collective"], e["seq"])
+        s["last_enqueued_collective"] = max(s["last_enqueued_collective"], seq)
         if e["started_ns"]:
-            s["last_started_collective"] = max(s["last_started_collective"], e["seq"])
+            s["last_started_collective"] = max(s["last_started_collective"], seq)
         if e["state"] == "completed":
-            s["last_completed_collective"] = max(s["last_completed_collective"], e["seq"])
+            s["last_completed_collective"] = max(s["last_completed_collective"], seq)
     return {
         "version": VERSION, "comm_lib_version": "libddp",
         "pg_config": {k: {"name": k, "desc": descs[k], "ranks": str(sorted(v))}

@@ -113,6 +113,10 @@ struct Options {
   // (DDP_TIMELINE_MARK_CYCLES=1) also one marker per engine cycle.
   std::string timeline;
   bool timeline_mark_cycles = false;
+  // Measure this rank's clock against rank 0's at start and note it in the timeline, for a
+  // timeline merged across hosts (DDP_TIMELINE_CLOCK_SYNC=1, set on every rank by ddprun
+  // --job-timeline: collective, every rank must have it).
+  bool timeline_clock_sync = false;
   // The flight recorder: the engine's last flight_recorder_entries operations, always kept
   // (DDP_FLIGHT_RECORDER_ENTRIES, 0 = off), and written to the folder flight_recorder_dump
   // (DDP_FLIGHT_RECORDER_DUMP; empty: not written) as ddp_flight_recorder_rank_<N>.json when

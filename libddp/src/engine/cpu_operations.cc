@@ -274,7 +274,8 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
   if (!s.ok()) return Annotate(s, absl::StrCat(OpKindName(m.kind), " '", r.name, "'"));
   std::string phase(OpKindName(m.kind));
   std::transform(phase.begin(), phase.end(), phase.begin(), ::toupper);
-  executor_.Phase(r.name, phase.c_str(), start, executor_.Now(), {{"transport", transport_}});
+  executor_.Phase(r.name, phase.c_str(), start, executor_.Now(),
+                  {{"transport", transport_}, {"bytes", absl::StrCat(bytes)}});
   executor_.Ran(1, bytes, /*fused=*/false);
   if (!misfit.ok()) h.output.clear();
   executor_.Finish(set, r.name, misfit);

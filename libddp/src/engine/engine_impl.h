@@ -86,6 +86,10 @@ class EngineImpl final : public Engine {
   EngineStats stats() const override { return stats_.Get(); }
   std::string FlightRecord(const std::string& reason) const override;
   std::string StatusJson() const override;
+  // Notes in the timeline how far this rank's clock is from rank 0's (context.cc measures it).
+  void NoteClockSync(int64_t offset_us, int64_t spread_us, int rounds) {
+    timeline_->ClockSync(offset_us, spread_us, rounds);
+  }
   absl::StatusOr<std::string> DumpFlightRecord(const std::string& folder,
                                                const std::string& reason) const override;
 

@@ -3,11 +3,13 @@
 // EngineImpl's flight record: the recorder's entries with this rank's identity, as JSON, on
 // demand and when the job breaks (DDP_FLIGHT_RECORDER_DUMP).
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -72,6 +74,22 @@ std::string EngineImpl::StatusJson() const {
     std::lock_guard<std::mutex> lock(inbox_->mu);
     if (!inbox_->failed.ok()) error = std::string(inbox_->failed.message());
   }
+  std::vector<std::string> names;  // every operation in flight, for "who waits for whom"
+  std::vector<int> sets;
+  for (const auto& [set, name] : flight.in_flight_names) {
+    names.push_back(absl::StrCat("[", set, ",\"", JsonEscape(name), "\"]"));
+    if (std::find(sets.begin(), sets.end(), set) == sets.end()) sets.push_back(set);
+  }
+  std::vector<std::string> members;  // of the sets with work in flight
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mu);
+    for (int set : sets) {
+      if (static_cast<size_t>(set) >= inbox_->set_members.size()) continue;
+      members.push_back(
+          absl::StrCat("\"", set, "\":[",
+                       absl::StrJoin(inbox_->set_members[static_cast<size_t>(set)], ","), "]"));
+    }
+  }
   std::vector<std::string> waited;
   for (size_t r = 0; r < s.waited_for_rounds.size(); ++r) {
     if (s.waited_for_rounds[r] == 0) continue;
@@ -80,7 +98,8 @@ std::string EngineImpl::StatusJson() const {
   }
   return absl::StrCat(
       "{\"in_flight\":[", absl::StrJoin(in_flight, ","),
-      "],\"in_flight_count\":", flight.in_flight_count,
+      "],\"in_flight_count\":", flight.in_flight_count, ",\"in_flight_names\":[",
+      absl::StrJoin(names, ","), "],\"sets\":{", absl::StrJoin(members, ","), "}",
       ",\"last\":", flight.last_finished.id == 0 ? "null" : FlightEntryJson(flight.last_finished),
       ",\"totals\":", FlightTotalsJson(recorder_.Totals()), ",\"tensors\":", s.tensors,
       ",\"bytes\":", s.bytes, ",\"collectives\":", s.collectives, ",\"cycles\":", s.cycles,
@@ -92,17 +111,33 @@ absl::StatusOr<std::string> EngineImpl::DumpFlightRecord(const std::string& fold
                                                          const std::string& reason) const {
   DDP_RETURN_IF_ERROR(MakeFolders(folder));
   const std::string path = absl::StrCat(folder, "/ddp_flight_recorder_rank_", rank_, ".json");
-  const std::string tmp = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << FlightRecord(reason);
-    if (!out.good()) {
-      return absl::PermissionDeniedError(absl::StrCat("cannot write ", tmp));
-    }
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
+  // A name of this writer's own (a dump on demand may race the one at a failure), created
+  // afresh, never through a link; renamed into place once complete.
+  static std::atomic<uint64_t> writes{0};
+  const std::string tmp = absl::StrCat(path, ".", getpid(), ".", writes++, ".tmp");
+  const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
     return absl::PermissionDeniedError(
-        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+        absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
+  }
+  const std::string text = FlightRecord(reason);
+  size_t done = 0;
+  int why = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      why = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (close(fd) != 0 && why == 0) why = errno;
+  if (why == 0 && rename(tmp.c_str(), path.c_str()) != 0) why = errno;
+  if (why != 0) {
+    unlink(tmp.c_str());
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(why)));
   }
   return path;
 }

@@ -147,6 +147,7 @@ FlightRecorder::Now FlightRecorder::InFlight(size_t max) const {
     }
     if (done) continue;
     ++now.in_flight_count;
+    now.in_flight_names.emplace_back(e.process_set, e.name);
     if (now.in_flight.size() < max) now.in_flight.push_back(e);
   }
   return now;

@@ -68,6 +68,7 @@ class FlightRecorder {
   // What is in flight now (oldest first, at most `max`) and the last operation finished.
   struct Now {
     std::vector<FlightEntry> in_flight;
+    std::vector<std::pair<int, std::string>> in_flight_names;  // (set, name), all of them
     size_t in_flight_count = 0;
     FlightEntry last_finished;  // id 0: none yet
   };

@@ -24,8 +24,9 @@ struct MemberRecord {
   int64_t fusion_threshold = 0;
   float cycle_time_ms = 0;
   uint32_t cache_capacity = 0;
-  // How long this rank's own submissions that became ready in its previous round had waited
-  // there, summed, in microseconds plus one (0: it had none): who waited for whom.
+  // How long this rank waited for the tensors that became ready in its previous round (since the
+  // earliest of its own among them), in microseconds plus one (0: it had none): who waited for
+  // whom.
   uint32_t waited_us = 0;
   static constexpr uint8_t kHasPending = 1;
   static constexpr uint8_t kJoined = 2;
@@ -89,9 +90,9 @@ void RequeueSlot(SetState& set, int slot) {
 
 // Process's steps, in the order it takes them.
 
-// Who the members waited for in their previous round: each reported how long its own tensors
-// that became ready then had waited since it submitted them (summed over them). The tensors were
-// the same on every member, so the member that waited least submitted last, and every other
+// Who the members waited for in their previous round: each reported how long it had waited, on
+// its own clock, since it submitted the earliest of its tensors that became ready then. The tensors
+// were the same on every member, so the member that waited least submitted last, and every other
 // member waited for it the difference. Members that reported nothing (no tensors of their own:
 // joined, or not in that round) take no part.
 void AttributeWaits(const std::vector<uint32_t>& waited, RoundOutcome& out) {
@@ -114,16 +115,17 @@ void AttributeWaits(const std::vector<uint32_t>& waited, RoundOutcome& out) {
 }
 
 // What this rank reports next round: how long its own submissions among `responses` waited.
+// Since its earliest submission among them: the time this rank waited, however many tensors
+// waited with it (a sum would count a wait once per tensor).
 uint32_t OwnWait(const SetState& set, const std::vector<Response>& responses, absl::Time now) {
-  double us = 0;
-  bool any = false;
+  absl::Time earliest = absl::InfiniteFuture();
   for (const Response& r : responses) {
     auto it = set.pending.find(r.name);
     if (!r.error.ok() || it == set.pending.end()) continue;
-    any = true;
-    us += std::max(0.0, absl::ToDoubleMicroseconds(now - it->second->submitted));
+    earliest = std::min(earliest, it->second->submitted);
   }
-  if (!any) return 0;
+  if (earliest == absl::InfiniteFuture()) return 0;
+  const double us = std::max(0.0, absl::ToDoubleMicroseconds(now - earliest));
   return static_cast<uint32_t>(std::min(us, 4.0e9)) + 1;
 }
 
@@ -143,7 +145,11 @@ RoundOutcome ReadMembers(SetState& set, const std::vector<uint8_t>& vec) {
     if ((r.flags & MemberRecord::kStopping) != 0) out.stopping.push_back(set.members[i]);
     if (!out.joined[i]) ++out.active_members;
   }
-  AttributeWaits(waited, out);
+  // The set's first tensors wait for the ranks' start (imports, initialisation), not for a
+  // straggler: their round is not counted.
+  const bool reported = std::any_of(waited.begin(), waited.end(), [](uint32_t w) { return w; });
+  if (reported && set.waits_reported++ > 0) AttributeWaits(waited, out);
+  if (out.waited_for_s.empty()) out.waited_for_s.assign(members, 0.0);
   const MemberRecord coordinator = ReadMember(MemberAt(set, vec, 0));
   out.params =
       TunedParams{coordinator.fusion_threshold, static_cast<double>(coordinator.cycle_time_ms)};

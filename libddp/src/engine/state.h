@@ -87,6 +87,7 @@ struct SetState {
   // How long this rank's own submissions that became ready in its last round waited (us + 1;
   // 0: none), told to the others in the next round (negotiator.cc: who waited for whom).
   uint32_t wait_report_us = 0;
+  uint64_t waits_reported = 0;  // rounds whose reports said something (the first is not counted)
 };
 
 // A process set with what runs its collectives.

@@ -216,6 +216,16 @@ void Timeline::Phase(absl::string_view tensor, absl::string_view phase, int64_t 
   Emit(event);
 }
 
+void Timeline::ClockSync(int64_t offset_us, int64_t spread_us, int rounds) {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  Emit(absl::StrCat("{\"name\":\"ddp_clock_sync\",\"ph\":\"M\",\"pid\":", rank_,
+                    ",\"tid\":", kMarkerTrack, ",\"args\":{\"offset_us\":", offset_us,
+                    ",\"spread_us\":", spread_us, ",\"rounds\":", rounds, "}}"));
+  FlushLocked();
+}
+
 void Timeline::Marker(absl::string_view name, int64_t at_us) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);

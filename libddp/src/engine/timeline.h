@@ -56,6 +56,9 @@ class Timeline {
   // Phase, Marker and Flush do nothing while the timeline is stopped.
   void Phase(absl::string_view tensor, absl::string_view phase, int64_t start_us, int64_t end_us,
              const std::vector<std::pair<std::string, std::string>>& args = {});
+  // A metadata event "ddp_clock_sync": this rank's system clock minus rank 0's, measured at
+  // start (clock_sync.h), which a merge of the ranks' files subtracts (ddp-timeline merge).
+  void ClockSync(int64_t offset_us, int64_t spread_us, int rounds);
   // An instant ("i") event on a track of its own ("cycles"), e.g. "CYCLE_START".
   void Marker(absl::string_view name, int64_t at_us);
   // Pushes buffered events to the kernel (the engine calls it once per cycle), so a crash loses

@@ -186,6 +186,11 @@ def _add_output_flags(parser: argparse.ArgumentParser) -> None:
                         "job: auto (default) prints it when one rank held each of the others 10%% "
                         "of the job's time and at least a second (and with --verbose), always, "
                         "never")
+    output.add_argument("--job-timeline", metavar="FILE",
+                        help="one timeline of the whole job in FILE at its end: every rank's "
+                        "(Chrome/Perfetto trace, a track group per rank) on rank 0's clock, "
+                        "measured at start (ddp-timeline merge; the ranks' own files go to "
+                        "FILE.ranks/, which must be visible from every host)")
     output.add_argument("--flight-recorder", metavar="DIR",
                         help="where the ranks' flight records go when the job breaks "
                         "(DDP_FLIGHT_RECORDER_DUMP; ddp_flight_recorder_rank_N.json): a rank "
@@ -255,9 +260,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.output_filename and args.elastic:
         parser.error("--output-filename names each rank's files, and an elastic job's ranks "
                      "change: it is for a static job")
-    if args.elastic and (args.metrics_port is not None or args.stragglers != "auto"):
-        parser.error("--metrics-port and --stragglers are for a static job (an elastic job's "
-                     "ranks change with each generation)")
+    if args.elastic and (args.metrics_port is not None or args.stragglers != "auto" or
+                         args.job_timeline is not None):
+        parser.error("--metrics-port, --stragglers and --job-timeline are for a static job (an "
+                     "elastic job's ranks change with each generation)")
+    if args.job_timeline is not None and args.timeline_filename:
+        parser.error("give --job-timeline (one merged file) or --timeline-filename (a rank's "
+                     "own), not both")
     args.workers = args.np
     args.np += args.servers  # every rank of the job: the workers, then the servers
     _read_hosts(parser, args)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pathlib
 import sys
 
 from .hosts import Place
@@ -86,6 +87,10 @@ def _settings(env: dict, args: argparse.Namespace) -> None:
 
 
 def _timeline(env: dict, args: argparse.Namespace, rank: int) -> None:
+    if args.job_timeline is not None:  # every rank its file, and the clocks measured at start
+        env["DDP_TIMELINE"] = str(job_timeline_folder(args) / f"rank.{rank}.json")
+        env["DDP_TIMELINE_CLOCK_SYNC"] = "1"
+        return
     timeline = args.timeline_filename
     if timeline and "{rank}" in timeline:
         env["DDP_TIMELINE"] = timeline.replace("{rank}", str(rank))
@@ -94,6 +99,12 @@ def _timeline(env: dict, args: argparse.Namespace, rank: int) -> None:
             env["DDP_TIMELINE"] = timeline
         else:  # an inherited one would have every rank write rank 0's file
             env.pop("DDP_TIMELINE", None)
+
+
+def job_timeline_folder(args: argparse.Namespace) -> pathlib.Path:
+    """Where the ranks write their timelines for --job-timeline FILE: FILE.ranks/."""
+    path = pathlib.Path(os.path.abspath(args.job_timeline))
+    return path.with_name(path.name + ".ranks")
 
 
 def _group(args: argparse.Namespace, where: Place) -> tuple[int, int]:

@@ -66,6 +66,7 @@ class Job:
                  restartable: frozenset = frozenset(), max_restarts: int = 0,
                  files: RankFiles | None = None):
         self._units = units
+        self.units = units  # read by what watches the job (run/observe.py)
         self._files = files  # --output-filename's, beside the launcher's streams
         # Ranks started again when they fail (--restart-servers: parameter servers, which
         # rejoin the running job with DDP_REJOIN=1), and how often each was.

@@ -82,10 +82,10 @@ def load() -> list[dict]:
     for path in folder().glob("*.json"):
         try:
             record = json.loads(path.read_text())
-        except (OSError, ValueError):
+            if record.get("state") == "running" and not _alive(int(record.get("pid", 0))):
+                record.update(state="ended", ended=path.stat().st_mtime, code=None)
+        except (OSError, ValueError):  # gone meanwhile (another ddprun's sweep), or unreadable
             continue
-        if record.get("state") == "running" and not _alive(int(record.get("pid", 0))):
-            record.update(state="ended", ended=path.stat().st_mtime, code=None)
         records.append(record)
     return sorted(records, key=lambda r: -r.get("started", 0))
 

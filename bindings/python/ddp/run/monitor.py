@@ -11,9 +11,10 @@ from typing import Any
 
 STATUS = "ddp/monitor/status/{rank}"
 DUMP_COUNTER = "ddp/monitor/dump"
-DUMP = "ddp/monitor/dump/{n}/{rank}"
-# How long a reader waits to see heartbeats move: the monitor speaks every second.
-BEAT_WAIT_SECONDS = 1.6
+DUMP = "ddp/monitor/dump/{rank}"  # "<request number>\n<record>"
+# How long a reader waits to see heartbeats move: the monitor speaks every second, so a rank
+# that is merely slow (a loaded host) still speaks twice in this time.
+BEAT_WAIT_SECONDS = 2.5
 
 
 def _ddp():
@@ -46,9 +47,11 @@ def read_twice(client, ranks: int) -> tuple[dict, dict]:
 
 
 def silent(first: dict, second: dict) -> list[int]:
-    """The ranks whose heartbeat stood still between two reads (or that never spoke)."""
+    """The ranks whose heartbeat stood still between two reads (or that never spoke), but for
+    those whose last word was that they left."""
     return [r for r in second if second[r] is None or
-            (first.get(r) is not None and first[r]["beat"] == second[r]["beat"])]
+            (first.get(r) is not None and first[r]["beat"] == second[r]["beat"] and
+             not second[r].get("left"))]
 
 
 def request_dump(client, ranks: int, timeout: float) -> tuple[dict[int, str], list[int]]:
@@ -57,12 +60,19 @@ def request_dump(client, ranks: int, timeout: float) -> tuple[dict[int, str], li
     n = client.add(DUMP_COUNTER, 1)
     deadline = time.monotonic() + timeout
     records: dict[int, str] = {}
-    for rank in range(ranks):
-        left = max(0.05, deadline - time.monotonic())
-        try:
-            records[rank] = bytes(client.get(DUMP.format(n=n, rank=rank), left)).decode()
-        except Exception:  # noqa: BLE001 - no answer within the time: named by the caller
-            continue
+    while len(records) < ranks and time.monotonic() < deadline:
+        for rank in range(ranks):
+            if rank in records:
+                continue
+            try:  # the rank's key holds its answer to the latest request it saw
+                value = bytes(client.get(DUMP.format(rank=rank), 0.01)).decode()
+            except Exception:  # noqa: BLE001 - not there yet
+                continue
+            number, _, record = value.partition("\n")
+            if number == str(n):
+                records[rank] = record
+        if len(records) < ranks:
+            time.sleep(0.1)
     return records, [r for r in range(ranks) if r not in records]
 
 
@@ -92,7 +102,8 @@ def rank_list(ranks: list[int]) -> str:
 
 def waiting(statuses: dict[int, dict | None], quiet: list[int]) -> list[str]:
     """Who waits for whom: the ranks with work in flight wait for the silent ones; otherwise, the
-    ranks that submitted the oldest operation in flight wait for those that did not."""
+    ranks that submitted the oldest operation in flight wait for the members of its process set
+    that did not."""
     busy = [r for r, s in statuses.items() if s and s["engine"]["in_flight"] and r not in quiet]
     if quiet and busy:
         return [f"{rank_list(busy)} wait for {rank_list(quiet)}, which "
@@ -105,10 +116,11 @@ def waiting(statuses: dict[int, dict | None], quiet: list[int]) -> list[str]:
             oldest = head
     if oldest is None:
         return []
-    have = [r for r, s in statuses.items() if s and any(
-        e["name"] == oldest["name"] and e["process_set"] == oldest["process_set"]
-        for e in s["engine"]["in_flight"])]
-    lacking = [r for r in statuses if r not in have]
+    key = [oldest["process_set"], oldest["name"]]
+    have = [r for r, s in statuses.items() if s and key in s["engine"]["in_flight_names"]]
+    members = next((s["engine"]["sets"].get(str(key[0])) for s in statuses.values()
+                    if s and str(key[0]) in s["engine"]["sets"]), list(statuses))
+    lacking = [r for r in members if r not in have]
     if not lacking or oldest["state"] != "scheduled":
         return []
     return [f"{rank_list(have)} wait for {rank_list(lacking)} to submit {_op(oldest)}"]
@@ -126,7 +138,9 @@ def render(job: dict, first: dict, second: dict) -> list[str]:
         host = shown["host"] if shown else "-"
         pid = str(shown["pid"]) if shown else "-"
         doing = _doing(shown)
-        if rank in quiet and shown is not None:
+        if shown is not None and shown.get("left"):
+            doing = "left the job (shut down); its last word: " + doing
+        elif rank in quiet and shown is not None:
             age = time.time() - shown["time_ns"] / 1e9
             doing = f"NOT ANSWERING for {age:.1f} s; its last word: {doing}"
         lines.append(f"{rank:>5}  {host[:16]:<16} {pid:>8}  {doing}")

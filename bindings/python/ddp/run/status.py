@@ -112,7 +112,11 @@ def _dump(args, out, err) -> int:
     if args.torch and records:
         from .. import flight_recorder  # lazy: the launcher's side only
 
-        flight_recorder.convert(folder, folder)
+        try:
+            flight_recorder.convert(folder, folder)
+        except (OSError, ValueError, KeyError) as e:
+            err(f"--torch: {folder}'s records were not converted: {e}")
+            return 1
         out(f"torch's dumps: python -m torch.distributed.flight_recorder.fr_trace {folder} "
             f"--prefix {flight_recorder.PREFIX}")
     return 0 if not missing else 3
@@ -131,6 +135,6 @@ def main(command: str, argv: list[str]) -> int:
         print(f"ddprun {command}: {line}", file=sys.stderr, flush=True)
     try:
         return (_status if command == "status" else _dump)(args, out, err)
-    except PermissionError as e:
+    except OSError as e:  # the jobs' folder: not this user's, or unreadable
         err(str(e))
         return 1
