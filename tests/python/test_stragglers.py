@@ -24,11 +24,15 @@ SCRIPT = textwrap.dedent(f"""
     slow = int(sys.argv[1])
     x = np.ones(1000, np.float32)
     for step in range({STEPS}):
+        before = ddp.stats()
         if ddp.rank() == slow:
             time.sleep({SLEEP})  # its gradients come late, every step
         for i in range(4):
             ddp.allreduce(x, name=f"grad{{i}}")
+        ddp.allreduce(x, name="step_end")  # every rank's step ends here: its waits reported
+        last = ddp.stats(since=before)
     print("STATS " + json.dumps(ddp.stats()["stragglers"]), flush=True)
+    print("LAST " + json.dumps(last["stragglers"]), flush=True)
     ddp.shutdown()
 """)
 
@@ -68,6 +72,11 @@ def test_a_rank_slowed_by_a_sleep_is_named_first_with_the_same_figures_everywher
                                                            rel=0.05), stats
     first = stats[0][0]
     assert first["rank"] == 2, stats[0]
+    # One step's figures (ddp.stats(since=...)): rank 2 held the others in the last step too.
+    last = [json.loads(line.split("LAST ", 1)[1]) for line in done.stdout.splitlines()
+            if "LAST " in line]
+    assert all(step and step[0]["rank"] == 2 and step[0]["waited_for_seconds"] > 0
+               for step in last), last
     # The 3 others waited for about SLEEP every step; within the step, rank 2 is late for its
     # first gradient only (the other three follow at once). Half of it, at least, is counted.
     assert first["waited_for_seconds"] >= 0.5 * 3 * STEPS * SLEEP, stats[0]

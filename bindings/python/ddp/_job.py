@@ -182,15 +182,29 @@ def dump_flight_recorder(folder):
     return _ddp.dump_flight_record(os.fspath(folder), "on demand")
 
 
-def stats():
+def stats(since=None):
     """The engine's counters (engine_stats()) and the job's stragglers: `stats()["stragglers"]`
     lists the ranks the others waited for, most first, each a dict with `rank`,
     `waited_for_seconds` (how long the other ranks waited for it, summed over them) and `rounds`
     (the negotiation rounds in which it was the one they waited for). The figures are agreed:
-    the same on every rank. Cumulative since init: the difference of two calls is a step's."""
+    the same on every rank. Cumulative since init; with `since`, an earlier call's result, the
+    figures since then: taken at the ends of a training step, that step's stragglers
+
+        before = ddp.stats()
+        train_step()
+        print(ddp.stats(since=before)["stragglers"])"""
     counters = _ddp.engine_stats()
     seconds = counters.pop("waited_for_seconds")
     rounds = counters.pop("waited_for_rounds")
+    if since is not None:
+        earlier = {s["rank"]: s for s in since["stragglers"]}
+        for r in earlier:
+            if r < len(seconds):
+                seconds[r] -= earlier[r]["waited_for_seconds"]
+                rounds[r] -= earlier[r]["rounds"]
+        for key in ("cycles", "cache_hits", "cache_misses", "tensors", "collectives",
+                    "fused_tensors", "bytes"):
+            counters[key] -= since.get(key, 0)
     ranks = sorted((r for r, n in enumerate(rounds) if n > 0), key=lambda r: -seconds[r])
     counters["stragglers"] = [{"rank": r, "waited_for_seconds": seconds[r], "rounds": rounds[r]}
                               for r in ranks]
