@@ -4,6 +4,7 @@
 
     python tests/torch_suite/compare.py RESULTS_DIR... [--markdown] [--fail-on-gap]
     python tests/torch_suite/compare.py --list-profiler-gaps RESULTS_DIR
+    python tests/torch_suite/compare.py --baseline-fits BASELINE TESTS_FILE
 
 Each RESULTS_DIR holds gloo.json and ddp.json, run_suite.py's summaries of one torch (the same
 selection of tests). Prints each backend's counts, then every gap (a test that passed on gloo and
@@ -15,6 +16,10 @@ The profiler's events: where ddp failed on them (gloo records "gloo:<op>" events
 checks), the rest of the test was not run. --list-profiler-gaps prints those tests; run again on
 ddp with --profiler-checks off into ddp-noprof.json beside the others, they are reported as
 "missing events alone" where they then pass, under their other reason where they do not.
+
+--baseline-fits: exit 0 when BASELINE (a recorded gloo.json, tests/torch_suite/gloo-baseline)
+exists and holds exactly the tests TESTS_FILE names (run_all.sh ci then uses it instead of a live
+gloo run), 1 otherwise.
 """
 
 import argparse
@@ -122,7 +127,20 @@ def report(directory, markdown):
     return total
 
 
+def baseline_fits(baseline, tests_file):
+    """Whether the recorded gloo run BASELINE holds exactly the tests of TESTS_FILE."""
+    try:
+        recorded = load(baseline)
+        with open(tests_file) as f:
+            wanted = {line.split("#")[0].strip() for line in f} - {""}
+    except (OSError, ValueError):
+        return False
+    return set(recorded.get("tests", {})) == wanted
+
+
 def main(argv):
+    if argv[:1] == ["--baseline-fits"] and len(argv) == 3:
+        return 0 if baseline_fits(argv[1], argv[2]) else 1
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("dirs", nargs="+", help="directories holding gloo.json and ddp.json")
     p.add_argument("--markdown", action="store_true", help="print Markdown (for the docs)")

@@ -12,7 +12,9 @@
 # TORCH_SUITE_START (forkserver, the default, or spawn: torch's own way, 3-7 s more a rank),
 # TORCH_SUITE_ARGS (more run_suite.py options, e.g. "-k all_reduce").
 # ci: the tests named in tests/torch_suite/ci_tests.txt; exits 1 if one passes on gloo and not on
-# ddp. full: every test, and the ddp tests that failed on the profiler's events alone run again
+# ddp. Gloo's side is the recorded run in gloo-baseline/torch-<version>.json where it holds this
+# torch's version and exactly these tests (gloo is not libddp's code: it changes only with torch,
+# which is pinned), else run live, as TORCH_SUITE_LIVE_GLOO=1 always does. full: every test, and the ddp tests that failed on the profiler's events alone run again
 # without those checks (ddp-noprof.json), to show what else fails there.
 set -euo pipefail
 mode=${1:?usage: run_all.sh full|ci}
@@ -42,7 +44,14 @@ for venv in "${venvs[@]}"; do
   dir=$out/torch-$version
   mkdir -p "$dir"
   echo "== $venv: torch $version ($(date -u +%H:%M:%S) UTC)"
-  run "$py" "$dir" gloo --backend gloo "${common[@]}"
+  baseline=$here/gloo-baseline/torch-$version.json
+  if [ "$mode" = ci ] && [ -z "${TORCH_SUITE_LIVE_GLOO:-}" ] && [ -z "${TORCH_SUITE_ARGS:-}" ] &&
+      python3 "$here/compare.py" --baseline-fits "$baseline" "$here/ci_tests.txt"; then
+    cp "$baseline" "$dir/gloo.json"
+    echo "  gloo: the recorded run ($baseline; TORCH_SUITE_LIVE_GLOO=1 runs it live)"
+  else
+    run "$py" "$dir" gloo --backend gloo "${common[@]}"
+  fi
   run "$py" "$dir" ddp --backend ddp "${common[@]}"
   if [ "$mode" = full ]; then
     python3 "$here/compare.py" --list-profiler-gaps "$dir" >"$dir/profiler-gaps.txt"
