@@ -6,6 +6,7 @@ reads the converted dumps), ddprun --flight-recorder at a failure, and --metrics
 with Prometheus' own parser)."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -26,8 +27,8 @@ STOPPED = textwrap.dedent("""
     for i in range(50):
         ddp.allreduce(x, name=f"grad{i % 4}")
     time.sleep(1.5)  # every rank's monitor has spoken since: its last word shows the 50
-    print("READY", flush=True)
-    if ddp.rank() == 1:
+    print("READY", os.getpid(), flush=True)
+    if ddp.rank() == int(os.environ.get("STOP_RANK", "1")):
         os.kill(os.getpid(), signal.SIGSTOP)  # as a debugger, or a frozen host, would
     ddp.allreduce(x, name="stuck")
 """)
@@ -98,6 +99,7 @@ class Job:
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         self.lines = []
+        self.rank_pids: list[int] = []
 
     def wait_ready(self, ranks=3):
         deadline = time.monotonic() + READY_SECONDS
@@ -106,19 +108,27 @@ class Job:
             line = self.proc.stdout.readline()
             assert line, "".join(self.lines)
             self.lines.append(line)
+            if "READY " in line:
+                self.rank_pids.append(int(line.split("READY ", 1)[1].split()[0]))
 
     def end(self):
-        """Every process of the job gone, the stopped one too."""
-        pids = subprocess.run(["pgrep", "-s", str(self.proc.pid)], capture_output=True,
-                              text=True).stdout.split()
-        for pid in pids:
-            for sig in (signal.SIGCONT, signal.SIGKILL):
-                try:
-                    os.kill(int(pid), sig)
-                except ProcessLookupError:
-                    pass
-        self.proc.wait(timeout=30)
-        self.proc.stdout.close()
+        """Every process of the job gone, the stopped one too: ddprun, told to stop, stops its
+        ranks (a stopped one gets SIGCONT after the SIGTERM); the ranks' pids, read from their
+        published status, are killed after it in case it did not."""
+        pids = re.findall(r'"pid":(\d+)', "".join(self.lines))
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        finally:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+            self.proc.stdout.close()
+            for pid in self.rank_pids + [int(p) for p in pids]:
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.kill(pid, sig)
+                    except ProcessLookupError:
+                        pass
 
 
 @pytest.fixture

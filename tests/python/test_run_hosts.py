@@ -295,3 +295,39 @@ def test_a_job_timeline_across_hosts_is_on_rank_0s_clock(cluster, ddp_env, tmp_p
     trace = check_job_timeline(out, 3, hosts=dict(enumerate(hosts)))
     # The namespaces share one kernel clock: the offsets measured are the method's error.
     print("clock sync across namespaces:", trace["otherData"]["clock_sync"])
+
+
+def test_status_names_a_stopped_rank_on_another_host(cluster, ddp_env, tmp_path):
+    """ddprun status from the launcher's host: the ranks of every host publish to the
+    launcher's store, so the stopped one on the second host is named, with its host."""
+    from test_observability import STOPPED
+
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED)
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {**ddp_env, "XDG_RUNTIME_DIR": str(runtime), "STOP_RANK": "2"}
+    a, b = cluster.addresses[:2]
+    job = cluster.popen(0, [sys.executable, "-m", "ddp.run", "-np", "3", "-H", f"{a}:2,{b}:1",
+                            "--rsh", cluster.rsh, sys.executable, str(script)], env=env,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        ready, deadline = 0, time.monotonic() + HANG
+        while ready < 3:  # rank 2, on host b, stops itself after its 50 allreduces
+            line = job.stdout.readline()
+            assert line and time.monotonic() < deadline, "no READY from every rank"
+            ready += "READY" in line
+        time.sleep(0.5)
+        done = cluster.run(0, [sys.executable, "-m", "ddp.run", "status"], env=env,
+                           capture_output=True, text=True, timeout=HANG)
+        assert done.returncode == 0, done.stderr
+        rows = {int(line.split()[0]): line for line in done.stdout.splitlines()[2:5]}
+        assert rows[2].split()[1] == b and "NOT ANSWERING" in rows[2], done.stdout
+        assert rows[0].split()[1] == a and "allreduce 'stuck'" in rows[0], done.stdout
+        assert "ranks 0, 1 wait for rank 2, which does not answer" in done.stdout, done.stdout
+    finally:
+        job.terminate()  # ddprun stops every rank, the stopped one too (SIGCONT, SIGTERM)
+        try:
+            job.wait(timeout=30)
+        finally:
+            job.stdout.close()
