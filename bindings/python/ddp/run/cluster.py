@@ -48,10 +48,12 @@ def ranks_of(members: list[Member]) -> list[int]:
 def job_settings() -> argparse.Namespace:
     """ddprun's job settings (run/env.py reads them), left at its defaults: the scheduler's
     processes take DDP_* settings from their own environment (Ray's elastic driver adds its
-    own to these)."""
+    own to these). No monitor: `ddprun status` and its metrics are ddprun's (its store), not a
+    scheduler's."""
     return argparse.Namespace(servers=0, restart_servers=False, fusion_threshold_mb=None,
                               cycle_time_ms=None, autotune=False, start_timeout=None,
-                              log_level=None, iface=None, timeline_filename=None)
+                              log_level=None, iface=None, timeline_filename=None,
+                              job_timeline=None, flight_recorder=None, monitor=False)
 
 
 def environments(members: list[Member], rendezvous: tuple[str, int],

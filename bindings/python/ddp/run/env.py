@@ -137,7 +137,9 @@ def rank_env(base, rank: int, args: argparse.Namespace, addr: str, port: int, to
                DDP_LOCAL_SIZE=str(where.local_size), DDP_CROSS_RANK=str(where.cross_rank),
                DDP_CROSS_SIZE=str(where.cross_size), DDP_RENDEZVOUS_ADDR=addr,
                DDP_RENDEZVOUS_PORT=str(port), DDP_RENDEZVOUS_EXTERNAL="1", DDP_JOB_TOKEN=token,
-               DDP_MONITOR="1", PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1")
+    if getattr(args, "monitor", True):  # ddprun's own jobs: its store hears the ranks
+        env["DDP_MONITOR"] = "1"
     env.update(zip(HOROVOD_PLACE, (env["DDP_RANK"], env["DDP_SIZE"], env["DDP_LOCAL_RANK"],
                                    env["DDP_LOCAL_SIZE"], env["DDP_CROSS_RANK"],
                                    env["DDP_CROSS_SIZE"])))
