@@ -623,5 +623,21 @@ TEST(TypesTest, BadNamesAreInvalidArgumentListingChoices) {
   EXPECT_NE(op.status().message().find("product"), absl::string_view::npos);
 }
 
+// The timeline's reduction time: counted on this thread only while a CombineTimer lives.
+TEST(CombineTimer, CountsTheTimeInCombineWhileItLives) {
+  std::vector<float> a(1 << 20, 1.0f), b(1 << 20, 2.0f);
+  {
+    CombineTimer timer;
+    EXPECT_EQ(timer.nanos(), 0);
+    for (int i = 0; i < 4; ++i)
+      Combine(DataType::kFloat32, ReduceOp::kSum, a.data(), a.data(), b.data(), a.size());
+    EXPECT_GT(timer.nanos(), 0);
+  }
+  CombineTimer later;  // a new timer starts from zero; none was counting in between
+  Combine(DataType::kFloat32, ReduceOp::kSum, a.data(), a.data(), b.data(), a.size());
+  EXPECT_GT(later.nanos(), 0);
+  EXPECT_EQ(a[0], 11.0f);
+}
+
 }  // namespace
 }  // namespace ddp::reduce

@@ -319,6 +319,10 @@ def check_job_timeline(path, ranks, hosts=None):
     for rank in range(ranks):
         mine = {e["name"] for e in slices if e["pid"] == rank}
         assert {"NEGOTIATE", "ALLREDUCE", "ALLGATHER"} <= mine, (rank, mine)
+        for e in slices:  # the collective's split: its reduction kernels and the rest
+            if e["pid"] == rank and e["name"] == "ALLREDUCE":
+                reduction, rest = int(e["args"]["reduction_us"]), int(e["args"]["transfer_us"])
+                assert reduction >= 0 and rest >= 0 and reduction + rest <= e["dur"] + 1, e
         sent = [e for e in slices if e["pid"] == rank and e["name"] == "ALLGATHER"]
         assert all(int(e["args"]["bytes"]) == 24 * ranks for e in sent), sent  # the result's
     # One clock: the same allreduce ends on every rank within the run's own span.

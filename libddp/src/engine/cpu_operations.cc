@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -18,6 +19,16 @@
 
 namespace ddp::engine {
 namespace {
+
+// A collective's split for the timeline (reduce::CombineTimer): the time in the reduction
+// kernels on this thread, and the rest (transfers, waits for the peers' data), in us.
+std::string ReductionMicros(const std::optional<reduce::CombineTimer>& timer) {
+  return timer ? absl::StrCat(timer->nanos() / 1000) : "";
+}
+std::string TransferMicros(const std::optional<reduce::CombineTimer>& timer, int64_t start_us,
+                           int64_t end_us) {
+  return timer ? absl::StrCat(std::max<int64_t>(0, end_us - start_us - timer->nanos() / 1000)) : "";
+}
 
 using reduce::Epilogue;
 
@@ -79,13 +90,19 @@ absl::Status CpuOperations::Alone(ProcessSet& set, const Response& r, int active
     reduce::FillIdentity(m.type, reduce::Combining(m.op), out, count);
   }
   const std::string method = collectives::AllreduceMethod(*set.comm, count, m.type, m.op);
+  std::optional<reduce::CombineTimer> timer;
+  if (executor_.timing()) timer.emplace();
   // Finished inside the collective, where it costs least (on the ring: this rank's block only).
   absl::Status s = collectives::Allreduce(*set.comm, in, out, count, m.type, m.op,
                                           Epilogue::For(m.op, active, m.postscale));
   if (!s.ok()) return Annotate(s, absl::StrCat("allreduce '", r.name, "'"));
-  executor_.Phase(
-      r.name, "ALLREDUCE", start, executor_.Now(),
-      {{"algorithm", method}, {"transport", transport_}, {"bytes", absl::StrCat(bytes)}});
+  const int64_t end = executor_.Now();
+  executor_.Phase(r.name, "ALLREDUCE", start, end,
+                  {{"algorithm", method},
+                   {"transport", transport_},
+                   {"bytes", absl::StrCat(bytes)},
+                   {"reduction_us", ReductionMicros(timer)},
+                   {"transfer_us", TransferMicros(timer, start, end)}});
   executor_.Ran(1, bytes, /*fused=*/false);
   executor_.Finish(set, r.name, absl::OkStatus());
   return absl::OkStatus();
@@ -124,6 +141,8 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
   }
   const int64_t t1 = executor_.Now();
   const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
+  std::optional<reduce::CombineTimer> timer;
+  if (executor_.timing()) timer.emplace();
   // Combined only: each tensor is finished with its own postscale while unpacking.
   absl::Status s = collectives::Allreduce(*set.comm, buffer, buffer, total, type, op, Epilogue{});
   if (!s.ok()) {
@@ -153,7 +172,9 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
                     {{"algorithm", method},
                      {"transport", transport_},
                      {"fused_tensors", absl::StrCat(batch.size())},
-                     {"fused_bytes", absl::StrCat(total * es)}});
+                     {"fused_bytes", absl::StrCat(total * es)},
+                     {"reduction_us", ReductionMicros(timer)},
+                     {"transfer_us", TransferMicros(timer, t1, t2)}});
     executor_.Phase(r->name, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
     executor_.Finish(set, r->name, absl::OkStatus());
   }
@@ -203,6 +224,8 @@ absl::Status CpuOperations::FusedInPlace(ProcessSet& set, const std::vector<Resp
     }
   }
   const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
+  std::optional<reduce::CombineTimer> timer;
+  if (executor_.timing()) timer.emplace();
   absl::Status s = collectives::AllreducePieces(*set.comm, pieces, total, type, op);
   if (!s.ok()) {
     std::vector<std::string> names;
@@ -218,7 +241,9 @@ absl::Status CpuOperations::FusedInPlace(ProcessSet& set, const std::vector<Resp
                      {"transport", transport_},
                      {"fused_tensors", absl::StrCat(batch.size())},
                      {"fused_bytes", absl::StrCat(total * es)},
-                     {"fusion_buffer", "none: read and written in place"}});
+                     {"fusion_buffer", "none: read and written in place"},
+                     {"reduction_us", ReductionMicros(timer)},
+                     {"transfer_us", TransferMicros(timer, t0, t1)}});
     executor_.Finish(set, r->name, absl::OkStatus());
   }
   executor_.Ran(batch.size(), total * es, /*fused=*/true);

@@ -314,6 +314,7 @@ absl::Status EngineImpl::SleepIfIdle(const RoundOutcome& world, bool ran_somethi
 }
 
 absl::StatusOr<RoundOutcome> EngineImpl::Negotiate(ProcessSet& set, const RoundInput& in) {
+  const int64_t round_start_us = timeline_->active() ? timeline_->NowMicros() : 0;
   Contribution c = negotiator_.Prepare(set, in, absl::Now());
   const std::string what = absl::StrCat("engine negotiation (process set ", set.id, ")");
   DDP_RETURN_IF_ERROR(
@@ -330,8 +331,12 @@ absl::StatusOr<RoundOutcome> EngineImpl::Negotiate(ProcessSet& set, const RoundI
                                                          gathered.data(), counts, DataType::kUInt8),
                                  what));
   }
-  return negotiator_.Process(set, c.vector, gathered, absl::Now(),
-                             timeline_->active() ? timeline_->NowMicros() : 0);
+  absl::StatusOr<RoundOutcome> out = negotiator_.Process(
+      set, c.vector, gathered, absl::Now(), timeline_->active() ? timeline_->NowMicros() : 0);
+  if (out.ok()) {
+    for (Response& r : out->responses) r.round_start_us = round_start_us;
+  }
+  return out;
 }
 
 absl::Status EngineImpl::Apply(ProcessSet& set, RoundOutcome& round) {

@@ -135,7 +135,12 @@ void Executor::Phase(const std::string& name, const char* phase, int64_t start, 
 }
 
 void Executor::Waited(const LocalOp& op, const Response& r, int64_t started) {
-  Phase(r.name, "NEGOTIATE", op.submitted_us, r.ready_us);
+  // Until the round that agreed it began, the tensor waited: for the other ranks to submit it
+  // (a straggler shows here on the others' tracks), or for the engine's next round; that round
+  // itself is the negotiation.
+  const int64_t agreeing = std::max(op.submitted_us, r.round_start_us);
+  if (agreeing > op.submitted_us) Phase(r.name, "WAIT_FOR_PEERS", op.submitted_us, agreeing);
+  Phase(r.name, "NEGOTIATE", agreeing, r.ready_us);
   Phase(r.name, "QUEUE", r.ready_us, started);
 }
 

@@ -70,12 +70,15 @@ class Executor {
   LocalOp* Local(ProcessSet& set, const std::string& name);
   // Finishes this rank's submission of `name` with `status`.
   void Finish(ProcessSet& set, const std::string& name, absl::Status status);
+  // Whether a timeline is being written (then the operations time their parts).
+  bool timing() const { return timeline_ != nullptr && timeline_->active(); }
   int64_t Now() const {
     return timeline_ != nullptr && timeline_->active() ? timeline_->NowMicros() : 0;
   }
   void Phase(const std::string& name, const char* phase, int64_t start, int64_t end,
              const std::vector<std::pair<std::string, std::string>>& args = {});
-  // NEGOTIATE (submitted to agreed) and QUEUE (agreed to started) of a local submission.
+  // WAIT_FOR_PEERS (submitted until the round that agreed it began), NEGOTIATE (that round) and
+  // QUEUE (agreed to started) of a local submission.
   void Waited(const LocalOp& op, const Response& r, int64_t started);
   // A collective ran: `tensors` of them fused, `bytes` moved.
   void Ran(size_t tensors, uint64_t bytes, bool fused);

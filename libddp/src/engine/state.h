@@ -50,7 +50,8 @@ struct Response {
   std::vector<int64_t> first_dims;  // allgather: each member's first dimension
   absl::Status error;
   bool cached = false;
-  int64_t ready_us = 0;
+  int64_t ready_us = 0;        // timeline clock: when the round that agreed it ended
+  int64_t round_start_us = 0;  // ... and began (the engine sets it)
 };
 
 // What one rank said about a tensor not (yet) agreed: kept identically on every rank.

@@ -10,6 +10,8 @@
 // runtime is up), off glibc, and let tests and benchmarks run every build in one process.
 #include "reduce/reduce.h"
 
+#include <time.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -194,8 +196,36 @@ void ScaleWith(Isa isa, DataType type, void* dst, const void* src, size_t count,
 
 }  // namespace internal
 
+namespace {
+
+thread_local bool t_timing = false;
+thread_local int64_t t_combine_ns = 0;
+
+int64_t MonotonicNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+}  // namespace
+
+CombineTimer::CombineTimer() {
+  t_timing = true;
+  t_combine_ns = 0;
+}
+
+CombineTimer::~CombineTimer() { t_timing = false; }
+
+int64_t CombineTimer::nanos() const { return t_combine_ns; }
+
 void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
+  if (!t_timing) {
+    internal::DoCombine(internal::ActiveTable(), type, op, dst, a, b, count);
+    return;
+  }
+  const int64_t start = MonotonicNanos();
   internal::DoCombine(internal::ActiveTable(), type, op, dst, a, b, count);
+  t_combine_ns += MonotonicNanos() - start;
 }
 
 void DivideBy(DataType type, void* buf, size_t count, int64_t divisor) {

@@ -19,6 +19,20 @@ namespace ddp::reduce {
 // are built for (no reassociation across elements; see reduce_internal.h).
 void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t count);
 
+// The time this thread spends in Combine, for the timeline's split of a collective into its
+// reduction and the rest (its transfers and waits): counted only while a CombineTimer lives on
+// the thread (the engine's, while it writes a timeline), so that Combine costs no clock read
+// otherwise.
+class CombineTimer {
+ public:
+  CombineTimer();
+  ~CombineTimer();
+  CombineTimer(const CombineTimer&) = delete;
+  CombineTimer& operator=(const CombineTimer&) = delete;
+  // Nanoseconds in Combine on this thread since the timer began.
+  int64_t nanos() const;
+};
+
 // buf[i] = buf[i] / divisor for i < count (finishes an average). Integers truncate toward zero;
 // f16/bf16 divide in f32.
 void DivideBy(DataType type, void* buf, size_t count, int64_t divisor);
