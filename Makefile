@@ -191,7 +191,7 @@ demo-ps: build  ## the same with 4 workers and 2 parameter servers
 # label.
 # Each part says when it starts (CI's log then shows where the time goes).
 STAMP = @date -u +'== %H:%M:%S UTC: make $(1)'
-test:  ## what CI runs (lint first): about 44 minutes on 2 cores
+test:  ## what CI runs (lint first): about 42 minutes on 2 cores
 	$(call STAMP,test: lint)
 	$(MAKE) deps
 	$(MAKE) lint
