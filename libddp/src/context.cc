@@ -106,6 +106,7 @@ absl::Status ContextImpl::Init() {
       collectives::WholeJobBackends(backends, collectives::kContextSlot));
   engine = std::make_unique<engine::EngineImpl>(options, job.transport.get(), tuning, &comm_ids,
                                                 backends);
+  engine->set_host(job.hosts[static_cast<size_t>(options.rank)]);
   DDP_RETURN_IF_ERROR(engine->Start());
   if (options.timeline_clock_sync) {
     DDP_ASSIGN_OR_RETURN(const ClockSync sync, SyncClocks(*comm, options.rank, options.size));
@@ -189,7 +190,8 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const Options& options)
     return status;
   }
   if (options.monitor && IsLaunchersJob(options)) {
-    impl->monitor = Monitor::Start(options, *impl->engine);
+    impl->monitor =
+        Monitor::Start(options, *impl->engine, impl->job.hosts[static_cast<size_t>(options.rank)]);
   }
   return std::unique_ptr<Context>(new Context(std::move(impl)));
 }

@@ -7,29 +7,12 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/thread_priority.h"
+#include "engine/timeline.h"
 
 namespace ddp {
-namespace {
 
-std::string HostName(const Options& options) {
-  if (!options.hostname.empty()) return options.hostname;
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
-  return name;
-}
-
-std::string Escape(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    if (static_cast<unsigned char>(c) >= 0x20) out += c;
-  }
-  return out;
-}
-
-}  // namespace
-
-std::unique_ptr<Monitor> Monitor::Start(const Options& options, const Engine& engine) {
+std::unique_ptr<Monitor> Monitor::Start(const Options& options, const Engine& engine,
+                                        std::string host) {
   auto store = bootstrap::TcpStoreClient::Connect(options.rendezvous_addr, options.rendezvous_port,
                                                   options.job_token, options.rank,
                                                   absl::Now() + absl::Seconds(5));
@@ -37,14 +20,14 @@ std::unique_ptr<Monitor> Monitor::Start(const Options& options, const Engine& en
     DDP_LOG(kWarning, "no status for the launcher (DDP_MONITOR): %s", store.status().message());
     return nullptr;
   }
-  return std::unique_ptr<Monitor>(new Monitor(options, engine, *std::move(store)));
+  return std::unique_ptr<Monitor>(new Monitor(options, engine, std::move(host), *std::move(store)));
 }
 
-Monitor::Monitor(const Options& options, const Engine& engine,
+Monitor::Monitor(const Options& options, const Engine& engine, std::string host,
                  std::unique_ptr<bootstrap::TcpStoreClient> store)
     : engine_(engine),
       rank_(options.rank),
-      host_(HostName(options)),
+      host_(std::move(host)),
       key_(absl::StrCat("ddp/monitor/status/", options.rank)),
       address_(options.rendezvous_addr),
       port_(options.rendezvous_port),
@@ -64,9 +47,10 @@ Monitor::~Monitor() {
 }
 
 std::string Monitor::Snapshot(bool left) {
-  return absl::StrCat("{\"rank\":", rank_, ",\"host\":\"", Escape(host_), "\",\"pid\":", getpid(),
-                      ",\"beat\":", ++beat_, ",\"time_ns\":", absl::ToUnixNanos(absl::Now()),
-                      left ? ",\"left\":true" : "", ",\"engine\":", engine_.StatusJson(), "}");
+  return absl::StrCat("{\"rank\":", rank_, ",\"host\":\"", engine::JsonEscape(host_),
+                      "\",\"pid\":", getpid(), ",\"beat\":", ++beat_,
+                      ",\"time_ns\":", absl::ToUnixNanos(absl::Now()), left ? ",\"left\":true" : "",
+                      ",\"engine\":", engine_.StatusJson(), "}");
 }
 
 void Monitor::AnswerDumpRequest() {

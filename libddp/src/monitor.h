@@ -28,7 +28,9 @@ class Monitor {
  public:
   static constexpr absl::Duration kInterval = absl::Seconds(1);
   // Null when the store cannot be reached (warned once: the job runs without it).
-  static std::unique_ptr<Monitor> Start(const Options& options, const Engine& engine);
+  // `host`: this rank's host as the job names it.
+  static std::unique_ptr<Monitor> Start(const Options& options, const Engine& engine,
+                                        std::string host);
   ~Monitor();
   Monitor(const Monitor&) = delete;
   Monitor& operator=(const Monitor&) = delete;
@@ -36,7 +38,7 @@ class Monitor {
  private:
   // The status as published; `left`: the rank's last word as it leaves.
   std::string Snapshot(bool left);
-  Monitor(const Options& options, const Engine& engine,
+  Monitor(const Options& options, const Engine& engine, std::string host,
           std::unique_ptr<bootstrap::TcpStoreClient> store);
   void Loop();
   void AnswerDumpRequest();

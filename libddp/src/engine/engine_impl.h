@@ -86,6 +86,9 @@ class EngineImpl final : public Engine {
   EngineStats stats() const override { return stats_.Get(); }
   std::string FlightRecord(const std::string& reason) const override;
   std::string StatusJson() const override;
+  // The host this rank runs on as the job names it (its flight record and status say it); set
+  // before Start().
+  void set_host(std::string host) { host_ = std::move(host); }
   // Notes in the timeline how far this rank's clock is from rank 0's (context.cc measures it).
   void NoteClockSync(int64_t offset_us, int64_t spread_us, int rounds) {
     timeline_->ClockSync(offset_us, spread_us, rounds);
@@ -159,6 +162,9 @@ class EngineImpl final : public Engine {
   // Adds a round's straggler (negotiator.cc's AttributeWaits) to the stats.
   void CountStraggler(const SetState& set, const RoundOutcome& round, EngineStats& s) const;
   void ApplyParameters(const TunedParams& next);
+  // The process sets' members (the callers' copy), and the error that broke the job into
+  // `error` (when not null and there is one).
+  std::vector<std::vector<int>> SetMembers(std::string* error) const;
   // Writes the flight record to DDP_FLIGHT_RECORDER_DUMP, if set (engine_record.cc).
   void DumpOnFailure(const absl::Status& status) const;
 
@@ -171,6 +177,7 @@ class EngineImpl final : public Engine {
   const int size_;
   const std::shared_ptr<Inbox> inbox_ = std::make_shared<Inbox>();
   StatsBox stats_;
+  std::string host_;
   FlightRecorder recorder_;
   mutable std::atomic<bool> dumped_on_failure_{false};
   CudaBackend cuda_;

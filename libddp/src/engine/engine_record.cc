@@ -4,12 +4,13 @@
 // demand and when the job breaks (DDP_FLIGHT_RECORDER_DUMP).
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -19,42 +20,43 @@
 namespace ddp::engine {
 namespace {
 
-std::string HostName(const Options& options) {
-  if (!options.hostname.empty()) return options.hostname;
-  char name[256] = {};
-  if (gethostname(name, sizeof(name) - 1) != 0) return "?";
-  return name;
-}
-
 // Creates `folder` and its parents (mkdir -p).
 absl::Status MakeFolders(const std::string& folder) {
-  for (size_t at = 1; at <= folder.size(); ++at) {
-    if (at < folder.size() && folder[at] != '/') continue;
-    const std::string part = folder.substr(0, at);
-    if (mkdir(part.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create ", part, ": ", std::strerror(errno)));
-    }
+  std::error_code error;
+  std::filesystem::create_directories(folder, error);
+  if (error) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create ", folder, ": ", error.message()));
   }
   return absl::OkStatus();
 }
 
+// `"id":[member ranks]` of each process set in `ids` (all of them when null).
+std::string SetsJson(const std::vector<std::vector<int>>& members, const std::vector<int>* ids) {
+  std::vector<std::string> sets;
+  for (size_t id = 0; id < members.size(); ++id) {
+    if (ids != nullptr && std::find(ids->begin(), ids->end(), static_cast<int>(id)) == ids->end()) {
+      continue;
+    }
+    sets.push_back(absl::StrCat("\"", id, "\":[", absl::StrJoin(members[id], ","), "]"));
+  }
+  return absl::StrCat("{", absl::StrJoin(sets, ","), "}");
+}
+
 }  // namespace
 
+std::vector<std::vector<int>> EngineImpl::SetMembers(std::string* error) const {
+  std::lock_guard<std::mutex> lock(inbox_->mu);
+  if (error != nullptr && !inbox_->failed.ok()) *error = std::string(inbox_->failed.message());
+  return inbox_->set_members;
+}
+
 std::string EngineImpl::FlightRecord(const std::string& reason) const {
-  std::vector<std::string> sets;
-  {
-    std::lock_guard<std::mutex> lock(inbox_->mu);
-    for (size_t id = 0; id < inbox_->set_members.size(); ++id) {
-      sets.push_back(
-          absl::StrCat("\"", id, "\":[", absl::StrJoin(inbox_->set_members[id], ","), "]"));
-    }
-  }
-  const std::string header = absl::StrCat(
-      "\"rank\":", rank_, ",\"size\":", size_, ",\"host\":\"", JsonEscape(HostName(options_)),
-      "\",\"pid\":", getpid(), ",\"time_ns\":", absl::ToUnixNanos(absl::Now()), ",\"reason\":\"",
-      JsonEscape(reason), "\",\"capacity\":", recorder_.capacity(), ",\"process_sets\":{",
-      absl::StrJoin(sets, ","), "}");
+  const std::string header =
+      absl::StrCat("\"rank\":", rank_, ",\"size\":", size_, ",\"host\":\"", JsonEscape(host_),
+                   "\",\"pid\":", getpid(), ",\"time_ns\":", absl::ToUnixNanos(absl::Now()),
+                   ",\"reason\":\"", JsonEscape(reason), "\",\"capacity\":", recorder_.capacity(),
+                   ",\"process_sets\":", SetsJson(SetMembers(nullptr), nullptr));
   return FlightRecordJson(recorder_.Entries(), recorder_.Totals(), header);
 }
 
@@ -70,25 +72,12 @@ std::string EngineImpl::StatusJson() const {
   }
   const EngineStats s = stats_.Get();
   std::string error;
-  {
-    std::lock_guard<std::mutex> lock(inbox_->mu);
-    if (!inbox_->failed.ok()) error = std::string(inbox_->failed.message());
-  }
+  const std::vector<std::vector<int>> members = SetMembers(&error);
   std::vector<std::string> names;  // every operation in flight, for "who waits for whom"
   std::vector<int> sets;
   for (const auto& [set, name] : flight.in_flight_names) {
     names.push_back(absl::StrCat("[", set, ",\"", JsonEscape(name), "\"]"));
     if (std::find(sets.begin(), sets.end(), set) == sets.end()) sets.push_back(set);
-  }
-  std::vector<std::string> members;  // of the sets with work in flight
-  {
-    std::lock_guard<std::mutex> lock(inbox_->mu);
-    for (int set : sets) {
-      if (static_cast<size_t>(set) >= inbox_->set_members.size()) continue;
-      members.push_back(
-          absl::StrCat("\"", set, "\":[",
-                       absl::StrJoin(inbox_->set_members[static_cast<size_t>(set)], ","), "]"));
-    }
   }
   std::vector<std::string> waited;
   for (size_t r = 0; r < s.waited_for_rounds.size(); ++r) {
@@ -99,7 +88,7 @@ std::string EngineImpl::StatusJson() const {
   return absl::StrCat(
       "{\"in_flight\":[", absl::StrJoin(in_flight, ","),
       "],\"in_flight_count\":", flight.in_flight_count, ",\"in_flight_names\":[",
-      absl::StrJoin(names, ","), "],\"sets\":{", absl::StrJoin(members, ","), "}",
+      absl::StrJoin(names, ","), "],\"sets\":", SetsJson(members, &sets),
       ",\"last\":", flight.last_finished.id == 0 ? "null" : FlightEntryJson(flight.last_finished),
       ",\"totals\":", FlightTotalsJson(recorder_.Totals()), ",\"tensors\":", s.tensors,
       ",\"bytes\":", s.bytes, ",\"collectives\":", s.collectives, ",\"cycles\":", s.cycles,

@@ -136,31 +136,26 @@ std::string FlightTotalsJson(const std::array<FlightTotals, kOpKindCount>& total
 FlightRecorder::Now FlightRecorder::InFlight(size_t max) const {
   std::lock_guard<std::mutex> lock(mu_);
   Now now;
-  const uint64_t first = next_id_ > ring_.size() ? next_id_ - ring_.size() : 1;
-  for (uint64_t id = first; id < next_id_; ++id) {
-    const FlightEntry& e = ring_[id % ring_.size()];
-    if (e.id != id) continue;
+  ForEachLocked([&](const FlightEntry& e) {
     const bool done =
         e.state == FlightEntry::State::kCompleted || e.state == FlightEntry::State::kFailed;
-    if (done && (now.last_finished.id == 0 || e.finished >= now.last_finished.finished)) {
-      now.last_finished = e;
+    if (done) {
+      if (now.last_finished.id == 0 || e.finished >= now.last_finished.finished) {
+        now.last_finished = e;
+      }
+      return;
     }
-    if (done) continue;
     ++now.in_flight_count;
     now.in_flight_names.emplace_back(e.process_set, e.name);
     if (now.in_flight.size() < max) now.in_flight.push_back(e);
-  }
+  });
   return now;
 }
 
 std::vector<FlightEntry> FlightRecorder::Entries() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<FlightEntry> out;
-  const uint64_t first = next_id_ > ring_.size() ? next_id_ - ring_.size() : 1;
-  for (uint64_t id = first; id < next_id_; ++id) {
-    const FlightEntry& e = ring_[id % ring_.size()];
-    if (e.id == id) out.push_back(e);
-  }
+  ForEachLocked([&](const FlightEntry& e) { out.push_back(e); });
   return out;
 }
 

@@ -78,6 +78,15 @@ class FlightRecorder {
 
  private:
   FlightEntry* Find(uint64_t id);  // null once overwritten
+  // Calls fn(entry) for each entry still in the ring, oldest first; mu_ held.
+  template <class Fn>
+  void ForEachLocked(Fn&& fn) const {
+    const uint64_t first = next_id_ > ring_.size() ? next_id_ - ring_.size() : 1;
+    for (uint64_t id = first; id < next_id_; ++id) {
+      const FlightEntry& e = ring_[id % ring_.size()];
+      if (e.id == id) fn(e);
+    }
+  }
 
   mutable std::mutex mu_;
   std::vector<FlightEntry> ring_;

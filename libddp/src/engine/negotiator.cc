@@ -96,7 +96,6 @@ void RequeueSlot(SetState& set, int slot) {
 // member waited for it the difference. Members that reported nothing (no tensors of their own:
 // joined, or not in that round) take no part.
 void AttributeWaits(const std::vector<uint32_t>& waited, RoundOutcome& out) {
-  out.waited_for_s.assign(waited.size(), 0.0);
   int last = -1;
   size_t reporting = 0;
   for (size_t i = 0; i < waited.size(); ++i) {
@@ -148,8 +147,8 @@ RoundOutcome ReadMembers(SetState& set, const std::vector<uint8_t>& vec) {
   // The set's first tensors wait for the ranks' start (imports, initialisation), not for a
   // straggler: their round is not counted.
   const bool reported = std::any_of(waited.begin(), waited.end(), [](uint32_t w) { return w; });
+  out.waited_for_s.assign(members, 0.0);
   if (reported && set.waits_reported++ > 0) AttributeWaits(waited, out);
-  if (out.waited_for_s.empty()) out.waited_for_s.assign(members, 0.0);
   const MemberRecord coordinator = ReadMember(MemberAt(set, vec, 0));
   out.params =
       TunedParams{coordinator.fusion_threshold, static_cast<double>(coordinator.cycle_time_ms)};

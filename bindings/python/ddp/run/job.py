@@ -66,7 +66,6 @@ class Job:
                  restartable: frozenset = frozenset(), max_restarts: int = 0,
                  files: RankFiles | None = None):
         self._units = units
-        self.units = units  # read by what watches the job (run/observe.py)
         self._files = files  # --output-filename's, beside the launcher's streams
         # Ranks started again when they fail (--restart-servers: parameter servers, which
         # rejoin the running job with DDP_REJOIN=1), and how often each was.
@@ -125,12 +124,17 @@ class Job:
             for signum, handler in handlers.items():
                 signal.signal(signum, handler)
 
+    @property
+    def hosts(self) -> dict[int, str]:
+        """Each rank's host, where the job has named hosts (-H, --hostfile)."""
+        return {rank: host for rank, host in self._host_of.items() if host}
+
     def say_stragglers(self, size: int, always: bool) -> None:
         """The stragglers table of a job of SIZE ranks (run/stragglers.py), from the lowest
         rank's report."""
         if not self.stragglers:
             return
-        hosts = {r: u.host for u in self._units for r in u.ranks if u.host}
+        hosts = self.hosts
         rows = self.stragglers[min(self.stragglers)]
         for line in _stragglers.table(rows, size, time.monotonic() - self.started_at, hosts,
                                       always):

@@ -54,7 +54,7 @@ class Observers:
 
     def start(self, job, addr: str, port: int, token: str) -> None:
         """The job's store is up at ADDR:PORT; JOB is about to start."""
-        self._hosts = {r: u.host for u in job.units for r in u.ranks if u.host}
+        self._hosts = job.hosts
         self._registration = jobs.register(self._args.np, self._args.command, addr, port, token)
         self._store = (addr, port, token)
         if self._metrics is not None:
