@@ -5,6 +5,7 @@
 #include "reduce/reduce.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -637,6 +638,34 @@ TEST(CombineTimer, CountsTheTimeInCombineWhileItLives) {
   Combine(DataType::kFloat32, ReduceOp::kSum, a.data(), a.data(), b.data(), a.size());
   EXPECT_GT(later.nanos(), 0);
   EXPECT_EQ(a[0], 11.0f);
+}
+
+// The timeline's REDUCE slices: when this thread was in Combine, calls back to back as one.
+TEST(CombineTimer, NotesWhenThisThreadWasInCombine) {
+  std::vector<float> a(1 << 16, 1.0f), b(1 << 16, 2.0f);
+  CombineTimer timer;
+  EXPECT_TRUE(timer.intervals().empty());
+  for (int i = 0; i < 3; ++i) {
+    Combine(DataType::kFloat32, ReduceOp::kSum, a.data(), a.data(), b.data(), a.size());
+    ::usleep(3000);  // a transfer's time, say
+  }
+  const std::vector<CombineTimer::Interval>& seen = timer.intervals();
+  ASSERT_EQ(seen.size(), 3u);
+  int64_t in_combine = 0;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_LT(seen[i].first, seen[i].second);
+    if (i > 0) {
+      EXPECT_GE(seen[i].first - seen[i - 1].second, 3'000'000);
+    }
+    in_combine += seen[i].second - seen[i].first;
+  }
+  EXPECT_EQ(in_combine, timer.nanos());
+  // Many calls back to back are one interval; past the cap the last one grows.
+  CombineTimer many;
+  for (int i = 0; i < 10; ++i)
+    Combine(DataType::kFloat32, ReduceOp::kSum, a.data(), a.data(), b.data(), 1);
+  EXPECT_LE(many.intervals().size(), 10u);
+  EXPECT_GE(many.intervals().size(), 1u);
 }
 
 }  // namespace

@@ -292,11 +292,37 @@ TIMED = textwrap.dedent("""
     import numpy as np
     import ddp
     ddp.init()
-    x = np.ones(1 << 12, np.float32)
+    x = np.ones(1 << 18, np.float32)  # its reductions last microseconds: REDUCE slices
     for step in range(5):
         ddp.allreduce(x, name=f"grad{step % 2}")
         ddp.allgather(np.ones((2, 3), np.float32), name=f"gather{step}")
 """)
+
+
+def check_collectives_track(events, rank):
+    """A rank's track "collectives": each collective run once, covered exactly by its TRANSFER
+    and REDUCE slices in turn; allreduces reduce, allgathers only move data."""
+    track = [e["tid"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"
+             and e["pid"] == rank and e["args"]["name"] == "collectives"]
+    assert len(track) == 1, track
+    mine = sorted((e for e in events if e["ph"] == "X" and e["pid"] == rank
+                   and e["tid"] == track[0]), key=lambda e: (e["ts"], -e["dur"]))
+    runs = [e for e in mine if e["name"] not in ("TRANSFER", "REDUCE")]
+    assert sorted(e["name"] for e in runs) == ["ALLGATHER"] * 5 + ["ALLREDUCE"] * 5, runs
+    reduced = 0
+    for run in runs:
+        inside = [e for e in mine if e["name"] in ("TRANSFER", "REDUCE")
+                  and run["ts"] <= e["ts"] and e["ts"] + e["dur"] <= run["ts"] + run["dur"]]
+        at = run["ts"]
+        for part in inside:  # in turn, no gap, no overlap
+            assert part["ts"] == at and part["dur"] > 0, (run, inside)
+            at = part["ts"] + part["dur"]
+        assert at == run["ts"] + run["dur"], (run, inside)
+        assert run["args"]["tensors"].startswith(("grad", "gather")), run
+        if run["name"] == "ALLGATHER":
+            assert [p["name"] for p in inside] == ["TRANSFER"], inside
+        reduced += sum(p["dur"] for p in inside if p["name"] == "REDUCE")
+    assert reduced > 0, runs
 
 
 def check_job_timeline(path, ranks, hosts=None):
@@ -320,10 +346,12 @@ def check_job_timeline(path, ranks, hosts=None):
         mine = {e["name"] for e in slices if e["pid"] == rank}
         assert {"NEGOTIATE", "ALLREDUCE", "ALLGATHER"} <= mine, (rank, mine)
         for e in slices:  # the collective's split: its reduction kernels and the rest
-            if e["pid"] == rank and e["name"] == "ALLREDUCE":
+            if e["pid"] == rank and e["name"] == "ALLREDUCE" and "tensors" not in e["args"]:
                 reduction, rest = int(e["args"]["reduction_us"]), int(e["args"]["transfer_us"])
                 assert reduction >= 0 and rest >= 0 and reduction + rest <= e["dur"] + 1, e
-        sent = [e for e in slices if e["pid"] == rank and e["name"] == "ALLGATHER"]
+        check_collectives_track(events, rank)
+        sent = [e for e in slices if e["pid"] == rank and e["name"] == "ALLGATHER"
+                and "tensors" not in e["args"]]
         assert all(int(e["args"]["bytes"]) == 24 * ranks for e in sent), sent  # the result's
     # One clock: the same allreduce ends on every rank within the run's own span.
     ends = [max(e["ts"] + e["dur"] for e in slices if e["pid"] == r) for r in range(ranks)]
@@ -355,6 +383,12 @@ def test_job_timeline_merges_every_rank_on_one_clock(ddp_env, tmp_path):
     assert merged.returncode == 0, merged.stderr
     assert "2 ranks in" in merged.stdout and "rank 0's (measured at start)" in merged.stdout
     check_job_timeline(tmp_path / "m.json", 2)
+    # ddp-timeline render draws it (matplotlib: Debian's, in make test's environment).
+    png = tmp_path / "m.png"
+    drawn = subprocess.run([sys.executable, "-m", "ddp.timeline", "render", str(tmp_path / "m.json"),
+                            "-o", str(png)], env=ddp_env, capture_output=True, text=True, timeout=120)
+    assert drawn.returncode == 0, drawn.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 def test_job_timeline_that_cannot_be_written_stops_ddprun_before_any_rank(ddp_env, tmp_path):

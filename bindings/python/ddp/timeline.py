@@ -90,8 +90,9 @@ def write(trace: dict, out: pathlib.Path) -> None:
 
 
 def render(trace: dict, out: pathlib.Path, last_ms: float | None = None) -> None:
-    """A picture of a merged trace (where no trace viewer is at hand): a row per rank, its
-    slices colored by phase, time in ms; LAST_MS: only the trace's last milliseconds."""
+    """A picture of a merged trace (where no trace viewer is at hand): a row per rank (its
+    tensors' slices, colored by phase) and one for its collectives' TRANSFER and REDUCE, time in
+    ms; LAST_MS: only the trace's last milliseconds."""
     import matplotlib  # lazy: only to render, and matplotlib is not a dependency of ddp
 
     matplotlib.use("Agg")
@@ -103,19 +104,27 @@ def render(trace: dict, out: pathlib.Path, last_ms: float | None = None) -> None
         raise ValueError("no slices to draw")
     names = {e["pid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name"}
+    # A rank's track "collectives" gets a row of its own: its runs split into TRANSFER and REDUCE.
+    split = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M"
+             and e.get("name") == "thread_name" and e["args"].get("name") == "collectives"}
     end = max(e["ts"] + e["dur"] for e in slices)
     start = end - last_ms * 1000 if last_ms else min(e["ts"] for e in slices)
-    phases = sorted({e["name"] for e in slices})
+    rows: dict[tuple[int, bool], list[dict]] = {}
+    for e in slices:
+        on_split = (e["pid"], e.get("tid")) in split
+        if e["ts"] + e["dur"] >= start and (not on_split or e["name"] in ("TRANSFER", "REDUCE")):
+            rows.setdefault((e["pid"], on_split), []).append(e)
+    phases = sorted({e["name"] for row in rows.values() for e in row})
     colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(phases)}
-    ranks = sorted({e["pid"] for e in slices})
-    fig, ax = plt.subplots(figsize=(11, 0.6 * len(ranks) + 1.6))
-    for row, rank in enumerate(ranks):
-        for e in slices:
-            if e["pid"] != rank or e["ts"] + e["dur"] < start:
-                continue
+    order = sorted(rows)
+    fig, ax = plt.subplots(figsize=(11, 0.45 * len(order) + 1.6))
+    for row, key in enumerate(order):
+        for e in rows[key]:
             ax.broken_barh([((e["ts"] - start) / 1000, max(e["dur"], 1) / 1000)], (row - 0.35, 0.7),
                            color=colors[e["name"]])
-    ax.set_yticks(range(len(ranks)), [names.get(r, f"rank {r}") for r in ranks])
+    labels = [names.get(pid, f"rank {pid}") + (": collectives" if on_split else "")
+              for pid, on_split in order]
+    ax.set_yticks(range(len(order)), labels)
     ax.invert_yaxis()
     ax.set_xlabel("ms (rank 0's clock)")
     ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=colors[p]) for p in phases],

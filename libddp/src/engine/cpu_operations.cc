@@ -30,6 +30,24 @@ std::string TransferMicros(const std::optional<reduce::CombineTimer>& timer, int
   return timer ? absl::StrCat(std::max<int64_t>(0, end_us - start_us - timer->nanos() / 1000)) : "";
 }
 
+// Times a collective's reduction kernels on this thread while a timeline is written, except
+// where a backend reduces out of libddp's sight (MPI): its split is then not known.
+std::optional<reduce::CombineTimer>& TimeIf(const Executor& executor, const std::string& method,
+                                            std::optional<reduce::CombineTimer>& timer) {
+  if (executor.timing() && method != "mpi") timer.emplace();
+  return timer;
+}
+
+// The tensors of a run, as its slice on the "collectives" track names them.
+std::string Names(const std::vector<Response*>& batch) {
+  constexpr size_t kNamed = 4;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < batch.size() && i < kNamed; ++i) names.push_back(batch[i]->name);
+  std::string text = absl::StrJoin(names, ", ");
+  if (batch.size() > kNamed) absl::StrAppend(&text, " and ", batch.size() - kNamed, " more");
+  return text;
+}
+
 using reduce::Epilogue;
 
 class CpuOperations final : public DeviceOperations {
@@ -91,7 +109,7 @@ absl::Status CpuOperations::Alone(ProcessSet& set, const Response& r, int active
   }
   const std::string method = collectives::AllreduceMethod(*set.comm, count, m.type, m.op);
   std::optional<reduce::CombineTimer> timer;
-  if (executor_.timing()) timer.emplace();
+  TimeIf(executor_, method, timer);
   // Finished inside the collective, where it costs least (on the ring: this rank's block only).
   absl::Status s = collectives::Allreduce(*set.comm, in, out, count, m.type, m.op,
                                           Epilogue::For(m.op, active, m.postscale));
@@ -103,6 +121,12 @@ absl::Status CpuOperations::Alone(ProcessSet& set, const Response& r, int active
                    {"bytes", absl::StrCat(bytes)},
                    {"reduction_us", ReductionMicros(timer)},
                    {"transfer_us", TransferMicros(timer, start, end)}});
+  executor_.Collective("ALLREDUCE", start, end,
+                       {{"tensors", r.name},
+                        {"algorithm", method},
+                        {"transport", transport_},
+                        {"bytes", absl::StrCat(bytes)}},
+                       timer ? &*timer : nullptr);
   executor_.Ran(1, bytes, /*fused=*/false);
   executor_.Finish(set, r.name, absl::OkStatus());
   return absl::OkStatus();
@@ -142,7 +166,7 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
   const int64_t t1 = executor_.Now();
   const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
   std::optional<reduce::CombineTimer> timer;
-  if (executor_.timing()) timer.emplace();
+  TimeIf(executor_, method, timer);
   // Combined only: each tensor is finished with its own postscale while unpacking.
   absl::Status s = collectives::Allreduce(*set.comm, buffer, buffer, total, type, op, Epilogue{});
   if (!s.ok()) {
@@ -164,6 +188,13 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
     }
   }
   const int64_t t3 = executor_.Now();
+  executor_.Collective("ALLREDUCE", t1, t2,
+                       {{"tensors", Names(batch)},
+                        {"fused_tensors", absl::StrCat(batch.size())},
+                        {"algorithm", method},
+                        {"transport", transport_},
+                        {"bytes", absl::StrCat(total * es)}},
+                       timer ? &*timer : nullptr);
   for (size_t b = 0; b < batch.size(); ++b) {
     const Response* r = batch[b];
     if (ops[b] != nullptr) executor_.Waited(*ops[b], *r, t0);
@@ -225,7 +256,7 @@ absl::Status CpuOperations::FusedInPlace(ProcessSet& set, const std::vector<Resp
   }
   const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
   std::optional<reduce::CombineTimer> timer;
-  if (executor_.timing()) timer.emplace();
+  TimeIf(executor_, method, timer);
   absl::Status s = collectives::AllreducePieces(*set.comm, pieces, total, type, op);
   if (!s.ok()) {
     std::vector<std::string> names;
@@ -233,6 +264,14 @@ absl::Status CpuOperations::FusedInPlace(ProcessSet& set, const std::vector<Resp
     return Annotate(s, absl::StrCat("allreduce of fused tensors ", absl::StrJoin(names, ", ")));
   }
   const int64_t t1 = executor_.Now();
+  executor_.Collective("ALLREDUCE", t0, t1,
+                       {{"tensors", Names(batch)},
+                        {"fused_tensors", absl::StrCat(batch.size())},
+                        {"algorithm", method},
+                        {"transport", transport_},
+                        {"bytes", absl::StrCat(total * es)},
+                        {"fusion_buffer", "none: read and written in place"}},
+                       timer ? &*timer : nullptr);
   for (size_t b = 0; b < batch.size(); ++b) {
     const Response* r = batch[b];
     if (ops[b] != nullptr) executor_.Waited(*ops[b], *r, t0);
@@ -260,6 +299,8 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
   absl::Status s;
   uint64_t bytes = m.Bytes();
   absl::Status misfit;  // a result that does not fit the caller's output (into_bytes)
+  std::optional<reduce::CombineTimer> timer;  // the reduce-scatter's reduction; the rest moves data
+  if (executor_.timing()) timer.emplace();
   switch (m.kind) {
     case OpKind::kAllgather: {
       SplitLayout layout = AllgatherLayout(m, r.first_dims);
@@ -299,8 +340,13 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
   if (!s.ok()) return Annotate(s, absl::StrCat(OpKindName(m.kind), " '", r.name, "'"));
   std::string phase(OpKindName(m.kind));
   std::transform(phase.begin(), phase.end(), phase.begin(), ::toupper);
-  executor_.Phase(r.name, phase.c_str(), start, executor_.Now(),
+  const int64_t end = executor_.Now();
+  executor_.Phase(r.name, phase.c_str(), start, end,
                   {{"transport", transport_}, {"bytes", absl::StrCat(bytes)}});
+  executor_.Collective(
+      phase, start, end,
+      {{"tensors", r.name}, {"transport", transport_}, {"bytes", absl::StrCat(bytes)}},
+      timer ? &*timer : nullptr);
   executor_.Ran(1, bytes, /*fused=*/false);
   if (!misfit.ok()) h.output.clear();
   executor_.Finish(set, r.name, misfit);

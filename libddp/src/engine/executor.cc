@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "ddp/errors.h"
+#include "reduce/reduce.h"
 
 namespace ddp::engine {
 namespace {
@@ -132,6 +133,29 @@ void Executor::Finish(ProcessSet& set, const std::string& name, absl::Status sta
 void Executor::Phase(const std::string& name, const char* phase, int64_t start, int64_t end,
                      const std::vector<std::pair<std::string, std::string>>& args) {
   if (timeline_ != nullptr) timeline_->Phase(name, phase, start, end, args);  // no-op if stopped
+}
+
+void Executor::Collective(const std::string& name, int64_t start, int64_t end,
+                          const std::vector<std::pair<std::string, std::string>>& args,
+                          const reduce::CombineTimer* timer) {
+  if (!timing()) return;
+  // At most about kMostGaps transfers drawn apart: reductions closer than the collective's
+  // 1/kMostGaps are one slice (a ring of many small chunks stays readable).
+  constexpr int64_t kMostGaps = 64;
+  const int64_t join = (end - start) / kMostGaps;
+  std::vector<std::pair<int64_t, int64_t>> reducing;
+  if (timer != nullptr) {
+    for (const auto& [from, to] : timer->intervals()) {
+      const int64_t a = timeline_->MicrosOf(from);
+      const int64_t b = timeline_->MicrosOf(to);
+      if (!reducing.empty() && a - reducing.back().second <= join) {
+        reducing.back().second = b;
+      } else {
+        reducing.emplace_back(a, b);
+      }
+    }
+  }
+  timeline_->Collective(name, start, end, args, reducing);
 }
 
 void Executor::Waited(const LocalOp& op, const Response& r, int64_t started) {

@@ -20,6 +20,10 @@
 #include "engine/state.h"
 #include "engine/timeline.h"
 
+namespace ddp::reduce {
+class CombineTimer;
+}  // namespace ddp::reduce
+
 namespace ddp::engine {
 
 // Per-rank element counts of an allgather or reduce-scatter, and this rank's output shape: the
@@ -77,6 +81,11 @@ class Executor {
   }
   void Phase(const std::string& name, const char* phase, int64_t start, int64_t end,
              const std::vector<std::pair<std::string, std::string>>& args = {});
+  // A collective's run on the timeline's "collectives" track, split into TRANSFER and REDUCE
+  // slices by `timer` (this thread's reduction kernels; none: one slice).
+  void Collective(const std::string& name, int64_t start, int64_t end,
+                  const std::vector<std::pair<std::string, std::string>>& args,
+                  const reduce::CombineTimer* timer);
   // WAIT_FOR_PEERS (submitted until the round that agreed it began), NEGOTIATE (that round) and
   // QUEUE (agreed to started) of a local submission.
   void Waited(const LocalOp& op, const Response& r, int64_t started);

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -157,6 +158,8 @@ absl::Status Timeline::Start(const std::string& requested, bool mark_cycles) {
   FlushLocked();  // keeps Emit()'s count of buffered bytes exact
   first_event_ = true;
   tracks_.clear();
+  next_track_ = 1;
+  collectives_track_ = -1;
   // The process's name, and where its clock starts on the system clock (Horovod's key), so that
   // the ranks' traces can be aligned.
   Emit(absl::StrCat("{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":", rank_,
@@ -194,19 +197,26 @@ void Timeline::FinishFileLocked() {
 int64_t Timeline::NowMicros() const { return (SteadyNanos() - origin_ns_) / 1000; }
 
 int Timeline::TrackOf(absl::string_view tensor) {
-  auto [it, inserted] = tracks_.try_emplace(tensor, static_cast<int>(tracks_.size()) + 1);
-  if (inserted) Emit(Metadata("thread_name", rank_, it->second, tensor));
+  auto [it, inserted] = tracks_.try_emplace(tensor, next_track_);
+  if (inserted) {
+    ++next_track_;
+    Emit(Metadata("thread_name", rank_, it->second, tensor));
+  }
   return it->second;
 }
 
-void Timeline::Phase(absl::string_view tensor, absl::string_view phase, int64_t start_us,
-                     int64_t end_us, const std::vector<std::pair<std::string, std::string>>& args) {
-  if (!active()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  if (file_ == nullptr) return;
-  const int track = TrackOf(tensor);
+int Timeline::CollectivesTrack() {
+  if (collectives_track_ < 0) {
+    collectives_track_ = next_track_++;
+    Emit(Metadata("thread_name", rank_, collectives_track_, "collectives"));
+  }
+  return collectives_track_;
+}
+
+void Timeline::Slice(absl::string_view name, int track, int64_t start_us, int64_t end_us,
+                     const std::vector<std::pair<std::string, std::string>>& args) {
   std::string event = absl::StrCat(
-      "{\"name\":\"", JsonEscape(phase), "\",\"ph\":\"X\",\"ts\":", start_us,
+      "{\"name\":\"", JsonEscape(name), "\",\"ph\":\"X\",\"ts\":", start_us,
       ",\"dur\":", end_us - start_us, ",\"pid\":", rank_, ",\"tid\":", track, ",\"args\":{");
   for (size_t i = 0; i < args.size(); ++i) {
     absl::StrAppend(&event, i == 0 ? "\"" : ",\"", JsonEscape(args[i].first), "\":\"",
@@ -214,6 +224,34 @@ void Timeline::Phase(absl::string_view tensor, absl::string_view phase, int64_t 
   }
   event += "}}";
   Emit(event);
+}
+
+void Timeline::Phase(absl::string_view tensor, absl::string_view phase, int64_t start_us,
+                     int64_t end_us, const std::vector<std::pair<std::string, std::string>>& args) {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  Slice(phase, TrackOf(tensor), start_us, end_us, args);
+}
+
+void Timeline::Collective(absl::string_view name, int64_t start_us, int64_t end_us,
+                          const std::vector<std::pair<std::string, std::string>>& args,
+                          const std::vector<std::pair<int64_t, int64_t>>& reducing) {
+  if (!active()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (file_ == nullptr) return;
+  const int track = CollectivesTrack();
+  Slice(name, track, start_us, end_us, args);
+  int64_t at = start_us;
+  for (const auto& [from, to] : reducing) {
+    const int64_t begin = std::clamp(from, at, end_us);
+    const int64_t finish = std::clamp(to, begin, end_us);
+    if (finish == begin) continue;  // nothing to draw, and no transfer cut in two
+    if (begin > at) Slice("TRANSFER", track, at, begin, {});
+    Slice("REDUCE", track, begin, finish, {});
+    at = finish;
+  }
+  if (end_us > at) Slice("TRANSFER", track, at, end_us, {});
 }
 
 void Timeline::ClockSync(int64_t offset_us, int64_t spread_us, int rounds) {

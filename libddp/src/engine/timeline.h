@@ -56,6 +56,15 @@ class Timeline {
   // Phase, Marker and Flush do nothing while the timeline is stopped.
   void Phase(absl::string_view tensor, absl::string_view phase, int64_t start_us, int64_t end_us,
              const std::vector<std::pair<std::string, std::string>>& args = {});
+  // A collective's run on this rank's track "collectives" (named on first use): a slice `name`
+  // over [start_us, end_us) with `args`, and inside it, in turn, TRANSFER (moving data, waiting
+  // for the peers') and REDUCE (this thread in the reduction kernels: `reducing`, ordered
+  // intervals within the slice). Its tensors' own tracks show the same run as one slice.
+  void Collective(absl::string_view name, int64_t start_us, int64_t end_us,
+                  const std::vector<std::pair<std::string, std::string>>& args,
+                  const std::vector<std::pair<int64_t, int64_t>>& reducing);
+  // A time on std::chrono::steady_clock (nanoseconds since its epoch) on this timeline's clock.
+  int64_t MicrosOf(int64_t steady_ns) const { return (steady_ns - origin_ns_) / 1000; }
   // A metadata event "ddp_clock_sync": this rank's system clock minus rank 0's, measured at
   // start (clock_sync.h), which a merge of the ranks' files subtracts (ddp-timeline merge).
   void ClockSync(int64_t offset_us, int64_t spread_us, int rounds);
@@ -68,6 +77,9 @@ class Timeline {
  private:
   // mu_ held:
   int TrackOf(absl::string_view tensor);
+  int CollectivesTrack();
+  void Slice(absl::string_view name, int track, int64_t start_us, int64_t end_us,
+             const std::vector<std::pair<std::string, std::string>>& args);
   void Emit(const std::string& json_object);
   void FlushLocked();
   void CloseLocked();       // stops recording and finishes the file
@@ -85,7 +97,9 @@ class Timeline {
   std::unique_ptr<char[]> buffer_;  // stdio buffer of file_; outlives it (fclose in Close)
   size_t unflushed_ = 0;            // bytes in buffer_: flushed early so no event is cut in two
   bool first_event_ = true;
-  absl::flat_hash_map<std::string, int> tracks_;
+  absl::flat_hash_map<std::string, int> tracks_;  // by tensor
+  int next_track_ = 1;
+  int collectives_track_ = -1;  // none yet
 };
 
 // JSON string escaping (quotes, backslash, control characters), without the surrounding quotes.

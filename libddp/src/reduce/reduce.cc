@@ -10,8 +10,7 @@
 // runtime is up), off glibc, and let tests and benchmarks run every build in one process.
 #include "reduce/reduce.h"
 
-#include <time.h>
-
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -200,11 +199,25 @@ namespace {
 
 thread_local bool t_timing = false;
 thread_local int64_t t_combine_ns = 0;
+thread_local std::vector<CombineTimer::Interval> t_intervals;
 
-int64_t MonotonicNanos() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+int64_t SteadyNanos() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Calls closer than this are one interval: the ring's chunks are reduced back to back.
+constexpr int64_t kJoinNanos = 1000;
+
+void Note(int64_t start, int64_t end) {
+  t_combine_ns += end - start;
+  if (!t_intervals.empty() && (start - t_intervals.back().second < kJoinNanos ||
+                               t_intervals.size() >= CombineTimer::kMaxIntervals)) {
+    t_intervals.back().second = end;
+    return;
+  }
+  t_intervals.emplace_back(start, end);
 }
 
 }  // namespace
@@ -212,20 +225,23 @@ int64_t MonotonicNanos() {
 CombineTimer::CombineTimer() {
   t_timing = true;
   t_combine_ns = 0;
+  t_intervals.clear();
 }
 
 CombineTimer::~CombineTimer() { t_timing = false; }
 
 int64_t CombineTimer::nanos() const { return t_combine_ns; }
 
+const std::vector<CombineTimer::Interval>& CombineTimer::intervals() const { return t_intervals; }
+
 void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b, size_t count) {
   if (!t_timing) {
     internal::DoCombine(internal::ActiveTable(), type, op, dst, a, b, count);
     return;
   }
-  const int64_t start = MonotonicNanos();
+  const int64_t start = SteadyNanos();
   internal::DoCombine(internal::ActiveTable(), type, op, dst, a, b, count);
-  t_combine_ns += MonotonicNanos() - start;
+  Note(start, SteadyNanos());
 }
 
 void DivideBy(DataType type, void* buf, size_t count, int64_t divisor) {

@@ -5,6 +5,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "ddp/types.h"
 
@@ -25,12 +27,18 @@ void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b
 // otherwise.
 class CombineTimer {
  public:
+  // [start, end) on std::chrono::steady_clock, in nanoseconds since its epoch.
+  using Interval = std::pair<int64_t, int64_t>;
   CombineTimer();
   ~CombineTimer();
   CombineTimer(const CombineTimer&) = delete;
   CombineTimer& operator=(const CombineTimer&) = delete;
   // Nanoseconds in Combine on this thread since the timer began.
   int64_t nanos() const;
+  // When this thread was in Combine since the timer began, in order: calls less than a
+  // microsecond apart are one interval, and past kMaxIntervals the last one grows.
+  const std::vector<Interval>& intervals() const;
+  static constexpr size_t kMaxIntervals = 4096;
 };
 
 // buf[i] = buf[i] / divisor for i < count (finishes an average). Integers truncate toward zero;
