@@ -5,6 +5,7 @@ allreduce is named), `ddprun dump` and the flight recorder (libddp's format; tor
 reads the converted dumps), ddprun --flight-recorder at a failure, and --metrics-port (checked
 with Prometheus' own parser)."""
 import json
+import pickle
 import os
 import re
 import signal
@@ -275,6 +276,81 @@ def test_torchs_flight_recorder_analyzer_names_the_rank_that_never_submitted(ddp
     assert "Not all ranks joining collective, sequence number: 6" in said, said
     assert "missing ranks: {2}" in said, said
     assert "collective: ddp:all_reduce" in said and "group info: 0:default_pg" in said, said
+
+
+TORCH_GROUPS = textwrap.dedent("""
+    import sys, time
+    import torch
+    import torch.distributed as dist
+    import ddp, ddp.torch
+    dist.init_process_group("ddp", init_method="ddp://")
+    rank, out = dist.get_rank(), sys.argv[1]
+    x = torch.ones(4)
+    for _ in range(2):
+        dist.all_reduce(x)
+    pair = dist.new_group([0, 2])
+    if rank in (0, 2):
+        for _ in range(3):
+            dist.all_reduce(x, group=pair)
+        if rank == 0:  # its 4th in the pair, which rank 2 submits only after the dumps
+            work = dist.all_reduce(x, group=pair, async_op=True)
+            time.sleep(1.0)
+            ddp.dump_flight_recorder(out)
+            work.wait()
+        else:
+            time.sleep(0.5)
+            ddp.dump_flight_recorder(out)
+            time.sleep(1.0)
+            dist.all_reduce(x, group=pair)
+    else:
+        time.sleep(0.5)
+        ddp.dump_flight_recorder(out)
+    dist.barrier()
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.torch
+def test_torchs_analyzer_reads_every_group_of_a_torch_job(ddp_env, tmp_path):
+    """torch.distributed's new_group groups are libddp jobs of their own: a rank's dump holds
+    them all, under torch's names and global ranks, and torch's analyzer names the member of
+    group "1" (ranks 0 and 2) that has not submitted its 4th collective (torch 2; on torch 1.13
+    the dumps are checked without it)."""
+    script = tmp_path / "groups.py"
+    script.write_text(TORCH_GROUPS)
+    records = tmp_path / "records"
+    done = _ddprun(ddp_env, "-np", "3", sys.executable, script, records)
+    assert done.returncode == 0, done.stderr
+    record = json.loads((records / "ddp_flight_recorder_rank_0.json").read_text())
+    assert record["group"] == {"name": "0", "desc": "default_pg", "ranks": [0, 1, 2]}, record
+    assert [g["group"] for g in record["groups"]] == [
+        {"name": "1", "desc": "undefined", "ranks": [0, 2]}], record["groups"]
+    assert [e["state"] for e in record["groups"][0]["entries"]][-4:] == \
+        ["completed"] * 3 + ["scheduled"], record["groups"]  # rank 2 has not submitted it
+    lone = json.loads((records / "ddp_flight_recorder_rank_1.json").read_text())
+    assert lone["groups"] == [], lone["groups"]  # not a member: no job of the pair here
+    converted = subprocess.run([sys.executable, "-m", "ddp.flight_recorder", "torch",
+                                str(records), str(tmp_path / "torch")], env=ddp_env,
+                               capture_output=True, text=True, timeout=60)
+    assert converted.returncode == 0, converted.stderr
+    with open(tmp_path / "torch" / "ddp_trace_rank_2", "rb") as f:
+        dump = pickle.load(f)
+    assert dump["pg_config"] == {
+        "0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2]"},
+        "1": {"name": "1", "desc": "undefined", "ranks": "[0, 2]"}}, dump["pg_config"]
+    assert [e["process_group"] for e in dump["entries"]][-3:] == [("1", "undefined")] * 3, dump
+    fr_trace = pytest.importorskip(
+        "torch.distributed.flight_recorder.fr_trace",
+        reason="torch's flight-recorder analyzer ships with PyTorch 2 (make test-torch2)")
+    del fr_trace
+    analyzed = subprocess.run([sys.executable, "-m", "torch.distributed.flight_recorder.fr_trace",
+                               str(tmp_path / "torch"), "--prefix", "ddp_trace_rank_"],
+                              env=ddp_env, capture_output=True, text=True, timeout=120)
+    said = analyzed.stdout + analyzed.stderr
+    assert analyzed.returncode == 0, said
+    assert "missing ranks: {2}" in said and "expected ranks: {0, 2}" in said, said
+    assert "group info: 1\n" in said and "Not all ranks joining collective, sequence number: 4" \
+        in said, said
 
 
 def test_the_converter_refuses_what_is_not_a_flight_record(ddp_env, tmp_path):

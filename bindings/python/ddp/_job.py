@@ -171,7 +171,8 @@ def engine_stats():
 def flight_record():
     """This rank's flight record: its last operations (DDP_FLIGHT_RECORDER_ENTRIES, 2048 by
     default) with their state, times and errors, and totals per kind, as a dict (libddp's
-    flight-recorder format, docs/observability.md)."""
+    flight-recorder format, docs/observability.md); in a torch.distributed job, the records of
+    its new_group groups under "groups"."""
     return json.loads(_ddp.flight_record("on demand"))
 
 

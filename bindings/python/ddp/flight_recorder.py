@@ -8,7 +8,9 @@ the dumps PyTorch's flight-recorder analyzer reads:
 
 Each rank's DIR/ddp_flight_recorder_rank_<N>.json becomes OUT/ddp_trace_rank_<N> (OUT: DIR by
 default), a pickle in torch's format (version 2.10): one process group per libddp process set
-(the whole job is group "0", "default_pg", as torch.distributed's default group), an entry per
+(the whole job is group "0", "default_pg", as torch.distributed's default group) and, in a
+torch.distributed job, per group of torch's new_group with torch's name and global ranks (each
+is a libddp job of its own, whose record the process's record holds), an entry per
 collective with torch's names ("ddp:all_reduce", "Float") and states (scheduled, started,
 completed; a failed operation stays at the state it reached), numbered in the order its process
 set agreed to run it (libddp's ranks may submit in different orders; the agreed order is the
@@ -55,7 +57,7 @@ def _entry(entry: dict, seq: int, record_id: int, group: str, desc: str,
            members: int) -> dict[str, Any]:
     state = _state(entry)
     return {
-        "record_id": record_id, "pg_id": int(group), "process_group": (group, desc),
+        "record_id": record_id, "pg_id": 0, "process_group": (group, desc),
         "collective_seq_id": seq, "p2p_seq_id": 0, "op_id": seq,
         "profiling_name": f"ddp:{_OPS[entry['kind']]}",
         "time_created_ns": entry["submitted_ns"],
@@ -88,33 +90,55 @@ def _sequence(entries: list[dict]) -> list[tuple[dict, int]]:
     return out
 
 
+def _groups(record: dict) -> list[tuple[dict, str, str, str, list[int]]]:
+    """torch's process groups in a rank's record: (the libddp record holding it, its process set
+    there, torch's name, description, the members' global ranks). The job's sets, then the
+    process's other jobs that torch named (its new_group groups, under "groups")."""
+    out = []
+    label = record.get("group")
+    named = bool(label) or bool(record.get("groups"))
+    for k, members in sorted(record["process_sets"].items(), key=lambda kv: int(kv[0])):
+        if str(k) == "0":
+            out.append((record, "0", *((label["name"], label["desc"], label["ranks"]) if label
+                                       else ("0", "default_pg", members))))
+        else:  # the Horovod API's process sets, beside torch's groups when there are any
+            out.append((record, str(k), f"process_set_{k}" if named else str(k),
+                        f"process_set_{k}", members))
+    for group in record.get("groups", []):
+        g = group["group"]
+        out.append((group, "0", g["name"], g["desc"], g["ranks"]))
+    return out
+
+
 def to_torch(record: dict) -> dict[str, Any]:
-    """One rank's flight record (libddp's format) as torch's flight-recorder dump."""
+    """One rank's flight record (libddp's format) as torch's flight-recorder dump: every process
+    group of the process, the job's and those of torch's new_group (named in the record)."""
     if record.get("format") != "libddp-flight-recorder":
         raise ValueError("not a libddp flight record (its \"format\" is "
                          f"{record.get('format')!r})")
-    sets = {str(k): v for k, v in record["process_sets"].items()}
-    descs = {k: "default_pg" if k == "0" else f"process_set_{k}" for k in sets}
-    entries, status = [], {}
-    for e, seq in _sequence(record["entries"]):
-        group = str(e["process_set"])
-        if e["kind"] not in _OPS or group not in sets:
-            continue
-        entries.append(_entry(e, seq, e["id"] - 1, group, descs[group], len(sets[group])))
-        s = status.setdefault(group, {"last_enqueued_collective": -1,
-                                      "last_started_collective": -1,
-                                      "last_completed_collective": -1})
-        s["last_enqueued_collective"] = max(s["last_enqueued_collective"], seq)
-        if e["started_ns"]:
-            s["last_started_collective"] = max(s["last_started_collective"], seq)
-        if e["state"] == "completed":
-            s["last_completed_collective"] = max(s["last_completed_collective"], seq)
-    return {
-        "version": VERSION, "comm_lib_version": "libddp",
-        "pg_config": {k: {"name": k, "desc": descs[k], "ranks": str(sorted(v))}
-                      for k, v in sets.items()},
-        "pg_status": status, "entries": entries,
-    }
+    entries, status, config = [], {}, {}
+    for pg_id, (source, k, name, desc, ranks) in enumerate(_groups(record)):
+        config[name] = {"name": name, "desc": desc, "ranks": str(sorted(ranks))}
+        s = {"last_enqueued_collective": -1, "last_started_collective": -1,
+             "last_completed_collective": -1}
+        for e, seq in _sequence(source["entries"]):
+            if str(e["process_set"]) != k:
+                continue
+            entry = _entry(e, seq, len(entries), name, desc, len(ranks))
+            entry["pg_id"] = pg_id
+            entries.append(entry)
+            s["last_enqueued_collective"] = max(s["last_enqueued_collective"], seq)
+            if e["started_ns"]:
+                s["last_started_collective"] = max(s["last_started_collective"], seq)
+            if e["state"] == "completed":
+                s["last_completed_collective"] = max(s["last_completed_collective"], seq)
+        if s["last_enqueued_collective"] >= 0:
+            status[name] = s
+    entries.sort(key=lambda e: e["time_created_ns"])
+    for i, entry in enumerate(entries):
+        entry["record_id"] = i
+    return {"version": VERSION, "comm_lib_version": "libddp", "pg_config": config,
+            "pg_status": status, "entries": entries}
 
 
 def convert(folder: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:

@@ -2,8 +2,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // What ddp._ddp tells about a running job: the engine's flight record (docs/observability.md).
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common.h"
 #include "definitions.h"
@@ -31,6 +34,15 @@ void DefineObserve(py::module_& m) {
       },
       py::arg("reason") = "on demand", py::arg("group") = 0,
       "This rank's flight record as JSON (libddp's format): the job's engine, or a group's.");
+  m.def(
+      "name_group",
+      [](int group, const std::string& name, const std::string& desc, std::vector<int> ranks) {
+        ContextOf(group, "name_group")->engine().NameGroup(name, desc, std::move(ranks));
+      },
+      py::arg("group"), py::arg("name"), py::arg("desc"), py::arg("global_ranks"),
+      "Names a job (the default, or a group's) in flight records as torch.distributed's process "
+      "group: its name, description and members' global ranks. The process's flight record "
+      "then holds the group's under \"groups\".");
   m.def(
       "dump_flight_record",
       [](const std::string& folder, const std::string& reason, int group) {

@@ -194,6 +194,11 @@ class Engine {
   // completed, failed), times and error, and totals per kind, as JSON (libddp's
   // flight-recorder format, docs/observability.md); `reason` says why it was taken.
   virtual std::string FlightRecord(const std::string& reason) const = 0;
+  // Names this engine's job in flight records as a framework's group (torch.distributed's
+  // process group: its name, description and its members' global ranks), under "group". A
+  // process's flight record also holds, under "groups", the records of its other engines that
+  // are so named (each torch group is a job of its own): one dump has all of a process's groups.
+  virtual void NameGroup(std::string name, std::string desc, std::vector<int> global_ranks) = 0;
   // Writes it to `folder`/ddp_flight_recorder_rank_<rank>.json (the folder is created);
   // returns the file's path. The engine writes one itself when the job breaks, to
   // DDP_FLIGHT_RECORDER_DUMP.

@@ -126,9 +126,13 @@ EngineImpl::EngineImpl(const Options& options, transport::Transport* transport,
     s.fusion_threshold = params_.fusion_threshold;
     s.cycle_time_ms = params_.cycle_time_ms;
   });
+  Register();
 }
 
-EngineImpl::~EngineImpl() { Shutdown(absl::CancelledError("the engine was shut down")); }
+EngineImpl::~EngineImpl() {
+  Unregister();  // before anything goes: no other engine's record reads this one from now on
+  Shutdown(absl::CancelledError("the engine was shut down"));
+}
 
 absl::StatusOr<std::unique_ptr<ProcessSet>> EngineImpl::MakeSet(int id, std::vector<int> members) {
   // Every rank allocates an id for every set, member or not, so that all agree on them.

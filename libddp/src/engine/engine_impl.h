@@ -41,6 +41,9 @@
 
 namespace ddp::engine {
 
+// An engine's entry among the process's engines (engine_record.cc).
+struct EngineRegistration;
+
 class EngineImpl final : public Engine {
  public:
   // `transport` is the job's (null for a single rank). The engine's collectives and doorbells
@@ -85,6 +88,7 @@ class EngineImpl final : public Engine {
   }
   EngineStats stats() const override { return stats_.Get(); }
   std::string FlightRecord(const std::string& reason) const override;
+  void NameGroup(std::string name, std::string desc, std::vector<int> global_ranks) override;
   std::string StatusJson() const override;
   // The host this rank runs on as the job names it (its flight record and status say it); set
   // before Start().
@@ -167,6 +171,13 @@ class EngineImpl final : public Engine {
   std::vector<std::vector<int>> SetMembers(std::string* error) const;
   // Writes the flight record to DDP_FLIGHT_RECORDER_DUMP, if set (engine_record.cc).
   void DumpOnFailure(const absl::Status& status) const;
+  // This engine's own record, without the process's other groups; empty when `named_only` and
+  // it has no group name.
+  std::string OwnRecord(const std::string& reason, bool named_only) const;
+  // Into (out of) the process's engines, whose named records a flight record gathers
+  // (engine_record.cc).
+  void Register();
+  void Unregister();
 
   const Options options_;
   transport::Transport* const transport_;
@@ -180,6 +191,9 @@ class EngineImpl final : public Engine {
   std::string host_;
   FlightRecorder recorder_;
   mutable std::atomic<bool> dumped_on_failure_{false};
+  mutable std::mutex group_mu_;  // the group's name in flight records (NameGroup)
+  std::string group_json_;       // "{name, desc, ranks}", or empty: not named
+  std::shared_ptr<EngineRegistration> registration_;
   CudaBackend cuda_;
 
   // Owned by the engine's thread.

@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <memory>
+#include <mutex>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -45,19 +47,95 @@ std::string SetsJson(const std::vector<std::vector<int>>& members, const std::ve
 
 }  // namespace
 
+struct EngineRegistration {
+  std::mutex mu;
+  const EngineImpl* engine;  // null once it is going
+};
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::vector<std::shared_ptr<EngineRegistration>> all;
+};
+
+Registry& Engines() {
+  static auto* registry = new Registry;  // never destroyed: engines may outlive static teardown
+  return *registry;
+}
+
+}  // namespace
+
+void EngineImpl::Register() {
+  registration_ = std::make_shared<EngineRegistration>();
+  registration_->engine = this;
+  Registry& registry = Engines();
+  std::lock_guard<std::mutex> lock(registry.mu);
+  registry.all.push_back(registration_);
+}
+
+void EngineImpl::Unregister() {
+  {
+    std::lock_guard<std::mutex> lock(registration_->mu);  // waits out a record being read
+    registration_->engine = nullptr;
+  }
+  Registry& registry = Engines();
+  std::lock_guard<std::mutex> lock(registry.mu);
+  std::erase(registry.all, registration_);
+}
+
+void EngineImpl::NameGroup(std::string name, std::string desc, std::vector<int> global_ranks) {
+  std::string json =
+      absl::StrCat("{\"name\":\"", JsonEscape(name), "\",\"desc\":\"", JsonEscape(desc),
+                   "\",\"ranks\":[", absl::StrJoin(global_ranks, ","), "]}");
+  std::lock_guard<std::mutex> lock(group_mu_);
+  group_json_ = std::move(json);
+}
+
 std::vector<std::vector<int>> EngineImpl::SetMembers(std::string* error) const {
   std::lock_guard<std::mutex> lock(inbox_->mu);
   if (error != nullptr && !inbox_->failed.ok()) *error = std::string(inbox_->failed.message());
   return inbox_->set_members;
 }
 
-std::string EngineImpl::FlightRecord(const std::string& reason) const {
+std::string EngineImpl::OwnRecord(const std::string& reason, bool named_only) const {
+  std::string group;
+  {
+    std::lock_guard<std::mutex> lock(group_mu_);
+    group = group_json_;
+  }
+  if (named_only && group.empty()) return "";
   const std::string header =
       absl::StrCat("\"rank\":", rank_, ",\"size\":", size_, ",\"host\":\"", JsonEscape(host_),
                    "\",\"pid\":", getpid(), ",\"time_ns\":", absl::ToUnixNanos(absl::Now()),
                    ",\"reason\":\"", JsonEscape(reason), "\",\"capacity\":", recorder_.capacity(),
-                   ",\"process_sets\":", SetsJson(SetMembers(nullptr), nullptr));
+                   ",\"process_sets\":", SetsJson(SetMembers(nullptr), nullptr),
+                   group.empty() ? "" : absl::StrCat(",\"group\":", group));
   return FlightRecordJson(recorder_.Entries(), recorder_.Totals(), header);
+}
+
+std::string EngineImpl::FlightRecord(const std::string& reason) const {
+  std::string record = OwnRecord(reason, /*named_only=*/false);
+  std::vector<std::shared_ptr<EngineRegistration>> others;
+  {
+    Registry& registry = Engines();
+    std::lock_guard<std::mutex> lock(registry.mu);
+    others = registry.all;
+  }
+  std::vector<std::string> groups;
+  for (const auto& other : others) {
+    if (other == registration_) continue;
+    std::lock_guard<std::mutex> lock(other->mu);  // the engine stays while its record is read
+    if (other->engine == nullptr) continue;
+    std::string one = other->engine->OwnRecord(reason, /*named_only=*/true);
+    if (one.empty()) continue;
+    while (!one.empty() && one.back() == '\n') one.pop_back();
+    groups.push_back(std::move(one));
+  }
+  // Its closing "}\n" becomes the groups' list.
+  record.resize(record.rfind('}'));
+  absl::StrAppend(&record, ",\"groups\":[", absl::StrJoin(groups, ",\n"), "]}\n");
+  return record;
 }
 
 std::string EngineImpl::StatusJson() const {

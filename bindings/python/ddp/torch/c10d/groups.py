@@ -20,6 +20,8 @@ taken, takes that one, and it is an ordinary transfer from then on.
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
 import os
 import threading
 import time
@@ -27,8 +29,6 @@ from collections import Counter
 from datetime import timedelta
 
 import torch.distributed as dist
-
-import contextlib
 
 import torch
 
@@ -87,6 +87,36 @@ def make(store, rank, size, timeout):
     _ops.add_group(group, rank, size)
     _stores[group] = servers
     return group
+
+
+def torch_identity(size):
+    """The group torch is making, as torch names it: (name, description, its members' global
+    ranks), read from the locals of torch's _new_process_group_helper, which calls the backend's
+    creator (the same on torch 1.13 and 2); None where that helper is not on the stack."""
+    frame = inspect.currentframe()
+    try:
+        while frame is not None and frame.f_code.co_name != "_new_process_group_helper":
+            frame = frame.f_back
+        if frame is None:
+            return None
+        found = frame.f_locals
+        name = str(found.get("group_name") or "")
+        if not name:
+            return None
+        ranks = [int(r) for r in found.get("global_ranks_in_group") or range(size)]
+        desc = found.get("group_desc") or ("default_pg" if name == "0" else "undefined")
+        return name, str(desc), ranks
+    finally:
+        del frame
+
+
+def name_for_flight_records(group, size):
+    """Names the group's libddp job in flight records as torch's process group, so that a dump
+    (ddp.torch.dump_flight_recorder, ddprun dump, the one at a failure) has every group of the
+    process with torch's names and global ranks (docs/observability.md)."""
+    identity = torch_identity(size)
+    if identity is not None:
+        _ddp.name_group(group, *identity)
 
 
 def callers_stream(tensor):

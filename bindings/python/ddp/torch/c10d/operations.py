@@ -83,6 +83,7 @@ class Operations(Reductions, Gathers, Exchanges):
         else:
             self._set = _groups.make(store, rank, size, timeout)
             name = f"group{self._set - _ddp.FIRST_GROUP}"
+        _groups.name_for_flight_records(self._set, size)
         self._finisher = _finish.Finisher(name, _error)
         self._finisher.start()
         self._p2p = _groups.PointToPoint(store, rank, timeout, self._finisher)
