@@ -34,6 +34,34 @@ STOPPED = textwrap.dedent("""
     ddp.allreduce(x, name="stuck")
 """)
 
+# An elastic job: 3 workers, one fails at step 3, the other two go on in generation 1 and then
+# hang as STOPPED's ranks do.
+ELASTIC_STUCK = textwrap.dedent("""
+    import os, signal, time
+    import numpy as np
+    import ddp
+    from ddp import elastic
+    ddp.init()
+    state = elastic.NumpyState(step=0)
+    x = np.ones(1 << 12, np.float32)
+
+    @elastic.run
+    def train(state):
+        while ddp.size() == 3 or state.step < 6:
+            ddp.allreduce(x, name=f"grad{state.step % 2}")
+            state.step += 1
+            state.commit()
+            if ddp.size() == 3 and ddp.rank() == 2 and state.step == 3:
+                os._exit(1)
+        time.sleep(1.5)
+        print("READY", os.getpid(), flush=True)
+        if ddp.rank() == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        ddp.allreduce(x, name="stuck")
+
+    train(state)
+""")
+
 LAGGING = textwrap.dedent("""
     import sys, time
     import numpy as np
@@ -180,6 +208,44 @@ def test_dump_gives_the_live_ranks_records_and_names_the_silent_one(ddp_env, sto
     assert entries[-1]["name"] == "stuck" and entries[-1]["state"] == "scheduled", entries[-1]
     assert record["totals"]["allreduce"]["operations"] == 50
     assert record["totals"]["allreduce"]["bytes"] == 50 * 4 * (1 << 14)
+
+
+def test_status_dump_and_metrics_of_an_elastic_job_follow_its_generations(ddp_env, tmp_path):
+    port = _free_port()
+    records = tmp_path / "fr"
+    job = Job(ddp_env, tmp_path, ELASTIC_STUCK, "--min-np", "2", "--max-np", "3",
+              "--metrics-port", str(port), "--flight-recorder", records)
+    try:
+        job.wait_ready(ranks=2)
+        time.sleep(0.5)  # rank 1 is stopped; rank 0 waits in 'stuck'
+        done = _ddprun(ddp_env, "status", "--job", job.proc.pid)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert "(elastic, generation 1: 2 ranks, started" in lines[0], lines
+        rows = {int(line.split()[0]): line for line in lines[2:4]}
+        assert "waiting for the others to submit allreduce 'stuck'" in rows[0], lines
+        assert "NOT ANSWERING for" in rows[1], lines
+        assert "rank 0 waits for rank 1, which does not answer" in done.stdout, lines
+        dump = _ddprun(ddp_env, "dump", "--job", job.proc.pid, tmp_path / "dump")
+        assert dump.returncode == 3, dump.stdout + dump.stderr
+        assert "1 of 2 ranks' flight records in" in dump.stdout, dump.stdout
+        assert "(generation 1 of the elastic job)" in dump.stdout, dump.stdout
+        record = json.loads((tmp_path / "dump" / "ddp_flight_recorder_rank_0.json").read_text())
+        assert record["size"] == 2 and record["entries"][-1]["name"] == "stuck", record
+        import urllib.request
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        assert "ddp_elastic_generation 1" in text, text
+        assert 'ddp_rank_up{rank="0"} 1' in text and 'rank="2"' not in text, text
+    finally:
+        job.end()
+    assert "generation 1: 2 workers" in "".join(job.lines), job.lines
+    # Generation 0 broke when a worker died: its survivors' records, in a folder of its own
+    # (generation 1's rank 0 is not generation 0's).
+    broke = sorted(p.name for p in (records / "generation-0").iterdir())
+    assert broke == ["ddp_flight_recorder_rank_0.json", "ddp_flight_recorder_rank_1.json"], broke
+    first = json.loads((records / "generation-0" / broke[0]).read_text())
+    assert first["size"] == 3 and first["reason"].startswith("the job broke: "), first["reason"]
 
 
 def test_status_and_dump_of_a_job_that_has_ended_or_never_was(ddp_env, tmp_path):
@@ -461,8 +527,9 @@ def test_job_timeline_merges_every_rank_on_one_clock(ddp_env, tmp_path):
     check_job_timeline(tmp_path / "m.json", 2)
     # ddp-timeline render draws it (matplotlib: Debian's, in make test's environment).
     png = tmp_path / "m.png"
-    drawn = subprocess.run([sys.executable, "-m", "ddp.timeline", "render", str(tmp_path / "m.json"),
-                            "-o", str(png)], env=ddp_env, capture_output=True, text=True, timeout=120)
+    drawn = subprocess.run([sys.executable, "-m", "ddp.timeline", "render",
+                            str(tmp_path / "m.json"), "-o", str(png)], env=ddp_env,
+                           capture_output=True, text=True, timeout=120)
     assert drawn.returncode == 0, drawn.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 

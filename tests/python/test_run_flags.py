@@ -349,6 +349,9 @@ def test_ssh_port_and_identity_reach_ssh_and_remote_ranks_output_is_filed(
      "give --master-port"),
     (["--min-np", "2", "--nproc-per-node", "2"], "it takes no --nproc-per-node"),
     (["--min-np", "2", "--output-filename", "d"], "it is for a static job"),
+    (["--min-np", "2", "--job-timeline", "j.json"], "--stragglers and --job-timeline are for a "
+     "static job (an elastic job's ranks change with each generation; ddp.stats() has"),
+    (["--min-np", "2", "--stragglers", "always"], "--job-timeline are for a static job"),
     (["-np", "2", "--log-level", "LOUD"], "'LOUD' is not one of TRACE, DEBUG"),
     (["-np", "2", "--network-interfaces", "eth0,eth1"], "give one interface"),
     ([], "-np N is required (the number of ranks), or torchrun's --nproc-per-node L"),

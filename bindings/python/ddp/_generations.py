@@ -50,11 +50,12 @@ class _Membership:
     forming, or the error that ends the job), elastic/updates (bumped on a new generation that the
     running workers are to join at their next commit)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.id = os.environ.get(_ID, "")
         self.generation = -1  # the generation this worker is in (or last was)
         self.member = False  # it was in some generation
         self.updates = 0
+        self.dump_folder: str | None = None  # DDP_FLIGHT_RECORDER_DUMP as the driver gave it
         self._client = None
 
     def timeout(self) -> float:
@@ -112,6 +113,13 @@ class _Membership:
             want = generation + 1  # started for a later generation than this one
         os.environ.update(place_variables(plan["ranks"][self.id], plan["hosts"], plan["port"]))
         self.generation, self.member, self.updates = generation, True, int(plan["updates"])
+        # A flight record at a failure goes to the generation's own folder: each generation's
+        # ranks are numbered afresh, and a later one's rank N must not overwrite this one's.
+        if self.dump_folder is None:
+            self.dump_folder = os.environ.get("DDP_FLIGHT_RECORDER_DUMP", "")
+        if self.dump_folder:
+            os.environ["DDP_FLIGHT_RECORDER_DUMP"] = os.path.join(self.dump_folder,
+                                                                  f"generation-{generation}")
 
     def pending(self):
         """(the driver's update counter, whether only workers left) when it formed a generation

@@ -89,6 +89,19 @@ def write(trace: dict, out: pathlib.Path) -> None:
     tmp.replace(out)
 
 
+def _rows(events: list[dict], slices: list[dict], start: float) -> dict[tuple[int, bool], list]:
+    """The slices to draw from START on, by (rank, on its "collectives" row): that track gets a
+    row of its own, its runs split into TRANSFER and REDUCE."""
+    split = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M"
+             and e.get("name") == "thread_name" and e["args"].get("name") == "collectives"}
+    rows: dict[tuple[int, bool], list[dict]] = {}
+    for e in slices:
+        on_split = (e["pid"], e.get("tid")) in split
+        if e["ts"] + e["dur"] >= start and (not on_split or e["name"] in ("TRANSFER", "REDUCE")):
+            rows.setdefault((e["pid"], on_split), []).append(e)
+    return rows
+
+
 def render(trace: dict, out: pathlib.Path, last_ms: float | None = None) -> None:
     """A picture of a merged trace (where no trace viewer is at hand): a row per rank (its
     tensors' slices, colored by phase) and one for its collectives' TRANSFER and REDUCE, time in
@@ -104,16 +117,9 @@ def render(trace: dict, out: pathlib.Path, last_ms: float | None = None) -> None
         raise ValueError("no slices to draw")
     names = {e["pid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e.get("name") == "process_name"}
-    # A rank's track "collectives" gets a row of its own: its runs split into TRANSFER and REDUCE.
-    split = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M"
-             and e.get("name") == "thread_name" and e["args"].get("name") == "collectives"}
     end = max(e["ts"] + e["dur"] for e in slices)
     start = end - last_ms * 1000 if last_ms else min(e["ts"] for e in slices)
-    rows: dict[tuple[int, bool], list[dict]] = {}
-    for e in slices:
-        on_split = (e["pid"], e.get("tid")) in split
-        if e["ts"] + e["dur"] >= start and (not on_split or e["name"] in ("TRANSFER", "REDUCE")):
-            rows.setdefault((e["pid"], on_split), []).append(e)
+    rows = _rows(events, slices, start)
     phases = sorted({e["name"] for row in rows.values() for e in row})
     colors = {p: plt.get_cmap("tab10")(i % 10) for i, p in enumerate(phases)}
     order = sorted(rows)

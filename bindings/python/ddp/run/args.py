@@ -260,10 +260,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.output_filename and args.elastic:
         parser.error("--output-filename names each rank's files, and an elastic job's ranks "
                      "change: it is for a static job")
-    if args.elastic and (args.metrics_port is not None or args.stragglers != "auto" or
-                         args.job_timeline is not None):
-        parser.error("--metrics-port, --stragglers and --job-timeline are for a static job (an "
-                     "elastic job's ranks change with each generation)")
+    if args.elastic and (args.stragglers != "auto" or args.job_timeline is not None):
+        parser.error("--stragglers and --job-timeline are for a static job (an elastic job's "
+                     "ranks change with each generation; ddp.stats() has its stragglers)")
     if args.job_timeline is not None and args.timeline_filename:
         parser.error("give --job-timeline (one merged file) or --timeline-filename (a rank's "
                      "own), not both")

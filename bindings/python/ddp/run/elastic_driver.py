@@ -39,6 +39,7 @@ from .discovery import DISCOVERY_SECONDS, discover
 from .env import decimal, forwarded_env, server_command, worker_env
 from .hosts import LOOPBACK, address_toward, is_local
 from .job import GRACE_SECONDS
+from .observe import Observers
 from .output import copy_lines
 from .procs import describe, sweep_shm
 
@@ -118,6 +119,7 @@ class Driver:
         self.retiring: list[tuple[float, Any]] = []  # (when to close, a superseded store)
         self.bind, self.addr = LOOPBACK, LOOPBACK
         self.short_since: float | None = None  # when the workers fell below --min-np
+        self.observers: Any = None  # ddprun's (run/observe.py); a subclass (Ray's) has none
         self.store: Any = None  # the driver's own store (_ddp.StoreServer) and its client
         self.client: Any = None
 
@@ -327,6 +329,8 @@ class Driver:
         self.store = _ddp().StoreServer(self.bind, 0, self.token)
         self.client = _ddp().StoreClient(LOOPBACK, self.store.port, self.token, 30.0)
         self.client.add("elastic/updates", 0)
+        if self.observers is not None:  # ddprun status, dump and metrics follow the generations
+            self.observers.start_elastic(self.addr, self.store.port, self.token)
         code = self._wait_to_start()
         if code is not None:
             return code
@@ -564,7 +568,17 @@ def _ddp():
 
 def main(args, out, err, token: str) -> int:
     driver = Driver(args, out, err, token)
+    try:
+        driver.observers = Observers(args, driver.say)  # a port in use: before any worker
+    except OSError as e:
+        driver.say(str(e))
+        return 2
     if args.verbose:
         driver.say(f"min {args.min_np}, max {args.max_np or 'unbounded'}, start with {args.np}; "
                    f"{shlex.join(args.command)}")
-    return driver.run()
+    code = 1
+    try:
+        code = driver.run()
+    finally:
+        driver.observers.end(code)
+    return code

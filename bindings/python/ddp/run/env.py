@@ -30,8 +30,7 @@ _SCRUBBED_NAMES = {"DDP_RANK", "DDP_SIZE", "DDP_JOB_TOKEN", "DDP_REJOIN", "DDP_R
 # What the ranks of an elastic job are not told by the launcher: they learn their place from
 # each generation (ddp/elastic.py).
 ELASTIC_UNSET = ("DDP_RANK", "DDP_SIZE", "DDP_LOCAL_RANK", "DDP_LOCAL_SIZE", "DDP_CROSS_RANK",
-                 "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE", "DDP_MONITOR",
-                 *HOROVOD_PLACE,
+                 "DDP_CROSS_SIZE", "DDP_RENDEZVOUS_PORT", "DDP_TIMELINE", *HOROVOD_PLACE,
                  *_TORCHRUN_NAMES)
 
 # Variables of the launcher's session that say nothing about the job; every other one goes to

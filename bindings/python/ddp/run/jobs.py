@@ -70,10 +70,12 @@ class Registration:
             pass
 
 
-def register(np: int, command: list[str], addr: str, port: int, token: str) -> Registration:
+def register(np: int, command: list[str], addr: str, port: int, token: str,
+             elastic: bool = False) -> Registration:
+    """ELASTIC: ADDR:PORT is the elastic driver's store, which names each generation's."""
     return Registration({"id": str(os.getpid()), "pid": os.getpid(), "command": command,
                          "np": np, "started": time.time(), "addr": addr, "port": port,
-                         "token": token, "state": "running"})
+                         "token": token, "state": "running", "elastic": elastic})
 
 
 def load() -> list[dict]:

@@ -36,17 +36,22 @@ def _labels(**labels: object) -> str:
 class Collector:
     """The job's figures from the store: read at most once a second, whatever the scrapes."""
 
-    def __init__(self, client, ranks: int):
-        self._client, self._ranks = client, ranks
+    def __init__(self, ranks_of):
+        self._ranks_of = ranks_of  # monitor.Fixed, or monitor.Generations (an elastic job)
         self._lock = threading.Lock()
         self._last: dict[int, dict | None] = {}
         self._read_at = 0.0
+        self._ranks, self._generation = 0, -1
 
     def statuses(self) -> dict[int, dict | None]:
         with self._lock:
             now = time.monotonic()
             if now - self._read_at >= 1.0:
-                self._last = monitor.read(self._client, self._ranks)
+                try:
+                    client, self._ranks, self._generation = self._ranks_of.current()
+                    self._last = monitor.read(client, self._ranks)
+                except Exception:  # noqa: BLE001 - between generations, or the job is ending
+                    pass  # the last figures stand
                 self._read_at = now
             return dict(self._last)
 
@@ -74,6 +79,11 @@ class Collector:
                     busbw = t["bytes"] * _BUS[op](n) / t["busy_seconds"]
                     lines.append(f"ddp_busbw_bytes_per_second{_labels(rank=rank, op=op)} {busbw}")
         lines += _per_rank(statuses, self.up)
+        if self._generation >= 0:
+            lines += ["# HELP ddp_elastic_generation The elastic job's generation whose ranks "
+                      "these are (counters start again with each).",
+                      "# TYPE ddp_elastic_generation gauge",
+                      f"ddp_elastic_generation {self._generation}"]
         return "\n".join(lines) + "\n"
 
 
@@ -129,8 +139,9 @@ class MetricsServer:
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
 
-    def serve(self, client, ranks: int) -> None:
-        self._server.collector = Collector(client, ranks)  # type: ignore[attr-defined]
+    def serve(self, ranks_of) -> None:
+        """Serves the ranks RANKS_OF names (monitor.Fixed or monitor.Generations)."""
+        self._server.collector = Collector(ranks_of)  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, name="ddprun-metrics",
                                         daemon=True)
         self._thread.start()

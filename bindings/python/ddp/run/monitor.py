@@ -27,6 +27,46 @@ def connect(addr: str, port: int, token: str, timeout: float = 5.0):
     return _ddp().StoreClient(addr, port, token, timeout)
 
 
+class Fixed:
+    """A static job's ranks: one store, the same ranks from start to end."""
+
+    def __init__(self, addr: str, port: int, token: str, ranks: int, timeout: float = 5.0):
+        self._client, self._ranks = connect(addr, port, token, timeout), ranks
+
+    def current(self) -> tuple[Any, int, int]:
+        """(the store the ranks publish in, how many ranks, the generation: -1, none)."""
+        return self._client, self._ranks, -1
+
+
+class Generations:
+    """An elastic job's ranks: those of its newest generation. The driver's store says which
+    generation that is (elastic/latest) and where its ranks met (its plan's port, a store of its
+    own, where each rank's monitor publishes); followed as the job forms new ones."""
+
+    def __init__(self, addr: str, port: int, token: str, timeout: float = 5.0):
+        self._addr, self._token, self._timeout = addr, token, timeout
+        self._driver = connect(addr, port, token, timeout)
+        self._now: tuple[Any, int, int] | None = None
+
+    def current(self) -> tuple[Any, int, int]:
+        latest = int(bytes(self._driver.get("elastic/latest", self._timeout)).decode())
+        if self._now is None or self._now[2] != latest:
+            plan = json.loads(bytes(self._driver.get(f"elastic/generation/{latest}",
+                                                     self._timeout)))
+            if plan.get("error"):
+                raise RuntimeError(f"the job is stopping: {plan['error']}")
+            self._now = (connect(self._addr, plan["port"], self._token, self._timeout),
+                         len(plan["ranks"]), latest)
+        return self._now
+
+
+def source(job: dict, timeout: float = 5.0):
+    """Where a job's ranks publish (a job's file, run/jobs.py): Fixed or Generations."""
+    if job.get("elastic"):
+        return Generations(job["addr"], job["port"], job["token"], timeout)
+    return Fixed(job["addr"], job["port"], job["token"], job["np"], timeout)
+
+
 def read(client, ranks: int, wait: float = 0.05) -> dict[int, dict | None]:
     """Each rank's last status (None: it has published none)."""
     out: dict[int, dict | None] = {}
@@ -38,12 +78,18 @@ def read(client, ranks: int, wait: float = 0.05) -> dict[int, dict | None]:
     return out
 
 
-def read_twice(client, ranks: int) -> tuple[dict, dict]:
-    """Two reads BEAT_WAIT_SECONDS apart: a rank whose heartbeat did not move has stopped
-    speaking (stopped, hung outside libddp, or gone)."""
+def read_twice(ranks_of) -> tuple[dict, dict, int]:
+    """Two reads BEAT_WAIT_SECONDS apart (of RANKS_OF, a Fixed or Generations): a rank whose
+    heartbeat did not move has stopped speaking (stopped, hung outside libddp, or gone). Both of
+    one generation (the second's, when the job formed a new one in between); its number too."""
+    client, ranks, generation = ranks_of.current()
     first = read(client, ranks)
     time.sleep(BEAT_WAIT_SECONDS)
-    return first, read(client, ranks)
+    client, ranks, now = ranks_of.current()
+    if now != generation:
+        first = read(client, ranks)
+        time.sleep(BEAT_WAIT_SECONDS)
+    return first, read(client, ranks), now
 
 
 def silent(first: dict, second: dict) -> list[int]:
@@ -100,13 +146,17 @@ def rank_list(ranks: list[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
+def _wait(ranks: list[int]) -> str:
+    return "waits" if len(ranks) == 1 else "wait"
+
+
 def waiting(statuses: dict[int, dict | None], quiet: list[int]) -> list[str]:
     """Who waits for whom: the ranks with work in flight wait for the silent ones; otherwise, the
     ranks that submitted the oldest operation in flight wait for the members of its process set
     that did not."""
     busy = [r for r, s in statuses.items() if s and s["engine"]["in_flight"] and r not in quiet]
     if quiet and busy:
-        return [f"{rank_list(busy)} wait for {rank_list(quiet)}, which "
+        return [f"{rank_list(busy)} {_wait(busy)} for {rank_list(quiet)}, which "
                 f"{'does' if len(quiet) == 1 else 'do'} not answer (stopped, hung outside "
                 "libddp, or gone)"]
     oldest = None
@@ -123,14 +173,15 @@ def waiting(statuses: dict[int, dict | None], quiet: list[int]) -> list[str]:
     lacking = [r for r in members if r not in have]
     if not lacking or oldest["state"] != "scheduled":
         return []
-    return [f"{rank_list(have)} wait for {rank_list(lacking)} to submit {_op(oldest)}"]
+    return [f"{rank_list(have)} {_wait(have)} for {rank_list(lacking)} to submit {_op(oldest)}"]
 
 
-def render(job: dict, first: dict, second: dict) -> list[str]:
+def render(job: dict, first: dict, second: dict, generation: int = -1) -> list[str]:
     quiet = silent(first, second)
     started = time.strftime("%H:%M:%S", time.localtime(job["started"]))
-    lines = [f"job {job['id']}: {' '.join(job['command'])} ({job['np']} ranks, started "
-             f"{started})",
+    ranks = (f"elastic, generation {generation}: {len(second)} ranks" if generation >= 0
+             else f"{job['np']} ranks")
+    lines = [f"job {job['id']}: {' '.join(job['command'])} ({ranks}, started {started})",
              f"{'rank':>5}  {'host':<16} {'pid':>8}  doing"]
     errors = []
     for rank, status in sorted(second.items()):

@@ -1,7 +1,8 @@
 # SPDX-FileCopyrightText: 2026 The libddp Authors
 # SPDX-License-Identifier: Apache-2.0
-"""What ddprun does to let a static job be seen while it runs: the job's file for `ddprun
-status` and `ddprun dump` (run/jobs.py), the metrics server (--metrics-port), with
+"""What ddprun does to let a job be seen while it runs: the job's file for `ddprun status` and
+`ddprun dump` (run/jobs.py) and the metrics server (--metrics-port), for an elastic job too
+(following its newest generation); for a static job, with
 --flight-recorder DIR the live ranks' flight records asked for when a rank fails, before the
 others are stopped, and with --job-timeline FILE the ranks' timelines merged at the end."""
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Observers:
         self._store = (addr, port, token)
         if self._metrics is not None:
             try:
-                self._metrics.serve(monitor.connect(addr, port, token), self._args.np)
+                self._metrics.serve(monitor.Fixed(addr, port, token, self._args.np))
             except Exception as e:  # noqa: BLE001 - the job runs; its metrics do not
                 self._say(f"--metrics-port {self._args.metrics_port}: no metrics: the job's "
                           f"store does not answer ({e})")
@@ -67,6 +68,14 @@ class Observers:
                 self._metrics = None
         if self._args.flight_recorder is not None:
             job.before_stop = self._dump_at_failure
+
+    def start_elastic(self, addr: str, port: int, token: str) -> None:
+        """An elastic job's driver store is up at ADDR:PORT: `ddprun status`, `dump` and the
+        metrics follow its newest generation (monitor.Generations)."""
+        self._registration = jobs.register(self._args.np, self._args.command, addr, port, token,
+                                           elastic=True)
+        if self._metrics is not None:
+            self._metrics.serve(monitor.Generations(addr, port, token))
 
     def _merge_timeline(self) -> None:
         from .. import timeline  # lazy: the launcher's side, at the end

@@ -73,12 +73,11 @@ def _status(args, out, err) -> int:
     if job is None:
         return 1
     try:
-        client = monitor.connect(job["addr"], job["port"], job["token"])
-        first, second = monitor.read_twice(client, job["np"])
+        first, second, generation = monitor.read_twice(monitor.source(job))
     except Exception as e:  # noqa: BLE001 - the job ended between the look-up and now
         err(f"job {job['id']}: its store does not answer ({e}); it may just have ended")
         return 1
-    for line in monitor.render(job, first, second):
+    for line in monitor.render(job, first, second, generation):
         out(line)
     return 0
 
@@ -95,8 +94,8 @@ def _dump(args, out, err) -> int:
         return 1
     folder = pathlib.Path(args.folder)
     try:
-        client = monitor.connect(job["addr"], job["port"], job["token"])
-        records, missing = monitor.request_dump(client, job["np"], DUMP_TIMEOUT_SECONDS)
+        client, ranks, generation = monitor.source(job).current()
+        records, missing = monitor.request_dump(client, ranks, DUMP_TIMEOUT_SECONDS)
         write_records(folder, records)
     except OSError as e:
         err(f"{folder}: {e.strerror or e}")
@@ -104,7 +103,8 @@ def _dump(args, out, err) -> int:
     except Exception as e:  # noqa: BLE001 - the job ended between the look-up and now
         err(f"job {job['id']}: its store does not answer ({e}); it may just have ended")
         return 1
-    out(f"{len(records)} of {job['np']} ranks' flight records in {folder}")
+    out(f"{len(records)} of {ranks} ranks' flight records in {folder}"
+        + (f" (generation {generation} of the elastic job)" if generation >= 0 else ""))
     if missing:
         err(f"no flight record from {monitor.rank_list(missing)}: "
             f"no answer within {DUMP_TIMEOUT_SECONDS:.0f} s (stopped, hung outside libddp, "
