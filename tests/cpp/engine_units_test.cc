@@ -393,30 +393,35 @@ TEST(TimelineTest, StartsAndStopsAtRunTime) {
 }
 
 // A collective's run on the "collectives" track: its slice, and inside it TRANSFER and REDUCE in
-// turn, covering it exactly (reductions clamped to it).
+// turn, covering it exactly (reductions clamped to it, their kernel time too); a run with no
+// reductions is all TRANSFER; one not split (MPI's) is alone.
 TEST(TimelineTest, CollectiveSplitsIntoTransferAndReduce) {
   const std::string path = TempPath("timeline-collective");
   {
     auto timeline = Timeline::Open(path, 1);
     ASSERT_TRUE(timeline.ok()) << timeline.status();
     (*timeline)->Phase("grad", "ALLREDUCE", 100, 200);
-    (*timeline)->Collective("ALLREDUCE", 100, 200, {{"tensors", "grad"}},
-                            {{90, 110}, {130, 140}, {150, 150}, {190, 260}});
-    (*timeline)->Collective("ALLGATHER", 300, 340, {}, {});
+    const std::vector<Timeline::Reduction> reducing = {
+        {90, 110, 20}, {130, 140, 4}, {150, 150, 0}, {190, 260, 70}};
+    (*timeline)->Collective("ALLREDUCE", 100, 200, {{"tensors", "grad"}}, &reducing);
+    const std::vector<Timeline::Reduction> none;
+    (*timeline)->Collective("ALLGATHER", 300, 340, {}, &none);
+    (*timeline)->Collective("MPI", 400, 410, {}, nullptr);  // not split: the run alone
   }
   const std::string text = ReadFile(path);
   EXPECT_TRUE(IsJson(text)) << text;
   EXPECT_EQ(CountOf(text, R"("args":{"name":"collectives"})"), 1);  // named on first use
-  EXPECT_EQ(CountOf(text, R"("tid":2,)"), 1 + 8);                   // after the tensor's track
+  EXPECT_EQ(CountOf(text, R"("tid":2,)"), 1 + 9);                   // after the tensor's track
   const char* const want[] = {
       R"("name":"ALLREDUCE","ph":"X","ts":100,"dur":100,"pid":1,"tid":2,"args":{"tensors":"grad"})",
       R"("name":"REDUCE","ph":"X","ts":100,"dur":10,)",
       R"("name":"TRANSFER","ph":"X","ts":110,"dur":20,)",
-      R"("name":"REDUCE","ph":"X","ts":130,"dur":10,)",
+      R"("name":"REDUCE","ph":"X","ts":130,"dur":10,"pid":1,"tid":2,"args":{"kernel_us":"4"})",
       R"("name":"TRANSFER","ph":"X","ts":140,"dur":50,)",
-      R"("name":"REDUCE","ph":"X","ts":190,"dur":10,)",
+      R"("name":"REDUCE","ph":"X","ts":190,"dur":10,"pid":1,"tid":2,"args":{"kernel_us":"10"})",
       R"("name":"ALLGATHER","ph":"X","ts":300,"dur":40,)",
-      R"("name":"TRANSFER","ph":"X","ts":300,"dur":40,)"};
+      R"("name":"TRANSFER","ph":"X","ts":300,"dur":40,)",
+      R"("name":"MPI","ph":"X","ts":400,"dur":10,)"};
   for (const char* event : want) EXPECT_EQ(CountOf(text, event), 1) << event << "\n" << text;
   EXPECT_EQ(CountOf(text, R"("name":"REDUCE")"), 3);  // the empty [150, 150) is not drawn
   EXPECT_EQ(CountOf(text, R"("name":"TRANSFER")"), 3);

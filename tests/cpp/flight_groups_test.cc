@@ -5,11 +5,14 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "ddp/ddp.h"
 
 namespace ddp {
@@ -71,6 +74,33 @@ TEST(FlightRecord, HoldsTheProcesssOtherJobsThatAreNamedAsGroups) {
   const std::string after = job->engine().FlightRecord("asked");
   EXPECT_TRUE(absl::StrContains(after, R"(,"groups":[]})")) << after;
   EXPECT_EQ(CountOf(after, "in the pair"), 0u) << after;
+}
+
+// Records taken on one thread while groups come and go on another: each record is whole, and
+// holds only groups that were alive (run under TSan and ASan in CI's sanitizer builds).
+TEST(FlightRecord, IsTakenSafelyWhileGroupsComeAndGo) {
+  ::unsetenv("DDP_JOB_TOKEN");
+  std::unique_ptr<Context> job = OneRankJob();
+  ASSERT_TRUE(job);
+  job->engine().NameGroup("0", "default_pg", {0});
+  std::atomic<bool> done{false};
+  std::atomic<int> records{0};
+  std::thread reader([&] {
+    do {
+      const std::string record = job->engine().FlightRecord("asked");
+      if (!absl::EndsWith(record, "]}\n")) ADD_FAILURE() << record;
+      records.fetch_add(1);
+    } while (!done.load());
+  });
+  for (int i = 0; i < 20; ++i) {
+    std::unique_ptr<Context> group = OneRankJob();
+    ASSERT_TRUE(group);
+    group->engine().NameGroup(absl::StrCat(i + 1), "undefined", {0});
+  }
+  done.store(true);
+  reader.join();
+  EXPECT_GT(records.load(), 0);
+  EXPECT_TRUE(absl::StrContains(job->engine().FlightRecord("after"), R"(,"groups":[]})"));
 }
 
 }  // namespace

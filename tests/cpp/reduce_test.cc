@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -653,19 +654,58 @@ TEST(CombineTimer, NotesWhenThisThreadWasInCombine) {
   ASSERT_EQ(seen.size(), 3u);
   int64_t in_combine = 0;
   for (size_t i = 0; i < seen.size(); ++i) {
-    EXPECT_LT(seen[i].first, seen[i].second);
+    EXPECT_LT(seen[i].start, seen[i].end);
+    EXPECT_EQ(seen[i].busy, seen[i].end - seen[i].start);
     if (i > 0) {
-      EXPECT_GE(seen[i].first - seen[i - 1].second, 3'000'000);
+      EXPECT_GE(seen[i].start - seen[i - 1].end, 3'000'000);
     }
-    in_combine += seen[i].second - seen[i].first;
+    in_combine += seen[i].busy;
   }
   EXPECT_EQ(in_combine, timer.nanos());
-  // Many calls back to back are one interval; past the cap the last one grows.
-  CombineTimer many;
-  for (int i = 0; i < 10; ++i)
-    Combine(DataType::kFloat32, ReduceOp::kSum, a.data(), a.data(), b.data(), 1);
-  EXPECT_LE(many.intervals().size(), 10u);
-  EXPECT_GE(many.intervals().size(), 1u);
+}
+
+// Past kMaxIntervals the closest intervals merge: the longest gap (a stall) stays a gap, and
+// the busy time is all still there.
+TEST(CombineTimer, PastItsCapMergesTheClosestAndKeepsTheLongestGaps) {
+  std::vector<float> a(8, 1.0f), b(8, 2.0f);
+  auto spin = [](int64_t nanos) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(nanos);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+  };
+  CombineTimer timer;
+  int64_t stall_from = 0;
+  for (size_t i = 0; i < CombineTimer::kMaxIntervals + 500; ++i) {
+    Combine(DataType::kFloat32, ReduceOp::kSum, a.data(), a.data(), b.data(), a.size());
+    if (i == 3000) {
+      stall_from = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now().time_since_epoch())
+                       .count();
+      ::usleep(20000);
+    } else {
+      spin(3000);  // apart: not joined as back to back
+    }
+  }
+  const std::vector<CombineTimer::Interval>& seen = timer.intervals();
+  EXPECT_LE(seen.size(), CombineTimer::kMaxIntervals);
+  int64_t busy = 0;
+  bool stall_kept = false;
+  for (size_t i = 0; i < seen.size(); ++i) {
+    busy += seen[i].busy;
+    if (i > 0 && seen[i - 1].end <= stall_from && seen[i].start - seen[i - 1].end >= 20'000'000) {
+      stall_kept = true;
+    }
+  }
+  EXPECT_EQ(busy, timer.nanos());
+  EXPECT_TRUE(stall_kept);
+  std::vector<CombineTimer::Interval> few = seen;
+  MergeToAtMost(few, 2);  // the stall is the longest gap
+  ASSERT_EQ(few.size(), 2u);
+  EXPECT_GE(few[1].start - few[0].end, 20'000'000);
+  EXPECT_EQ(few[0].busy + few[1].busy, timer.nanos());
+  MergeToAtMost(few, 1);
+  ASSERT_EQ(few.size(), 1u);
+  EXPECT_EQ(few[0].busy, timer.nanos());
 }
 
 }  // namespace

@@ -91,13 +91,14 @@ def write(trace: dict, out: pathlib.Path) -> None:
 
 def _rows(events: list[dict], slices: list[dict], start: float) -> dict[tuple[int, bool], list]:
     """The slices to draw from START on, by (rank, on its "collectives" row): that track gets a
-    row of its own, its runs split into TRANSFER and REDUCE."""
+    row of its own, where each run is drawn and then its TRANSFER and REDUCE over it (a run that
+    is not split, MPI's, shows as itself)."""
     split = {(e["pid"], e["tid"]) for e in events if e.get("ph") == "M"
              and e.get("name") == "thread_name" and e["args"].get("name") == "collectives"}
     rows: dict[tuple[int, bool], list[dict]] = {}
     for e in slices:
         on_split = (e["pid"], e.get("tid")) in split
-        if e["ts"] + e["dur"] >= start and (not on_split or e["name"] in ("TRANSFER", "REDUCE")):
+        if e["ts"] + e["dur"] >= start:
             rows.setdefault((e["pid"], on_split), []).append(e)
     return rows
 

@@ -38,6 +38,11 @@ std::optional<reduce::CombineTimer>& TimeIf(const Executor& executor, const std:
   return timer;
 }
 
+// Whether a run's slice on the "collectives" track is split into TRANSFER and REDUCE.
+std::string Split(const std::optional<reduce::CombineTimer>& timer) {
+  return timer ? "transfer and reduce" : "none: reduced inside MPI";
+}
+
 // The tensors of a run, as its slice on the "collectives" track names them.
 std::string Names(const std::vector<Response*>& batch) {
   constexpr size_t kNamed = 4;
@@ -68,6 +73,9 @@ class CpuOperations final : public DeviceOperations {
  private:
   absl::Status Alone(ProcessSet& set, const Response& r, int active);
   absl::Status Fused(ProcessSet& set, const std::vector<Response*>& batch, int active);
+  // Copies the batch's tensors (each scaled by its prescale; a joined rank's: the identity)
+  // end to end into `buffer`; this rank's submissions (null where joined).
+  std::vector<LocalOp*> Pack(ProcessSet& set, const std::vector<Response*>& batch, char* buffer);
   // Fused where the collective reads and writes the tensors where they lie (shared memory): no
   // fusion buffer, except scratch for what cannot be read in place (a joined rank's identity, a
   // prescaled input).
@@ -125,26 +133,19 @@ absl::Status CpuOperations::Alone(ProcessSet& set, const Response& r, int active
                        {{"tensors", r.name},
                         {"algorithm", method},
                         {"transport", transport_},
-                        {"bytes", absl::StrCat(bytes)}},
+                        {"bytes", absl::StrCat(bytes)},
+                        {"split", Split(timer)}},
                        timer ? &*timer : nullptr);
   executor_.Ran(1, bytes, /*fused=*/false);
   executor_.Finish(set, r.name, absl::OkStatus());
   return absl::OkStatus();
 }
 
-absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>& batch,
-                                  int active) {
+std::vector<LocalOp*> CpuOperations::Pack(ProcessSet& set, const std::vector<Response*>& batch,
+                                          char* buffer) {
   const DataType type = batch[0]->meta.type;
   const ReduceOp op = batch[0]->meta.op;
   const size_t es = DataTypeSize(type);
-  uint64_t total = 0;
-  for (const Response* r : batch) total += r->meta.ElementCount();
-  if (collectives::TakesPieces(*set.comm, total, type, op)) {
-    return FusedInPlace(set, batch, active, total);
-  }
-  char* buffer = Buffer(total * es);
-
-  const int64_t t0 = executor_.Now();
   std::vector<LocalOp*> ops;
   size_t offset = 0;
   for (const Response* r : batch) {
@@ -163,6 +164,23 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
       offset += n;
     }
   }
+  return ops;
+}
+
+absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>& batch,
+                                  int active) {
+  const DataType type = batch[0]->meta.type;
+  const ReduceOp op = batch[0]->meta.op;
+  const size_t es = DataTypeSize(type);
+  uint64_t total = 0;
+  for (const Response* r : batch) total += r->meta.ElementCount();
+  if (collectives::TakesPieces(*set.comm, total, type, op)) {
+    return FusedInPlace(set, batch, active, total);
+  }
+  char* buffer = Buffer(total * es);
+
+  const int64_t t0 = executor_.Now();
+  const std::vector<LocalOp*> ops = Pack(set, batch, buffer);
   const int64_t t1 = executor_.Now();
   const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
   std::optional<reduce::CombineTimer> timer;
@@ -175,7 +193,7 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
     return Annotate(s, absl::StrCat("allreduce of fused tensors ", absl::StrJoin(names, ", ")));
   }
   const int64_t t2 = executor_.Now();
-  offset = 0;
+  size_t offset = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
     const Response* r = batch[b];
     for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
@@ -193,7 +211,8 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
                         {"fused_tensors", absl::StrCat(batch.size())},
                         {"algorithm", method},
                         {"transport", transport_},
-                        {"bytes", absl::StrCat(total * es)}},
+                        {"bytes", absl::StrCat(total * es)},
+                        {"split", Split(timer)}},
                        timer ? &*timer : nullptr);
   for (size_t b = 0; b < batch.size(); ++b) {
     const Response* r = batch[b];
@@ -270,7 +289,8 @@ absl::Status CpuOperations::FusedInPlace(ProcessSet& set, const std::vector<Resp
                         {"algorithm", method},
                         {"transport", transport_},
                         {"bytes", absl::StrCat(total * es)},
-                        {"fusion_buffer", "none: read and written in place"}},
+                        {"fusion_buffer", "none: read and written in place"},
+                        {"split", Split(timer)}},
                        timer ? &*timer : nullptr);
   for (size_t b = 0; b < batch.size(); ++b) {
     const Response* r = batch[b];
@@ -343,10 +363,12 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
   const int64_t end = executor_.Now();
   executor_.Phase(r.name, phase.c_str(), start, end,
                   {{"transport", transport_}, {"bytes", absl::StrCat(bytes)}});
-  executor_.Collective(
-      phase, start, end,
-      {{"tensors", r.name}, {"transport", transport_}, {"bytes", absl::StrCat(bytes)}},
-      timer ? &*timer : nullptr);
+  executor_.Collective(phase, start, end,
+                       {{"tensors", r.name},
+                        {"transport", transport_},
+                        {"bytes", absl::StrCat(bytes)},
+                        {"split", Split(timer)}},
+                       timer ? &*timer : nullptr);
   executor_.Ran(1, bytes, /*fused=*/false);
   if (!misfit.ok()) h.output.clear();
   executor_.Finish(set, r.name, misfit);

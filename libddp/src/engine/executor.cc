@@ -139,23 +139,22 @@ void Executor::Collective(const std::string& name, int64_t start, int64_t end,
                           const std::vector<std::pair<std::string, std::string>>& args,
                           const reduce::CombineTimer* timer) {
   if (!timing()) return;
-  // At most about kMostGaps transfers drawn apart: reductions closer than the collective's
-  // 1/kMostGaps are one slice (a ring of many small chunks stays readable).
-  constexpr int64_t kMostGaps = 64;
-  const int64_t join = (end - start) / kMostGaps;
-  std::vector<std::pair<int64_t, int64_t>> reducing;
-  if (timer != nullptr) {
-    for (const auto& [from, to] : timer->intervals()) {
-      const int64_t a = timeline_->MicrosOf(from);
-      const int64_t b = timeline_->MicrosOf(to);
-      if (!reducing.empty() && a - reducing.back().second <= join) {
-        reducing.back().second = b;
-      } else {
-        reducing.emplace_back(a, b);
-      }
-    }
+  if (timer == nullptr) {  // reduced out of libddp's sight (MPI): one slice, not split
+    timeline_->Collective(name, start, end, args, nullptr);
+    return;
   }
-  timeline_->Collective(name, start, end, args, reducing);
+  // At most kMostReductions REDUCE slices, apart at the longest gaps (a ring of many small
+  // chunks stays readable); each says how much of it was in the kernels.
+  constexpr size_t kMostReductions = 64;
+  std::vector<reduce::CombineTimer::Interval> merged = timer->intervals();
+  reduce::MergeToAtMost(merged, kMostReductions);
+  std::vector<Timeline::Reduction> reducing;
+  reducing.reserve(merged.size());
+  for (const auto& interval : merged) {
+    reducing.push_back({timeline_->MicrosOf(interval.start), timeline_->MicrosOf(interval.end),
+                        interval.busy / 1000});
+  }
+  timeline_->Collective(name, start, end, args, &reducing);
 }
 
 void Executor::Waited(const LocalOp& op, const Response& r, int64_t started) {

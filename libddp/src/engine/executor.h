@@ -82,7 +82,8 @@ class Executor {
   void Phase(const std::string& name, const char* phase, int64_t start, int64_t end,
              const std::vector<std::pair<std::string, std::string>>& args = {});
   // A collective's run on the timeline's "collectives" track, split into TRANSFER and REDUCE
-  // slices by `timer` (this thread's reduction kernels; none: one slice).
+  // slices by `timer` (this thread's reduction kernels; null: reduced out of libddp's sight,
+  // one slice).
   void Collective(const std::string& name, int64_t start, int64_t end,
                   const std::vector<std::pair<std::string, std::string>>& args,
                   const reduce::CombineTimer* timer);

@@ -236,19 +236,21 @@ void Timeline::Phase(absl::string_view tensor, absl::string_view phase, int64_t 
 
 void Timeline::Collective(absl::string_view name, int64_t start_us, int64_t end_us,
                           const std::vector<std::pair<std::string, std::string>>& args,
-                          const std::vector<std::pair<int64_t, int64_t>>& reducing) {
+                          const std::vector<Reduction>* reducing) {
   if (!active()) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (file_ == nullptr) return;
   const int track = CollectivesTrack();
   Slice(name, track, start_us, end_us, args);
+  if (reducing == nullptr) return;
   int64_t at = start_us;
-  for (const auto& [from, to] : reducing) {
-    const int64_t begin = std::clamp(from, at, end_us);
-    const int64_t finish = std::clamp(to, begin, end_us);
+  for (const Reduction& r : *reducing) {
+    const int64_t begin = std::clamp(r.start_us, at, end_us);
+    const int64_t finish = std::clamp(r.end_us, begin, end_us);
     if (finish == begin) continue;  // nothing to draw, and no transfer cut in two
     if (begin > at) Slice("TRANSFER", track, at, begin, {});
-    Slice("REDUCE", track, begin, finish, {});
+    Slice("REDUCE", track, begin, finish,
+          {{"kernel_us", absl::StrCat(std::min(r.kernel_us, finish - begin))}});
     at = finish;
   }
   if (end_us > at) Slice("TRANSFER", track, at, end_us, {});

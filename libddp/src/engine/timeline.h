@@ -56,13 +56,21 @@ class Timeline {
   // Phase, Marker and Flush do nothing while the timeline is stopped.
   void Phase(absl::string_view tensor, absl::string_view phase, int64_t start_us, int64_t end_us,
              const std::vector<std::pair<std::string, std::string>>& args = {});
+  // A phase of reduction within a collective's run: [start_us, end_us), of which kernel_us in
+  // the reduction kernels.
+  struct Reduction {
+    int64_t start_us = 0;
+    int64_t end_us = 0;
+    int64_t kernel_us = 0;
+  };
   // A collective's run on this rank's track "collectives" (named on first use): a slice `name`
   // over [start_us, end_us) with `args`, and inside it, in turn, TRANSFER (moving data, waiting
-  // for the peers') and REDUCE (this thread in the reduction kernels: `reducing`, ordered
-  // intervals within the slice). Its tensors' own tracks show the same run as one slice.
+  // for the peers') and REDUCE (with its kernel_us) from `reducing` (ordered; clamped to the
+  // run). Null `reducing`: the run alone, not split (args say why). Its tensors' own tracks show
+  // the same run as one slice.
   void Collective(absl::string_view name, int64_t start_us, int64_t end_us,
                   const std::vector<std::pair<std::string, std::string>>& args,
-                  const std::vector<std::pair<int64_t, int64_t>>& reducing);
+                  const std::vector<Reduction>* reducing);
   // A time on std::chrono::steady_clock (nanoseconds since its epoch) on this timeline's clock.
   int64_t MicrosOf(int64_t steady_ns) const { return (steady_ns - origin_ns_) / 1000; }
   // A metadata event "ddp_clock_sync": this rank's system clock minus rank 0's, measured at

@@ -10,9 +10,12 @@
 // runtime is up), off glibc, and let tests and benchmarks run every build in one process.
 #include "reduce/reduce.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <limits>
 #include <string>
 
 #include "absl/strings/ascii.h"
@@ -212,15 +215,58 @@ constexpr int64_t kJoinNanos = 1000;
 
 void Note(int64_t start, int64_t end) {
   t_combine_ns += end - start;
-  if (!t_intervals.empty() && (start - t_intervals.back().second < kJoinNanos ||
-                               t_intervals.size() >= CombineTimer::kMaxIntervals)) {
-    t_intervals.back().second = end;
+  if (!t_intervals.empty() && start - t_intervals.back().end < kJoinNanos) {
+    t_intervals.back().end = end;
+    t_intervals.back().busy += end - start;
     return;
   }
-  t_intervals.emplace_back(start, end);
+  if (t_intervals.size() >= CombineTimer::kMaxIntervals) {
+    MergeToAtMost(t_intervals, CombineTimer::kMaxIntervals / 2);
+  }
+  t_intervals.push_back({start, end, end - start});
 }
 
 }  // namespace
+
+void MergeToAtMost(std::vector<CombineTimer::Interval>& intervals, size_t most) {
+  if (intervals.size() <= most || most == 0) return;
+  std::vector<int64_t> gaps;
+  gaps.reserve(intervals.size() - 1);
+  for (size_t i = 1; i < intervals.size(); ++i) {
+    gaps.push_back(intervals[i].start - intervals[i - 1].end);
+  }
+  // The (most - 1)-th longest gap: longer ones are kept, and of those as long, as many as fit.
+  std::vector<int64_t> order = gaps;
+  const size_t keep = most - 1;
+  int64_t threshold = std::numeric_limits<int64_t>::max();
+  size_t at_threshold = 0;
+  if (keep > 0) {
+    std::nth_element(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep - 1),
+                     order.end(), std::greater<>());
+    threshold = order[keep - 1];
+    const auto longer = static_cast<size_t>(
+        std::count_if(gaps.begin(), gaps.end(), [&](int64_t g) { return g > threshold; }));
+    at_threshold = keep - longer;
+  }
+  std::vector<CombineTimer::Interval> merged;
+  merged.reserve(most);
+  merged.push_back(intervals[0]);
+  for (size_t i = 1; i < intervals.size(); ++i) {
+    const int64_t gap = gaps[i - 1];
+    bool kept = gap > threshold;
+    if (!kept && gap == threshold && at_threshold > 0) {
+      kept = true;
+      --at_threshold;
+    }
+    if (kept) {
+      merged.push_back(intervals[i]);
+    } else {
+      merged.back().end = intervals[i].end;
+      merged.back().busy += intervals[i].busy;
+    }
+  }
+  intervals = std::move(merged);
+}
 
 CombineTimer::CombineTimer() {
   t_timing = true;

@@ -27,8 +27,13 @@ void Combine(DataType type, ReduceOp op, void* dst, const void* a, const void* b
 // otherwise.
 class CombineTimer {
  public:
-  // [start, end) on std::chrono::steady_clock, in nanoseconds since its epoch.
-  using Interval = std::pair<int64_t, int64_t>;
+  // [start, end) on std::chrono::steady_clock, in nanoseconds since its epoch, and how much of
+  // it this thread spent in Combine (all of it, unless intervals were merged).
+  struct Interval {
+    int64_t start = 0;
+    int64_t end = 0;
+    int64_t busy = 0;
+  };
   CombineTimer();
   ~CombineTimer();
   CombineTimer(const CombineTimer&) = delete;
@@ -36,10 +41,15 @@ class CombineTimer {
   // Nanoseconds in Combine on this thread since the timer began.
   int64_t nanos() const;
   // When this thread was in Combine since the timer began, in order: calls less than a
-  // microsecond apart are one interval, and past kMaxIntervals the last one grows.
+  // microsecond apart are one interval; past kMaxIntervals, the closest ones are merged
+  // (MergeToAtMost), so the longest gaps stay gaps.
   const std::vector<Interval>& intervals() const;
   static constexpr size_t kMaxIntervals = 4096;
 };
+
+// Merges neighbouring intervals across the smallest gaps until at most `most` (>= 1) remain:
+// the `most` - 1 longest gaps are kept. Busy times add up.
+void MergeToAtMost(std::vector<CombineTimer::Interval>& intervals, size_t most);
 
 // buf[i] = buf[i] / divisor for i < count (finishes an average). Integers truncate toward zero;
 // f16/bf16 divide in f32.

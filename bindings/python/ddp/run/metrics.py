@@ -43,27 +43,31 @@ class Collector:
         self._read_at = 0.0
         self._ranks, self._generation = 0, -1
 
-    def statuses(self) -> dict[int, dict | None]:
+    def figures(self) -> tuple[dict[int, dict | None], int, int]:
+        """(each rank's status, how many ranks, the generation: -1 for a static job), of one
+        read together."""
         with self._lock:
             now = time.monotonic()
             if now - self._read_at >= 1.0:
-                try:
-                    client, self._ranks, self._generation = self._ranks_of.current()
-                    self._last = monitor.read(client, self._ranks)
-                except Exception:  # noqa: BLE001 - between generations, or the job is ending
-                    pass  # the last figures stand
                 self._read_at = now
-            return dict(self._last)
+                try:
+                    client, ranks, generation = self._ranks_of.current()
+                    last = monitor.read(client, ranks)
+                    self._last, self._ranks, self._generation = last, ranks, generation
+                except monitor.NoRanks:  # none formed yet, or the job is ending: no ranks
+                    self._last, self._ranks = {}, 0
+                except Exception:  # noqa: BLE001 - a store that does not answer this once
+                    pass  # the last figures stand
+            return dict(self._last), self._ranks, self._generation
 
-    def up(self, rank: int) -> bool:
-        """Whether the rank spoke within STALE_SECONDS (by its clock: hosts' clocks agree to
-        far better than that where NTP runs)."""
-        status = self._last.get(rank)
+    @staticmethod
+    def up(status: dict | None) -> bool:
+        """Whether a rank whose last status is STATUS spoke within STALE_SECONDS (by its clock:
+        hosts' clocks agree to far better than that where NTP runs)."""
         return status is not None and time.time() - status["time_ns"] / 1e9 < STALE_SECONDS
 
     def render(self) -> str:
-        statuses = self.statuses()
-        n = self._ranks
+        statuses, n, generation = self.figures()
         lines: list[str] = []
         for name, field, help_text in _COUNTERS:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} counter"]
@@ -78,12 +82,12 @@ class Collector:
                 if op in _BUS and t["busy_seconds"] > 0 and n > 1:
                     busbw = t["bytes"] * _BUS[op](n) / t["busy_seconds"]
                     lines.append(f"ddp_busbw_bytes_per_second{_labels(rank=rank, op=op)} {busbw}")
-        lines += _per_rank(statuses, self.up)
-        if self._generation >= 0:
+        lines += _per_rank(statuses, lambda rank: self.up(statuses.get(rank)))
+        if generation >= 0:
             lines += ["# HELP ddp_elastic_generation The elastic job's generation whose ranks "
                       "these are (counters start again with each).",
                       "# TYPE ddp_elastic_generation gauge",
-                      f"ddp_elastic_generation {self._generation}"]
+                      f"ddp_elastic_generation {generation}"]
         return "\n".join(lines) + "\n"
 
 

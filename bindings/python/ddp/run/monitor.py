@@ -38,6 +38,10 @@ class Fixed:
         return self._client, self._ranks, -1
 
 
+class NoRanks(RuntimeError):
+    """An elastic job has no generation to show: none formed yet, or the job is ending."""
+
+
 class Generations:
     """An elastic job's ranks: those of its newest generation. The driver's store says which
     generation that is (elastic/latest) and where its ranks met (its plan's port, a store of its
@@ -49,12 +53,20 @@ class Generations:
         self._now: tuple[Any, int, int] | None = None
 
     def current(self) -> tuple[Any, int, int]:
-        latest = int(bytes(self._driver.get("elastic/latest", self._timeout)).decode())
+        """As Fixed.current; NoRanks when there is no generation to show."""
+        try:
+            latest = int(bytes(self._driver.get("elastic/latest", 0.2)).decode())
+        except Exception as e:  # absent (DEADLINE_EXCEEDED): none formed yet; else raised
+            if "DEADLINE" not in str(e).upper():
+                raise
+            raise NoRanks("no generation formed yet (waiting for workers)") from None
         if self._now is None or self._now[2] != latest:
             plan = json.loads(bytes(self._driver.get(f"elastic/generation/{latest}",
                                                      self._timeout)))
             if plan.get("error"):
-                raise RuntimeError(f"the job is stopping: {plan['error']}")
+                raise NoRanks(f"the job is stopping: {plan['error']}")
+            if plan.get("finished") or not plan.get("ranks") or not plan.get("port"):
+                raise NoRanks("the job is finishing (its workers finished training)")
             self._now = (connect(self._addr, plan["port"], self._token, self._timeout),
                          len(plan["ranks"]), latest)
         return self._now

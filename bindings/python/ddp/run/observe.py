@@ -75,7 +75,13 @@ class Observers:
         self._registration = jobs.register(self._args.np, self._args.command, addr, port, token,
                                            elastic=True)
         if self._metrics is not None:
-            self._metrics.serve(monitor.Generations(addr, port, token))
+            try:
+                self._metrics.serve(monitor.Generations(addr, port, token))
+            except Exception as e:  # noqa: BLE001 - the job runs; its metrics do not
+                self._say(f"--metrics-port {self._args.metrics_port}: no metrics: the job's "
+                          f"store does not answer ({e})")
+                self._metrics.close()
+                self._metrics = None
 
     def _merge_timeline(self) -> None:
         from .. import timeline  # lazy: the launcher's side, at the end

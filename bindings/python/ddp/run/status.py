@@ -74,6 +74,9 @@ def _status(args, out, err) -> int:
         return 1
     try:
         first, second, generation = monitor.read_twice(monitor.source(job))
+    except monitor.NoRanks as e:  # an elastic job between generations
+        out(f"job {job['id']}: {' '.join(job['command'])} (elastic): {e}")
+        return 0
     except Exception as e:  # noqa: BLE001 - the job ended between the look-up and now
         err(f"job {job['id']}: its store does not answer ({e}); it may just have ended")
         return 1
@@ -97,6 +100,9 @@ def _dump(args, out, err) -> int:
         client, ranks, generation = monitor.source(job).current()
         records, missing = monitor.request_dump(client, ranks, DUMP_TIMEOUT_SECONDS)
         write_records(folder, records)
+    except monitor.NoRanks as e:
+        err(f"job {job['id']} (elastic): no ranks to ask: {e}")
+        return 1
     except OSError as e:
         err(f"{folder}: {e.strerror or e}")
         return 1
