@@ -21,15 +21,15 @@ from ._job import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, dum
                    gloo_built, gloo_enabled, init, is_initialized, join, local_rank, local_size,
                    mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built,
                    shutdown, size, start_timeline, stats, stop_timeline)
-from ._numpy import (allgather, allgather_async, allreduce, allreduce_, allreduce_async,
-                     allreduce_async_, alltoall, alltoall_async, broadcast, broadcast_,
-                     broadcast_async, broadcast_async_, grouped_allreduce, grouped_allreduce_,
-                     grouped_allreduce_async, grouped_allreduce_async_, reducescatter,
-                     reducescatter_async)
+from ._numpy import (Compression, allgather, allgather_async, allreduce, allreduce_,
+                     allreduce_async, allreduce_async_, alltoall, alltoall_async, broadcast,
+                     broadcast_, broadcast_async, broadcast_async_, grouped_allreduce,
+                     grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+                     reducescatter, reducescatter_async)
 from ._objects import allgather_object, broadcast_object
 from ._ops import (Adasum, Average, Handle, Max, Min, ProcessSet, Product, ReduceOp, Sum,
                    add_process_set, barrier, global_process_set, poll, remove_process_set,
                    synchronize)
 
 __version__ = _ddp.__version__
-__all__ = list(COMMON)
+__all__ = [*COMMON, "Compression"]

@@ -1,9 +1,12 @@
 # SPDX-FileCopyrightText: 2026 The libddp Authors
 # SPDX-License-Identifier: Apache-2.0
-"""Horovod's gradient compression (`Compression.none`, `Compression.fp16`), written once for every
-framework: a compressor is a pair of static functions, compress(tensor) -> (tensor to reduce,
-context) and decompress(tensor, context) -> tensor; a framework supplies only how to tell a
-floating tensor and how to cast one (framework(...) below)."""
+"""Gradient compression, written once for every framework. Horovod's (`Compression.none`,
+`Compression.fp16`): a compressor is a pair of static functions, compress(tensor) -> (tensor to
+reduce, context) and decompress(tensor, context) -> tensor; a framework supplies only how to tell
+a floating tensor and how to cast one (framework(...) below). libddp's own (`Compression.bf16`,
+`Compression.int8`) run in the engine (docs/compression.md): their compress and decompress pass
+the tensor through, and the allreduce takes their `codec`, which encodes the fused buffer on the
+wire with error feedback."""
 
 
 class Compressor:
@@ -30,9 +33,39 @@ class NoneCompressor(Compressor):
         return tensor
 
 
-def framework(module, is_floating, cast, float16):
+class EngineCompressor(Compressor):
+    """A codec of libddp's engine (`codec`): the tensor is reduced as it is, and encoded on the
+    wire, its residual (what the encoding lost) kept for its name and added to its next
+    contribution. For floating-point gradients, summed or averaged."""
+
+    codec = "none"
+
+    @staticmethod
+    def compress(tensor):
+        return tensor, None
+
+    @staticmethod
+    def decompress(tensor, ctx):
+        return tensor
+
+
+class BF16Compressor(EngineCompressor):
+    """bfloat16 on the wire (half the bytes), rounded to nearest even, with error feedback."""
+
+    codec = "bf16"
+
+
+class Int8Compressor(EngineCompressor):
+    """int8 on the wire with a float32 scale per block of 256 values (about a quarter of the
+    bytes), with error feedback."""
+
+    codec = "int8"
+
+
+def framework(module, is_floating, cast, float16, engine_codecs=True):
     """(FP16Compressor, Compression) for a framework, named as classes of MODULE:
-    IS_FLOATING(tensor), CAST(tensor, dtype) and its FLOAT16 dtype."""
+    IS_FLOATING(tensor), CAST(tensor, dtype) and its FLOAT16 dtype; ENGINE_CODECS: whether its
+    allreduces pass the engine's codecs on (Compression.bf16, .int8)."""
 
     class FP16Compressor(Compressor):
         """Reduces floating-point gradients as float16 (half the bytes on the wire), then casts
@@ -49,11 +82,16 @@ def framework(module, is_floating, cast, float16):
             return tensor if ctx is None else cast(tensor, ctx)
 
     class Compression:
-        """Compression.none (default) and Compression.fp16."""
+        """Compression.none (default) and Compression.fp16 (Horovod's: a cast before the
+        allreduce), and the engine's Compression.bf16 and Compression.int8."""
 
         none = NoneCompressor
         fp16 = FP16Compressor
+        bf16 = BF16Compressor
+        int8 = Int8Compressor
 
+    if not engine_codecs:
+        del Compression.bf16, Compression.int8
     for cls in (FP16Compressor, Compression):
         cls.__module__, cls.__qualname__ = module, cls.__name__
     return FP16Compressor, Compression

@@ -188,8 +188,11 @@ def stats(since=None):
     lists the ranks the others waited for, most first, each a dict with `rank`,
     `waited_for_seconds` (how long the other ranks waited for it, summed over them) and `rounds`
     (the negotiation rounds in which it was the one they waited for). The figures are agreed:
-    the same on every rank. Cumulative since init; with `since`, an earlier call's result, the
-    figures since then: taken at the ends of a training step, that step's stragglers
+    the same on every rank. `stats()["wire_bytes"]` has the bytes this rank's collectives sent and
+    received through the transport, by compression ("none", "bf16", "fp16", "int8"), and
+    `residual_floats` what error feedback keeps. Cumulative since init; with `since`, an earlier
+    call's result, the figures since then: taken at the ends of a training step, that step's
+    stragglers and bytes
 
         before = ddp.stats()
         train_step()
@@ -206,6 +209,10 @@ def stats(since=None):
         for key in ("cycles", "cache_hits", "cache_misses", "tensors", "collectives",
                     "fused_tensors", "bytes"):
             counters[key] -= since.get(key, 0)
+        for codec, moved in counters["wire_bytes"].items():
+            before = since.get("wire_bytes", {}).get(codec, {})
+            for way in ("sent", "received"):
+                moved[way] -= before.get(way, 0)
     ranks = sorted((r for r, n in enumerate(rounds) if n > 0), key=lambda r: -seconds[r])
     counters["stragglers"] = [{"rank": r, "waited_for_seconds": seconds[r], "rounds": rounds[r]}
                               for r in ranks]

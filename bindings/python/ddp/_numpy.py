@@ -8,7 +8,12 @@ and the functions `import ddp` exports, one implementation for every kind of ten
 import numpy as np
 
 from . import _ops
+from ._compression import framework
 from ._ops import error
+
+# ddp.Compression: none, fp16 (a cast), and the engine's bf16 and int8 (allreduce's compression=).
+FP16Compressor, Compression = framework("ddp", lambda a: np.issubdtype(a.dtype, np.floating),
+                                        lambda a, d: a.astype(d), np.float16)
 
 # numpy's dtypes by libddp's code, from the one table (_ops.DTYPE_NAMES); numpy has no bfloat16.
 _NUMPY_CODES = {np.dtype(name): code for code, name in enumerate(_ops.DTYPE_NAMES)

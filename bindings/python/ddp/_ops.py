@@ -361,6 +361,25 @@ def _label(name):
     return name if isinstance(name, str) and name else "the input"
 
 
+# The engine's codecs (libddp's Compression, docs/compression.md), by name.
+CODECS = {"none": 0, "bf16": 1, "fp16": 2, "int8": 3}
+
+
+def codec_of(compression, what: str) -> int:
+    """The engine codec of an allreduce's `compression`: None, a name ("int8"), or a compressor
+    that runs in the engine (Compression.bf16, .int8: its `codec`)."""
+    if compression is None:
+        return 0
+    name = compression if isinstance(compression, str) else getattr(compression, "codec", None)
+    if name is None and getattr(compression, "__name__", "") == "NoneCompressor":
+        return 0
+    if not isinstance(name, str) or name.lower() not in CODECS:
+        raise error(f"ddp.{what}: compression must be None, one of {', '.join(CODECS)}, or a "
+                    f"compressor the engine runs (Compression.bf16, Compression.int8); got "
+                    f"{compression!r}")
+    return CODECS[name.lower()]
+
+
 class Ops:
     """The public collectives over one adapter; `ddp` and `ddp.torch` export these bound methods
     as their module-level functions. The adapter provides:
@@ -391,8 +410,9 @@ class Ops:
 
     # allreduce ---------------------------------------------------------------------------------
     def _allreduce(self, x, name, op, prescale_factor, postscale_factor, process_set, inplace,
-                   average=None):
+                   average=None, compression=None):
         what = "allreduce_" if inplace else "allreduce"
+        codec = codec_of(compression, what)
         require_init(what + "_async")
         process_set = set_id(process_set, what)
         op = check_op(resolve_op(op, average, what), what)
@@ -406,36 +426,39 @@ class Ops:
         name = auto_name("allreduce", name, process_set)
         native = _ddp.allreduce_async(name, src.address, dst.address, src.code, list(src.shape),
                                       int(op), pre, post, process_set, (src.owner, dst.owner),
-                                      src.device, src.stream)
+                                      src.device, src.stream, codec)
         return self._handle(native, (src, dst), lambda _: out)
 
     def allreduce_async(self, x, name=None, op=None, prescale_factor=1.0,
-                        postscale_factor=1.0, process_set=WORLD, average=None):
-        """Starts an allreduce into a new tensor; synchronize(handle) returns it."""
+                        postscale_factor=1.0, process_set=WORLD, average=None, compression=None):
+        """Starts an allreduce into a new tensor; synchronize(handle) returns it. `compression`
+        ("bf16", "fp16", "int8", or Compression.bf16/.int8) encodes it on the wire, with error
+        feedback kept for its name (docs/compression.md)."""
         return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
-                               False, average)
+                               False, average, compression)
 
     def allreduce_async_(self, x, name=None, op=None, prescale_factor=1.0,
-                         postscale_factor=1.0, process_set=WORLD, average=None):
+                         postscale_factor=1.0, process_set=WORLD, average=None, compression=None):
         """Starts an in-place allreduce of x; synchronize(handle) returns x."""
         return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
-                               True, average)
+                               True, average, compression)
 
     def allreduce(self, x, op=None, name=None, prescale_factor=1.0,
-                  postscale_factor=1.0, process_set=WORLD, average=None):
+                  postscale_factor=1.0, process_set=WORLD, average=None, compression=None):
         """op over all ranks of x, as a new tensor (Average by default, like Horovod)."""
         return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
-                               False, average).wait()
+                               False, average, compression).wait()
 
     def allreduce_(self, x, op=None, name=None, prescale_factor=1.0,
-                   postscale_factor=1.0, process_set=WORLD, average=None):
+                   postscale_factor=1.0, process_set=WORLD, average=None, compression=None):
         """In-place allreduce; returns x."""
         return self._allreduce(x, name, op, prescale_factor, postscale_factor, process_set,
-                               True, average).wait()
+                               True, average, compression).wait()
 
     def _grouped(self, xs, name, op, prescale_factor, postscale_factor, process_set, inplace,
-                 average=None):
+                 average=None, compression=None):
         what = "grouped_allreduce_" if inplace else "grouped_allreduce"
+        codec = codec_of(compression, what)
         require_init(what + "_async")
         process_set = set_id(process_set, what)
         xs = list(xs)
@@ -465,30 +488,35 @@ class Ops:
         owners = [(src.owner, dst.owner) for src, dst in buffers]
         first = buffers[0][0]
         native = _ddp.grouped_allreduce_async(name, members, code, int(op), pre, post,
-                                              process_set, owners, first.device, first.stream)
+                                              process_set, owners, first.device, first.stream,
+                                              codec)
         return self._handle(native, [b for pair in buffers for b in pair], lambda _: outs)
 
     def grouped_allreduce_async(self, xs, name=None, op=None, prescale_factor=1.0,
-                                postscale_factor=1.0, process_set=WORLD, average=None):
+                                postscale_factor=1.0, process_set=WORLD, average=None,
+                                compression=None):
         """Reduces a list of same-dtype tensors as one unit (one negotiation, one fused
         collective) into new tensors."""
         return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, False,
-                             average)
+                             average, compression)
 
     def grouped_allreduce_async_(self, xs, name=None, op=None, prescale_factor=1.0,
-                                 postscale_factor=1.0, process_set=WORLD, average=None):
+                                 postscale_factor=1.0, process_set=WORLD, average=None,
+                                 compression=None):
         return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, True,
-                             average)
+                             average, compression)
 
     def grouped_allreduce(self, xs, op=None, name=None, prescale_factor=1.0,
-                          postscale_factor=1.0, process_set=WORLD, average=None):
+                          postscale_factor=1.0, process_set=WORLD, average=None,
+                          compression=None):
         return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, False,
-                             average).wait()
+                             average, compression).wait()
 
     def grouped_allreduce_(self, xs, op=None, name=None, prescale_factor=1.0,
-                           postscale_factor=1.0, process_set=WORLD, average=None):
+                           postscale_factor=1.0, process_set=WORLD, average=None,
+                           compression=None):
         return self._grouped(xs, name, op, prescale_factor, postscale_factor, process_set, True,
-                             average).wait()
+                             average, compression).wait()
 
     # broadcast ---------------------------------------------------------------------------------
     def _broadcast(self, x, root_rank, name, process_set, inplace):

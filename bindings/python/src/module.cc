@@ -279,35 +279,40 @@ void DefineReductions(py::module_& m) {
       "allreduce_async",
       [](std::string name, uintptr_t input, uintptr_t output, int dtype, std::vector<int64_t> shape,
          int op, double prescale, double postscale, int process_set, py::object keep, int device,
-         uintptr_t stream) {
+         uintptr_t stream, int compression) {
         auto context = ContextFor("allreduce", &process_set);
         auto handle = context->engine().AllreduceAsync(
             std::move(name), Ptr(input), MutablePtr(output), ToType(dtype), std::move(shape),
-            ToOp(op), prescale, postscale, process_set, ToDevice(device, stream));
+            ToOp(op), prescale, postscale, process_set, ToDevice(device, stream),
+            static_cast<ddp::Compression>(compression));
         return Wrap(std::move(handle), std::move(keep), std::move(context));
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
       py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("process_set"),
-      py::arg("keep"), py::arg("device") = -1, py::arg("stream") = 0);
+      py::arg("keep"), py::arg("device") = -1, py::arg("stream") = 0, py::arg("compression") = 0);
 
-  m.def("grouped_allreduce_async", [](std::string group,
-                                      std::vector<std::tuple<std::string, uintptr_t, uintptr_t,
-                                                             std::vector<int64_t>>>
-                                          members,
-                                      int dtype, int op, double prescale, double postscale,
-                                      int process_set, py::object keep, int device,
-                                      uintptr_t stream) {
-    auto context = ContextFor("grouped_allreduce", &process_set);
-    std::vector<ddp::GroupMember> group_members;
-    group_members.reserve(members.size());
-    for (auto& [name, input, output, shape] : members) {
-      group_members.push_back({std::move(name), Ptr(input), MutablePtr(output), std::move(shape)});
-    }
-    auto handle = context->engine().GroupedAllreduceAsync(
-        std::move(group), std::move(group_members), ToType(dtype), ToOp(op), prescale, postscale,
-        process_set, ToDevice(device, stream));
-    return Wrap(std::move(handle), std::move(keep), std::move(context));
-  });
+  m.def(
+      "grouped_allreduce_async",
+      [](std::string group,
+         std::vector<std::tuple<std::string, uintptr_t, uintptr_t, std::vector<int64_t>>> members,
+         int dtype, int op, double prescale, double postscale, int process_set, py::object keep,
+         int device, uintptr_t stream, int compression) {
+        auto context = ContextFor("grouped_allreduce", &process_set);
+        std::vector<ddp::GroupMember> group_members;
+        group_members.reserve(members.size());
+        for (auto& [name, input, output, shape] : members) {
+          group_members.push_back(
+              {std::move(name), Ptr(input), MutablePtr(output), std::move(shape)});
+        }
+        auto handle = context->engine().GroupedAllreduceAsync(
+            std::move(group), std::move(group_members), ToType(dtype), ToOp(op), prescale,
+            postscale, process_set, ToDevice(device, stream),
+            static_cast<ddp::Compression>(compression));
+        return Wrap(std::move(handle), std::move(keep), std::move(context));
+      },
+      py::arg("group"), py::arg("members"), py::arg("dtype"), py::arg("op"), py::arg("prescale"),
+      py::arg("postscale"), py::arg("process_set"), py::arg("keep"), py::arg("device") = -1,
+      py::arg("stream") = 0, py::arg("compression") = 0);
 
   m.def("reducescatter_async",
         [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape, int op,
@@ -417,6 +422,15 @@ void DefineEngineControl(py::module_& m) {
     d["autotune_converged"] = s.autotune_converged;
     d["waited_for_seconds"] = s.waited_for_seconds;
     d["waited_for_rounds"] = s.waited_for_rounds;
+    py::dict wire;  // by compression: what the collectives sent and received
+    for (int c = 0; c < ddp::kNumCompressions; ++c) {
+      py::dict one;
+      one["sent"] = s.sent_bytes[static_cast<size_t>(c)];
+      one["received"] = s.received_bytes[static_cast<size_t>(c)];
+      wire[py::str(std::string(ddp::CompressionName(static_cast<ddp::Compression>(c))))] = one;
+    }
+    d["wire_bytes"] = wire;
+    d["residual_floats"] = s.residual_floats;
     return d;
   });
 

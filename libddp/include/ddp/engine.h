@@ -15,6 +15,7 @@
 // the handle (Handle::output_device() says which).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -116,6 +117,14 @@ struct EngineStats {
   // rounds (a process set's are known to its members only). docs/observability.md.
   std::vector<double> waited_for_seconds;
   std::vector<uint64_t> waited_for_rounds;
+  // Bytes this rank's collectives sent and received through the transport (TCP, shared memory's
+  // point to point, libfabric, MPI), by the compression they ran with (index: Compression;
+  // kNone: every uncompressed collective). The shared-memory allreduce, which reads its peers'
+  // memory in place, sends nothing.
+  std::array<uint64_t, kNumCompressions> sent_bytes{};
+  std::array<uint64_t, kNumCompressions> received_bytes{};
+  // Floats the engine keeps for error feedback: a residual per compressed tensor.
+  uint64_t residual_floats = 0;
 };
 
 class Engine {
@@ -126,16 +135,21 @@ class Engine {
   // output = op over ranks of input, each scaled by `prescale` before and `postscale` after the
   // reduction (integers: in f64, truncated). In place when input == output. Average divides by
   // the set's size, joined ranks included (Options::join_average_contributors: by the ranks that
-  // contributed).
+  // contributed). `compression` (every rank the same; floating-point tensors in CPU memory, sum
+  // or average) encodes the data on the wire with error feedback: the engine keeps what the
+  // encoding lost for the tensor's name and adds it to its next contribution
+  // (docs/compression.md).
   virtual Handle AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                                 std::vector<int64_t> shape, ReduceOp op, double prescale = 1.0,
                                 double postscale = 1.0, int process_set = kWorld,
-                                Device device = {}) = 0;
+                                Device device = {},
+                                Compression compression = Compression::kNone) = 0;
   // All members are negotiated and reduced as one unit, in one fused collective.
   virtual Handle GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members,
                                        DataType type, ReduceOp op, double prescale = 1.0,
                                        double postscale = 1.0, int process_set = kWorld,
-                                       Device device = {}) = 0;
+                                       Device device = {},
+                                       Compression compression = Compression::kNone) = 0;
   // Concatenates every rank's input along the first dimension (which may differ per rank; the
   // other dimensions must agree). Output: Handle::output().
   virtual Handle AllgatherAsync(std::string name, const void* input, DataType type,

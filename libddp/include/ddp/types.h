@@ -51,6 +51,21 @@ constexpr bool IsFloating(DataType type) {
          type == DataType::kBFloat16;
 }
 
+// How an allreduce's data travels (docs/compression.md): as it is, or encoded by a codec, with
+// error feedback (what the encoding lost is added to the tensor's next contribution). For
+// floating-point tensors reduced by sum or average.
+enum class Compression : uint8_t {
+  kNone = 0,
+  kBf16 = 1,  // bfloat16, rounded to nearest even: half the bytes
+  kFp16 = 2,  // IEEE binary16, rounded to nearest even (saturating): half the bytes
+  kInt8 = 3,  // int8 with a float32 scale per block of 256 values: about a quarter
+};
+inline constexpr int kNumCompressions = 4;
+// "none", "bf16", "fp16", "int8".
+absl::string_view CompressionName(Compression compression);
+absl::StatusOr<Compression> ParseCompression(absl::string_view name);
+bool IsValid(Compression compression);
+
 // The allreduce algorithm (DDP_ALGO): chosen by size and topology, or forced.
 enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };
 // "auto", "ring", "rd", "hier".

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "collectives/communicator.h"
+#include "compress/codec.h"
 #include "ddp/types.h"
 #include "reduce/epilogue.h"
 
@@ -35,6 +36,16 @@ absl::Status ReduceScatterv(Communicator& comm, const void* send, void* recv,
 absl::Status Alltoall(Communicator& comm, const void* send, void* recv, size_t count,
                       DataType type);
 absl::Status Barrier(Communicator& comm);
+
+// The sum over ranks of `count` floats in `data` (in place), each rank's contribution encoded by
+// `codec` on the wire (compressed_allreduce.cc): the ranks' encodings of each rank's share go to
+// it in one alltoall; it decodes them and sums them in float32 in rank order (no re-encoding at
+// each hop), encodes the sum once, and an allgather gives every rank every share's encoded sum.
+// Every rank decodes the same bytes: bitwise identical results. `residual` (count floats, or
+// null) gets what the encodings lost added to it: this rank's contribution's loss, and for the
+// share it summed, the sum's; adding it to the next contribution is error feedback.
+absl::Status CompressedAllreduce(Communicator& comm, float* data, size_t count,
+                                 const compress::Codec& codec, float* residual);
 
 // Whether `comm` runs an allreduce of `count` elements straight from and into a fused call's
 // tensors (backend.h's Piece), without a fusion buffer: a backend that moves each byte where it

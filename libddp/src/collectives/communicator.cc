@@ -180,6 +180,7 @@ Transfers::~Transfers() {
 
 transport::Request* Transfers::Send(int peer, uint32_t step, uint32_t segment, const void* data,
                                     size_t bytes) {
+  comm_.Count(bytes, 0);
   requests_.push_back(comm_.transport().Isend(peer, Communicator::Tag(call_.seq, step, segment),
                                               call_.descriptor, data, bytes));
   return requests_.back().get();
@@ -187,6 +188,7 @@ transport::Request* Transfers::Send(int peer, uint32_t step, uint32_t segment, c
 
 transport::Request* Transfers::Recv(int peer, uint32_t step, uint32_t segment, void* data,
                                     size_t bytes) {
+  comm_.Count(0, bytes);
   requests_.push_back(comm_.transport().Irecv(peer, Communicator::Tag(call_.seq, step, segment),
                                               call_.descriptor, data, bytes));
   return requests_.back().get();

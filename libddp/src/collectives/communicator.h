@@ -4,6 +4,7 @@
 // sequence numbers, tags, message descriptors, scratch memory and the choice of algorithm.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -106,6 +107,16 @@ class Communicator {
   // "allreduce(count 1000, f32, sum, ring)".
   static std::string Describe(const transport::Descriptor& descriptor);
 
+  // Bytes this communicator's collectives (and its hierarchy's levels) have sent and received
+  // through the transport since it was made (Transfers counts them). Any thread.
+  uint64_t bytes_sent() const { return bytes_sent_.load(std::memory_order_relaxed); }
+  uint64_t bytes_received() const { return bytes_received_.load(std::memory_order_relaxed); }
+  void Count(size_t sent, size_t received) {
+    Communicator& counted = seq_source_ != nullptr ? *seq_source_ : *this;
+    counted.bytes_sent_.fetch_add(sent, std::memory_order_relaxed);
+    counted.bytes_received_.fetch_add(received, std::memory_order_relaxed);
+  }
+
   // Scratch memory owned by the communicator, reused across calls; at least `bytes` long.
   char* Scratch(size_t slot, size_t bytes);
 
@@ -135,6 +146,8 @@ class Communicator {
   Communicator* seq_source_ = nullptr;    // a hierarchy level: the communicator it belongs to
   std::optional<uint32_t> own_next_seq_;  // see NumberCallsFrom
   std::vector<std::vector<char>> scratch_;
+  std::atomic<uint64_t> bytes_sent_{0};
+  std::atomic<uint64_t> bytes_received_{0};
   bool hierarchy_applies_ = false;
   std::unique_ptr<Hierarchy> hierarchy_;
 };

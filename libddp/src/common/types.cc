@@ -47,6 +47,15 @@ constexpr auto kReduceOpNames = std::to_array<NamedValue<ReduceOp>>({
     {"prod", ReduceOp::kProduct},
 });
 
+constexpr auto kCompressionNames = std::to_array<NamedValue<Compression>>({
+    {"none", Compression::kNone},
+    {"bf16", Compression::kBf16},
+    {"bfloat16", Compression::kBf16},
+    {"fp16", Compression::kFp16},
+    {"float16", Compression::kFp16},
+    {"int8", Compression::kInt8},
+});
+
 template <typename Enum, size_t N>
 absl::StatusOr<Enum> Parse(const std::array<NamedValue<Enum>, N>& table, absl::string_view what,
                            absl::string_view name) {
@@ -127,6 +136,26 @@ absl::StatusOr<DataType> ParseDataType(absl::string_view name) {
 absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   return Parse(kReduceOpNames, "reduce op", name);
 }
+
+absl::string_view CompressionName(Compression compression) {
+  switch (compression) {
+    case Compression::kNone:
+      return "none";
+    case Compression::kBf16:
+      return "bf16";
+    case Compression::kFp16:
+      return "fp16";
+    case Compression::kInt8:
+      return "int8";
+  }
+  return "invalid";
+}
+
+absl::StatusOr<Compression> ParseCompression(absl::string_view name) {
+  return Parse(kCompressionNames, "compression", name);
+}
+
+bool IsValid(Compression compression) { return static_cast<int>(compression) < kNumCompressions; }
 
 bool IsValid(DataType type) { return static_cast<int>(type) < kNumDataTypes; }
 

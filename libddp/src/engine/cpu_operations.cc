@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "collectives/collectives.h"
 #include "common/status.h"
+#include "engine/compressed.h"
 #include "engine/operations.h"
 #include "reduce/epilogue.h"
 #include "reduce/reduce.h"
@@ -43,25 +44,34 @@ std::string Split(const std::optional<reduce::CombineTimer>& timer) {
   return timer ? "transfer and reduce" : "none: reduced inside MPI";
 }
 
-// The tensors of a run, as its slice on the "collectives" track names them.
-std::string Names(const std::vector<Response*>& batch) {
-  constexpr size_t kNamed = 4;
-  std::vector<std::string> names;
-  for (size_t i = 0; i < batch.size() && i < kNamed; ++i) names.push_back(batch[i]->name);
-  std::string text = absl::StrJoin(names, ", ");
-  if (batch.size() > kNamed) absl::StrAppend(&text, " and ", batch.size() - kNamed, " more");
-  return text;
-}
+// What a collective sent and received through the transport: its communicator's counters.
+class WireCount {
+ public:
+  explicit WireCount(const collectives::Communicator& comm)
+      : comm_(comm), sent_(comm.bytes_sent()), received_(comm.bytes_received()) {}
+  void Done(Executor& executor) const {
+    executor.Wire(Compression::kNone, comm_.bytes_sent() - sent_,
+                  comm_.bytes_received() - received_);
+  }
+
+ private:
+  const collectives::Communicator& comm_;
+  const uint64_t sent_;
+  const uint64_t received_;
+};
 
 using reduce::Epilogue;
 
 class CpuOperations final : public DeviceOperations {
  public:
   CpuOperations(Executor& executor, std::string transport_name)
-      : executor_(executor), transport_(std::move(transport_name)) {}
+      : executor_(executor), transport_(std::move(transport_name)), compressed_(executor) {}
 
   absl::Status Allreduce(ProcessSet& set, const std::vector<Response*>& batch,
                          int active) override {
+    if (batch[0]->meta.compression != Compression::kNone) {
+      return compressed_.Run(set, batch, active);
+    }
     if (batch.size() == 1 && batch[0]->meta.shapes.size() == 1) {
       return Alone(set, *batch[0], active);  // no copy into the fusion buffer
     }
@@ -92,6 +102,7 @@ class CpuOperations final : public DeviceOperations {
   Executor& executor_;
   const std::string transport_;  // as the timeline shows it
   std::vector<char> fusion_buffer_;
+  CompressedAllreduces compressed_;
 };
 
 absl::Status CpuOperations::Alone(ProcessSet& set, const Response& r, int active) {
@@ -119,9 +130,11 @@ absl::Status CpuOperations::Alone(ProcessSet& set, const Response& r, int active
   std::optional<reduce::CombineTimer> timer;
   TimeIf(executor_, method, timer);
   // Finished inside the collective, where it costs least (on the ring: this rank's block only).
+  const WireCount wire(*set.comm);
   absl::Status s = collectives::Allreduce(*set.comm, in, out, count, m.type, m.op,
                                           Epilogue::For(m.op, active, m.postscale));
   if (!s.ok()) return Annotate(s, absl::StrCat("allreduce '", r.name, "'"));
+  wire.Done(executor_);
   const int64_t end = executor_.Now();
   executor_.Phase(r.name, "ALLREDUCE", start, end,
                   {{"algorithm", method},
@@ -186,7 +199,9 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
   std::optional<reduce::CombineTimer> timer;
   TimeIf(executor_, method, timer);
   // Combined only: each tensor is finished with its own postscale while unpacking.
+  const WireCount wire(*set.comm);
   absl::Status s = collectives::Allreduce(*set.comm, buffer, buffer, total, type, op, Epilogue{});
+  if (s.ok()) wire.Done(executor_);
   if (!s.ok()) {
     std::vector<std::string> names;
     for (const Response* r : batch) names.push_back("'" + r->name + "'");
@@ -207,7 +222,7 @@ absl::Status CpuOperations::Fused(ProcessSet& set, const std::vector<Response*>&
   }
   const int64_t t3 = executor_.Now();
   executor_.Collective("ALLREDUCE", t1, t2,
-                       {{"tensors", Names(batch)},
+                       {{"tensors", TensorNames(batch)},
                         {"fused_tensors", absl::StrCat(batch.size())},
                         {"algorithm", method},
                         {"transport", transport_},
@@ -276,7 +291,9 @@ absl::Status CpuOperations::FusedInPlace(ProcessSet& set, const std::vector<Resp
   const std::string method = collectives::AllreduceMethod(*set.comm, total, type, op);
   std::optional<reduce::CombineTimer> timer;
   TimeIf(executor_, method, timer);
+  const WireCount wire(*set.comm);
   absl::Status s = collectives::AllreducePieces(*set.comm, pieces, total, type, op);
+  if (s.ok()) wire.Done(executor_);
   if (!s.ok()) {
     std::vector<std::string> names;
     for (const Response* r : batch) names.push_back("'" + r->name + "'");
@@ -284,7 +301,7 @@ absl::Status CpuOperations::FusedInPlace(ProcessSet& set, const std::vector<Resp
   }
   const int64_t t1 = executor_.Now();
   executor_.Collective("ALLREDUCE", t0, t1,
-                       {{"tensors", Names(batch)},
+                       {{"tensors", TensorNames(batch)},
                         {"fused_tensors", absl::StrCat(batch.size())},
                         {"algorithm", method},
                         {"transport", transport_},
@@ -321,6 +338,7 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
   absl::Status misfit;  // a result that does not fit the caller's output (into_bytes)
   std::optional<reduce::CombineTimer> timer;  // the reduce-scatter's reduction; the rest moves data
   if (executor_.timing()) timer.emplace();
+  const WireCount wire(*set.comm);
   switch (m.kind) {
     case OpKind::kAllgather: {
       SplitLayout layout = AllgatherLayout(m, r.first_dims);
@@ -358,6 +376,7 @@ absl::Status CpuOperations::Run(ProcessSet& set, const Response& r, LocalOp& op)
       s = absl::InternalError("unexpected operation");
   }
   if (!s.ok()) return Annotate(s, absl::StrCat(OpKindName(m.kind), " '", r.name, "'"));
+  wire.Done(executor_);
   std::string phase(OpKindName(m.kind));
   std::transform(phase.begin(), phase.end(), phase.begin(), ::toupper);
   const int64_t end = executor_.Now();

@@ -66,6 +66,35 @@ std::string Codes(int count, absl::string_view (*name)(Enum)) {
 // (the Python layers convert their enums and tensors' dtypes to codes, nothing more), so the
 // message names the code and the ones libddp has. Scale factors apply to every dtype: integers are
 // scaled in f64 and truncated (Horovod's rule, reduce::Scale).
+// What an allreduce with `compression` takes (codec.h's codecs are for floating-point values,
+// summed).
+absl::Status CheckCompression(absl::FunctionRef<std::string()> what, DataType type, ReduceOp op,
+                              Compression compression, const Device& device) {
+  if (compression == Compression::kNone) return absl::OkStatus();
+  if (!IsValid(compression)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what(), ": unknown compression code ", static_cast<int>(compression),
+                     " (libddp's: ", Codes(kNumCompressions, &CompressionName), ")"));
+  }
+  const std::string codec(CompressionName(compression));
+  if (!IsFloating(type)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what(), ": ", codec, " compression is for floating-point tensors; this one is ",
+        DataTypeName(type), " (integers are reduced exactly: submit it without compression)"));
+  }
+  if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what(), ": ", codec, " compression sums (sum or average), not ", ReduceOpName(op)));
+  }
+  if (device.is_cuda()) {
+    return absl::UnimplementedError(absl::StrCat(
+        what(), ": ", codec,
+        " compression of CUDA tensors is not built yet: copy it to the CPU, or submit it "
+        "without compression (docs/compression.md)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCommon(absl::FunctionRef<std::string()> what, DataType type, ReduceOp op) {
   if (!IsValid(type)) {
     return absl::InvalidArgumentError(
@@ -316,11 +345,13 @@ Handle EngineImpl::Submit(std::unique_ptr<LocalOp> op) {
 Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, void* output,
                              DataType type, std::vector<int64_t> shape, ReduceOp op, int root,
                              double prescale, double postscale, int process_set,
-                             const Device& device, std::optional<size_t> into_bytes) {
+                             const Device& device, std::optional<size_t> into_bytes,
+                             Compression compression) {
   auto what = [kind, &name] { return absl::StrCat(OpKindName(kind), " '", name, "'"); };
   // The operations that split or concatenate along the first dimension need one.
   const bool needs_first_dim = kind != OpKind::kAllreduce && kind != OpKind::kBroadcast;
   absl::Status s = CheckCommon(what, type, op);
+  if (s.ok()) s = CheckCompression(what, type, op, compression, device);
   if (s.ok()) s = CheckShape(what, shape, type, needs_first_dim);
   // Allreduce writes its output where its input is non-empty; an `into` call wherever its result
   // is (which may be non-empty for an empty input: the other ranks' rows).
@@ -335,6 +366,7 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   local->name = std::move(name);
   local->process_set = process_set;
   local->meta = TensorMeta{kind, type, op, root, kCpuMemory, prescale, postscale, {}};
+  local->meta.compression = compression;
   local->meta.shapes.reserve(1);
   local->meta.shapes.push_back(std::move(shape));  // (moved: a braced list would copy it)
   local->inputs.assign(1, input);
@@ -356,20 +388,24 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
 
 Handle EngineImpl::AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                                   std::vector<int64_t> shape, ReduceOp op, double prescale,
-                                  double postscale, int process_set, Device device) {
+                                  double postscale, int process_set, Device device,
+                                  Compression compression) {
   return SubmitOne(OpKind::kAllreduce, std::move(name), input, output, type, std::move(shape), op,
-                   -1, prescale, postscale, process_set, device);
+                   -1, prescale, postscale, process_set, device, std::nullopt, compression);
 }
 
 Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members,
                                          DataType type, ReduceOp op, double prescale,
-                                         double postscale, int process_set, Device device) {
+                                         double postscale, int process_set, Device device,
+                                         Compression compression) {
   const std::string what = absl::StrCat("grouped allreduce '", group, "'");
   auto whole = [&what] { return what; };
   absl::Status s = CheckCommon(whole, type, op);
+  if (s.ok()) s = CheckCompression(whole, type, op, compression, device);
   if (s.ok() && members.empty()) s = absl::InvalidArgumentError(what + ": no members");
   auto op_ = std::make_unique<LocalOp>();
   op_->meta = TensorMeta{OpKind::kAllreduce, type, op, -1, kCpuMemory, prescale, postscale, {}};
+  op_->meta.compression = compression;
   for (auto& m : members) {
     if (!s.ok()) break;
     s = CheckShape([&] { return absl::StrCat(what, " member '", m.name, "'"); }, m.shape, type,

@@ -61,10 +61,10 @@ class EngineImpl final : public Engine {
 
   Handle AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                         std::vector<int64_t> shape, ReduceOp op, double prescale, double postscale,
-                        int process_set, Device device) override;
+                        int process_set, Device device, Compression compression) override;
   Handle GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members, DataType type,
                                ReduceOp op, double prescale, double postscale, int process_set,
-                               Device device) override;
+                               Device device, Compression compression) override;
   Handle AllgatherAsync(std::string name, const void* input, DataType type,
                         std::vector<int64_t> shape, int process_set, Device device) override;
   Handle BroadcastAsync(std::string name, void* buffer, DataType type, std::vector<int64_t> shape,
@@ -128,7 +128,8 @@ class EngineImpl final : public Engine {
   Handle SubmitOne(OpKind kind, std::string name, const void* input, void* output, DataType type,
                    std::vector<int64_t> shape, ReduceOp op, int root, double prescale,
                    double postscale, int process_set, const Device& device,
-                   std::optional<size_t> into_bytes = std::nullopt);
+                   std::optional<size_t> into_bytes = std::nullopt,
+                   Compression compression = Compression::kNone);
   static Handle Failed(const std::string& name, absl::Status status);
   // `what` names the submission in an error (made only for one). Inbox locked.
   absl::Status CheckSet(int process_set, absl::FunctionRef<std::string()> what) const;

@@ -4,6 +4,7 @@
 #include "engine/executor.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status.h"
 #include "ddp/errors.h"
 #include "reduce/reduce.h"
@@ -13,12 +14,22 @@ namespace {
 
 bool Fusible(const Response& a, const Response& b) {
   return b.error.ok() && b.meta.kind == OpKind::kAllreduce && a.meta.type == b.meta.type &&
-         a.meta.op == b.meta.op && a.meta.device == b.meta.device;
+         a.meta.op == b.meta.op && a.meta.device == b.meta.device &&
+         a.meta.compression == b.meta.compression;
 }
 
 size_t DeviceIndex(int32_t device) { return device == kCpuMemory ? 0 : 1; }
 
 }  // namespace
+
+std::string TensorNames(const std::vector<Response*>& batch) {
+  constexpr size_t kNamed = 4;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < batch.size() && i < kNamed; ++i) names.push_back(batch[i]->name);
+  std::string text = absl::StrJoin(names, ", ");
+  if (batch.size() > kNamed) absl::StrAppend(&text, " and ", batch.size() - kNamed, " more");
+  return text;
+}
 
 SplitLayout AllgatherLayout(const TensorMeta& meta, const std::vector<int64_t>& first_dims) {
   const std::vector<int64_t>& shape = meta.shapes[0];
@@ -165,6 +176,18 @@ void Executor::Waited(const LocalOp& op, const Response& r, int64_t started) {
   if (agreeing > op.submitted_us) Phase(r.name, "WAIT_FOR_PEERS", op.submitted_us, agreeing);
   Phase(r.name, "NEGOTIATE", agreeing, r.ready_us);
   Phase(r.name, "QUEUE", r.ready_us, started);
+}
+
+void Executor::Wire(Compression compression, uint64_t sent, uint64_t received) {
+  const auto i = static_cast<size_t>(compression);
+  stats_->Update([&](EngineStats& s) {
+    s.sent_bytes[i] += sent;
+    s.received_bytes[i] += received;
+  });
+}
+
+void Executor::Residuals(uint64_t floats) {
+  stats_->Update([&](EngineStats& s) { s.residual_floats = floats; });
 }
 
 void Executor::Ran(size_t tensors, uint64_t bytes, bool fused) {

@@ -51,6 +51,9 @@ class DeviceOperations {
   virtual absl::Status Run(ProcessSet& set, const Response& r, LocalOp& op) = 0;
 };
 
+// The tensors of a batch as a collective's slice names them: "a, b, c, d and 6 more".
+std::string TensorNames(const std::vector<Response*>& batch);
+
 class Executor {
  public:
   // `timeline` may be null. `finished(set, name)`: told of every finished submission (the
@@ -92,6 +95,10 @@ class Executor {
   void Waited(const LocalOp& op, const Response& r, int64_t started);
   // A collective ran: `tensors` of them fused, `bytes` moved.
   void Ran(size_t tensors, uint64_t bytes, bool fused);
+  // What a collective with `compression` sent and received through the transport.
+  void Wire(Compression compression, uint64_t sent, uint64_t received);
+  // How many floats error feedback keeps now.
+  void Residuals(uint64_t floats);
 
  private:
   Timeline* const timeline_;

@@ -39,7 +39,10 @@ bool ReadMeta(ByteReader& in, TensorMeta* meta) {
       if (!in.Get(&d)) return false;
     }
   }
-  return true;
+  uint8_t compression;
+  if (!in.Get(&compression)) return false;
+  meta->compression = static_cast<Compression>(compression);
+  return IsValid(meta->compression);
 }
 
 // Groups ranks by the text a field has on them: "ranks 0, 2: f32; rank 1: f16".
@@ -108,7 +111,7 @@ uint64_t TensorMeta::ElementCount() const {
 bool operator==(const TensorMeta& a, const TensorMeta& b) {
   return a.kind == b.kind && a.type == b.type && a.op == b.op && a.root == b.root &&
          a.device == b.device && a.prescale == b.prescale && a.postscale == b.postscale &&
-         a.shapes == b.shapes;
+         a.shapes == b.shapes && a.compression == b.compression;
 }
 
 void AppendRecord(const Record& record, std::string* out) {
@@ -130,6 +133,7 @@ void AppendRecord(const Record& record, std::string* out) {
     w.Put(static_cast<uint32_t>(shape.size()));
     for (int64_t d : shape) w.Put(d);
   }
+  w.Put(static_cast<uint8_t>(m.compression));
 }
 
 absl::StatusOr<std::vector<Record>> ParseRecords(absl::string_view bytes) {
@@ -174,6 +178,8 @@ absl::Status CheckAgreement(absl::string_view name, const std::vector<int>& rank
        }},
       {"prescale factor", [](const TensorMeta& m) { return absl::StrCat(m.prescale); }},
       {"postscale factor", [](const TensorMeta& m) { return absl::StrCat(m.postscale); }},
+      {"compression",
+       [](const TensorMeta& m) { return std::string(CompressionName(m.compression)); }},
       {"number of tensors", [](const TensorMeta& m) { return absl::StrCat(m.shapes.size()); }},
       {gather ? "shape (all but the first dimension)" : "shape",
        gather ? ShapesExceptFirstDim : AllShapes},

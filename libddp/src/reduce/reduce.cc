@@ -303,4 +303,20 @@ uint16_t FloatToHalf(float f) { return internal::FloatToHalfBits(f); }
 float BFloat16ToFloat(uint16_t b) { return internal::BFloat16BitsToFloat(b); }
 uint16_t FloatToBFloat16(float f) { return internal::FloatToBFloat16Bits(f); }
 
+void FloatsToHalves(const float* in, uint16_t* out, size_t count) {
+  for (size_t i = 0; i < count; ++i) out[i] = internal::FloatToHalfBits(in[i]);
+}
+
+void HalvesToFloats(const uint16_t* in, float* out, size_t count) {
+  for (size_t i = 0; i < count; ++i) out[i] = internal::HalfBitsToFloat(in[i]);
+}
+
+void FloatsToBFloat16s(const float* in, uint16_t* out, size_t count) {
+  for (size_t i = 0; i < count; ++i) out[i] = internal::FloatToBFloat16Bits(in[i]);
+}
+
+void BFloat16sToFloats(const uint16_t* in, float* out, size_t count) {
+  for (size_t i = 0; i < count; ++i) out[i] = internal::BFloat16BitsToFloat(in[i]);
+}
+
 }  // namespace ddp::reduce

@@ -70,4 +70,10 @@ uint16_t FloatToHalf(float f);
 float BFloat16ToFloat(uint16_t b);
 uint16_t FloatToBFloat16(float f);
 
+// The same conversions over arrays (compiled to vector code).
+void FloatsToHalves(const float* in, uint16_t* out, size_t count);
+void HalvesToFloats(const uint16_t* in, float* out, size_t count);
+void FloatsToBFloat16s(const float* in, uint16_t* out, size_t count);
+void BFloat16sToFloats(const uint16_t* in, float* out, size_t count);
+
 }  // namespace ddp::reduce

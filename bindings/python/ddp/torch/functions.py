@@ -159,16 +159,25 @@ def _allreduce_start(what, inplace, tensor, average, name, op, prescale_factor,
 
 # The signatures are Horovod's (horovod.torch 0.28), positions included.
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                    postscale_factor=1.0, process_set=0):
+                    postscale_factor=1.0, process_set=0, compression=None):
     """Starts an allreduce into a new tensor; synchronize(handle) returns it. op defaults to
-    Average; `average` is Horovod's deprecated flag (True: Average, False: Sum)."""
+    Average; `average` is Horovod's deprecated flag (True: Average, False: Sum); `compression`
+    (Compression.bf16, .int8, or their names) encodes it on the wire in the engine."""
+    if compression is not None:
+        return _torch.allreduce_async(tensor, name, _op_of(average, op, "allreduce_async"),
+                                      prescale_factor, postscale_factor, process_set,
+                                      compression=compression)
     return _allreduce_start("allreduce_async", False, tensor, average, name, op,
                             prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-                     postscale_factor=1.0, process_set=0):
+                     postscale_factor=1.0, process_set=0, compression=None):
     """Starts an in-place allreduce of tensor; synchronize(handle) returns it."""
+    if compression is not None:
+        return _torch.allreduce_async_(tensor, name, _op_of(average, op, "allreduce_async_"),
+                                       prescale_factor, postscale_factor, process_set,
+                                       compression=compression)
     return _allreduce_start("allreduce_async_", True, tensor, average, name, op,
                             prescale_factor, postscale_factor, process_set)
 
@@ -182,18 +191,20 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                            postscale_factor=1.0, process_set=0):
+                            postscale_factor=1.0, process_set=0, compression=None):
     """Reduces a list of same-dtype tensors as one unit (one negotiation, one fused collective)
     into new tensors; synchronize(handle) returns their list."""
     return _torch.grouped_allreduce_async(tensors, name, _op_of(average, op, "grouped_allreduce"),
-                                          prescale_factor, postscale_factor, process_set)
+                                          prescale_factor, postscale_factor, process_set,
+                                          compression=compression)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                             postscale_factor=1.0, process_set=0):
+                             postscale_factor=1.0, process_set=0, compression=None):
     return _torch.grouped_allreduce_async_(tensors, name,
                                            _op_of(average, op, "grouped_allreduce_"),
-                                           prescale_factor, postscale_factor, process_set)
+                                           prescale_factor, postscale_factor, process_set,
+                                           compression=compression)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -658,6 +669,13 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     `average` is Horovod's deprecated flag (True: Average, False: Sum); `compression`
     (Compression.fp16) reduces the tensor compressed and returns it decompressed."""
     op = _op_of(average, op, "allreduce")
+    if getattr(compression, "codec", None) is not None:  # the engine's (Compression.int8, ...)
+        if torch.is_grad_enabled() and tensor.requires_grad:
+            raise error(f"ddp.torch.allreduce with compression={compression.__name__} is not "
+                        f"differentiable: it reduces gradients (DistributedOptimizer's, or a "
+                        f"detached tensor); call it on t.detach() or under torch.no_grad()")
+        return allreduce_async(tensor, None, name, op, prescale_factor, postscale_factor,
+                               process_set, compression=compression).wait()
     if compression is not Compression.none:
         compressed, ctx = compression.compress(tensor)
         return compression.decompress(

@@ -54,6 +54,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._sparse_as_dense = sparse_as_dense
         self._densified = set()  # parameters whose sparse gradient is reduced as dense
         self._compression = compression
+        # The engine's codec (Compression.bf16, .int8), which the allreduces take; None for
+        # Horovod's compressors, which compress and decompress around them.
+        self._codec = getattr(compression, "codec", None)
         self._passes = backward_passes_per_step
         self._op = op
         self._predivide = gradient_predivide_factor
@@ -227,7 +230,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         prescale, postscale = self._scales()
         handle = functions.allreduce_async_(tensor, name=name, op=self._op,
                                             prescale_factor=prescale, postscale_factor=postscale,
-                                            process_set=self._process_set)
+                                            process_set=self._process_set, compression=self._codec)
         return handle, ctx, tensor
 
     def _submit_group(self, members):
@@ -246,7 +249,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             name = "group." + self._parameter_names[entries[0][0]]
             handle = functions.grouped_allreduce_async_(
                 [t for _, t, _ in entries], name=name, op=self._op, prescale_factor=prescale,
-                postscale_factor=postscale, process_set=self._process_set)
+                postscale_factor=postscale, process_set=self._process_set,
+                compression=self._codec)
             for p, tensor, ctx in entries:
                 self._handles[p] = (handle, ctx, tensor)
                 self._ready.discard(p)
@@ -340,7 +344,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
 
     named_parameters: model.named_parameters(), to name the reductions (in timelines and
         errors); without it parameters are named by position.
-    compression: Compression.none or Compression.fp16 (reduce in half precision).
+    compression: Compression.none, Compression.fp16 (Horovod's: cast to half precision before
+        the allreduce), or the engine's codecs with error feedback, Compression.bf16 and
+        Compression.int8 (docs/compression.md).
     backward_passes_per_step: local gradient accumulation before each reduction.
     op: ddp.Average (default), ddp.Sum, ... gradient_predivide_factor: with Average, divide by
         this before the sum and by size()/factor after it (Horovod's semantics).

@@ -1,0 +1,36 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
+// The codecs of compressed allreduces (docs/compression.md): float32 values to bytes on the wire
+// and back. Each is deterministic (the same bytes for the same values on every machine), so
+// that ranks that decode the same bytes hold bitwise identical results.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ddp/types.h"
+
+namespace ddp::compress {
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+  virtual Compression id() const = 0;
+  // Bytes that `count` values take encoded.
+  virtual size_t EncodedBytes(size_t count) const = 0;
+  // Values are encoded in blocks of this many (int8's scales): a range of values that starts at
+  // a multiple of it encodes the same as in the whole array.
+  virtual size_t block() const { return 1; }
+  virtual void Encode(const float* in, size_t count, uint8_t* out) const = 0;
+  virtual void Decode(const uint8_t* in, size_t count, float* out) const = 0;
+};
+
+// bf16 and fp16: each value rounded to nearest even (fp16: beyond 65504 it is infinity, as a
+// cast is). int8: a float32 scale per block of kInt8Block values (its largest magnitude / 127)
+// and each value as the nearest multiple of it, ties to even: within scale / 2 of the value; a
+// block holding a NaN or an infinity decodes as NaN throughout.
+inline constexpr size_t kInt8Block = 256;
+// Compression::kNone has no codec: null.
+const Codec* CodecFor(Compression compression);
+
+}  // namespace ddp::compress

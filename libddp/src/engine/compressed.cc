@@ -1,0 +1,189 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
+// CompressedAllreduces (compressed.h).
+#include "engine/compressed.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "collectives/collectives.h"
+#include "common/status.h"
+#include "compress/codec.h"
+#include "reduce/epilogue.h"
+#include "reduce/reduce.h"
+
+namespace ddp::engine {
+namespace {
+
+std::string Key(const ProcessSet& set, const std::string& name) {
+  return absl::StrCat(set.id, "/", name);
+}
+
+// `count` values of `type` (floating point) as float32, times `scale`.
+void ToFloats(DataType type, const void* in, float* out, size_t count, double scale) {
+  switch (type) {
+    case DataType::kFloat32:
+      std::memcpy(out, in, count * sizeof(float));
+      break;
+    case DataType::kFloat64: {
+      const auto* x = static_cast<const double*>(in);
+      for (size_t i = 0; i < count; ++i) out[i] = static_cast<float>(x[i] * scale);
+      return;
+    }
+    case DataType::kFloat16:
+      reduce::HalvesToFloats(static_cast<const uint16_t*>(in), out, count);
+      break;
+    case DataType::kBFloat16:
+      reduce::BFloat16sToFloats(static_cast<const uint16_t*>(in), out, count);
+      break;
+    default:
+      return;  // refused at submission (CheckCompression)
+  }
+  if (scale != 1.0) {
+    const auto f = static_cast<float>(scale);
+    for (size_t i = 0; i < count; ++i) out[i] *= f;
+  }
+}
+
+void FromFloats(DataType type, const float* in, void* out, size_t count) {
+  switch (type) {
+    case DataType::kFloat32:
+      if (out != in) std::memcpy(out, in, count * sizeof(float));
+      return;
+    case DataType::kFloat64: {
+      auto* y = static_cast<double*>(out);
+      for (size_t i = 0; i < count; ++i) y[i] = in[i];
+      return;
+    }
+    case DataType::kFloat16:
+      reduce::FloatsToHalves(in, static_cast<uint16_t*>(out), count);
+      return;
+    case DataType::kBFloat16:
+      reduce::FloatsToBFloat16s(in, static_cast<uint16_t*>(out), count);
+      return;
+    default:
+      return;
+  }
+}
+
+}  // namespace
+
+size_t CompressedAllreduces::residual_floats() const {
+  size_t n = 0;
+  for (const auto& [key, residual] : residuals_) n += residual.size();
+  return n;
+}
+
+void CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Response*>& batch,
+                                std::vector<LocalOp*>& ops) {
+  const DataType type = batch[0]->meta.type;
+  size_t offset = 0;
+  for (const Response* r : batch) {
+    LocalOp* local = executor_.Local(set, r->name);
+    ops.push_back(local);
+    const size_t n = r->meta.ElementCount();
+    float* x = data_.data() + offset;
+    if (local == nullptr) {  // joined: contributes nothing to the sum
+      std::fill(x, x + n, 0.0f);
+      offset += n;
+      continue;
+    }
+    size_t at = 0;
+    for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
+      const size_t count = ElementCount(r->meta.shapes[k]);
+      ToFloats(type, local->inputs[k], x + at, count, r->meta.prescale);
+      at += count;
+    }
+    auto it = residuals_.find(Key(set, r->name));
+    if (it != residuals_.end() && it->second.size() == n) {
+      for (size_t i = 0; i < n; ++i) x[i] += it->second[i];
+    }
+    offset += n;
+  }
+}
+
+void CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Response*>& batch,
+                                  const std::vector<LocalOp*>& ops, int active) {
+  const DataType type = batch[0]->meta.type;
+  size_t offset = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* r = batch[b];
+    const size_t n = r->meta.ElementCount();
+    if (ops[b] != nullptr) {
+      // What this step's encodings lost: added to the tensor's next contribution (a new size
+      // starts afresh).
+      residuals_[Key(set, r->name)].assign(lost_.begin() + static_cast<std::ptrdiff_t>(offset),
+                                           lost_.begin() + static_cast<std::ptrdiff_t>(offset + n));
+      float* y = data_.data() + offset;
+      reduce::Epilogue::For(r->meta.op, active, r->meta.postscale).Apply(DataType::kFloat32, y, n);
+      size_t at = 0;
+      for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
+        const size_t count = ElementCount(r->meta.shapes[k]);
+        FromFloats(type, y + at, ops[b]->outputs[k], count);
+        at += count;
+      }
+    }
+    offset += n;
+  }
+}
+
+absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Response*>& batch,
+                                       int active) {
+  const Compression compression = batch[0]->meta.compression;
+  const compress::Codec* codec = compress::CodecFor(compression);
+  if (codec == nullptr) return absl::InternalError("a compressed allreduce without a codec");
+  size_t total = 0;
+  for (const Response* r : batch) total += r->meta.ElementCount();
+  data_.resize(total);
+  lost_.assign(total, 0.0f);
+  const int64_t t0 = executor_.Now();
+  std::vector<LocalOp*> ops;
+  Pack(set, batch, ops);
+  const int64_t t1 = executor_.Now();
+  const uint64_t sent = set.comm->bytes_sent();
+  const uint64_t received = set.comm->bytes_received();
+  std::optional<reduce::CombineTimer> timer;
+  if (executor_.timing()) timer.emplace();
+  absl::Status s =
+      collectives::CompressedAllreduce(*set.comm, data_.data(), total, *codec, lost_.data());
+  if (!s.ok()) {
+    return Annotate(s, absl::StrCat("allreduce (", CompressionName(compression),
+                                    " compression) of ", TensorNames(batch)));
+  }
+  const uint64_t out = set.comm->bytes_sent() - sent;
+  const uint64_t in = set.comm->bytes_received() - received;
+  executor_.Wire(compression, out, in);
+  const int64_t t2 = executor_.Now();
+  Unpack(set, batch, ops, active);
+  executor_.Residuals(residual_floats());
+  const int64_t t3 = executor_.Now();
+  const std::string codec_name(CompressionName(compression));
+  executor_.Collective("ALLREDUCE", t1, t2,
+                       {{"tensors", TensorNames(batch)},
+                        {"fused_tensors", absl::StrCat(batch.size())},
+                        {"compression", codec_name},
+                        {"bytes", absl::StrCat(total * DataTypeSize(batch[0]->meta.type))},
+                        {"sent_bytes", absl::StrCat(out)},
+                        {"received_bytes", absl::StrCat(in)},
+                        {"split", "transfer and reduce"}},
+                       timer ? &*timer : nullptr);
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* r = batch[b];
+    if (ops[b] != nullptr) executor_.Waited(*ops[b], *r, t0);
+    executor_.Phase(r->name, "COMPRESS_IN", t0, t1, {{"compression", codec_name}});
+    executor_.Phase(r->name, "ALLREDUCE", t1, t2,
+                    {{"compression", codec_name},
+                     {"fused_tensors", absl::StrCat(batch.size())},
+                     {"sent_bytes", absl::StrCat(out)},
+                     {"received_bytes", absl::StrCat(in)}});
+    executor_.Phase(r->name, "DECOMPRESS_OUT", t2, t3, {{"compression", codec_name}});
+    executor_.Finish(set, r->name, absl::OkStatus());
+  }
+  executor_.Ran(batch.size(), total * DataTypeSize(batch[0]->meta.type), batch.size() > 1);
+  return absl::OkStatus();
+}
+
+}  // namespace ddp::engine

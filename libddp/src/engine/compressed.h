@@ -1,0 +1,40 @@
+// SPDX-FileCopyrightText: 2026 The libddp Authors
+// SPDX-License-Identifier: Apache-2.0
+// Allreduces with compression (TensorMeta::compression, docs/compression.md): a fused batch
+// converted to float32, each tensor's error-feedback residual added, reduced by
+// collectives::CompressedAllreduce, and what the encodings lost kept for the tensor's next one.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "engine/executor.h"
+#include "engine/state.h"
+
+namespace ddp::engine {
+
+class CompressedAllreduces {
+ public:
+  explicit CompressedAllreduces(Executor& executor) : executor_(executor) {}
+  // The batch (fusible: one compression, dtype and op) over `active` contributing ranks.
+  absl::Status Run(ProcessSet& set, const std::vector<Response*>& batch, int active);
+  // Floats kept for error feedback (every compressed tensor's residual).
+  size_t residual_floats() const;
+
+ private:
+  // The batch end to end in data_ as float32: each tensor prescaled, plus its residual.
+  void Pack(ProcessSet& set, const std::vector<Response*>& batch, std::vector<LocalOp*>& ops);
+  // Each tensor's share of lost_ kept as its residual; the result into its output.
+  void Unpack(ProcessSet& set, const std::vector<Response*>& batch,
+              const std::vector<LocalOp*>& ops, int active);
+
+  Executor& executor_;
+  std::vector<float> data_;
+  std::vector<float> lost_;
+  // By "process set/tensor name": what the last encodings of it lost (reset on a size change).
+  absl::flat_hash_map<std::string, std::vector<float>> residuals_;
+};
+
+}  // namespace ddp::engine
