@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "compress/codec.h"
+#include "compress/lowrank.h"
 #include "ddp/ddp.h"
 #include "reduce/reduce.h"
 #include "support/check.h"
@@ -27,7 +28,7 @@
 namespace ddp::testing {
 namespace {
 
-constexpr Compression kCodecs[] = {Compression::kBf16, Compression::kFp16, Compression::kInt8};
+constexpr Codec kCodecs[] = {Codec::kBf16, Codec::kFp16, Codec::kInt8};
 
 std::vector<float> Normal(size_t n, uint64_t seed, float scale = 1.0f) {
   std::mt19937_64 gen(seed);
@@ -40,11 +41,11 @@ std::vector<float> Normal(size_t n, uint64_t seed, float scale = 1.0f) {
 // The stated error of one encoding of x (codec.h): bf16 and fp16 round to nearest (half an ulp:
 // 2^-9 and 2^-12 of |x| for normal values; fp16's subnormals 2^-25 apart); int8 half a step of
 // its block's scale.
-double Bound(Compression c, float x, float block_largest) {
+double Bound(Codec c, float x, float block_largest) {
   switch (c) {
-    case Compression::kBf16:
+    case Codec::kBf16:
       return std::fabs(x) * std::ldexp(1.0, -8) + 1e-38;
-    case Compression::kFp16:
+    case Codec::kFp16:
       return std::fabs(x) * std::ldexp(1.0, -11) + std::ldexp(1.0, -24);
     default:
       return block_largest / 127.0 * 0.5 * (1 + 1e-6) + 1e-30;
@@ -52,8 +53,8 @@ double Bound(Compression c, float x, float block_largest) {
 }
 
 TEST(Codec, RoundTripsWithinTheStatedErrorAtOddSizes) {
-  for (Compression c : kCodecs) {
-    const compress::Codec& codec = *compress::CodecFor(c);
+  for (Codec c : kCodecs) {
+    const compress::Coder& codec = *compress::CoderFor(c);
     EXPECT_EQ(codec.id(), c);
     for (size_t n : {size_t{0}, size_t{1}, size_t{255}, size_t{256}, size_t{257}, size_t{1000},
                      size_t{4099}}) {
@@ -77,13 +78,13 @@ TEST(Codec, RoundTripsWithinTheStatedErrorAtOddSizes) {
       }
     }
   }
-  EXPECT_EQ(compress::CodecFor(Compression::kNone), nullptr);
-  EXPECT_EQ(compress::CodecFor(Compression::kInt8)->EncodedBytes(257), 2 * 4 + 257u);
-  EXPECT_EQ(compress::CodecFor(Compression::kBf16)->EncodedBytes(257), 514u);
+  EXPECT_EQ(compress::CoderFor(Codec::kNone), nullptr);
+  EXPECT_EQ(compress::CoderFor(Codec::kInt8)->EncodedBytes(257), 2 * 4 + 257u);
+  EXPECT_EQ(compress::CoderFor(Codec::kBf16)->EncodedBytes(257), 514u);
 }
 
 TEST(Codec, Int8ZeroBlocksAndNonFiniteValues) {
-  const compress::Codec& int8 = *compress::CodecFor(Compression::kInt8);
+  const compress::Coder& int8 = *compress::CoderFor(Codec::kInt8);
   std::vector<float> x(600, 0.0f);
   x[300] = std::nanf("");
   x[520] = 2.0f;
@@ -149,7 +150,7 @@ TEST(CompressedAllreduce, WithinTheCodecsErrorAndIdenticalOnEveryRank) {
   JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
     Engine& e = ctx.engine();
     const size_t n = 1031;
-    for (Compression c : kCodecs) {
+    for (Codec c : kCodecs) {
       for (DataType type :
            {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBFloat16}) {
         std::vector<double> exact(n, 0.0);
@@ -176,8 +177,8 @@ TEST(CompressedAllreduce, WithinTheCodecsErrorAndIdenticalOnEveryRank) {
         CHECK_OK(b.Wait());
         // int8: each encoding within half a step of its block's largest (at most the sum's);
         // the halves: their dtype's own rounding on top.
-        const double step = c == Compression::kInt8 ? largest / 127 * 0.5 * (ctx.size() + 1)
-                                                    : largest * std::ldexp(1.0, -7) * 4;
+        const double step = c == Codec::kInt8 ? largest / 127 * 0.5 * (ctx.size() + 1)
+                                              : largest * std::ldexp(1.0, -7) * 4;
         const double own = type == DataType::kBFloat16  ? largest * std::ldexp(1.0, -7)
                            : type == DataType::kFloat16 ? largest * std::ldexp(1.0, -10)
                                                         : 0.0;
@@ -193,7 +194,7 @@ TEST(CompressedAllreduce, WithinTheCodecsErrorAndIdenticalOnEveryRank) {
       }
     }
     const EngineStats stats = e.stats();
-    for (Compression c : kCodecs) {
+    for (Codec c : kCodecs) {
       CHECK_OK(Expect(stats.sent_bytes[static_cast<size_t>(c)] > 0 &&
                           stats.received_bytes[static_cast<size_t>(c)] > 0,
                       "bytes counted by codec"));
@@ -203,14 +204,14 @@ TEST(CompressedAllreduce, WithinTheCodecsErrorAndIdenticalOnEveryRank) {
     const size_t big = size_t{1} << 16;
     std::vector<float> large(big, 1.0f);
     const double f32_bytes = 2.0 * (ctx.size() - 1) / ctx.size() * big * 4;
-    for (Compression c : kCodecs) {
+    for (Codec c : kCodecs) {
       const uint64_t before = e.stats().sent_bytes[static_cast<size_t>(c)];
       CHECK_OK(e.AllreduceAsync(absl::StrCat("large.", CompressionName(c)), large.data(),
                                 large.data(), DataType::kFloat32, {static_cast<int64_t>(big)},
                                 ReduceOp::kAverage, 1.0, 1.0, Engine::kWorld, {}, c)
                    .Wait());
       const double ratio = (e.stats().sent_bytes[static_cast<size_t>(c)] - before) / f32_bytes;
-      const double want = c == Compression::kInt8 ? 0.26 : 0.51;
+      const double want = c == Codec::kInt8 ? 0.26 : 0.51;
       CHECK_OK(Expect(ratio > want - 0.02 && ratio < want,
                       absl::StrCat(CompressionName(c), " sent ", ratio, " of float32's bytes")));
     }
@@ -245,7 +246,7 @@ double Distance(const std::vector<float>& w) {
 }
 
 TEST(CompressedAllreduce, ErrorFeedbackConvergesWherePlainInt8Stalls) {
-  const compress::Codec& int8 = *compress::CodecFor(Compression::kInt8);
+  const compress::Coder& int8 = *compress::CoderFor(Codec::kInt8);
   std::vector<float> plain(kDims, 0.0f);
   for (int step = 0; step < kSteps; ++step) {  // the same steps without error feedback
     std::vector<float> sum(kDims, 0.0f), decoded(kDims);
@@ -271,7 +272,7 @@ TEST(CompressedAllreduce, ErrorFeedbackConvergesWherePlainInt8Stalls) {
       CHECK_OK(ctx.engine()
                    .AllreduceAsync("grad", g.data(), g.data(), DataType::kFloat32,
                                    {static_cast<int64_t>(kDims)}, ReduceOp::kAverage, 1.0, 1.0,
-                                   Engine::kWorld, {}, Compression::kInt8)
+                                   Engine::kWorld, {}, Codec::kInt8)
                    .Wait());
       for (size_t i = 0; i < kDims; ++i) w[i] -= Rate(step) * g[i];
       if (step >= kSteps - 50) {
@@ -287,6 +288,160 @@ TEST(CompressedAllreduce, ErrorFeedbackConvergesWherePlainInt8Stalls) {
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
+TEST(LowRank, OrthogonalizesAndMultipliesAsTheReferenceDoes) {
+  const size_t rows = 37, cols = 21, r = 3;
+  const std::vector<float> m = Normal(rows * cols, 1), q = Normal(cols * r, 2);
+  std::vector<float> p(rows * r), back(cols * r), out(rows * cols);
+  compress::MultiplyRight(m.data(), rows, cols, q.data(), r, p.data());
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t k = 0; k < r; ++k) {
+      double want = 0;
+      for (size_t j = 0; j < cols; ++j) want += double{m[i * cols + j]} * q[j * r + k];
+      EXPECT_NEAR(p[i * r + k], want, 1e-4);
+    }
+  }
+  compress::Orthogonalize(p.data(), rows, r);
+  for (size_t a = 0; a < r; ++a) {
+    for (size_t b = 0; b < r; ++b) {
+      double dot = 0;
+      for (size_t i = 0; i < rows; ++i) dot += double{p[i * r + a]} * p[i * r + b];
+      EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-5) << a << " " << b;
+    }
+  }
+  compress::MultiplyTransposed(m.data(), rows, cols, p.data(), r, back.data());
+  compress::Product(p.data(), back.data(), rows, cols, r, out.data());
+  // P P^T M: the projection of M on P's columns; M less it is orthogonal to them.
+  for (size_t k = 0; k < r; ++k) {
+    for (size_t j = 0; j < cols; ++j) {
+      double dot = 0;
+      for (size_t i = 0; i < rows; ++i)
+        dot += (double{m[i * cols + j]} - out[i * cols + j]) * p[i * r + k];
+      EXPECT_NEAR(dot, 0.0, 1e-4);
+    }
+  }
+  std::vector<float> zero(rows * r, 0.0f);
+  compress::Orthogonalize(zero.data(), rows, r);  // nothing to keep: zeros, not NaN
+  for (float x : zero) EXPECT_EQ(x, 0.0f);
+  std::vector<float> a(5), b(5);
+  compress::Seeded(42, a.data(), 5);
+  compress::Seeded(42, b.data(), 5);
+  EXPECT_EQ(a, b);
+  for (float x : a) EXPECT_TRUE(x >= -1.0f && x < 1.0f);
+}
+
+// PowerSGD across 3 ranks on 3 hosts (TCP): a sum of rank 2 is found exactly at rank 2 and the
+// same bits on every rank; a full-rank one, sent again and again, adds up to the exact sum over
+// the steps (error feedback); only P and Q travel; what it cannot take is refused.
+TEST(CompressedAllreduce, PowerSgdFindsLowRankSumsAndFeedsBackTheRest) {
+  JobSpec spec;
+  spec.size = 3;
+  spec.hosts = {"h0", "h1", "h2"};
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    Engine& e = ctx.engine();
+    const size_t rows = 64, cols = 96;
+    const Compression rank2 = Compression::PowerSgd(2);
+    // Rank r contributes u1 v_r^T + u2 w_r^T: the sum has rank 2.
+    const std::vector<float> u1 = Normal(rows, 7), u2 = Normal(rows, 8);
+    std::vector<double> exact(rows * cols, 0.0);
+    std::vector<float> mine(rows * cols);
+    for (int r = 0; r < ctx.size(); ++r) {
+      const std::vector<float> v = Normal(cols, 20 + r), w = Normal(cols, 40 + r);
+      for (size_t i = 0; i < rows; ++i) {
+        for (size_t j = 0; j < cols; ++j) {
+          const float x = u1[i] * v[j] + u2[i] * w[j];
+          exact[i * cols + j] += x;
+          if (r == ctx.rank()) mine[i * cols + j] = x;
+        }
+      }
+    }
+    std::vector<float> out(rows * cols);
+    CHECK_OK(e.AllreduceAsync("lowrank", mine.data(), out.data(), DataType::kFloat32,
+                              {static_cast<int64_t>(rows), static_cast<int64_t>(cols)},
+                              ReduceOp::kSum, 1.0, 1.0, Engine::kWorld, {}, rank2)
+                 .Wait());
+    double worst = 0, largest = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      worst = std::max(worst, std::fabs(out[i] - exact[i]));
+      largest = std::max(largest, std::fabs(exact[i]));
+    }
+    CHECK_OK(Expect(worst < 1e-4 * largest, absl::StrCat("rank 2 found: off by ", worst)));
+    std::printf("digest lowrank %llx\n",
+                static_cast<unsigned long long>(Digest(out.data(), out.size() * 4)));
+    // A full-rank sum at rank 4, 40 times: the outputs add up to 40 sums, less what the
+    // residuals hold (one step's loss at most).
+    const std::vector<float> full = Normal(rows * cols, 90 + ctx.rank());
+    std::vector<double> total(rows * cols, 0.0), sum(rows * cols, 0.0);
+    for (int r = 0; r < ctx.size(); ++r) {
+      const std::vector<float> x = Normal(rows * cols, 90 + r);
+      for (size_t i = 0; i < x.size(); ++i) sum[i] += x[i];
+    }
+    const uint64_t before = e.stats().sent_bytes[static_cast<size_t>(Codec::kPowerSgd)];
+    const int steps = 40;
+    // Without error feedback every step would send the same rank-4 part of a flat spectrum
+    // (about 97% of it lost, the total off by as much); with it, the residuals hold one step's
+    // loss at most, so the total's error falls as 1 / steps.
+    auto off_by = [&](int t) {
+      double off = 0, size = 0;
+      for (size_t i = 0; i < total.size(); ++i) {
+        off += (total[i] - t * sum[i]) * (total[i] - t * sum[i]);
+        size += t * sum[i] * t * sum[i];
+      }
+      return std::sqrt(off / size);
+    };
+    double at_half = 0;
+    for (int t = 0; t < steps; ++t) {
+      CHECK_OK(e.AllreduceAsync("full", full.data(), out.data(), DataType::kFloat32,
+                                {static_cast<int64_t>(rows), static_cast<int64_t>(cols)},
+                                ReduceOp::kSum, 1.0, 1.0, Engine::kWorld, {},
+                                Compression::PowerSgd(4))
+                   .Wait());
+      for (size_t i = 0; i < out.size(); ++i) total[i] += out[i];
+      if (t + 1 == steps / 2) at_half = off_by(t + 1);
+    }
+    const double at_end = off_by(steps);
+    CHECK_OK(Expect(at_end < 0.35 && at_end < 0.7 * at_half,
+                    absl::StrCat("error feedback: the outputs' total is off by ", at_end,
+                                 " of the sums' (", at_half, " halfway)")));
+    // P and Q: (64 + 96) x 4 floats a step, where the matrix is 64 x 96: 9.6 times fewer (less
+    // on some ranks: P and Q are small, and small allreduces trade bytes for fewer rounds).
+    const double sent =
+        static_cast<double>(e.stats().sent_bytes[static_cast<size_t>(Codec::kPowerSgd)] - before);
+    const double ring = 2.0 * (ctx.size() - 1) / ctx.size() * rows * cols * 4 * steps;
+    CHECK_OK(Expect(sent > 0 && sent < ring / 4, absl::StrCat("sent ", sent, " of ", ring)));
+    // Refused: a vector, a rank the matrix does not allow, a rank of 0.
+    std::vector<float> small(3 * 64, 1.0f);
+    CHECK_OK(ExpectError(e.AllreduceAsync("bias", small.data(), small.data(), DataType::kFloat32,
+                                          {64}, ReduceOp::kSum, 1.0, 1.0, Engine::kWorld, {}, rank2)
+                             .Wait(),
+                         absl::StatusCode::kInvalidArgument,
+                         {"'bias'",
+                          "powersgd(rank=2) approximates matrices; this tensor has "
+                          "shape [64]"}));
+    CHECK_OK(ExpectError(
+        e.AllreduceAsync("thin", small.data(), small.data(), DataType::kFloat32, {3, 64},
+                         ReduceOp::kSum, 1.0, 1.0, Engine::kWorld, {}, Compression::PowerSgd(4))
+            .Wait(),
+        absl::StatusCode::kInvalidArgument,
+        {"powersgd(rank=4) is more than the matrix allows: shape [3, 64] is 3 x 64, whose rank "
+         "is at most 3"}));
+    CHECK_OK(ExpectError(
+        e.AllreduceAsync("zero", small.data(), small.data(), DataType::kFloat32, {3, 64},
+                         ReduceOp::kSum, 1.0, 1.0, Engine::kWorld, {}, Compression::PowerSgd(0))
+            .Wait(),
+        absl::StatusCode::kInvalidArgument, {"PowerSGD needs a rank of 1 or more"}));
+    return absl::OkStatus();
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  std::set<std::string> digests;
+  for (const RankResult& r : job.ranks) {
+    ASSERT_TRUE(r.ok()) << job.Summary();
+    for (absl::string_view line : absl::StrSplit(r.output, '\n')) {
+      if (absl::StartsWith(line, "digest ")) digests.insert(std::string(line));
+    }
+  }
+  EXPECT_EQ(digests.size(), 1u) << job.Summary();
+}
+
 // Ranks that compress a tensor differently are named, as the other disagreements are; integer
 // tensors, max and min are refused at submission.
 TEST(CompressedAllreduce, DisagreementsAreNamedAndWhatCannotBeCompressedRefused) {
@@ -295,7 +450,7 @@ TEST(CompressedAllreduce, DisagreementsAreNamedAndWhatCannotBeCompressedRefused)
   JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
     Engine& e = ctx.engine();
     std::vector<float> x(64, 1.0f);
-    const Compression mine = ctx.rank() == 0 ? Compression::kInt8 : Compression::kBf16;
+    const Compression mine = ctx.rank() == 0 ? Codec::kInt8 : Codec::kBf16;
     CHECK_OK(
         ExpectError(e.AllreduceAsync("g", x.data(), x.data(), DataType::kFloat32, {64},
                                      ReduceOp::kSum, 1.0, 1.0, Engine::kWorld, {}, mine)
@@ -305,18 +460,18 @@ TEST(CompressedAllreduce, DisagreementsAreNamedAndWhatCannotBeCompressedRefused)
     std::vector<int32_t> ints(8, 1);
     CHECK_OK(ExpectError(
         e.AllreduceAsync("i", ints.data(), ints.data(), DataType::kInt32, {8}, ReduceOp::kSum, 1.0,
-                         1.0, Engine::kWorld, {}, Compression::kInt8)
+                         1.0, Engine::kWorld, {}, Codec::kInt8)
             .Wait(),
         absl::StatusCode::kInvalidArgument,
         {"allreduce 'i'", "int8 compression is for floating-point tensors; this one is i32"}));
     CHECK_OK(ExpectError(
         e.AllreduceAsync("m", x.data(), x.data(), DataType::kFloat32, {64}, ReduceOp::kMax, 1.0,
-                         1.0, Engine::kWorld, {}, Compression::kBf16)
+                         1.0, Engine::kWorld, {}, Codec::kBf16)
             .Wait(),
         absl::StatusCode::kInvalidArgument, {"bf16 compression sums (sum or average), not max"}));
     // The job goes on: the same tensor, agreed this time.
     CHECK_OK(e.AllreduceAsync("g2", x.data(), x.data(), DataType::kFloat32, {64},
-                              ReduceOp::kAverage, 1.0, 1.0, Engine::kWorld, {}, Compression::kInt8)
+                              ReduceOp::kAverage, 1.0, 1.0, Engine::kWorld, {}, Codec::kInt8)
                  .Wait());
     return Expect(x[0] == 1.0f && x[63] == 1.0f, "the average of ones");
   });

@@ -53,6 +53,13 @@ namespace ddp_python {
 
 namespace {
 
+// An allreduce's compression from Python's codec code and PowerSGD rank (the engine checks it).
+ddp::Compression MakeCompression(int codec, int rank) {
+  ddp::Compression c(static_cast<ddp::Codec>(codec));
+  c.rank = rank;
+  return c;
+}
+
 std::mutex g_init_mu;  // one init() at a time, held across the rendezvous (without the GIL)
 // What the first init() did with the allocator (ddp/memory.h); unset before it.
 std::optional<std::string> g_freed_memory;
@@ -279,24 +286,25 @@ void DefineReductions(py::module_& m) {
       "allreduce_async",
       [](std::string name, uintptr_t input, uintptr_t output, int dtype, std::vector<int64_t> shape,
          int op, double prescale, double postscale, int process_set, py::object keep, int device,
-         uintptr_t stream, int compression) {
+         uintptr_t stream, int codec, int rank) {
         auto context = ContextFor("allreduce", &process_set);
         auto handle = context->engine().AllreduceAsync(
             std::move(name), Ptr(input), MutablePtr(output), ToType(dtype), std::move(shape),
             ToOp(op), prescale, postscale, process_set, ToDevice(device, stream),
-            static_cast<ddp::Compression>(compression));
+            MakeCompression(codec, rank));
         return Wrap(std::move(handle), std::move(keep), std::move(context));
       },
       py::arg("name"), py::arg("input"), py::arg("output"), py::arg("dtype"), py::arg("shape"),
       py::arg("op"), py::arg("prescale"), py::arg("postscale"), py::arg("process_set"),
-      py::arg("keep"), py::arg("device") = -1, py::arg("stream") = 0, py::arg("compression") = 0);
+      py::arg("keep"), py::arg("device") = -1, py::arg("stream") = 0, py::arg("codec") = 0,
+      py::arg("rank") = 0);
 
   m.def(
       "grouped_allreduce_async",
       [](std::string group,
          std::vector<std::tuple<std::string, uintptr_t, uintptr_t, std::vector<int64_t>>> members,
          int dtype, int op, double prescale, double postscale, int process_set, py::object keep,
-         int device, uintptr_t stream, int compression) {
+         int device, uintptr_t stream, int codec, int rank) {
         auto context = ContextFor("grouped_allreduce", &process_set);
         std::vector<ddp::GroupMember> group_members;
         group_members.reserve(members.size());
@@ -306,13 +314,12 @@ void DefineReductions(py::module_& m) {
         }
         auto handle = context->engine().GroupedAllreduceAsync(
             std::move(group), std::move(group_members), ToType(dtype), ToOp(op), prescale,
-            postscale, process_set, ToDevice(device, stream),
-            static_cast<ddp::Compression>(compression));
+            postscale, process_set, ToDevice(device, stream), MakeCompression(codec, rank));
         return Wrap(std::move(handle), std::move(keep), std::move(context));
       },
       py::arg("group"), py::arg("members"), py::arg("dtype"), py::arg("op"), py::arg("prescale"),
       py::arg("postscale"), py::arg("process_set"), py::arg("keep"), py::arg("device") = -1,
-      py::arg("stream") = 0, py::arg("compression") = 0);
+      py::arg("stream") = 0, py::arg("codec") = 0, py::arg("rank") = 0);
 
   m.def("reducescatter_async",
         [](std::string name, uintptr_t input, int dtype, std::vector<int64_t> shape, int op,
@@ -423,11 +430,11 @@ void DefineEngineControl(py::module_& m) {
     d["waited_for_seconds"] = s.waited_for_seconds;
     d["waited_for_rounds"] = s.waited_for_rounds;
     py::dict wire;  // by compression: what the collectives sent and received
-    for (int c = 0; c < ddp::kNumCompressions; ++c) {
+    for (int c = 0; c < ddp::kNumCodecs; ++c) {
       py::dict one;
       one["sent"] = s.sent_bytes[static_cast<size_t>(c)];
       one["received"] = s.received_bytes[static_cast<size_t>(c)];
-      wire[py::str(std::string(ddp::CompressionName(static_cast<ddp::Compression>(c))))] = one;
+      wire[py::str(std::string(ddp::CodecName(static_cast<ddp::Codec>(c))))] = one;
     }
     d["wire_bytes"] = wire;
     d["residual_floats"] = s.residual_floats;

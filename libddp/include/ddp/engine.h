@@ -121,8 +121,8 @@ struct EngineStats {
   // point to point, libfabric, MPI), by the compression they ran with (index: Compression;
   // kNone: every uncompressed collective). The shared-memory allreduce, which reads its peers'
   // memory in place, sends nothing.
-  std::array<uint64_t, kNumCompressions> sent_bytes{};
-  std::array<uint64_t, kNumCompressions> received_bytes{};
+  std::array<uint64_t, kNumCodecs> sent_bytes{};
+  std::array<uint64_t, kNumCodecs> received_bytes{};
   // Floats the engine keeps for error feedback: a residual per compressed tensor.
   uint64_t residual_floats = 0;
 };
@@ -142,14 +142,13 @@ class Engine {
   virtual Handle AllreduceAsync(std::string name, const void* input, void* output, DataType type,
                                 std::vector<int64_t> shape, ReduceOp op, double prescale = 1.0,
                                 double postscale = 1.0, int process_set = kWorld,
-                                Device device = {},
-                                Compression compression = Compression::kNone) = 0;
+                                Device device = {}, Compression compression = Codec::kNone) = 0;
   // All members are negotiated and reduced as one unit, in one fused collective.
   virtual Handle GroupedAllreduceAsync(std::string group, std::vector<GroupMember> members,
                                        DataType type, ReduceOp op, double prescale = 1.0,
                                        double postscale = 1.0, int process_set = kWorld,
                                        Device device = {},
-                                       Compression compression = Compression::kNone) = 0;
+                                       Compression compression = Codec::kNone) = 0;
   // Concatenates every rank's input along the first dimension (which may differ per rank; the
   // other dimensions must agree). Output: Handle::output().
   virtual Handle AllgatherAsync(std::string name, const void* input, DataType type,

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -51,20 +52,41 @@ constexpr bool IsFloating(DataType type) {
          type == DataType::kBFloat16;
 }
 
-// How an allreduce's data travels (docs/compression.md): as it is, or encoded by a codec, with
-// error feedback (what the encoding lost is added to the tensor's next contribution). For
+// How an allreduce's data travels (docs/compression.md): as it is, or encoded, with error
+// feedback (what the encoding lost is added to the tensor's next contribution). For
 // floating-point tensors reduced by sum or average.
-enum class Compression : uint8_t {
+enum class Codec : uint8_t {
   kNone = 0,
-  kBf16 = 1,  // bfloat16, rounded to nearest even: half the bytes
-  kFp16 = 2,  // IEEE binary16, rounded to nearest even (saturating): half the bytes
-  kInt8 = 3,  // int8 with a float32 scale per block of 256 values: about a quarter
+  kBf16 = 1,      // bfloat16, rounded to nearest even: half the bytes
+  kFp16 = 2,      // IEEE binary16, rounded to nearest even: half the bytes
+  kInt8 = 3,      // int8 with a float32 scale per block of 256 values: about a quarter
+  kPowerSgd = 4,  // a rank-r approximation of each matrix (Vogels et al., 2019)
 };
-inline constexpr int kNumCompressions = 4;
-// "none", "bf16", "fp16", "int8".
-absl::string_view CompressionName(Compression compression);
-absl::StatusOr<Compression> ParseCompression(absl::string_view name);
-bool IsValid(Compression compression);
+inline constexpr int kNumCodecs = 5;
+// "none", "bf16", "fp16", "int8", "powersgd".
+absl::string_view CodecName(Codec codec);
+absl::StatusOr<Codec> ParseCodec(absl::string_view name);
+bool IsValid(Codec codec);
+
+// A codec and its parameter: PowerSGD's rank (1 or more; 0 for the other codecs).
+struct Compression {
+  Codec codec = Codec::kNone;
+  int32_t rank = 0;
+
+  constexpr Compression() = default;
+  constexpr Compression(Codec c) : codec(c) {}  // NOLINT(google-explicit-constructor): a codec
+  static constexpr Compression PowerSgd(int32_t rank) {
+    Compression c(Codec::kPowerSgd);
+    c.rank = rank;
+    return c;
+  }
+  bool none() const { return codec == Codec::kNone; }
+  friend bool operator==(const Compression& a, const Compression& b) {
+    return a.codec == b.codec && a.rank == b.rank;
+  }
+};
+// "int8", "powersgd(rank=4)".
+std::string CompressionName(const Compression& compression);
 
 // The allreduce algorithm (DDP_ALGO): chosen by size and topology, or forced.
 enum class Algorithm { kAuto, kRing, kRecursiveDoubling, kHierarchical };

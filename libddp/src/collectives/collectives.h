@@ -45,7 +45,7 @@ absl::Status Barrier(Communicator& comm);
 // null) gets what the encodings lost added to it: this rank's contribution's loss, and for the
 // share it summed, the sum's; adding it to the next contribution is error feedback.
 absl::Status CompressedAllreduce(Communicator& comm, float* data, size_t count,
-                                 const compress::Codec& codec, float* residual);
+                                 const compress::Coder& codec, float* residual);
 
 // Whether `comm` runs an allreduce of `count` elements straight from and into a fused call's
 // tensors (backend.h's Piece), without a fusion buffer: a backend that moves each byte where it

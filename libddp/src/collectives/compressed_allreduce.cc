@@ -21,7 +21,7 @@ constexpr size_t kSumSlot = 13;
 }  // namespace
 
 absl::Status CompressedAllreduce(Communicator& comm, float* data, size_t count,
-                                 const compress::Codec& codec, float* residual) {
+                                 const compress::Coder& codec, float* residual) {
   const auto n = static_cast<size_t>(comm.size());
   if (n == 1 || count == 0) return absl::OkStatus();  // nothing travels: nothing is lost
   // Each rank's share: whole codec blocks, so that a share encodes as it would in place.

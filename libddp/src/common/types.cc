@@ -47,13 +47,14 @@ constexpr auto kReduceOpNames = std::to_array<NamedValue<ReduceOp>>({
     {"prod", ReduceOp::kProduct},
 });
 
-constexpr auto kCompressionNames = std::to_array<NamedValue<Compression>>({
-    {"none", Compression::kNone},
-    {"bf16", Compression::kBf16},
-    {"bfloat16", Compression::kBf16},
-    {"fp16", Compression::kFp16},
-    {"float16", Compression::kFp16},
-    {"int8", Compression::kInt8},
+constexpr auto kCodecNames = std::to_array<NamedValue<Codec>>({
+    {"none", Codec::kNone},
+    {"bf16", Codec::kBf16},
+    {"bfloat16", Codec::kBf16},
+    {"fp16", Codec::kFp16},
+    {"float16", Codec::kFp16},
+    {"int8", Codec::kInt8},
+    {"powersgd", Codec::kPowerSgd},
 });
 
 template <typename Enum, size_t N>
@@ -137,25 +138,34 @@ absl::StatusOr<ReduceOp> ParseReduceOp(absl::string_view name) {
   return Parse(kReduceOpNames, "reduce op", name);
 }
 
-absl::string_view CompressionName(Compression compression) {
-  switch (compression) {
-    case Compression::kNone:
+absl::string_view CodecName(Codec codec) {
+  switch (codec) {
+    case Codec::kNone:
       return "none";
-    case Compression::kBf16:
+    case Codec::kBf16:
       return "bf16";
-    case Compression::kFp16:
+    case Codec::kFp16:
       return "fp16";
-    case Compression::kInt8:
+    case Codec::kInt8:
       return "int8";
+    case Codec::kPowerSgd:
+      return "powersgd";
   }
   return "invalid";
 }
 
-absl::StatusOr<Compression> ParseCompression(absl::string_view name) {
-  return Parse(kCompressionNames, "compression", name);
+absl::StatusOr<Codec> ParseCodec(absl::string_view name) {
+  return Parse(kCodecNames, "compression", name);
 }
 
-bool IsValid(Compression compression) { return static_cast<int>(compression) < kNumCompressions; }
+bool IsValid(Codec codec) { return static_cast<int>(codec) < kNumCodecs; }
+
+std::string CompressionName(const Compression& compression) {
+  if (compression.codec == Codec::kPowerSgd) {
+    return absl::StrCat("powersgd(rank=", compression.rank, ")");
+  }
+  return std::string(CodecName(compression.codec));
+}
 
 bool IsValid(DataType type) { return static_cast<int>(type) < kNumDataTypes; }
 

@@ -12,9 +12,9 @@
 namespace ddp::compress {
 namespace {
 
-class Bf16 final : public Codec {
+class Bf16 final : public Coder {
  public:
-  Compression id() const override { return Compression::kBf16; }
+  Codec id() const override { return Codec::kBf16; }
   size_t EncodedBytes(size_t count) const override { return count * 2; }
   void Encode(const float* in, size_t count, uint8_t* out) const override {
     reduce::FloatsToBFloat16s(in, reinterpret_cast<uint16_t*>(out), count);
@@ -24,9 +24,9 @@ class Bf16 final : public Codec {
   }
 };
 
-class Fp16 final : public Codec {
+class Fp16 final : public Coder {
  public:
-  Compression id() const override { return Compression::kFp16; }
+  Codec id() const override { return Codec::kFp16; }
   size_t EncodedBytes(size_t count) const override { return count * 2; }
   void Encode(const float* in, size_t count, uint8_t* out) const override {
     reduce::FloatsToHalves(in, reinterpret_cast<uint16_t*>(out), count);
@@ -37,9 +37,9 @@ class Fp16 final : public Codec {
 };
 
 // Layout: the blocks' float32 scales, then one int8 per value.
-class Int8 final : public Codec {
+class Int8 final : public Coder {
  public:
-  Compression id() const override { return Compression::kInt8; }
+  Codec id() const override { return Codec::kInt8; }
   size_t block() const override { return kInt8Block; }
   static size_t Blocks(size_t count) { return (count + kInt8Block - 1) / kInt8Block; }
   size_t EncodedBytes(size_t count) const override { return Blocks(count) * 4 + count; }
@@ -85,18 +85,19 @@ class Int8 final : public Codec {
 
 }  // namespace
 
-const Codec* CodecFor(Compression compression) {
+const Coder* CoderFor(Codec codec) {
   static const Bf16 bf16;
   static const Fp16 fp16;
   static const Int8 int8;
-  switch (compression) {
-    case Compression::kBf16:
+  switch (codec) {
+    case Codec::kBf16:
       return &bf16;
-    case Compression::kFp16:
+    case Codec::kFp16:
       return &fp16;
-    case Compression::kInt8:
+    case Codec::kInt8:
       return &int8;
-    case Compression::kNone:
+    case Codec::kNone:
+    case Codec::kPowerSgd:  // not elementwise: engine/powersgd.h
       break;
   }
   return nullptr;

@@ -1,8 +1,8 @@
 // SPDX-FileCopyrightText: 2026 The libddp Authors
 // SPDX-License-Identifier: Apache-2.0
-// The codecs of compressed allreduces (docs/compression.md): float32 values to bytes on the wire
-// and back. Each is deterministic (the same bytes for the same values on every machine), so
-// that ranks that decode the same bytes hold bitwise identical results.
+// The elementwise codecs of compressed allreduces (docs/compression.md): float32 values to bytes
+// on the wire and back. Each is deterministic (the same bytes for the same values on every
+// machine), so that ranks that decode the same bytes hold bitwise identical results.
 #pragma once
 
 #include <cstddef>
@@ -12,10 +12,10 @@
 
 namespace ddp::compress {
 
-class Codec {
+class Coder {
  public:
-  virtual ~Codec() = default;
-  virtual Compression id() const = 0;
+  virtual ~Coder() = default;
+  virtual Codec id() const = 0;
   // Bytes that `count` values take encoded.
   virtual size_t EncodedBytes(size_t count) const = 0;
   // Values are encoded in blocks of this many (int8's scales): a range of values that starts at
@@ -30,7 +30,7 @@ class Codec {
 // and each value as the nearest multiple of it, ties to even: within scale / 2 of the value; a
 // block holding a NaN or an infinity decodes as NaN throughout.
 inline constexpr size_t kInt8Block = 256;
-// Compression::kNone has no codec: null.
-const Codec* CodecFor(Compression compression);
+// The elementwise codecs' coders; null for Codec::kNone and Codec::kPowerSgd (not elementwise).
+const Coder* CoderFor(Codec codec);
 
 }  // namespace ddp::compress

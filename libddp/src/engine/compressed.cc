@@ -133,8 +133,6 @@ void CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Response*>&
 absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Response*>& batch,
                                        int active) {
   const Compression compression = batch[0]->meta.compression;
-  const compress::Codec* codec = compress::CodecFor(compression);
-  if (codec == nullptr) return absl::InternalError("a compressed allreduce without a codec");
   size_t total = 0;
   for (const Response* r : batch) total += r->meta.ElementCount();
   data_.resize(total);
@@ -147,8 +145,14 @@ absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Respon
   const uint64_t received = set.comm->bytes_received();
   std::optional<reduce::CombineTimer> timer;
   if (executor_.timing()) timer.emplace();
-  absl::Status s =
-      collectives::CompressedAllreduce(*set.comm, data_.data(), total, *codec, lost_.data());
+  absl::Status s = absl::OkStatus();
+  if (compression.codec == Codec::kPowerSgd) {
+    s = LowRank(set, batch, compression.rank);
+  } else if (const compress::Coder* coder = compress::CoderFor(compression.codec)) {
+    s = collectives::CompressedAllreduce(*set.comm, data_.data(), total, *coder, lost_.data());
+  } else {
+    s = absl::InternalError("a compressed allreduce without a codec");
+  }
   if (!s.ok()) {
     return Annotate(s, absl::StrCat("allreduce (", CompressionName(compression),
                                     " compression) of ", TensorNames(batch)));

@@ -2,7 +2,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Allreduces with compression (TensorMeta::compression, docs/compression.md): a fused batch
 // converted to float32, each tensor's error-feedback residual added, reduced by
-// collectives::CompressedAllreduce, and what the encodings lost kept for the tensor's next one.
+// collectives::CompressedAllreduce (elementwise codecs) or by PowerSGD (LowRank), and what the
+// encodings lost kept for the tensor's next one.
 #pragma once
 
 #include <string>
@@ -26,6 +27,10 @@ class CompressedAllreduces {
  private:
   // The batch end to end in data_ as float32: each tensor prescaled, plus its residual.
   void Pack(ProcessSet& set, const std::vector<Response*>& batch, std::vector<LocalOp*>& ops);
+  // PowerSGD of data_'s matrices (each tensor shape: its first dimension by the rest) at `rank`:
+  // data_ becomes the approximation of their sum, lost_ what this rank's approximation lost
+  // (compressed_powersgd.cc).
+  absl::Status LowRank(ProcessSet& set, const std::vector<Response*>& batch, int rank);
   // Each tensor's share of lost_ kept as its residual; the result into its output.
   void Unpack(ProcessSet& set, const std::vector<Response*>& batch,
               const std::vector<LocalOp*>& ops, int active);
@@ -35,6 +40,9 @@ class CompressedAllreduces {
   std::vector<float> lost_;
   // By "process set/tensor name": what the last encodings of it lost (reset on a size change).
   absl::flat_hash_map<std::string, std::vector<float>> residuals_;
+  // PowerSGD: each matrix's last Q (its warm start), by "process set/tensor name#shape".
+  absl::flat_hash_map<std::string, std::vector<float>> qs_;
+  std::vector<float> p_, q_, mine_, approx_;
 };
 
 }  // namespace ddp::engine

@@ -50,8 +50,7 @@ class WireCount {
   explicit WireCount(const collectives::Communicator& comm)
       : comm_(comm), sent_(comm.bytes_sent()), received_(comm.bytes_received()) {}
   void Done(Executor& executor) const {
-    executor.Wire(Compression::kNone, comm_.bytes_sent() - sent_,
-                  comm_.bytes_received() - received_);
+    executor.Wire(Codec::kNone, comm_.bytes_sent() - sent_, comm_.bytes_received() - received_);
   }
 
  private:
@@ -69,7 +68,7 @@ class CpuOperations final : public DeviceOperations {
 
   absl::Status Allreduce(ProcessSet& set, const std::vector<Response*>& batch,
                          int active) override {
-    if (batch[0]->meta.compression != Compression::kNone) {
+    if (batch[0]->meta.compression != Codec::kNone) {
       return compressed_.Run(set, batch, active);
     }
     if (batch.size() == 1 && batch[0]->meta.shapes.size() == 1) {

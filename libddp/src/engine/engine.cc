@@ -70,13 +70,19 @@ std::string Codes(int count, absl::string_view (*name)(Enum)) {
 // summed).
 absl::Status CheckCompression(absl::FunctionRef<std::string()> what, DataType type, ReduceOp op,
                               Compression compression, const Device& device) {
-  if (compression == Compression::kNone) return absl::OkStatus();
-  if (!IsValid(compression)) {
+  if (compression == Codec::kNone) return absl::OkStatus();
+  if (!IsValid(compression.codec)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what(), ": unknown compression code ", static_cast<int>(compression),
-                     " (libddp's: ", Codes(kNumCompressions, &CompressionName), ")"));
+        absl::StrCat(what(), ": unknown compression code ", static_cast<int>(compression.codec),
+                     " (libddp's: ", Codes(kNumCodecs, &CodecName), ")"));
   }
   const std::string codec(CompressionName(compression));
+  if ((compression.codec == Codec::kPowerSgd) != (compression.rank != 0) || compression.rank < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what(), ": ", codec, ": ",
+                                                   compression.codec == Codec::kPowerSgd
+                                                       ? "PowerSGD needs a rank of 1 or more"
+                                                       : "a rank is PowerSGD's alone"));
+  }
   if (!IsFloating(type)) {
     return absl::InvalidArgumentError(absl::StrCat(
         what(), ": ", codec, " compression is for floating-point tensors; this one is ",
@@ -91,6 +97,28 @@ absl::Status CheckCompression(absl::FunctionRef<std::string()> what, DataType ty
         what(), ": ", codec,
         " compression of CUDA tensors is not built yet: copy it to the CPU, or submit it "
         "without compression (docs/compression.md)"));
+  }
+  return absl::OkStatus();
+}
+
+// PowerSGD approximates matrices: a tensor of two or more dimensions (its first by the rest),
+// whose rank allows the one asked for.
+absl::Status CheckLowRank(absl::FunctionRef<std::string()> what, const std::vector<int64_t>& shape,
+                          const Compression& compression) {
+  if (compression.codec != Codec::kPowerSgd) return absl::OkStatus();
+  const std::string codec = CompressionName(compression);
+  if (shape.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what(), ": ", codec, " approximates matrices; this tensor has shape ", ShapeString(shape),
+        " (submit vectors and scalars without compression: they are small)"));
+  }
+  const int64_t rows = shape[0];
+  const int64_t cols = static_cast<int64_t>(ElementCount(shape)) / std::max<int64_t>(rows, 1);
+  if (compression.rank > std::min(rows, cols)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what(), ": ", codec, " is more than the matrix allows: shape ",
+                     ShapeString(shape), " is ", rows, " x ", cols, ", whose rank is at most ",
+                     std::min(rows, cols), " (a lower rank, or no compression for it)"));
   }
   return absl::OkStatus();
 }
@@ -353,6 +381,7 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   absl::Status s = CheckCommon(what, type, op);
   if (s.ok()) s = CheckCompression(what, type, op, compression, device);
   if (s.ok()) s = CheckShape(what, shape, type, needs_first_dim);
+  if (s.ok()) s = CheckLowRank(what, shape, compression);
   // Allreduce writes its output where its input is non-empty; an `into` call wherever its result
   // is (which may be non-empty for an empty input: the other ranks' rows).
   const bool needs_output =
@@ -410,6 +439,10 @@ Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMem
     if (!s.ok()) break;
     s = CheckShape([&] { return absl::StrCat(what, " member '", m.name, "'"); }, m.shape, type,
                    false);
+    if (s.ok()) {
+      s = CheckLowRank([&] { return absl::StrCat(what, " member '", m.name, "'"); }, m.shape,
+                       compression);
+    }
     if (s.ok() && ElementCount(m.shape) > 0 && (m.input == nullptr || m.output == nullptr)) {
       s = absl::InvalidArgumentError(absl::StrCat(what, " member '", m.name, "': null buffer"));
     }

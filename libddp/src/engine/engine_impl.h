@@ -129,7 +129,7 @@ class EngineImpl final : public Engine {
                    std::vector<int64_t> shape, ReduceOp op, int root, double prescale,
                    double postscale, int process_set, const Device& device,
                    std::optional<size_t> into_bytes = std::nullopt,
-                   Compression compression = Compression::kNone);
+                   Compression compression = Codec::kNone);
   static Handle Failed(const std::string& name, absl::Status status);
   // `what` names the submission in an error (made only for one). Inbox locked.
   absl::Status CheckSet(int process_set, absl::FunctionRef<std::string()> what) const;

@@ -179,7 +179,7 @@ void Executor::Waited(const LocalOp& op, const Response& r, int64_t started) {
 }
 
 void Executor::Wire(Compression compression, uint64_t sent, uint64_t received) {
-  const auto i = static_cast<size_t>(compression);
+  const auto i = static_cast<size_t>(compression.codec);
   stats_->Update([&](EngineStats& s) {
     s.sent_bytes[i] += sent;
     s.received_bytes[i] += received;

@@ -39,10 +39,10 @@ bool ReadMeta(ByteReader& in, TensorMeta* meta) {
       if (!in.Get(&d)) return false;
     }
   }
-  uint8_t compression;
-  if (!in.Get(&compression)) return false;
-  meta->compression = static_cast<Compression>(compression);
-  return IsValid(meta->compression);
+  uint8_t codec;
+  if (!in.Get(&codec) || !in.Get(&meta->compression.rank)) return false;
+  meta->compression.codec = static_cast<Codec>(codec);
+  return IsValid(meta->compression.codec);
 }
 
 // Groups ranks by the text a field has on them: "ranks 0, 2: f32; rank 1: f16".
@@ -133,7 +133,8 @@ void AppendRecord(const Record& record, std::string* out) {
     w.Put(static_cast<uint32_t>(shape.size()));
     for (int64_t d : shape) w.Put(d);
   }
-  w.Put(static_cast<uint8_t>(m.compression));
+  w.Put(static_cast<uint8_t>(m.compression.codec));
+  w.Put(m.compression.rank);
 }
 
 absl::StatusOr<std::vector<Record>> ParseRecords(absl::string_view bytes) {
@@ -178,8 +179,7 @@ absl::Status CheckAgreement(absl::string_view name, const std::vector<int>& rank
        }},
       {"prescale factor", [](const TensorMeta& m) { return absl::StrCat(m.prescale); }},
       {"postscale factor", [](const TensorMeta& m) { return absl::StrCat(m.postscale); }},
-      {"compression",
-       [](const TensorMeta& m) { return std::string(CompressionName(m.compression)); }},
+      {"compression", [](const TensorMeta& m) { return CompressionName(m.compression); }},
       {"number of tensors", [](const TensorMeta& m) { return absl::StrCat(m.shapes.size()); }},
       {gather ? "shape (all but the first dimension)" : "shape",
        gather ? ShapesExceptFirstDim : AllShapes},

@@ -38,7 +38,7 @@ struct TensorMeta {
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<std::vector<int64_t>> shapes;
-  Compression compression = Compression::kNone;  // allreduce: how its data travels
+  Compression compression = Codec::kNone;  // allreduce: how its data travels
 
   uint64_t ElementCount() const;  // over all shapes
   uint64_t Bytes() const { return ElementCount() * DataTypeSize(type); }
