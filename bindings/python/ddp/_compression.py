@@ -62,6 +62,40 @@ class Int8Compressor(EngineCompressor):
     codec = "int8"
 
 
+class PowerSGDCompressor(EngineCompressor):
+    """PowerSGD (Vogels et al., 2019) at `rank`: each matrix as a rank-r product P Q^T, only P and
+    Q on the wire, with warm start and error feedback. For tensors of two or more dimensions
+    whose rank allows it; DistributedOptimizer and the comm hooks send the others without
+    compression."""
+
+    codec = "powersgd"
+    rank = 4
+
+    @staticmethod
+    def takes(shape) -> bool:
+        """Whether a tensor of this shape is compressed (else it goes without compression)."""
+        return False
+
+
+def powersgd(rank: int = 4):
+    """Compression.powersgd(rank=4): PowerSGD at that rank, as a compressor class."""
+    if not isinstance(rank, int) or isinstance(rank, bool) or rank < 1:
+        raise ValueError(f"Compression.powersgd: rank must be an int >= 1, got {rank!r}")
+
+    def takes(shape) -> bool:
+        shape = tuple(shape)
+        if len(shape) < 2 or shape[0] == 0:
+            return False
+        cols = 1
+        for d in shape[1:]:
+            cols *= d
+        return rank <= min(shape[0], cols)
+
+    return type(f"PowerSGDCompressor{rank}", (PowerSGDCompressor,),
+                {"rank": rank, "takes": staticmethod(takes), "__module__": __name__,
+                 "__doc__": PowerSGDCompressor.__doc__})
+
+
 def framework(module, is_floating, cast, float16, engine_codecs=True):
     """(FP16Compressor, Compression) for a framework, named as classes of MODULE:
     IS_FLOATING(tensor), CAST(tensor, dtype) and its FLOAT16 dtype; ENGINE_CODECS: whether its
@@ -83,15 +117,16 @@ def framework(module, is_floating, cast, float16, engine_codecs=True):
 
     class Compression:
         """Compression.none (default) and Compression.fp16 (Horovod's: a cast before the
-        allreduce), and the engine's Compression.bf16 and Compression.int8."""
+        allreduce), and the engine's Compression.bf16, .int8 and .powersgd(rank=4)."""
 
         none = NoneCompressor
         fp16 = FP16Compressor
         bf16 = BF16Compressor
         int8 = Int8Compressor
+        powersgd = staticmethod(powersgd)
 
     if not engine_codecs:
-        del Compression.bf16, Compression.int8
+        del Compression.bf16, Compression.int8, Compression.powersgd
     for cls in (FP16Compressor, Compression):
         cls.__module__, cls.__qualname__ = module, cls.__name__
     return FP16Compressor, Compression

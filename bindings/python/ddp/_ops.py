@@ -361,23 +361,28 @@ def _label(name):
     return name if isinstance(name, str) and name else "the input"
 
 
-# The engine's codecs (libddp's Compression, docs/compression.md), by name.
-CODECS = {"none": 0, "bf16": 1, "fp16": 2, "int8": 3}
+# The engine's codecs (libddp's Codec, docs/compression.md), by name.
+CODECS = {"none": 0, "bf16": 1, "fp16": 2, "int8": 3, "powersgd": 4}
 
 
-def codec_of(compression, what: str) -> int:
-    """The engine codec of an allreduce's `compression`: None, a name ("int8"), or a compressor
-    that runs in the engine (Compression.bf16, .int8: its `codec`)."""
+def codec_of(compression, what: str) -> tuple[int, int]:
+    """The engine codec and PowerSGD rank of an allreduce's `compression`: None, a name ("int8",
+    "powersgd:4"), or a compressor that runs in the engine (Compression.bf16, .int8,
+    .powersgd(rank=4): its `codec` and `rank`)."""
     if compression is None:
-        return 0
+        return 0, 0
+    rank = getattr(compression, "rank", 0)
     name = compression if isinstance(compression, str) else getattr(compression, "codec", None)
     if name is None and getattr(compression, "__name__", "") == "NoneCompressor":
-        return 0
+        return 0, 0
+    if isinstance(name, str) and name.lower().startswith("powersgd:"):
+        name, _, digits = name.partition(":")
+        rank = int(digits) if digits.isdigit() else -1
     if not isinstance(name, str) or name.lower() not in CODECS:
-        raise error(f"ddp.{what}: compression must be None, one of {', '.join(CODECS)}, or a "
-                    f"compressor the engine runs (Compression.bf16, Compression.int8); got "
-                    f"{compression!r}")
-    return CODECS[name.lower()]
+        raise error(f"ddp.{what}: compression must be None, one of {', '.join(CODECS)} "
+                    f"(\"powersgd:RANK\"), or a compressor the engine runs (Compression.bf16, "
+                    f".int8, .powersgd(rank=...)); got {compression!r}")
+    return CODECS[name.lower()], int(rank)
 
 
 class Ops:
@@ -426,7 +431,7 @@ class Ops:
         name = auto_name("allreduce", name, process_set)
         native = _ddp.allreduce_async(name, src.address, dst.address, src.code, list(src.shape),
                                       int(op), pre, post, process_set, (src.owner, dst.owner),
-                                      src.device, src.stream, codec)
+                                      src.device, src.stream, *codec)
         return self._handle(native, (src, dst), lambda _: out)
 
     def allreduce_async(self, x, name=None, op=None, prescale_factor=1.0,
@@ -489,7 +494,7 @@ class Ops:
         first = buffers[0][0]
         native = _ddp.grouped_allreduce_async(name, members, code, int(op), pre, post,
                                               process_set, owners, first.device, first.stream,
-                                              codec)
+                                              *codec)
         return self._handle(native, [b for pair in buffers for b in pair], lambda _: outs)
 
     def grouped_allreduce_async(self, xs, name=None, op=None, prescale_factor=1.0,

@@ -41,6 +41,7 @@ from .optimizer import DistributedOptimizer, broadcast_optimizer_state, broadcas
 from .ps import ParameterServerOptimizer
 from .sync_batch_norm import SyncBatchNorm
 from . import c10d as _c10d
+from . import hooks  # DDP comm hooks that compress in the engine
 
 _c10d.register()  # torch.distributed's backend "ddp": init_process_group("ddp")
 
@@ -52,4 +53,5 @@ HorovodInternalError = DDPError
 __all__ = [*COMMON, "Compression", "DistributedOptimizer", "broadcast_parameters",
            "broadcast_optimizer_state", "ParameterServerOptimizer", "HorovodInternalError",
            "grouped_allgather", "grouped_allgather_async", "grouped_reducescatter",
-           "grouped_reducescatter_async", "sparse_allreduce_async", "SyncBatchNorm", "elastic"]
+           "grouped_reducescatter_async", "sparse_allreduce_async", "SyncBatchNorm", "elastic",
+           "hooks"]

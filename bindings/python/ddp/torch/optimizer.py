@@ -230,8 +230,17 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         prescale, postscale = self._scales()
         handle = functions.allreduce_async_(tensor, name=name, op=self._op,
                                             prescale_factor=prescale, postscale_factor=postscale,
-                                            process_set=self._process_set, compression=self._codec)
+                                            process_set=self._process_set,
+                                            compression=self._codec_for(tensor))
         return handle, ctx, tensor
+
+    def _codec_for(self, tensor):
+        """The engine codec a gradient is reduced with: the compressor's if it runs in the engine
+        and takes the tensor (PowerSGD: a matrix whose rank allows it), else None."""
+        if self._codec is None:
+            return None
+        takes = getattr(self._compression, "takes", None)
+        return self._compression if takes is None or takes(tensor.shape) else None
 
     def _submit_group(self, members):
         """One grouped allreduce per dtype of the group's (compressed) gradients."""
@@ -243,14 +252,14 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                             f"gradient and is in a group; groups reduce dense gradients "
                             f"(pass sparse_as_dense=True)")
             tensor, ctx = self._compression.compress(grad)
-            by_dtype.setdefault(tensor.dtype, []).append((p, tensor, ctx))
+            codec = self._codec_for(tensor)  # PowerSGD: matrices only
+            by_dtype.setdefault((tensor.dtype, codec), []).append((p, tensor, ctx))
         prescale, postscale = self._scales()
-        for entries in by_dtype.values():
+        for (_, codec), entries in by_dtype.items():
             name = "group." + self._parameter_names[entries[0][0]]
             handle = functions.grouped_allreduce_async_(
                 [t for _, t, _ in entries], name=name, op=self._op, prescale_factor=prescale,
-                postscale_factor=postscale, process_set=self._process_set,
-                compression=self._codec)
+                postscale_factor=postscale, process_set=self._process_set, compression=codec)
             for p, tensor, ctx in entries:
                 self._handles[p] = (handle, ctx, tensor)
                 self._ready.discard(p)

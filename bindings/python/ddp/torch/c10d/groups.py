@@ -110,13 +110,20 @@ def torch_identity(size):
         del frame
 
 
+# torch's group names -> the libddp process set (or group) each runs on: what the comm hooks
+# (ddp/torch/hooks.py) submit to for a DDP model on that group.
+BY_TORCH_NAME: dict[str, int] = {}
+
+
 def name_for_flight_records(group, size):
     """Names the group's libddp job in flight records as torch's process group, so that a dump
     (ddp.torch.dump_flight_recorder, ddprun dump, the one at a failure) has every group of the
-    process with torch's names and global ranks (docs/observability.md)."""
+    process with torch's names and global ranks (docs/observability.md); and notes which libddp
+    set torch's group runs on (BY_TORCH_NAME)."""
     identity = torch_identity(size)
     if identity is not None:
         _ddp.name_group(group, *identity)
+        BY_TORCH_NAME[identity[0]] = group
 
 
 def callers_stream(tensor):
