@@ -19,9 +19,9 @@ exact = sum(np.random.default_rng(r).standard_normal(n).astype(np.float64) * (r 
 largest = np.abs(exact).max()
 # Each codec's bound on the sum (docs/compression.md): int8 half a step of a block's scale per
 # encoding (size + 1 of them), bf16 and fp16 half an ulp per encoding.
+step = largest / 127 * 0.5 * (size + 1)
 bounds = {"bf16": largest * 2.0 ** -8 * (size + 1), "fp16": largest * 2.0 ** -11 * (size + 1),
-          "int8": largest / 127 * 0.5 * (size + 1), ddp.Compression.int8: largest / 127 * 0.5 * (size + 1),
-          "powersgd:3": None}
+          "int8": step, ddp.Compression.int8: step, "powersgd:3": None}
 for codec, bound in bounds.items():
     x = mine[:3000].reshape(3, 1000) if codec == "powersgd:3" else mine
     out = ddp.allreduce(np.ascontiguousarray(x), op=ddp.Sum, name=f"t.{codec}",
