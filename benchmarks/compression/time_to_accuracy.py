@@ -11,7 +11,7 @@ For each link rate one cluster of 4 network-namespace hosts is made (benchmarks/
 on both ends of every link), one rank per host, and the digits CNN and a 12M-parameter MLP
 (train.py) are trained with each way of reducing gradients, side by side in the same run:
 libddp without compression, Horovod's fp16 (a cast before the allreduce), torch's own PowerSGD
-hook on Gloo (DDP, rank 4), and each of libddp's codecs (bf16, int8, PowerSGD at rank 4) in the
+hook on Gloo (DDP, rank 4, on PyTorch 2 in .venv-torch2), and each of libddp's codecs (bf16, int8, PowerSGD at rank 4) in the
 engine. Reported per configuration, medians of --repeats: bytes on the wire per step (what host
 0's link sent, read from its interface's counters: every byte, headers included), the median
 step time, the time until the test accuracy first reached --target, and the final accuracy. Rank 0
@@ -47,14 +47,17 @@ def tx_bytes(c: netsim.Cluster) -> int:
 
 
 def run_one(c: netsim.Cluster, config: str, model: str, args) -> dict:
-    python = os.path.join(ROOT, ".venv", "bin", "python")
+    python = os.path.join(ROOT, args.venv, "bin", "python")
     train = [python, os.path.join(HERE, "train.py"), "--model", model, "--steps",
              str(args.steps[model]), "--target", str(args.target), "--rank", str(args.rank),
              "--batch", str(args.batch[model])]
     before = tx_bytes(c)
     if config == "gloo-powersgd":
+        # PyTorch 2 (.venv-torch2): torch 1.13's hook breaks on Gloo here (ranks allreduce
+        # different sizes at its first compressed step: gloo's "op.preamble.length <= op.nbytes").
+        torch2 = os.path.join(ROOT, ".venv-torch2", "bin", "python")
         port = str(20000 + secrets.randbelow(20000))
-        procs = [c.popen(h, [*train, "--how", "gloo-powersgd"],
+        procs = [c.popen(h, [torch2, *train[1:], "--how", "gloo-powersgd"],
                          env={**os.environ, "RANK": str(h), "WORLD_SIZE": str(HOSTS),
                               "MASTER_ADDR": c.addresses[0], "MASTER_PORT": port,
                               "GLOO_SOCKET_IFNAME": "eth0"},
@@ -72,7 +75,7 @@ def run_one(c: netsim.Cluster, config: str, model: str, args) -> dict:
                                                              for h, err in failed))
         out = outs[0][0]
     else:
-        ddprun = os.path.join(ROOT, ".venv", "bin", "ddprun")
+        ddprun = os.path.join(ROOT, args.venv, "bin", "ddprun")
         done = c.run(0, [ddprun, "-np", str(HOSTS), "-H", c.hosts_arg(1), "--rsh", c.rsh,
                          *train, "--how", "libddp", "--compression", config],
                      capture_output=True, text=True, timeout=args.limit,
@@ -123,6 +126,9 @@ def main() -> int:
     p.add_argument("--target", type=float, default=0.95)
     p.add_argument("--rank", type=int, default=4, help="PowerSGD's, libddp's and torch's")
     p.add_argument("--limit", type=int, default=1200, help="seconds a run may take")
+    p.add_argument("--venv", default=".venv-torch2",
+                   help="whose torch and ddp the libddp runs use (the Gloo run: .venv-torch2's, "
+                   "so that every config computes with the same torch)")
     args = p.parse_args()
     args.steps = {"cnn": args.steps_cnn, "mlp": args.steps_mlp}
     args.batch = {"cnn": args.batch_cnn, "mlp": args.batch_mlp}

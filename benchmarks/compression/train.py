@@ -66,7 +66,10 @@ def setup(args):
         import torch.distributed as dist
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         dist.init_process_group("gloo")
-        model = torch.nn.parallel.DistributedDataParallel(model)
+        # One bucket for the whole model: torch's hook hangs on Gloo at its first compressed
+        # step when a bucket holds only matrices (its uncompressed group is then empty; the
+        # MLP's 3400 x 3400 weight fills a 25 MB bucket alone), as seen with torch 1.13 and 2.15.
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1024)
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=args.rank,
                                    start_powerSGD_iter=2)
         model.register_comm_hook(state, psgd.powerSGD_hook)
