@@ -7,16 +7,17 @@
     sudo .venv/bin/python benchmarks/compression/time_to_accuracy.py --rates 1gbit --models mlp \\
         --repeats 1
 
-For each link rate one cluster of 4 network-namespace hosts is made (benchmarks/netsim: tc tbf
-on both ends of every link), one rank per host, and the digits CNN and a 12M-parameter MLP
-(train.py) are trained with each way of reducing gradients, side by side in the same run:
-libddp without compression, Horovod's fp16 (a cast before the allreduce), torch's own PowerSGD
-hook on Gloo (DDP, rank 4, on PyTorch 2 in .venv-torch2), and each of libddp's codecs (bf16,
-int8, PowerSGD at rank 4) in the engine. Reported per configuration, medians of --repeats: bytes on the wire per step (what host
-0's link sent, read from its interface's counters: every byte, headers included), the median
+For each link rate one cluster of 4 network-namespace hosts is made (benchmarks/netsim: tc tbf on
+both ends of every link), one rank per host, and the digits CNN and a 12M-parameter MLP (train.py)
+are trained with each way of reducing gradients, side by side in the same run: libddp without
+compression, Horovod's fp16 (a cast before the allreduce), torch's own PowerSGD hook on Gloo (DDP,
+rank 4, on PyTorch 2 in .venv-torch2), and each of libddp's codecs (bf16, int8, PowerSGD at rank 4)
+in the engine. Reported per configuration, medians of --repeats: bytes on the wire per step (what
+host 0's link sent, read from its interface's counters: every byte, headers included), the median
 step time, the time until the test accuracy first reached --target, and the final accuracy. Rank 0
 evaluates every 10 steps; the time to the target is training time (the steps' times summed,
-evaluations left out). Writes benchmarks/results/compression-<date>.md. Needs root.
+evaluations left out).
+Writes benchmarks/results/compression-<date>.md. Needs root.
 """
 from __future__ import annotations
 
