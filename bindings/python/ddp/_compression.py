@@ -33,20 +33,13 @@ class NoneCompressor(Compressor):
         return tensor
 
 
-class EngineCompressor(Compressor):
-    """A codec of libddp's engine (`codec`): the tensor is reduced as it is, and encoded on the
-    wire, its residual (what the encoding lost) kept for its name and added to its next
-    contribution. For floating-point gradients, summed or averaged."""
+class EngineCompressor(NoneCompressor):
+    """A codec of libddp's engine (`codec`): the tensor passes through compress and decompress
+    as NoneCompressor's does, and the allreduce encodes it on the wire, its residual (what the
+    encoding lost) kept for its name and added to its next contribution. For floating-point
+    gradients, summed or averaged."""
 
     codec = "none"
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
 
 
 class BF16Compressor(EngineCompressor):
