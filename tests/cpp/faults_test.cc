@@ -102,10 +102,17 @@ JobResult RunWithRankOneStopped(const JobSpec& spec, const std::string& pid_file
   return job;
 }
 
-// Rank 2 aborts with "loss became NaN" while the others run allreduces.
+// Rank 2 aborts with "loss became NaN" while the others run allreduces. It first joins one of
+// them, so that every rank has formed the job: an abort while the others still connect races
+// their handshakes (a rank that fails its own start closes the connections it was making, and a
+// peer can see that close before the notice).
 JobResult RunWithRankTwoAborting(const JobSpec& spec) {
   return RunWithContext(spec, [](Context& ctx) -> absl::Status {
     if (ctx.rank() == 2) {
+      std::vector<float> v(1000, 1.0f);
+      absl::Status first =
+          ctx.Allreduce(v.data(), v.data(), v.size(), DataType::kFloat32, ReduceOp::kAverage);
+      if (!first.ok()) return first;
       ctx.Abort(absl::CancelledError("loss became NaN"));
       return absl::CancelledError("aborted");
     }
