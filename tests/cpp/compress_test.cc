@@ -76,6 +76,16 @@ TEST(Codec, RoundTripsWithinTheStatedErrorAtOddSizes) {
         ASSERT_LE(std::fabs(double{y[i]} - x[i]), Bound(c, x[i], largest))
             << CompressionName(c) << " n=" << n << " i=" << i << " x=" << x[i];
       }
+      // The same bytes with the loss kept (error feedback), and exactly what was lost; decoding
+      // onto a sum adds exactly the decoding.
+      std::vector<float> lost(n, 0.25f), sum(n, 1.0f);
+      codec.Encode(x.data(), n, again.data(), lost.data());
+      EXPECT_EQ(bytes, again) << CompressionName(c) << " " << n;
+      codec.DecodeAdd(bytes.data(), n, sum.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(lost[i], 0.25f + (x[i] - y[i])) << CompressionName(c) << " n=" << n << " " << i;
+        ASSERT_EQ(sum[i], 1.0f + y[i]) << CompressionName(c) << " n=" << n << " " << i;
+      }
     }
   }
   EXPECT_EQ(compress::CoderFor(Codec::kNone), nullptr);
@@ -96,6 +106,26 @@ TEST(Codec, Int8ZeroBlocksAndNonFiniteValues) {
   EXPECT_TRUE(std::isnan(y[256]) && std::isnan(y[511]));  // a NaN's block: NaN throughout
   EXPECT_EQ(y[520], 2.0f);                                // its block's largest is exact
   EXPECT_EQ(y[521], 0.0f);
+  // A non-finite value's block keeps no loss (it would poison every later step).
+  std::vector<float> lost(x.size(), 0.0f);
+  int8.Encode(x.data(), x.size(), bytes.data(), lost.data());
+  for (float l : lost) ASSERT_EQ(l, 0.0f);
+  // Ties round to even: a block whose largest is 127 has scale 1.
+  std::vector<float> ties = {127.0f, 2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 1.5f, 126.5f};
+  std::vector<uint8_t> tie_bytes(int8.EncodedBytes(ties.size()));
+  int8.Encode(ties.data(), ties.size(), tie_bytes.data());
+  std::vector<float> rounded(ties.size());
+  int8.Decode(tie_bytes.data(), ties.size(), rounded.data());
+  EXPECT_EQ(rounded, (std::vector<float>{127.0f, 2.0f, 4.0f, -2.0f, -0.0f, 0.0f, 2.0f, 126.0f}));
+  // fp16 past its range: infinity on the wire, and no loss kept.
+  const compress::Coder& fp16 = *compress::CoderFor(Codec::kFp16);
+  const std::vector<float> huge = {1e6f, -1e6f, 3.0f};
+  std::vector<uint8_t> half_bytes(fp16.EncodedBytes(3));
+  std::vector<float> half_lost(3, 0.0f), back(3);
+  fp16.Encode(huge.data(), 3, half_bytes.data(), half_lost.data());
+  fp16.Decode(half_bytes.data(), 3, back.data());
+  EXPECT_TRUE(std::isinf(back[0]) && std::isinf(back[1]));
+  EXPECT_EQ(half_lost, (std::vector<float>{0.0f, 0.0f, 0.0f}));
 }
 
 void SetElement(DataType type, void* buf, size_t i, float v) {
@@ -290,45 +320,64 @@ TEST(CompressedAllreduce, ErrorFeedbackConvergesWherePlainInt8Stalls) {
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
 }
 
+// The factors are kept transposed (lowrank.h): pt[k * rows + i] is P's (i, k), qt[k * cols + j]
+// is Q's (j, k). Sizes that are not multiples of the kernels' lanes (16) and pieces (64).
 TEST(LowRank, OrthogonalizesAndMultipliesAsTheReferenceDoes) {
-  const size_t rows = 37, cols = 21, r = 3;
-  const std::vector<float> m = Normal(rows * cols, 1), q = Normal(cols * r, 2);
-  std::vector<float> p(rows * r), back(cols * r), out(rows * cols);
-  compress::MultiplyRight(m.data(), rows, cols, q.data(), r, p.data());
+  const size_t rows = 37, cols = 83, r = 3;
+  const std::vector<float> m = Normal(rows * cols, 1), qt = Normal(cols * r, 2);
+  std::vector<float> pt(rows * r), back(cols * r), out(rows * cols);
+  compress::MultiplyRight(m.data(), rows, cols, qt.data(), r, pt.data());
   for (size_t i = 0; i < rows; ++i) {
     for (size_t k = 0; k < r; ++k) {
       double want = 0;
-      for (size_t j = 0; j < cols; ++j) want += double{m[i * cols + j]} * q[j * r + k];
-      EXPECT_NEAR(p[i * r + k], want, 1e-4);
+      for (size_t j = 0; j < cols; ++j) want += double{m[i * cols + j]} * qt[k * cols + j];
+      EXPECT_NEAR(pt[k * rows + i], want, 1e-4);
     }
   }
-  compress::Orthogonalize(p.data(), rows, r);
+  compress::Orthogonalize(pt.data(), rows, r);
   for (size_t a = 0; a < r; ++a) {
     for (size_t b = 0; b < r; ++b) {
       double dot = 0;
-      for (size_t i = 0; i < rows; ++i) dot += double{p[i * r + a]} * p[i * r + b];
+      for (size_t i = 0; i < rows; ++i) dot += double{pt[a * rows + i]} * pt[b * rows + i];
       EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-5) << a << " " << b;
     }
   }
-  compress::MultiplyTransposed(m.data(), rows, cols, p.data(), r, back.data());
-  compress::Product(p.data(), back.data(), rows, cols, r, out.data());
+  compress::MultiplyTransposed(m.data(), rows, cols, pt.data(), r, back.data());
+  for (size_t j = 0; j < cols; ++j) {
+    for (size_t k = 0; k < r; ++k) {
+      double want = 0;
+      for (size_t i = 0; i < rows; ++i) want += double{m[i * cols + j]} * pt[k * rows + i];
+      EXPECT_NEAR(back[k * cols + j], want, 1e-4);
+    }
+  }
+  compress::Product(pt.data(), back.data(), rows, cols, r, out.data());
   // P P^T M: the projection of M on P's columns; M less it is orthogonal to them.
   for (size_t k = 0; k < r; ++k) {
     for (size_t j = 0; j < cols; ++j) {
       double dot = 0;
       for (size_t i = 0; i < rows; ++i)
-        dot += (double{m[i * cols + j]} - out[i * cols + j]) * p[i * r + k];
+        dot += (double{m[i * cols + j]} - out[i * cols + j]) * pt[k * rows + i];
       EXPECT_NEAR(dot, 0.0, 1e-4);
     }
   }
+  // Reconstruct: the loss against one Q and the product with another, in one pass, with the
+  // bits of Product's.
+  std::vector<float> x = m, lost(rows * cols, 0.5f), row(cols), summed(rows * cols);
+  compress::Product(pt.data(), qt.data(), rows, cols, r, summed.data());
+  compress::Reconstruct(x.data(), lost.data(), pt.data(), back.data(), qt.data(), rows, cols, r,
+                        row.data());
+  for (size_t i = 0; i < rows * cols; ++i) {
+    ASSERT_EQ(x[i], summed[i]) << i;
+    ASSERT_EQ(lost[i], 0.5f + (m[i] - out[i])) << i;
+  }
   std::vector<float> zero(rows * r, 0.0f);
   compress::Orthogonalize(zero.data(), rows, r);  // nothing to keep: zeros, not NaN
-  for (float x : zero) EXPECT_EQ(x, 0.0f);
+  for (float v : zero) EXPECT_EQ(v, 0.0f);
   std::vector<float> a(5), b(5);
   compress::Seeded(42, a.data(), 5);
   compress::Seeded(42, b.data(), 5);
   EXPECT_EQ(a, b);
-  for (float x : a) EXPECT_TRUE(x >= -1.0f && x < 1.0f);
+  for (float v : a) EXPECT_TRUE(v >= -1.0f && v < 1.0f);
 }
 
 // PowerSGD across 3 ranks on 3 hosts (TCP): a sum of rank 2 is found exactly at rank 2 and the

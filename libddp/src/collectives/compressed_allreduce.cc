@@ -18,6 +18,19 @@ constexpr size_t kSendSlot = 11;
 constexpr size_t kRecvSlot = 12;
 constexpr size_t kSumSlot = 13;
 
+// Encodes `share` values into `out`. Where `lost` is given, what the first `take` of them lose is
+// added to it (the rest are padding); `scratch` holds `share` floats.
+void EncodeKeepingLoss(const compress::Coder& codec, const float* values, size_t share, size_t take,
+                       uint8_t* out, float* lost, float* scratch) {
+  if (lost == nullptr || take == share) {
+    codec.Encode(values, share, out, lost);
+    return;
+  }
+  std::fill(scratch, scratch + share, 0.0f);
+  codec.Encode(values, share, out, scratch);
+  for (size_t i = 0; i < take; ++i) lost[i] += scratch[i];
+}
+
 }  // namespace
 
 absl::Status CompressedAllreduce(Communicator& comm, float* data, size_t count,
@@ -29,44 +42,43 @@ absl::Status CompressedAllreduce(Communicator& comm, float* data, size_t count,
   const size_t share = (count + n * block - 1) / (n * block) * block;
   const size_t wire = codec.EncodedBytes(share);  // one share, encoded
   const auto me = static_cast<size_t>(comm.rank());
-  auto* padded = reinterpret_cast<float*>(comm.Scratch(kPaddedSlot, n * share * sizeof(float)));
-  std::memcpy(padded, data, count * sizeof(float));
-  std::fill(padded + count, padded + n * share, 0.0f);
+  auto* padded = reinterpret_cast<float*>(comm.Scratch(kPaddedSlot, 2 * share * sizeof(float)));
   auto* send = reinterpret_cast<uint8_t*>(comm.Scratch(kSendSlot, n * wire));
   auto* recv = reinterpret_cast<uint8_t*>(comm.Scratch(kRecvSlot, n * wire));
-  auto* sum = reinterpret_cast<float*>(comm.Scratch(kSumSlot, 2 * share * sizeof(float)));
-  float* decoded = sum + share;
+  auto* sum = reinterpret_cast<float*>(comm.Scratch(kSumSlot, share * sizeof(float)));
+  float* tail_lost = padded + share;
+  // How many of share j's values are data's (the last share may run past `count`), and where its
+  // loss goes.
+  auto take = [&](size_t j) { return std::min(share, count - std::min(count, j * share)); };
+  auto lost = [&](size_t j) {
+    return residual == nullptr || take(j) == 0 ? nullptr : residual + j * share;
+  };
   for (size_t j = 0; j < n; ++j) {
-    codec.Encode(padded + j * share, share, send + j * wire);
-    if (residual == nullptr) continue;
-    codec.Decode(send + j * wire, share, decoded);
-    const size_t first = j * share;
-    const size_t end = std::min(count, first + share);
-    for (size_t i = first; i < end; ++i) residual[i] += padded[i] - decoded[i - first];
+    const float* values = padded;
+    if (take(j) == share) {
+      values = data + j * share;
+    } else {  // padded with zeros to whole blocks
+      if (take(j) > 0) std::memcpy(padded, data + j * share, take(j) * sizeof(float));
+      std::fill(padded + take(j), padded + share, 0.0f);
+    }
+    EncodeKeepingLoss(codec, values, share, take(j), send + j * wire, lost(j), tail_lost);
   }
   DDP_RETURN_IF_ERROR(Alltoall(comm, send, recv, wire, DataType::kUInt8));
   // My share: every rank's contribution to it, decoded and summed in rank order.
   codec.Decode(recv, share, sum);
-  for (size_t r = 1; r < n; ++r) {
-    codec.Decode(recv + r * wire, share, decoded);
-    for (size_t i = 0; i < share; ++i) sum[i] += decoded[i];
-  }
+  for (size_t r = 1; r < n; ++r) codec.DecodeAdd(recv + r * wire, share, sum);
   uint8_t* mine = send;  // sent already: free again
-  codec.Encode(sum, share, mine);
-  if (residual != nullptr) {
-    codec.Decode(mine, share, decoded);
-    const size_t first = me * share;
-    const size_t end = std::min(count, first + share);
-    for (size_t i = first; i < end; ++i) residual[i] += sum[i - first] - decoded[i - first];
-  }
+  // The sum's own encoding loses too: that loss is this rank's to carry, for its share.
+  EncodeKeepingLoss(codec, sum, share, take(me), mine, lost(me), tail_lost);
   const std::vector<size_t> wires(n, wire);
   DDP_RETURN_IF_ERROR(Allgatherv(comm, mine, recv, wires, DataType::kUInt8));
-  for (size_t j = 0; j < n; ++j) {
-    const size_t first = j * share;
-    if (first >= count) break;
-    const size_t take = std::min(share, count - first);
-    codec.Decode(recv + j * wire, share, padded);
-    std::memcpy(data + first, padded, take * sizeof(float));
+  for (size_t j = 0; j < n && take(j) > 0; ++j) {
+    if (take(j) == share) {
+      codec.Decode(recv + j * wire, share, data + j * share);
+    } else {
+      codec.Decode(recv + j * wire, share, padded);
+      std::memcpy(data + j * share, padded, take(j) * sizeof(float));
+    }
   }
   return absl::OkStatus();
 }

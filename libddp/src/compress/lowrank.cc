@@ -8,67 +8,106 @@
 #include <vector>
 
 namespace ddp::compress {
+namespace {
 
-void MultiplyRight(const float* m, size_t rows, size_t cols, const float* q, size_t r, float* p) {
-  std::vector<double> acc(r);
-  for (size_t i = 0; i < rows; ++i) {
-    std::fill(acc.begin(), acc.end(), 0.0);
-    const float* row = m + i * cols;
-    for (size_t j = 0; j < cols; ++j) {
-      const double x = row[j];
-      const float* qj = q + j * r;
-      for (size_t k = 0; k < r; ++k) acc[k] += x * qj[k];
+// A dot product's independent partial sums (added in lane order at the end), and the length of an
+// axpy's pieces: compile-time trip counts the vectorizer takes at -O2, with the same order of
+// operations whatever the vector width.
+constexpr size_t kLanes = 16;
+constexpr size_t kChunk = 64;
+
+template <typename Acc>
+Acc Dot(const float* __restrict x, const float* __restrict y, size_t n) {
+  Acc lanes[kLanes] = {};
+  const size_t full = n - n % kLanes;
+  for (size_t j = 0; j < full; j += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      lanes[l] += static_cast<Acc>(x[j + l]) * static_cast<Acc>(y[j + l]);
     }
-    for (size_t k = 0; k < r; ++k) p[i * r + k] = static_cast<float>(acc[k]);
+  }
+  for (size_t j = full; j < n; ++j) {
+    lanes[j - full] += static_cast<Acc>(x[j]) * static_cast<Acc>(y[j]);
+  }
+  Acc sum = 0;
+  for (size_t l = 0; l < kLanes; ++l) sum += lanes[l];
+  return sum;
+}
+
+[[gnu::always_inline]] inline void AxpyChunk(float a, const float* __restrict x,
+                                             float* __restrict y) {
+  for (size_t j = 0; j < kChunk; ++j) y[j] += a * x[j];
+}
+
+// y += a x over n values.
+void Axpy(float a, const float* __restrict x, float* __restrict y, size_t n) {
+  const size_t full = n - n % kChunk;
+  for (size_t j = 0; j < full; j += kChunk) AxpyChunk(a, x + j, y + j);
+  for (size_t j = full; j < n; ++j) y[j] += a * x[j];
+}
+
+[[gnu::always_inline]] inline void AddDifferenceChunk(float* __restrict lost,
+                                                      const float* __restrict x,
+                                                      const float* __restrict y) {
+  for (size_t j = 0; j < kChunk; ++j) lost[j] += x[j] - y[j];
+}
+
+// lost += x - y over n values.
+void AddDifference(float* __restrict lost, const float* __restrict x, const float* __restrict y,
+                   size_t n) {
+  const size_t full = n - n % kChunk;
+  for (size_t j = 0; j < full; j += kChunk) AddDifferenceChunk(lost + j, x + j, y + j);
+  for (size_t j = full; j < n; ++j) lost[j] += x[j] - y[j];
+}
+
+// out = the sum over k of pt[k][i] * xt[k] (out: cols values), k in order.
+void Combination(const float* pt, const float* xt, size_t rows, size_t cols, size_t r, size_t i,
+                 float* out) {
+  std::fill(out, out + cols, 0.0f);
+  for (size_t k = 0; k < r; ++k) Axpy(pt[k * rows + i], xt + k * cols, out, cols);
+}
+
+}  // namespace
+
+void MultiplyRight(const float* m, size_t rows, size_t cols, const float* qt, size_t r, float* pt) {
+  for (size_t i = 0; i < rows; ++i) {
+    for (size_t k = 0; k < r; ++k) pt[k * rows + i] = Dot<float>(m + i * cols, qt + k * cols, cols);
   }
 }
 
-void MultiplyTransposed(const float* m, size_t rows, size_t cols, const float* p, size_t r,
-                        float* q) {
-  std::vector<double> acc(cols * r, 0.0);
+void MultiplyTransposed(const float* m, size_t rows, size_t cols, const float* pt, size_t r,
+                        float* qt) {
+  std::fill(qt, qt + r * cols, 0.0f);
   for (size_t i = 0; i < rows; ++i) {
-    const float* row = m + i * cols;
-    const float* pi = p + i * r;
-    for (size_t j = 0; j < cols; ++j) {
-      const double x = row[j];
-      double* qj = acc.data() + j * r;
-      for (size_t k = 0; k < r; ++k) qj[k] += x * pi[k];
-    }
-  }
-  for (size_t i = 0; i < cols * r; ++i) q[i] = static_cast<float>(acc[i]);
-}
-
-void Product(const float* p, const float* q, size_t rows, size_t cols, size_t r, float* out) {
-  for (size_t i = 0; i < rows; ++i) {
-    const float* pi = p + i * r;
-    float* row = out + i * cols;
-    for (size_t j = 0; j < cols; ++j) {
-      const float* qj = q + j * r;
-      double sum = 0.0;
-      for (size_t k = 0; k < r; ++k) sum += static_cast<double>(pi[k]) * qj[k];
-      row[j] = static_cast<float>(sum);
-    }
+    for (size_t k = 0; k < r; ++k) Axpy(pt[k * rows + i], m + i * cols, qt + k * cols, cols);
   }
 }
 
-void Orthogonalize(float* p, size_t rows, size_t r) {
+void Product(const float* pt, const float* qt, size_t rows, size_t cols, size_t r, float* out) {
+  for (size_t i = 0; i < rows; ++i) Combination(pt, qt, rows, cols, r, i, out + i * cols);
+}
+
+void Reconstruct(float* m, float* lost, const float* pt, const float* mine_t, const float* qt,
+                 size_t rows, size_t cols, size_t r, float* row) {
+  for (size_t i = 0; i < rows; ++i) {
+    float* x = m + i * cols;
+    Combination(pt, mine_t, rows, cols, r, i, row);
+    AddDifference(lost + i * cols, x, row, cols);
+    Combination(pt, qt, rows, cols, r, i, x);
+  }
+}
+
+void Orthogonalize(float* pt, size_t rows, size_t r) {
   for (size_t k = 0; k < r; ++k) {
-    double before = 0.0;
-    for (size_t i = 0; i < rows; ++i) before += static_cast<double>(p[i * r + k]) * p[i * r + k];
+    float* p = pt + k * rows;
+    const double before = Dot<double>(p, p, rows);
     for (size_t l = 0; l < k; ++l) {  // take out the earlier (orthonormal) columns
-      double dot = 0.0;
-      for (size_t i = 0; i < rows; ++i) dot += static_cast<double>(p[i * r + k]) * p[i * r + l];
-      for (size_t i = 0; i < rows; ++i) {
-        p[i * r + k] = static_cast<float>(p[i * r + k] - dot * p[i * r + l]);
-      }
+      const float* e = pt + l * rows;
+      const double dot = Dot<double>(p, e, rows);
+      for (size_t i = 0; i < rows; ++i) p[i] = static_cast<float>(p[i] - dot * e[i]);
     }
-    double norm = 0.0;
-    for (size_t i = 0; i < rows; ++i) norm += static_cast<double>(p[i * r + k]) * p[i * r + k];
-    norm = std::sqrt(norm);
+    const double norm = std::sqrt(Dot<double>(p, p, rows));
     const bool left = norm > 0.0 && norm * norm > 1e-30 * before;
-    for (size_t i = 0; i < rows; ++i) {
-      p[i * r + k] = left ? static_cast<float>(p[i * r + k] / norm) : 0.0f;
-    }
+    for (size_t i = 0; i < rows; ++i) p[i] = left ? static_cast<float>(p[i] / norm) : 0.0f;
   }
 }
 

@@ -24,7 +24,7 @@ struct Matrix {
   size_t offset;    // in data_
   size_t rows;
   size_t cols;
-  size_t p_at;  // in p_ (rows x r) and in q_/mine_ (cols x r)
+  size_t p_at;  // in p_ (Pt: r x rows) and in q_/mine_ (Qt: r x cols)
   size_t q_at;
 };
 
@@ -83,15 +83,10 @@ absl::Status CompressedAllreduces::LowRank(ProcessSet& set, const std::vector<Re
   DDP_RETURN_IF_ERROR(collectives::Allreduce(*set.comm, q_.data(), q_.data(), q_.size(),
                                              DataType::kFloat32, ReduceOp::kSum));
   for (const Matrix& m : matrices) {
-    const size_t count = m.rows * m.cols;
-    approx_.resize(count);
-    float* x = data_.data() + m.offset;
-    float* lost = lost_.data() + m.offset;
-    // This rank's loss: its M less its own projection on P.
-    compress::Product(p_.data() + m.p_at, mine_.data() + m.q_at, m.rows, m.cols, r, approx_.data());
-    for (size_t i = 0; i < count; ++i) lost[i] += x[i] - approx_[i];
-    // The sum's approximation, the same on every rank.
-    compress::Product(p_.data() + m.p_at, q_.data() + m.q_at, m.rows, m.cols, r, x);
+    approx_.resize(m.cols);
+    compress::Reconstruct(data_.data() + m.offset, lost_.data() + m.offset, p_.data() + m.p_at,
+                          mine_.data() + m.q_at, q_.data() + m.q_at, m.rows, m.cols, r,
+                          approx_.data());
     qs_[m.key].assign(q_.begin() + static_cast<std::ptrdiff_t>(m.q_at),
                       q_.begin() + static_cast<std::ptrdiff_t>(m.q_at + m.cols * r));
   }
