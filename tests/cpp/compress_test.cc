@@ -110,6 +110,26 @@ TEST(Codec, Int8ZeroBlocksAndNonFiniteValues) {
   std::vector<float> lost(x.size(), 0.0f);
   int8.Encode(x.data(), x.size(), bytes.data(), lost.data());
   for (float l : lost) ASSERT_EQ(l, 0.0f);
+  // A block too small to invert its largest (under 3.7e-37: dead units' gradients) sends zeros
+  // and keeps all of itself as loss, never a NaN (which once stopped a training run); one just
+  // above it is encoded as usual.
+  for (float tiny : {1e-38f, 3e-45f, 4e-37f}) {
+    std::vector<float> small(300, 0.0f), small_lost(300, 0.0f), small_back(300);
+    small[7] = tiny;
+    small[8] = -tiny / 3;
+    std::vector<uint8_t> small_bytes(int8.EncodedBytes(small.size()));
+    int8.Encode(small.data(), small.size(), small_bytes.data(), small_lost.data());
+    int8.Decode(small_bytes.data(), small.size(), small_back.data());
+    for (size_t i = 0; i < small.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(small_back[i]) && std::isfinite(small_lost[i])) << tiny << " " << i;
+      ASSERT_EQ(small_lost[i], small[i] - small_back[i]) << tiny << " " << i;
+    }
+    if (tiny > 3.8e-37f) {  // its scale is subnormal: close, not exact
+      EXPECT_NEAR(small_back[7], tiny, tiny * 0.01f);
+    } else {
+      EXPECT_EQ(small_back[7], 0.0f) << tiny;
+    }
+  }
   // Ties round to even: a block whose largest is 127 has scale 1.
   std::vector<float> ties = {127.0f, 2.5f, 3.5f, -2.5f, -0.5f, 0.5f, 1.5f, 126.5f};
   std::vector<uint8_t> tie_bytes(int8.EncodedBytes(ties.size()));

@@ -99,6 +99,8 @@ using Fp16 = Half<Codec::kFp16, half::FloatToHalfBits, half::HalfBitsToFloat>;
 // Rounds to the nearest integer, ties to even, for |v| < 2^22: adding 1.5 * 2^23 leaves no
 // fraction bits, so the adder rounds (in the default rounding mode), and taking it away is exact.
 constexpr float kRoundingBias = 12582912.0f;
+// The bits of the smallest magnitude whose 127 / it is finite: 127 / FLT_MAX, rounded up.
+constexpr uint32_t kSmallestInvertible = 0x02fe0001u;
 
 // One block's scale and values; its loss added to `residual` where that is not null.
 [[gnu::always_inline]] inline float QuantizeBlock(const float* __restrict x, int8_t* __restrict q,
@@ -115,8 +117,10 @@ constexpr float kRoundingBias = 12582912.0f;
   }
   const float big = BitCast<float>(largest);
   const float scale = big / 127.0f;
-  // |x * inverse| <= 127 and a little: it rounds into [-127, 127].
-  const float inverse = largest == 0 ? 0.0f : 127.0f / big;
+  // |x * inverse| <= 127 and a little: it rounds into [-127, 127]. A block too small for its
+  // inverse to be finite (its largest under 127 / FLT_MAX, about 3.7e-37) or all zeros sends zeros,
+  // and the residual keeps all of it.
+  const float inverse = largest < kSmallestInvertible ? 0.0f : 127.0f / big;
   float v[kBlock];
   for (size_t i = 0; i < kBlock; ++i) v[i] = (x[i] * inverse + kRoundingBias) - kRoundingBias;
   for (size_t i = 0; i < kBlock; ++i) q[i] = static_cast<int8_t>(static_cast<int32_t>(v[i]));
