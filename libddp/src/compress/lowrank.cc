@@ -45,18 +45,17 @@ void Axpy(float a, const float* __restrict x, float* __restrict y, size_t n) {
   for (size_t j = full; j < n; ++j) y[j] += a * x[j];
 }
 
-[[gnu::always_inline]] inline void AddDifferenceChunk(float* __restrict lost,
-                                                      const float* __restrict x,
-                                                      const float* __restrict y) {
-  for (size_t j = 0; j < kChunk; ++j) lost[j] += x[j] - y[j];
+[[gnu::always_inline]] inline void DifferenceChunk(float* __restrict out, const float* __restrict x,
+                                                   const float* __restrict y) {
+  for (size_t j = 0; j < kChunk; ++j) out[j] = x[j] - y[j];
 }
 
-// lost += x - y over n values.
-void AddDifference(float* __restrict lost, const float* __restrict x, const float* __restrict y,
-                   size_t n) {
+// out = x - y over n values.
+void Difference(float* __restrict out, const float* __restrict x, const float* __restrict y,
+                size_t n) {
   const size_t full = n - n % kChunk;
-  for (size_t j = 0; j < full; j += kChunk) AddDifferenceChunk(lost + j, x + j, y + j);
-  for (size_t j = full; j < n; ++j) lost[j] += x[j] - y[j];
+  for (size_t j = 0; j < full; j += kChunk) DifferenceChunk(out + j, x + j, y + j);
+  for (size_t j = full; j < n; ++j) out[j] = x[j] - y[j];
 }
 
 // out = the sum over k of pt[k][i] * xt[k] (out: cols values), k in order.
@@ -91,7 +90,7 @@ void Reconstruct(float* m, float* lost, const float* pt, const float* mine_t, co
   for (size_t i = 0; i < rows; ++i) {
     float* x = m + i * cols;
     Combination(pt, mine_t, rows, cols, r, i, row);
-    AddDifference(lost + i * cols, x, row, cols);
+    Difference(lost + i * cols, x, row, cols);
     Combination(pt, qt, rows, cols, r, i, x);
   }
 }

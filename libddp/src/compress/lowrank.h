@@ -19,7 +19,7 @@ void MultiplyTransposed(const float* m, size_t rows, size_t cols, const float* p
                         float* qt);
 // out = P Q^T (out may not alias pt or qt).
 void Product(const float* pt, const float* qt, size_t rows, size_t cols, size_t r, float* out);
-// PowerSGD's last step in one pass over M: lost += M - P Mine^T (what this rank's M loses: its
+// PowerSGD's last step in one pass over M: lost = M - P Mine^T (what this rank's M loses: its
 // part outside P's columns), then M = P Q^T (the summed approximation). `row` holds cols floats.
 void Reconstruct(float* m, float* lost, const float* pt, const float* mine_t, const float* qt,
                  size_t rows, size_t cols, size_t r, float* row);

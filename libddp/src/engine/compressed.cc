@@ -18,10 +18,6 @@
 namespace ddp::engine {
 namespace {
 
-std::string Key(const ProcessSet& set, const std::string& name) {
-  return absl::StrCat(set.id, "/", name);
-}
-
 // `count` values of `type` (floating point) as float32, times `scale`.
 void ToFloats(DataType type, const void* in, float* out, size_t count, double scale) {
   switch (type) {
@@ -71,6 +67,10 @@ void FromFloats(DataType type, const float* in, void* out, size_t count) {
 
 }  // namespace
 
+std::string CompressedAllreduces::Key(const ProcessSet& set, const std::string& name) {
+  return absl::StrCat(set.id, "/", name);
+}
+
 size_t CompressedAllreduces::residual_floats() const {
   size_t n = 0;
   for (const auto& [key, residual] : residuals_) n += residual.size();
@@ -106,7 +106,7 @@ void CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Response*>& b
 }
 
 void CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Response*>& batch,
-                                  const std::vector<LocalOp*>& ops, int active) {
+                                  const std::vector<LocalOp*>& ops, int active, bool keep_lost) {
   const DataType type = batch[0]->meta.type;
   size_t offset = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -115,8 +115,11 @@ void CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Response*>&
     if (ops[b] != nullptr) {
       // What this step's encodings lost: added to the tensor's next contribution (a new size
       // starts afresh).
-      residuals_[Key(set, r->name)].assign(lost_.begin() + static_cast<std::ptrdiff_t>(offset),
-                                           lost_.begin() + static_cast<std::ptrdiff_t>(offset + n));
+      if (keep_lost) {
+        residuals_[Key(set, r->name)].assign(
+            lost_.begin() + static_cast<std::ptrdiff_t>(offset),
+            lost_.begin() + static_cast<std::ptrdiff_t>(offset + n));
+      }
       float* y = data_.data() + offset;
       reduce::Epilogue::For(r->meta.op, active, r->meta.postscale).Apply(DataType::kFloat32, y, n);
       size_t at = 0;
@@ -136,7 +139,12 @@ absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Respon
   size_t total = 0;
   for (const Response* r : batch) total += r->meta.ElementCount();
   data_.resize(total);
-  lost_.assign(total, 0.0f);
+  const bool low_rank = compression.codec == Codec::kPowerSgd;
+  if (low_rank) {
+    lost_.resize(total);  // only a joined rank's losses, overwritten and dropped
+  } else {
+    lost_.assign(total, 0.0f);  // the encodings add to it
+  }
   const int64_t t0 = executor_.Now();
   std::vector<LocalOp*> ops;
   Pack(set, batch, ops);
@@ -146,8 +154,8 @@ absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Respon
   std::optional<reduce::CombineTimer> timer;
   if (executor_.timing()) timer.emplace();
   absl::Status s = absl::OkStatus();
-  if (compression.codec == Codec::kPowerSgd) {
-    s = LowRank(set, batch, compression.rank);
+  if (low_rank) {
+    s = LowRank(set, batch, ops, compression.rank);
   } else if (const compress::Coder* coder = compress::CoderFor(compression.codec)) {
     s = collectives::CompressedAllreduce(*set.comm, data_.data(), total, *coder, lost_.data());
   } else {
@@ -161,7 +169,7 @@ absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Respon
   const uint64_t in = set.comm->bytes_received() - received;
   executor_.Wire(compression, out, in);
   const int64_t t2 = executor_.Now();
-  Unpack(set, batch, ops, active);
+  Unpack(set, batch, ops, active, !low_rank);
   executor_.Residuals(residual_floats());
   const int64_t t3 = executor_.Now();
   const std::string codec_name(CompressionName(compression));

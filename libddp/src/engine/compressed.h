@@ -25,15 +25,22 @@ class CompressedAllreduces {
   size_t residual_floats() const;
 
  private:
+  // residuals_'s key of a tensor: "process set/name".
+  static std::string Key(const ProcessSet& set, const std::string& name);
   // The batch end to end in data_ as float32: each tensor prescaled, plus its residual.
   void Pack(ProcessSet& set, const std::vector<Response*>& batch, std::vector<LocalOp*>& ops);
   // PowerSGD of data_'s matrices (each tensor shape: its first dimension by the rest) at `rank`:
-  // data_ becomes the approximation of their sum, lost_ what this rank's approximation lost
-  // (compressed_powersgd.cc).
-  absl::Status LowRank(ProcessSet& set, const std::vector<Response*>& batch, int rank);
-  // Each tensor's share of lost_ kept as its residual; the result into its output.
+  // data_ becomes the approximation of their sum, each tensor's residual what this rank's
+  // approximation lost (compressed_powersgd.cc).
+  absl::Status LowRank(ProcessSet& set, const std::vector<Response*>& batch,
+                       const std::vector<LocalOp*>& ops, int rank);
+  // Where LowRank puts each tensor's loss: its residual, sized to it (lost_ for a joined rank).
+  std::vector<float*> LossTargets(ProcessSet& set, const std::vector<Response*>& batch,
+                                  const std::vector<LocalOp*>& ops);
+  // The result into each tensor's output; with `keep_lost`, its share of lost_ kept as its
+  // residual (the elementwise codecs; PowerSGD writes the residuals itself).
   void Unpack(ProcessSet& set, const std::vector<Response*>& batch,
-              const std::vector<LocalOp*>& ops, int active);
+              const std::vector<LocalOp*>& ops, int active, bool keep_lost);
 
   Executor& executor_;
   std::vector<float> data_;

@@ -26,21 +26,26 @@ struct Matrix {
   size_t cols;
   size_t p_at;  // in p_ (Pt: r x rows) and in q_/mine_ (Qt: r x cols)
   size_t q_at;
+  size_t response;  // its index in the batch
+  size_t within;    // its offset in that tensor (a group's members are end to end)
 };
 
 std::vector<Matrix> Matrices(const ProcessSet& set, const std::vector<Response*>& batch, size_t r) {
   std::vector<Matrix> out;
   size_t offset = 0, p_at = 0, q_at = 0;
-  for (const Response* resp : batch) {
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const Response* resp = batch[b];
+    size_t within = 0;
     for (size_t k = 0; k < resp->meta.shapes.size(); ++k) {
       const std::vector<int64_t>& shape = resp->meta.shapes[k];
       const size_t count = ElementCount(shape);
       // Checked at submission: two or more dimensions, r <= min(rows, cols).
       const auto rows = static_cast<size_t>(shape[0]);
       const size_t cols = rows == 0 ? 0 : count / rows;
-      out.push_back(
-          {absl::StrCat(set.id, "/", resp->name, "#", k), offset, rows, cols, p_at, q_at});
+      out.push_back({absl::StrCat(set.id, "/", resp->name, "#", k), offset, rows, cols, p_at, q_at,
+                     b, within});
       offset += count;
+      within += count;
       p_at += rows * r;
       q_at += cols * r;
     }
@@ -50,10 +55,33 @@ std::vector<Matrix> Matrices(const ProcessSet& set, const std::vector<Response*>
 
 }  // namespace
 
+std::vector<float*> CompressedAllreduces::LossTargets(ProcessSet& set,
+                                                      const std::vector<Response*>& batch,
+                                                      const std::vector<LocalOp*>& ops) {
+  std::vector<float*> out(batch.size());
+  for (size_t b = 0; b < batch.size(); ++b) {
+    if (ops[b] == nullptr) continue;
+    std::vector<float>& residual = residuals_[Key(set, batch[b]->name)];
+    residual.resize(batch[b]->meta.ElementCount());  // a new size starts afresh: overwritten
+  }
+  // Pointers once every entry exists (a later insertion may move the map's vectors, though not
+  // their elements).
+  size_t offset = 0;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    out[b] =
+        ops[b] != nullptr ? residuals_[Key(set, batch[b]->name)].data() : lost_.data() + offset;
+    offset += batch[b]->meta.ElementCount();
+  }
+  return out;
+}
+
 absl::Status CompressedAllreduces::LowRank(ProcessSet& set, const std::vector<Response*>& batch,
-                                           int rank) {
+                                           const std::vector<LocalOp*>& ops, int rank) {
   const auto r = static_cast<size_t>(rank);
   const std::vector<Matrix> matrices = Matrices(set, batch, r);
+  // Each matrix's loss goes straight into its tensor's residual; a joined rank's (it has no
+  // tensor of its own) into lost_, which is dropped.
+  const std::vector<float*> losses = LossTargets(set, batch, ops);
   size_t p_size = 0, q_size = 0;
   for (const Matrix& m : matrices) {
     p_size = m.p_at + m.rows * r;
@@ -84,9 +112,9 @@ absl::Status CompressedAllreduces::LowRank(ProcessSet& set, const std::vector<Re
                                              DataType::kFloat32, ReduceOp::kSum));
   for (const Matrix& m : matrices) {
     approx_.resize(m.cols);
-    compress::Reconstruct(data_.data() + m.offset, lost_.data() + m.offset, p_.data() + m.p_at,
-                          mine_.data() + m.q_at, q_.data() + m.q_at, m.rows, m.cols, r,
-                          approx_.data());
+    compress::Reconstruct(data_.data() + m.offset, losses[m.response] + m.within,
+                          p_.data() + m.p_at, mine_.data() + m.q_at, q_.data() + m.q_at, m.rows,
+                          m.cols, r, approx_.data());
     qs_[m.key].assign(q_.begin() + static_cast<std::ptrdiff_t>(m.q_at),
                       q_.begin() + static_cast<std::ptrdiff_t>(m.q_at + m.cols * r));
   }
