@@ -263,24 +263,37 @@ absl::Status FirstDimUnknown(InferenceContext* c) {
 
 // ---- allreduce and grouped allreduce -------------------------------------------------------
 
-class AllreduceOp : public Kernel {
+// The compression an allreduce's attributes ask for (DDP_CODEC_*, PowerSGD's rank), read once.
+class CompressedKernel : public Kernel {
+ protected:
+  explicit CompressedKernel(OpKernelConstruction* c) : Kernel(c, Attrs::kReduction) {
+    OP_REQUIRES_OK(c, c->GetAttr("codec", &codec_));
+    OP_REQUIRES_OK(c, c->GetAttr("codec_rank", &codec_rank_));
+  }
+
+  int codec_ = DDP_CODEC_NONE;
+  int codec_rank_ = 0;
+};
+
+class AllreduceOp : public CompressedKernel {
  public:
-  explicit AllreduceOp(OpKernelConstruction* c) : Kernel(c, Attrs::kReduction) {}
+  explicit AllreduceOp(OpKernelConstruction* c) : CompressedKernel(c) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     Call call;
     Tensor* output = nullptr;
     OP_REQUIRES_OK_ASYNC(ctx, BeginInPlace(ctx, &call, &output), done);
-    ddp_handle* h = ddp_allreduce_async(call.context, call.name.c_str(), ReadPtr(ctx->input(0)),
-                                        WritePtr(output), call.dtype, call.dims.data(), call.ndim(),
-                                        op_, prescale_, postscale_, process_set_, DDP_CPU, nullptr);
+    ddp_handle* h = ddp_allreduce_compressed_async(
+        call.context, call.name.c_str(), ReadPtr(ctx->input(0)), WritePtr(output), call.dtype,
+        call.dims.data(), call.ndim(), op_, prescale_, postscale_, process_set_, DDP_CPU, nullptr,
+        codec_, codec_rank_);
     Await(ctx, h, std::move(done), Nothing);
   }
 };
 
-class GroupedAllreduceOp : public Kernel {
+class GroupedAllreduceOp : public CompressedKernel {
  public:
-  explicit GroupedAllreduceOp(OpKernelConstruction* c) : Kernel(c, Attrs::kReduction) {}
+  explicit GroupedAllreduceOp(OpKernelConstruction* c) : CompressedKernel(c) {}
 
   void ComputeAsync(OpKernelContext* ctx, DoneCallback done) override {
     const int n = ctx->num_inputs() - 1;
@@ -310,18 +323,22 @@ class GroupedAllreduceOp : public Kernel {
       shapes[k] = dims[k].data();
       ndims[k] = static_cast<int>(dims[k].size());
     }
-    ddp_handle* h = ddp_grouped_allreduce_async(
+    ddp_handle* h = ddp_grouped_allreduce_compressed_async(
         call.context, call.name.c_str(), n, name_ptrs.data(), inputs.data(), outputs.data(),
         shapes.data(), ndims.data(), call.dtype, op_, prescale_, postscale_, process_set_, DDP_CPU,
-        nullptr);
+        nullptr, codec_, codec_rank_);
     Await(ctx, h, std::move(done), Nothing);
   }
 };
 
 DDP_REDUCTION_OP("DdpAllreduce", "reduced")
     .Attr("process_set: int = 0")
+    .Attr("codec: int = 0")       // DDP_CODEC_* (docs/compression.md)
+    .Attr("codec_rank: int = 0")  // PowerSGD's
     .SetShapeFn(SameShape)
-    .Doc("Reduces the tensor over the ranks (libddp's engine: negotiated by name, fused).");
+    .Doc(
+        "Reduces the tensor over the ranks (libddp's engine: negotiated by name, fused; "
+        "compressed on the wire by `codec`).");
 DDP_CPU_KERNEL("DdpAllreduce", AllreduceOp);
 
 REGISTER_OP("DdpGroupedAllreduce")
@@ -331,6 +348,8 @@ REGISTER_OP("DdpGroupedAllreduce")
     .Attr("prescale_factor: float = 1.0")
     .Attr("postscale_factor: float = 1.0")
     .Attr("process_set: int = 0")
+    .Attr("codec: int = 0")
+    .Attr("codec_rank: int = 0")
     .Input("tensors: N * T")
     .Input("group_name: string")
     .Output("reduced: N * T")

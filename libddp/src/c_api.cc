@@ -94,6 +94,28 @@ absl::Status CheckOp(const char* what, int op) {
   return absl::OkStatus();
 }
 
+static_assert(DDP_CODEC_BF16 == static_cast<int>(ddp::Codec::kBf16) &&
+                  DDP_CODEC_FP16 == static_cast<int>(ddp::Codec::kFp16) &&
+                  DDP_CODEC_INT8 == static_cast<int>(ddp::Codec::kInt8) &&
+                  DDP_CODEC_POWERSGD == static_cast<int>(ddp::Codec::kPowerSgd),
+              "the C API's codecs are ddp::Codec's values");
+
+// A codec of DDP_CODEC_* (ddp::Codec), and PowerSGD's rank (the engine checks it against the
+// tensor's shape).
+absl::Status CheckCodec(const char* what, int codec, int rank, ddp::Compression* out) {
+  if (codec < DDP_CODEC_NONE || codec > DDP_CODEC_POWERSGD) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": unknown codec ", codec));
+  }
+  *out = ddp::Compression(static_cast<ddp::Codec>(codec));
+  if (codec == DDP_CODEC_POWERSGD) {
+    out->rank = rank;
+  } else if (rank != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": a rank (", rank, ") is PowerSGD's; ",
+                                                   ddp::CodecName(out->codec), " takes none"));
+  }
+  return absl::OkStatus();
+}
+
 ddp::Device DeviceOf(int device, void* stream) {
   return device < 0 ? ddp::Device::Cpu() : ddp::Device::Cuda(device, stream);
 }
@@ -172,13 +194,26 @@ int ddp_add_process_set(ddp_context* c, const int* ranks, int n, int* id) {
 ddp_handle* ddp_allreduce_async(ddp_context* c, const char* name, const void* input, void* output,
                                 int dtype, const int64_t* shape, int ndim, int op, double prescale,
                                 double postscale, int process_set, int device, void* stream) {
+  return ddp_allreduce_compressed_async(c, name, input, output, dtype, shape, ndim, op, prescale,
+                                        postscale, process_set, device, stream, DDP_CODEC_NONE, 0);
+}
+
+ddp_handle* ddp_allreduce_compressed_async(ddp_context* c, const char* name, const void* input,
+                                           void* output, int dtype, const int64_t* shape, int ndim,
+                                           int op, double prescale, double postscale,
+                                           int process_set, int device, void* stream, int codec,
+                                           int rank) {
+  constexpr const char* kWhat = "ddp_allreduce_async";
   std::vector<int64_t> dims;
-  absl::Status s = Prepare("ddp_allreduce_async", c, name, dtype, shape, ndim, &dims);
-  if (s.ok()) s = CheckOp("ddp_allreduce_async", op);
+  absl::Status s = Prepare(kWhat, c, name, dtype, shape, ndim, &dims);
+  if (s.ok()) s = CheckOp(kWhat, op);
+  ddp::Compression compression;
+  if (s.ok()) s = CheckCodec(kWhat, codec, rank, &compression);
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().AllreduceAsync(
       name, input, output, static_cast<ddp::DataType>(dtype), std::move(dims),
-      static_cast<ddp::ReduceOp>(op), prescale, postscale, process_set, DeviceOf(device, stream)));
+      static_cast<ddp::ReduceOp>(op), prescale, postscale, process_set, DeviceOf(device, stream),
+      compression));
 }
 
 ddp_handle* ddp_grouped_allreduce_async(ddp_context* c, const char* group, int n,
@@ -187,9 +222,23 @@ ddp_handle* ddp_grouped_allreduce_async(ddp_context* c, const char* group, int n
                                         const int* ndims, int dtype, int op, double prescale,
                                         double postscale, int process_set, int device,
                                         void* stream) {
+  return ddp_grouped_allreduce_compressed_async(c, group, n, names, inputs, outputs, shapes, ndims,
+                                                dtype, op, prescale, postscale, process_set, device,
+                                                stream, DDP_CODEC_NONE, 0);
+}
+
+ddp_handle* ddp_grouped_allreduce_compressed_async(ddp_context* c, const char* group, int n,
+                                                   const char* const* names,
+                                                   const void* const* inputs, void* const* outputs,
+                                                   const int64_t* const* shapes, const int* ndims,
+                                                   int dtype, int op, double prescale,
+                                                   double postscale, int process_set, int device,
+                                                   void* stream, int codec, int rank) {
   constexpr const char* kWhat = "ddp_grouped_allreduce_async";
   absl::Status s = Common(kWhat, c, group, dtype);
   if (s.ok()) s = CheckOp(kWhat, op);
+  ddp::Compression compression;
+  if (s.ok()) s = CheckCodec(kWhat, codec, rank, &compression);
   if (s.ok() && (n < 0 || (n > 0 && (names == nullptr || inputs == nullptr || outputs == nullptr ||
                                      shapes == nullptr || ndims == nullptr)))) {
     s = absl::InvalidArgumentError(
@@ -211,7 +260,7 @@ ddp_handle* ddp_grouped_allreduce_async(ddp_context* c, const char* group, int n
   if (!s.ok()) return Refused(std::move(s));
   return Wrap(c->context->engine().GroupedAllreduceAsync(
       group, std::move(members), static_cast<ddp::DataType>(dtype), static_cast<ddp::ReduceOp>(op),
-      prescale, postscale, process_set, DeviceOf(device, stream)));
+      prescale, postscale, process_set, DeviceOf(device, stream), compression));
 }
 
 ddp_handle* ddp_allgather_async(ddp_context* c, const char* name, const void* input, int dtype,

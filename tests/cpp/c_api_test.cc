@@ -8,9 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -256,6 +258,82 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheTensor) {
     CHECK_OK(Finish(ddp_allreduce_async(c, "grad.agree", ok, ok, DDP_FLOAT32, two, 1, DDP_SUM, 1.0,
                                         1.0, DDP_WORLD, DDP_CPU, nullptr)));
     return Expect(ok[0] == 2 && ok[1] == 2, "allreduce after a mismatch");
+  });
+  ASSERT_FALSE(job.hung) << job.Summary();
+  for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();
+}
+
+// Compression through the C API (what the TensorFlow ops use): int8 and PowerSGD on an
+// allreduce, bf16 on a group; the same bits on both ranks, near the exact sum; bad codecs and
+// ranks refused, and a codec on integers refused by the engine, naming the tensor.
+TEST(CApi, CompressedAllreducesAndTheirRefusals) {
+  JobSpec spec;
+  spec.size = 2;
+  JobResult job = RunJob(spec, [](int /*rank*/) -> absl::Status {
+    CContext ctx;
+    if (int code = ddp_context_create(&ctx.c); code != DDP_OK) {
+      return StatusOf(code, ddp_last_error());
+    }
+    ddp_context* c = ctx.c;
+    const int r = ddp_rank(c);
+    std::vector<float> x(600), m(64 * 8);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + 1) * 0.01f * (i % 17);
+    for (size_t i = 0; i < m.size(); ++i) m[i] = static_cast<float>((i / 8) * (r + 1));  // rank 1
+    const int64_t xshape[] = {600}, mshape[] = {64, 8};
+    CHECK_OK(Finish(ddp_allreduce_compressed_async(c, "c.int8", x.data(), x.data(), DDP_FLOAT32,
+                                                   xshape, 1, DDP_SUM, 1.0, 1.0, DDP_WORLD, DDP_CPU,
+                                                   nullptr, DDP_CODEC_INT8, 0)));
+    // Half a step of each rank's scale (largest 0.16 and 0.32) and of the sum's (0.48).
+    constexpr float kInt8Bound = (0.16f + 0.32f + 0.48f) / 254 + 1e-6f;
+    for (size_t i = 0; i < x.size(); ++i) {
+      const float want = 3 * 0.01f * static_cast<float>(i % 17);
+      CHECK_OK(Expect(std::fabs(x[i] - want) <= kInt8Bound,
+                      absl::StrCat("int8 x[", i, "] = ", x[i], ", want ", want)));
+    }
+    CHECK_OK(Finish(ddp_allreduce_compressed_async(c, "c.powersgd", m.data(), m.data(), DDP_FLOAT32,
+                                                   mshape, 2, DDP_SUM, 1.0, 1.0, DDP_WORLD, DDP_CPU,
+                                                   nullptr, DDP_CODEC_POWERSGD, 1)));
+    for (size_t i = 0; i < m.size(); ++i) {  // a rank-1 sum: found at rank 1
+      const auto want = static_cast<float>((i / 8) * 3);
+      CHECK_OK(Expect(std::fabs(m[i] - want) <= 1e-3f * (1 + want),
+                      absl::StrCat("powersgd m[", i, "] = ", m[i], ", want ", want)));
+    }
+    std::vector<float> a(5, 1.0f + static_cast<float>(r)), b(3, 0.5f);
+    const char* names[] = {"cg.a", "cg.b"};
+    const void* ins[] = {a.data(), b.data()};
+    void* outs[] = {a.data(), b.data()};
+    const int64_t ashape[] = {5}, bshape[] = {3};
+    const int64_t* shapes[] = {ashape, bshape};
+    const int ndims[] = {1, 1};
+    CHECK_OK(Finish(ddp_grouped_allreduce_compressed_async(
+        c, "cgroup", 2, names, ins, outs, shapes, ndims, DDP_FLOAT32, DDP_AVERAGE, 1.0, 1.0,
+        DDP_WORLD, DDP_CPU, nullptr, DDP_CODEC_BF16, 0)));
+    CHECK_OK(Expect(a[0] == 1.5f && b[2] == 0.5f, "bf16 group (exact in bf16)"));
+    // Refusals: at submission (an unknown codec, a rank for a codec without one), and by the
+    // engine (a codec on integers).
+    const std::pair<int, int> bad_codecs[] = {{9, 0}, {-1, 0}, {DDP_CODEC_INT8, 4}};
+    for (auto [codec, rank] : bad_codecs) {
+      ddp_handle* h = ddp_allreduce_compressed_async(c, "c.bad", x.data(), x.data(), DDP_FLOAT32,
+                                                     xshape, 1, DDP_SUM, 1.0, 1.0, DDP_WORLD,
+                                                     DDP_CPU, nullptr, codec, rank);
+      const std::string message = ddp_handle_message(h);
+      CHECK_OK(Expect(ddp_handle_refused(h) == 1 &&
+                          ddp_handle_wait(h) == DDP_ERR_INVALID_ARGUMENT &&
+                          (absl::StrContains(message, "unknown codec") ||
+                           absl::StrContains(message, "PowerSGD's")),
+                      absl::StrCat("codec ", codec, " rank ", rank, ": ", message)));
+      ddp_handle_release(h);
+    }
+    int64_t ints[4] = {1, 2, 3, 4};
+    const int64_t ishape[] = {4};
+    ddp_handle* h =
+        ddp_allreduce_compressed_async(c, "c.ints", ints, ints, DDP_INT64, ishape, 1, DDP_SUM, 1.0,
+                                       1.0, DDP_WORLD, DDP_CPU, nullptr, DDP_CODEC_INT8, 0);
+    const int code = ddp_handle_wait(h);
+    const std::string message = ddp_handle_message(h);
+    ddp_handle_release(h);
+    return Expect(code == DDP_ERR_INVALID_ARGUMENT && absl::StrContains(message, "c.ints"),
+                  absl::StrCat("int8 on int64: ", code, " ", message));
   });
   ASSERT_FALSE(job.hung) << job.Summary();
   for (const RankResult& r : job.ranks) EXPECT_TRUE(r.ok()) << job.Summary();

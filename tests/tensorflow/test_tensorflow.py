@@ -43,6 +43,14 @@ def test_keras_training_is_identical_on_every_rank_and_equals_one_process(run_jo
     assert result.stdout.count(": ok") == np
 
 
+@pytest.mark.parametrize("np", [3])
+def test_the_engines_codecs_from_tensorflow_and_keras(run_job, np):
+    # bf16, int8 and PowerSGD through the ops (eager, tf.function, grouped) and Keras'
+    # DistributedOptimizer: identical on every rank, the bytes counted, integers refused.
+    result = run_job(np, "tf_compression.py")
+    assert result.stdout.count(": ok") == np
+
+
 def test_mixed_float16_skips_an_overflow_on_one_rank_everywhere_and_trains_as_one_process(run_job):
     # DistributedOptimizer(LossScaleOptimizer(opt)) under fit and a custom step; the unsafe
     # setups refused with a message.

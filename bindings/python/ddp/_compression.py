@@ -89,10 +89,9 @@ def powersgd(rank: int = 4):
                  "__doc__": PowerSGDCompressor.__doc__})
 
 
-def framework(module, is_floating, cast, float16, engine_codecs=True):
+def framework(module, is_floating, cast, float16):
     """(FP16Compressor, Compression) for a framework, named as classes of MODULE:
-    IS_FLOATING(tensor), CAST(tensor, dtype) and its FLOAT16 dtype; ENGINE_CODECS: whether its
-    allreduces pass the engine's codecs on (Compression.bf16, .int8)."""
+    IS_FLOATING(tensor), CAST(tensor, dtype) and its FLOAT16 dtype."""
 
     class FP16Compressor(Compressor):
         """Reduces floating-point gradients as float16 (half the bytes on the wire), then casts
@@ -118,8 +117,6 @@ def framework(module, is_floating, cast, float16, engine_codecs=True):
         int8 = Int8Compressor
         powersgd = staticmethod(powersgd)
 
-    if not engine_codecs:
-        del Compression.bf16, Compression.int8, Compression.powersgd
     for cls in (FP16Compressor, Compression):
         cls.__module__, cls.__qualname__ = module, cls.__name__
     return FP16Compressor, Compression

@@ -40,6 +40,14 @@ enum {
   DDP_INT64 = 7
 };
 enum { DDP_SUM = 0, DDP_AVERAGE = 1, DDP_MIN = 2, DDP_MAX = 3, DDP_PRODUCT = 4 };
+/* Compression codecs (ddp::Codec, same values; docs/compression.md). */
+enum {
+  DDP_CODEC_NONE = 0,
+  DDP_CODEC_BF16 = 1,
+  DDP_CODEC_FP16 = 2,
+  DDP_CODEC_INT8 = 3,
+  DDP_CODEC_POWERSGD = 4
+};
 
 /* Status codes (absl::StatusCode). */
 enum {
@@ -115,6 +123,21 @@ ddp_handle* ddp_grouped_allreduce_async(ddp_context* context, const char* group,
                                         const int* ndims, int dtype, int op, double prescale,
                                         double postscale, int process_set, int device,
                                         void* stream);
+/* The two above with compression on the wire (docs/compression.md): `codec` one of DDP_CODEC_*,
+ * `rank` PowerSGD's (0 for the other codecs). Floating-point data, sum or average; every rank
+ * must compress a tensor alike (a disagreement names the ranks). */
+ddp_handle* ddp_allreduce_compressed_async(ddp_context* context, const char* name,
+                                           const void* input, void* output, int dtype,
+                                           const int64_t* shape, int ndim, int op, double prescale,
+                                           double postscale, int process_set, int device,
+                                           void* stream, int codec, int rank);
+ddp_handle* ddp_grouped_allreduce_compressed_async(ddp_context* context, const char* group, int n,
+                                                   const char* const* names,
+                                                   const void* const* inputs, void* const* outputs,
+                                                   const int64_t* const* shapes, const int* ndims,
+                                                   int dtype, int op, double prescale,
+                                                   double postscale, int process_set, int device,
+                                                   void* stream, int codec, int rank);
 /* Output allocated by the engine: ddp_handle_output* once finished. */
 ddp_handle* ddp_allgather_async(ddp_context* context, const char* name, const void* input,
                                 int dtype, const int64_t* shape, int ndim, int process_set,

@@ -26,11 +26,12 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
                                  process_set, ignore_name_scope, "allreduce")
     tensor = tf.convert_to_tensor(tensor)
     compressed, ctx = (tensor, None) if compression is None else compression.compress(tensor)
+    codec, codec_rank = _ops.codec_for(compression, tensor.shape, "tensorflow.allreduce")
     reduced = ops_lib.ddp_allreduce(
         compressed, name_of("allreduce", tensor, name, process_set, ignore_name_scope),
         reduce_op=code, prescale_factor=_ops.check_scale(prescale_factor, "allreduce", "prescale"),
         postscale_factor=_ops.check_scale(postscale_factor, "allreduce", "postscale"),
-        process_set=_ops.set_id(process_set))
+        process_set=_ops.set_id(process_set), codec=codec, codec_rank=codec_rank)
     return reduced if compression is None else compression.decompress(reduced, ctx)
 
 
@@ -57,8 +58,9 @@ def _sparse_allreduce(slices, code, prescale_factor, postscale_factor, name, pro
 def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", compression=None,
                       op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
                       process_set=_ops.WORLD, ignore_name_scope=False):
-    """allreduce of every tensor, negotiated and reduced as one unit (one per dtype); sparse
-    ones (tf.IndexedSlices) allgathered as allreduce does them."""
+    """allreduce of every tensor, negotiated and reduced as one unit (one per dtype, and with
+    PowerSGD one for the matrices it takes and one for the rest); sparse ones (tf.IndexedSlices)
+    allgathered as allreduce does them."""
     del device_dense, device_sparse
     ready("grouped_allreduce")
     not_in_xla("grouped_allreduce")
@@ -77,14 +79,16 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                                        f"{group}.sparse.{i}", process_set, True,
                                        "grouped_allreduce")
         else:
-            by_dtype.setdefault(t.dtype, []).append(i)
-    for k, (dtype, members) in enumerate(by_dtype.items()):
+            codec = _ops.codec_for(compression, t.shape, "tensorflow.grouped_allreduce")
+            by_dtype.setdefault((t.dtype, codec), []).append(i)
+    for k, ((_, (codec, codec_rank)), members) in enumerate(by_dtype.items()):
         pairs = [(tensors[i], None) if compression is None else compression.compress(tensors[i])
                  for i in members]
         reduced = ops_lib.ddp_grouped_allreduce(
             [p[0] for p in pairs], group if len(by_dtype) == 1 else f"{group}.{k}",
             reduce_op=code, prescale_factor=float(prescale_factor),
-            postscale_factor=float(postscale_factor), process_set=_ops.set_id(process_set))
+            postscale_factor=float(postscale_factor), process_set=_ops.set_id(process_set),
+            codec=codec, codec_rank=codec_rank)
         for i, r, (_, ctx) in zip(members, reduced, pairs):
             out[i] = r if compression is None else compression.decompress(r, ctx)
     return out
