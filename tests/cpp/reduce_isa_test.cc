@@ -387,6 +387,40 @@ TEST_P(ReduceIsaBitsTest, EverySixteenBitValueMatchesScalar) {
   }
 }
 
+std::vector<uint32_t> Bits(const std::vector<float>& values) {
+  std::vector<uint32_t> bits;
+  for (float v : values) bits.push_back(std::bit_cast<uint32_t>(v));
+  return bits;
+}
+
+// PowerSGD's linear algebra (reduce.h's Dots, Axpys, Combination): the same bits as the scalar
+// build at every length around the kernels' lanes (16) and pieces (64) and every row count.
+TEST_P(ReduceIsaBitsTest, LinearKernelsMatchScalarBitForBit) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (size_t n : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{17}, size_t{63}, size_t{64},
+                   size_t{65}, size_t{200}, size_t{1000}}) {
+    for (size_t r : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{8}}) {
+      std::vector<float> x(n), ys(n * r), a(r);
+      for (float& v : x) v = normal(rng_);
+      for (float& v : ys) v = normal(rng_);
+      for (float& v : a) v = normal(rng_);
+      const std::string what = absl::StrCat(internal::IsaName(GetParam()), " n ", n, " r ", r);
+      std::vector<float> got(r), want(r);
+      internal::DotsWith(GetParam(), x.data(), ys.data(), n, r, got.data());
+      internal::DotsWith(Isa::kScalar, x.data(), ys.data(), n, r, want.data());
+      EXPECT_EQ(Bits(got), Bits(want)) << "dots " << what;
+      std::vector<float> got_ys = ys, want_ys = ys;
+      internal::AxpysWith(GetParam(), a.data(), x.data(), got_ys.data(), n, r);
+      internal::AxpysWith(Isa::kScalar, a.data(), x.data(), want_ys.data(), n, r);
+      EXPECT_EQ(Bits(got_ys), Bits(want_ys)) << "axpys " << what;
+      std::vector<float> got_out(n), want_out(n);
+      internal::CombinationWith(GetParam(), a.data(), ys.data(), n, r, got_out.data());
+      internal::CombinationWith(Isa::kScalar, a.data(), ys.data(), n, r, want_out.data());
+      EXPECT_EQ(Bits(got_out), Bits(want_out)) << "combination " << what;
+    }
+  }
+}
+
 // Only the ISAs above scalar: the scalar build is the one they are compared with (and is checked
 // against the reference in reduce_test.cc).
 std::string IsaParamName(const ::testing::TestParamInfo<internal::Isa>& param) {

@@ -7,42 +7,32 @@
 #include <cmath>
 #include <vector>
 
+#include "reduce/reduce.h"
+
 namespace ddp::compress {
 namespace {
 
-// A dot product's independent partial sums (added in lane order at the end), and the length of an
-// axpy's pieces: compile-time trip counts the vectorizer takes at -O2, with the same order of
-// operations whatever the vector width.
+// A dot product's independent partial sums in float64 (Orthogonalize's), added in lane order at
+// the end, and the length of a difference's pieces: compile-time trip counts the vectorizer takes
+// at -O2, with the same order of operations whatever the vector width. The float32 products are
+// the reduction kernels' (reduce::Dots and Axpy: the widest ISA this CPU runs, alike in bits).
 constexpr size_t kLanes = 16;
 constexpr size_t kChunk = 64;
 
-template <typename Acc>
-Acc Dot(const float* __restrict x, const float* __restrict y, size_t n) {
-  Acc lanes[kLanes] = {};
+double Dot(const float* __restrict x, const float* __restrict y, size_t n) {
+  double lanes[kLanes] = {};
   const size_t full = n - n % kLanes;
   for (size_t j = 0; j < full; j += kLanes) {
     for (size_t l = 0; l < kLanes; ++l) {
-      lanes[l] += static_cast<Acc>(x[j + l]) * static_cast<Acc>(y[j + l]);
+      lanes[l] += static_cast<double>(x[j + l]) * static_cast<double>(y[j + l]);
     }
   }
   for (size_t j = full; j < n; ++j) {
-    lanes[j - full] += static_cast<Acc>(x[j]) * static_cast<Acc>(y[j]);
+    lanes[j - full] += static_cast<double>(x[j]) * static_cast<double>(y[j]);
   }
-  Acc sum = 0;
+  double sum = 0;
   for (size_t l = 0; l < kLanes; ++l) sum += lanes[l];
   return sum;
-}
-
-[[gnu::always_inline]] inline void AxpyChunk(float a, const float* __restrict x,
-                                             float* __restrict y) {
-  for (size_t j = 0; j < kChunk; ++j) y[j] += a * x[j];
-}
-
-// y += a x over n values.
-void Axpy(float a, const float* __restrict x, float* __restrict y, size_t n) {
-  const size_t full = n - n % kChunk;
-  for (size_t j = 0; j < full; j += kChunk) AxpyChunk(a, x + j, y + j);
-  for (size_t j = full; j < n; ++j) y[j] += a * x[j];
 }
 
 [[gnu::always_inline]] inline void DifferenceChunk(float* __restrict out, const float* __restrict x,
@@ -58,53 +48,61 @@ void Difference(float* __restrict out, const float* __restrict x, const float* _
   for (size_t j = full; j < n; ++j) out[j] = x[j] - y[j];
 }
 
-// out = the sum over k of pt[k][i] * xt[k] (out: cols values), k in order.
-void Combination(const float* pt, const float* xt, size_t rows, size_t cols, size_t r, size_t i,
-                 float* out) {
-  std::fill(out, out + cols, 0.0f);
-  for (size_t k = 0; k < r; ++k) Axpy(pt[k * rows + i], xt + k * cols, out, cols);
+// P's row i (column i of pt): r values, strided in pt.
+void RowOf(const float* pt, size_t rows, size_t r, size_t i, float* a) {
+  for (size_t k = 0; k < r; ++k) a[k] = pt[k * rows + i];
 }
 
 }  // namespace
 
 void MultiplyRight(const float* m, size_t rows, size_t cols, const float* qt, size_t r, float* pt) {
+  std::vector<float> dots(r);
   for (size_t i = 0; i < rows; ++i) {
-    for (size_t k = 0; k < r; ++k) pt[k * rows + i] = Dot<float>(m + i * cols, qt + k * cols, cols);
+    reduce::Dots(m + i * cols, qt, cols, r, dots.data());
+    for (size_t k = 0; k < r; ++k) pt[k * rows + i] = dots[k];
   }
 }
 
 void MultiplyTransposed(const float* m, size_t rows, size_t cols, const float* pt, size_t r,
                         float* qt) {
   std::fill(qt, qt + r * cols, 0.0f);
+  std::vector<float> a(r);
   for (size_t i = 0; i < rows; ++i) {
-    for (size_t k = 0; k < r; ++k) Axpy(pt[k * rows + i], m + i * cols, qt + k * cols, cols);
+    RowOf(pt, rows, r, i, a.data());
+    reduce::Axpys(a.data(), m + i * cols, qt, cols, r);
   }
 }
 
 void Product(const float* pt, const float* qt, size_t rows, size_t cols, size_t r, float* out) {
-  for (size_t i = 0; i < rows; ++i) Combination(pt, qt, rows, cols, r, i, out + i * cols);
+  std::vector<float> a(r);
+  for (size_t i = 0; i < rows; ++i) {
+    RowOf(pt, rows, r, i, a.data());
+    reduce::Combination(a.data(), qt, cols, r, out + i * cols);
+  }
 }
 
 void Reconstruct(float* m, float* lost, const float* pt, const float* mine_t, const float* qt,
                  size_t rows, size_t cols, size_t r, float* row) {
+  std::vector<float> a(r);
   for (size_t i = 0; i < rows; ++i) {
     float* x = m + i * cols;
-    Combination(pt, mine_t, rows, cols, r, i, row);
+    RowOf(pt, rows, r, i, a.data());
+    reduce::Combination(a.data(), mine_t, cols, r, row);
     Difference(lost + i * cols, x, row, cols);
-    Combination(pt, qt, rows, cols, r, i, x);
+    reduce::Combination(a.data(), qt, cols, r, x);
   }
 }
 
 void Orthogonalize(float* pt, size_t rows, size_t r) {
   for (size_t k = 0; k < r; ++k) {
     float* p = pt + k * rows;
-    const double before = Dot<double>(p, p, rows);
+    const double before = Dot(p, p, rows);
     for (size_t l = 0; l < k; ++l) {  // take out the earlier (orthonormal) columns
       const float* e = pt + l * rows;
-      const double dot = Dot<double>(p, e, rows);
+      const double dot = Dot(p, e, rows);
       for (size_t i = 0; i < rows; ++i) p[i] = static_cast<float>(p[i] - dot * e[i]);
     }
-    const double norm = std::sqrt(Dot<double>(p, p, rows));
+    const double norm = std::sqrt(Dot(p, p, rows));
     const bool left = norm > 0.0 && norm * norm > 1e-30 * before;
     for (size_t i = 0; i < rows; ++i) p[i] = left ? static_cast<float>(p[i] / norm) : 0.0f;
   }

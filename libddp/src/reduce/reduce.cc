@@ -196,6 +196,18 @@ void ScaleWith(Isa isa, DataType type, void* dst, const void* src, size_t count,
   DoScale(Table(isa), type, dst, src, count, factor);
 }
 
+void DotsWith(Isa isa, const float* x, const float* ys, size_t n, size_t r, float* out) {
+  Table(isa).linear.dots(x, ys, n, r, out);
+}
+
+void AxpysWith(Isa isa, const float* a, const float* x, float* ys, size_t n, size_t r) {
+  Table(isa).linear.axpys(a, x, ys, n, r);
+}
+
+void CombinationWith(Isa isa, const float* a, const float* xs, size_t n, size_t r, float* out) {
+  Table(isa).linear.combination(a, xs, n, r, out);
+}
+
 }  // namespace internal
 
 namespace {
@@ -296,6 +308,18 @@ void DivideBy(DataType type, void* buf, size_t count, int64_t divisor) {
 
 void Scale(DataType type, void* dst, const void* src, size_t count, double factor) {
   internal::DoScale(internal::ActiveTable(), type, dst, src, count, factor);
+}
+
+void Dots(const float* x, const float* ys, size_t n, size_t r, float* out) {
+  internal::ActiveTable().linear.dots(x, ys, n, r, out);
+}
+
+void Axpys(const float* a, const float* x, float* ys, size_t n, size_t r) {
+  internal::ActiveTable().linear.axpys(a, x, ys, n, r);
+}
+
+void Combination(const float* a, const float* xs, size_t n, size_t r, float* out) {
+  internal::ActiveTable().linear.combination(a, xs, n, r, out);
 }
 
 float HalfToFloat(uint16_t h) { return internal::HalfBitsToFloat(h); }

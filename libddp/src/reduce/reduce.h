@@ -64,6 +64,16 @@ void Scale(DataType type, void* dst, const void* src, size_t count, double facto
 // min, the lowest value or -inf for max): what a rank that has no data contributes.
 void FillIdentity(DataType type, ReduceOp op, void* dst, size_t count);
 
+// float32 linear algebra for compression's PowerSGD (compress/lowrank.h), on the same ISA's
+// kernels as Combine, r rows of n values at a time (xs and ys: r x n, row-major). Each rounds
+// alike on every ISA: the same operations in the same order.
+// out[k] = the dot product of x and row k of ys, in 16 partial sums added in order at the end.
+void Dots(const float* x, const float* ys, size_t n, size_t r, float* out);
+// Row k of ys += a[k] * x (x does not overlap ys).
+void Axpys(const float* a, const float* x, float* ys, size_t n, size_t r);
+// out = a[0] * row 0 of xs + a[1] * row 1 + ..., added in that order from 0.
+void Combination(const float* a, const float* xs, size_t n, size_t r, float* out);
+
 // IEEE binary16 and bfloat16 conversions (round to nearest even, NaN stays NaN).
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);

@@ -54,5 +54,9 @@ void CombineWith(Isa isa, DataType type, ReduceOp op, void* dst, const void* a, 
                  size_t count);
 void DivideByWith(Isa isa, DataType type, void* buf, size_t count, int64_t divisor);
 void ScaleWith(Isa isa, DataType type, void* dst, const void* src, size_t count, double factor);
+// reduce.h's Dots, Axpys and Combination on one ISA's kernels.
+void DotsWith(Isa isa, const float* x, const float* ys, size_t n, size_t r, float* out);
+void AxpysWith(Isa isa, const float* a, const float* x, float* ys, size_t n, size_t r);
+void CombinationWith(Isa isa, const float* a, const float* xs, size_t n, size_t r, float* out);
 
 }  // namespace ddp::reduce::internal

@@ -22,8 +22,16 @@ struct TypeKernels {
   void (*scale)(void* dst, const void* src, size_t count, double factor);
 };
 
+// float32 linear algebra for compression's PowerSGD (reduce.h's Dots, Axpys, Combination).
+struct LinearKernels {
+  void (*dots)(const float* x, const float* ys, size_t n, size_t r, float* out);
+  void (*axpys)(const float* a, const float* x, float* ys, size_t n, size_t r);
+  void (*combination)(const float* a, const float* xs, size_t n, size_t r, float* out);
+};
+
 struct KernelTable {
   TypeKernels f32, f64, f16, bf16, i8, u8, i32, i64;
+  LinearKernels linear;
 };
 
 // isa/scalar.cc, isa/avx2.cc and isa/avx512.cc; the last two only in x86-64 builds, where
