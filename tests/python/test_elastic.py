@@ -33,6 +33,8 @@ def test_a_failed_worker_is_left_out_and_the_others_go_on_from_the_last_commit(r
         assert seen == "OK", job.stdout
     # Every worker ends with the same weights: synchronised after the reset, trained alike.
     assert len({d[5] for d in done.values()}) == 1, job.stdout
+    # The survivors' int8 residuals (the weight's 8 floats and the bias's 1) carried over.
+    assert job.stdout.count("residual floats after each reset [9]") == 2, job.stdout
     assert "worker localhost:2 (rank 2, host localhost) exited with status 1" in job.stderr
     assert "generation 1: 2 workers" in job.stderr, job.stderr
 

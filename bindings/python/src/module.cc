@@ -220,6 +220,9 @@ void DefineLifecycle(py::module_& m) {
       "What init() did with glibc's malloc (DDP_KEEP_FREED_MEMORY, ddp/memory.h): 'kept', "
       "'off', 'user settings' or 'not glibc'; None before the first init().");
   m.def("is_initialized", [] { return CurrentOrNull() != nullptr; });
+  m.def("carry_compression_residuals", &ddp::CarryCompressionResidualsOverReset,
+        "Before an elastic reset's shutdown: the next engine of this process starts with the "
+        "error-feedback residuals of the one that ends (docs/compression.md).");
   m.def(
       "_c_context",
       [] { return reinterpret_cast<uintptr_t>(ddp::NewCReference(Current("_c_context"))); },

@@ -224,4 +224,11 @@ class Engine {
   virtual std::string StatusJson() const = 0;
 };
 
+// Compression's error-feedback residuals over an elastic reset (docs/compression.md): the engines
+// of this process that shut down after this call leave their residuals, and the next engine to
+// start takes them (by process set and tensor name; a tensor whose size no longer matches starts
+// afresh), so that what the last steps' encodings lost is sent after the reset. Called by
+// ddp.elastic's reset between leaving one generation and joining the next.
+void CarryCompressionResidualsOverReset();
+
 }  // namespace ddp

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -65,7 +67,36 @@ void FromFloats(DataType type, const float* in, void* out, size_t count) {
   }
 }
 
+// Residuals between the engines of one process over an elastic reset.
+struct Carry {
+  std::mutex mu;
+  bool on = false;  // CarryCompressionResidualsOverReset was called, no engine has started since
+  absl::flat_hash_map<std::string, std::vector<float>> parked;
+};
+
+Carry& TheCarry() {
+  static Carry* carry = new Carry;  // never destroyed: engines may stop during exit
+  return *carry;
+}
+
 }  // namespace
+
+CompressedAllreduces::CompressedAllreduces(Executor& executor) : executor_(executor) {
+  Carry& carry = TheCarry();
+  std::lock_guard<std::mutex> lock(carry.mu);
+  if (!carry.on) return;
+  carry.on = false;
+  residuals_ = std::move(carry.parked);
+  carry.parked.clear();
+  if (!residuals_.empty()) executor_.Residuals(residual_floats());
+}
+
+CompressedAllreduces::~CompressedAllreduces() {
+  Carry& carry = TheCarry();
+  std::lock_guard<std::mutex> lock(carry.mu);
+  if (!carry.on) return;
+  for (auto& [key, residual] : residuals_) carry.parked.try_emplace(key, std::move(residual));
+}
 
 std::string CompressedAllreduces::Key(const ProcessSet& set, const std::string& name) {
   return absl::StrCat(set.id, "/", name);
@@ -199,3 +230,14 @@ absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Respon
 }
 
 }  // namespace ddp::engine
+
+namespace ddp {
+
+void CarryCompressionResidualsOverReset() {
+  engine::Carry& carry = engine::TheCarry();
+  std::lock_guard<std::mutex> lock(carry.mu);
+  carry.on = true;
+  carry.parked.clear();
+}
+
+}  // namespace ddp

@@ -18,7 +18,12 @@ namespace ddp::engine {
 
 class CompressedAllreduces {
  public:
-  explicit CompressedAllreduces(Executor& executor) : executor_(executor) {}
+  // Starts with the residuals an engine left for it (CarryCompressionResidualsOverReset), if any.
+  explicit CompressedAllreduces(Executor& executor);
+  // Leaves its residuals for the next engine when asked to.
+  ~CompressedAllreduces();
+  CompressedAllreduces(const CompressedAllreduces&) = delete;
+  CompressedAllreduces& operator=(const CompressedAllreduces&) = delete;
   // The batch (fusible: one compression, dtype and op) over `active` contributing ranks.
   absl::Status Run(ProcessSet& set, const std::vector<Response*>& batch, int active);
   // Floats kept for error feedback (every compressed tensor's residual).

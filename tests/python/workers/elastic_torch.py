@@ -7,7 +7,8 @@ batches of 4 per worker, committing after every batch. The state keeps the indic
 processed each epoch (allgathered after each batch, kept by every rank), so a test can check
 that the samples of every epoch were all seen, across failures and re-formings. Scenarios (argv[1]):
 
-  fail HOST:SLOT        that worker exits with status 1 at epoch 1, batch 2 (its first life only)
+  fail HOST:SLOT        that worker exits with status 1 at epoch 1, batch 2 (its first life only);
+                        the gradients go compressed (int8), their residuals kept over the reset
   grow FILE LINE        rank 0 appends LINE to the discovery file at epoch 0, batch 2, and the
                         job commits until the driver's new generation interrupts it
   plain                 nothing happens (a plain, not elastic, launch: run trains once)
@@ -24,6 +25,7 @@ import time
 
 import torch
 
+import ddp
 import ddp.torch as hvd
 
 SAMPLES, BATCH, EPOCHS = 96, 4, 4
@@ -49,14 +51,18 @@ def main():
     torch.manual_seed(0)
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters())
+    # "fail" also compresses (int8, with error feedback): the residuals carry over the reset.
+    compression = hvd.Compression.int8 if scenario == "fail" else hvd.Compression.none
+    optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                         compression=compression)
     data = Data()
     sampler = hvd.elastic.ElasticSampler(data, shuffle=True, seed=1)
     loader = torch.utils.data.DataLoader(data, batch_size=BATCH, sampler=sampler)
     state = hvd.elastic.TorchState(model=model, optimizer=optimizer, sampler=sampler, epoch=0,
                                    batch=0, seen=[[] for _ in range(EPOCHS)], sizes=[])
-    resets = []
-    state.register_reset_callbacks([lambda: resets.append(hvd.size())])
+    resets, carried = [], []
+    state.register_reset_callbacks([lambda: resets.append(hvd.size()),
+                                    lambda: carried.append(ddp.stats()["residual_floats"])])
 
     def checkpoint_loop(until, what):
         """Commits until the driver interrupts (HostsUpdatedInterrupt) or `until` holds."""
@@ -119,6 +125,7 @@ def main():
     print(f"done rank {hvd.rank()} size {hvd.size()} generation {hvd.elastic.generation()} "
           f"sizes {','.join(map(str, state.sizes))} resets {resets} checksum {checksum} "
           f"seen {seen}", flush=True)
+    print(f"residual floats after each reset {carried}", flush=True)
     hvd.shutdown()
 
 

@@ -26,7 +26,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from .. import _ops
+from .. import _ddp, _ops
 from ..elastic import HostsUpdatedInterrupt, ObjectState, State, generation, run_fn
 from . import job as _job
 from .job import rank
@@ -75,7 +75,9 @@ def run(func):
 
 def _reset():
     """Leaves the job and joins its next generation, binding the ops to it at once: a traced
-    function (Keras' train step) runs the ops without the Python that would bind them."""
+    function (Keras' train step) runs the ops without the Python that would bind them. The
+    compressed tensors' residuals are carried over (docs/compression.md)."""
+    _ddp.carry_compression_residuals()
     _job.shutdown()
     _job.init()
 
