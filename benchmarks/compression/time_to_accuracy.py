@@ -142,6 +142,13 @@ def main() -> int:
              f"({platform.node()}); `{' '.join(sys.argv)}`; medians of {args.repeats}; "
              f"target test accuracy {args.target}; PowerSGD rank {args.rank}.", ""]
     failures: list[str] = []
+    path = os.path.join(ROOT, "benchmarks", "results", f"compression-{now:%Y-%m-%d-%H%M%S}.md")
+
+    def write():  # after every table, so that a run cut short keeps what it measured
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("\n".join(lines + (["Runs that failed:", "", *failures, ""] if failures
+                                       else [])) + "\n")
+
     for rate in args.rates.split(","):
         with netsim.Cluster(HOSTS, rate=rate) as c:
             for model in args.models.split(","):
@@ -158,11 +165,8 @@ def main() -> int:
                         results.setdefault(config, []).append(r)
                 lines += table(rate, model, results)
                 print("\n".join(lines[-len(results) - 5:]), flush=True)
-    if failures:
-        lines += ["Runs that failed:", "", *failures, ""]
-    path = os.path.join(ROOT, "benchmarks", "results", f"compression-{now:%Y-%m-%d-%H%M%S}.md")
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
+                write()
+    write()
     print(f"written to {path}")
     return 0
 
