@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -36,6 +37,20 @@ absl::Status StatusOf(int code, const std::string& message) {
   return absl::Status(static_cast<absl::StatusCode>(code), message);
 }
 
+// Runs `body` on every rank of a job of `size`, with a C context made from the environment (and
+// released, so shut down, when the body ends).
+JobResult RunWithCContext(int size, const std::function<absl::Status(ddp_context*)>& body) {
+  JobSpec spec;
+  spec.size = size;
+  return RunJob(spec, [&body](int /*rank*/) -> absl::Status {
+    CContext ctx;
+    if (int code = ddp_context_create(&ctx.c); code != DDP_OK) {
+      return StatusOf(code, ddp_last_error());
+    }
+    return body(ctx.c);
+  });
+}
+
 // Waits for the handle, releases it, and turns its outcome into a Status.
 absl::Status Finish(ddp_handle* h) {
   const int code = ddp_handle_wait(h);
@@ -45,14 +60,7 @@ absl::Status Finish(ddp_handle* h) {
 }
 
 TEST(CApi, EngineOperationsMatchTheirDefinitions) {
-  JobSpec spec;
-  spec.size = 3;
-  JobResult job = RunJob(spec, [](int /*rank*/) -> absl::Status {
-    CContext ctx;
-    if (int code = ddp_context_create(&ctx.c); code != DDP_OK) {
-      return StatusOf(code, ddp_last_error());
-    }
-    ddp_context* c = ctx.c;
+  JobResult job = RunWithCContext(3, [](ddp_context* c) -> absl::Status {
     const int r = ddp_rank(c);
     const int n = ddp_size(c);
     CHECK_OK(Expect(n == 3 && r >= 0 && r < n, "rank and size"));
@@ -202,14 +210,7 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheTensor) {
   EXPECT_EQ(seen, DDP_ERR_INVALID_ARGUMENT);
   ddp_handle_release(none);
 
-  JobSpec spec;
-  spec.size = 2;
-  JobResult job = RunJob(spec, [](int /*rank*/) -> absl::Status {
-    CContext ctx;
-    if (int code = ddp_context_create(&ctx.c); code != DDP_OK) {
-      return StatusOf(code, ddp_last_error());
-    }
-    ddp_context* c = ctx.c;
+  JobResult job = RunWithCContext(2, [](ddp_context* c) -> absl::Status {
     const int r = ddp_rank(c);
     float v[4] = {1, 2, 3, 4};
     const int64_t shape[] = {4};
@@ -267,14 +268,7 @@ TEST(CApi, ErrorsAreCodesWithMessagesNamingTheTensor) {
 // allreduce, bf16 on a group; the same bits on both ranks, near the exact sum; bad codecs and
 // ranks refused, and a codec on integers refused by the engine, naming the tensor.
 TEST(CApi, CompressedAllreducesAndTheirRefusals) {
-  JobSpec spec;
-  spec.size = 2;
-  JobResult job = RunJob(spec, [](int /*rank*/) -> absl::Status {
-    CContext ctx;
-    if (int code = ddp_context_create(&ctx.c); code != DDP_OK) {
-      return StatusOf(code, ddp_last_error());
-    }
-    ddp_context* c = ctx.c;
+  JobResult job = RunWithCContext(2, [](ddp_context* c) -> absl::Status {
     const int r = ddp_rank(c);
     std::vector<float> x(600), m(64 * 8);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(r + 1) * 0.01f * (i % 17);
