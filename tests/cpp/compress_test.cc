@@ -403,6 +403,68 @@ TEST(LowRank, OrthogonalizesAndMultipliesAsTheReferenceDoes) {
 // PowerSGD across 3 ranks on 3 hosts (TCP): a sum of rank 2 is found exactly at rank 2 and the
 // same bits on every rank; a full-rank one, sent again and again, adds up to the exact sum over
 // the steps (error feedback); only P and Q travel; what it cannot take is refused.
+// A zero step (an unused layer) and a step with a NaN leave PowerSGD working: its next warm
+// start would be all zeros (then every later step too) or NaN, so the next step starts from the
+// seed; the NaN keeps no residual. The steps after find a rank-1 sum again, the same on both ranks.
+TEST(CompressedAllreduce, PowerSgdRecoversFromAZeroAndANonFiniteStep) {
+  JobSpec spec;
+  spec.size = 2;
+  JobResult job = RunWithContext(spec, [](Context& ctx) -> absl::Status {
+    const size_t rows = 16, cols = 24;
+    const std::vector<int64_t> shape = {static_cast<int64_t>(rows), static_cast<int64_t>(cols)};
+    auto step = [&](std::vector<float> x) -> absl::StatusOr<std::vector<float>> {
+      std::vector<float> out(x.size());
+      absl::Status s = ctx.engine()
+                           .AllreduceAsync("robust", x.data(), out.data(), DataType::kFloat32,
+                                           shape, ReduceOp::kSum, 1.0, 1.0, Engine::kWorld, {},
+                                           Compression::PowerSgd(1))
+                           .Wait();
+      if (!s.ok()) return s;
+      return out;
+    };
+    // Rank r sends (r + 1) u v^T: the sum, 3 u v^T, has rank 1.
+    const std::vector<float> u = Normal(rows, 3), v = Normal(cols, 4);
+    std::vector<float> one(rows * cols);
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < cols; ++j) {
+        one[i * cols + j] = static_cast<float>(ctx.rank() + 1) * u[i] * v[j];
+      }
+    }
+    auto found = [&](const std::vector<float>& out, double times) -> absl::Status {
+      for (size_t i = 0; i < rows; ++i) {
+        for (size_t j = 0; j < cols; ++j) {
+          const double want = times * 3.0 * u[i] * v[j];
+          if (!(std::fabs(out[i * cols + j] - want) <= 1e-4 * (1 + std::fabs(want)))) {
+            return absl::InternalError(
+                absl::StrCat("(", i, ", ", j, ") = ", out[i * cols + j], ", want ", want));
+          }
+        }
+      }
+      return absl::OkStatus();
+    };
+    absl::StatusOr<std::vector<float>> out = step(std::vector<float>(rows * cols, 0.0f));
+    CHECK_OK(out.status());
+    for (float y : *out) CHECK_OK(Expect(y == 0.0f, "a zero step gives zeros"));
+    out = step(one);
+    CHECK_OK(out.status());
+    CHECK_OK(found(*out, 1));  // not stuck at zero
+    std::vector<float> bad = one;
+    if (ctx.rank() == 0) bad[5] = std::nanf("");
+    out = step(bad);
+    CHECK_OK(out.status());
+    out = step(one);
+    CHECK_OK(out.status());
+    for (float y : *out) CHECK_OK(Expect(std::isfinite(y), "finite after a NaN step"));
+    std::printf("digest after-nan %llx\n",
+                static_cast<unsigned long long>(Digest(out->data(), out->size() * 4)));
+    // What the NaN step could not send came back in this one; the next is the plain sum.
+    out = step(one);
+    CHECK_OK(out.status());
+    return found(*out, 1);
+  });
+  ExpectIdenticalDigests(job, 1);
+}
+
 TEST(CompressedAllreduce, PowerSgdFindsLowRankSumsAndFeedsBackTheRest) {
   JobSpec spec;
   spec.size = 3;

@@ -19,14 +19,6 @@ namespace {
 namespace half = reduce::internal;
 constexpr size_t kBlock = kInt8Block;
 using half::BitCast;
-using half::Blend;
-
-// A loss to add to a residual: itself where finite, else 0 (mask arithmetic, which keeps the
-// loop free of branches).
-[[gnu::always_inline]] inline float FiniteOrZero(float e) {
-  const uint32_t u = BitCast<uint32_t>(e);
-  return BitCast<float>(Blend((u & half::kF32ExpMask) != half::kF32ExpMask, u, 0u));
-}
 
 // ---- bf16 and fp16 ----
 

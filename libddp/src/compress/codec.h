@@ -41,6 +41,14 @@ class Coder {
 // in loops the compiler vectorizes (rounding with the 1.5 * 2^23 addition, not a libm call), and
 // rounds alike on every machine (no fused multiply-add: the file is built -ffp-contract=off).
 inline constexpr size_t kInt8Block = 256;
+
+// A loss to keep in a residual: itself where finite, else 0 (mask arithmetic, which keeps the
+// loops that call it free of branches): one bad step reaches that step's result only.
+[[gnu::always_inline]] inline float FiniteOrZero(float e) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, e);
+  const uint32_t finite = 0u - static_cast<uint32_t>((u & 0x7f800000u) != 0x7f800000u);
+  return __builtin_bit_cast(float, u& finite);
+}
 // The elementwise codecs' coders; null for Codec::kNone and Codec::kPowerSgd (not elementwise).
 const Coder* CoderFor(Codec codec);
 

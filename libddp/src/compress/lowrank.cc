@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "compress/codec.h"
 #include "reduce/reduce.h"
 
 namespace ddp::compress {
@@ -37,15 +38,15 @@ double Dot(const float* __restrict x, const float* __restrict y, size_t n) {
 
 [[gnu::always_inline]] inline void DifferenceChunk(float* __restrict out, const float* __restrict x,
                                                    const float* __restrict y) {
-  for (size_t j = 0; j < kChunk; ++j) out[j] = x[j] - y[j];
+  for (size_t j = 0; j < kChunk; ++j) out[j] = FiniteOrZero(x[j] - y[j]);
 }
 
-// out = x - y over n values.
+// out = x - y over n values, a non-finite difference as 0 (codec.h's FiniteOrZero).
 void Difference(float* __restrict out, const float* __restrict x, const float* __restrict y,
                 size_t n) {
   const size_t full = n - n % kChunk;
   for (size_t j = 0; j < full; j += kChunk) DifferenceChunk(out + j, x + j, y + j);
-  for (size_t j = full; j < n; ++j) out[j] = x[j] - y[j];
+  for (size_t j = full; j < n; ++j) out[j] = FiniteOrZero(x[j] - y[j]);
 }
 
 // P's row i (column i of pt): r values, strided in pt.
@@ -106,6 +107,19 @@ void Orthogonalize(float* pt, size_t rows, size_t r) {
     const bool left = norm > 0.0 && norm * norm > 1e-30 * before;
     for (size_t i = 0; i < rows; ++i) p[i] = left ? static_cast<float>(p[i] / norm) : 0.0f;
   }
+}
+
+bool UsableWarmStart(const float* qt, size_t cols, size_t r) {
+  for (size_t k = 0; k < r; ++k) {
+    bool nonzero = false;
+    for (size_t j = 0; j < cols; ++j) {
+      const float v = qt[k * cols + j];
+      if (!std::isfinite(v)) return false;
+      nonzero = nonzero || v != 0.0f;
+    }
+    if (!nonzero) return false;
+  }
+  return true;
 }
 
 void Seeded(uint64_t seed, float* out, size_t count) {

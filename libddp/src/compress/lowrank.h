@@ -20,13 +20,17 @@ void MultiplyTransposed(const float* m, size_t rows, size_t cols, const float* p
 // out = P Q^T (out may not alias pt or qt).
 void Product(const float* pt, const float* qt, size_t rows, size_t cols, size_t r, float* out);
 // PowerSGD's last step in one pass over M: lost = M - P Mine^T (what this rank's M loses: its
-// part outside P's columns), then M = P Q^T (the summed approximation). `row` holds cols floats.
+// part outside P's columns; 0 where that is not finite), then M = P Q^T (the summed
+// approximation). `row` holds cols floats.
 void Reconstruct(float* m, float* lost, const float* pt, const float* mine_t, const float* qt,
                  size_t rows, size_t cols, size_t r, float* row);
 // P's columns (the rows of pt) made orthonormal, in order (modified Gram-Schmidt, accumulated in
 // float64); a column that has nothing left of its own (a norm under 1e-30 of what it was, or
 // zero) becomes zero.
 void Orthogonalize(float* pt, size_t rows, size_t r);
+// Whether Qt (r x cols) can start the next step: finite, and no column of Q all zeros (one
+// that is would stay so: a zero or non-finite step makes one, and the next starts from a seed).
+bool UsableWarmStart(const float* qt, size_t cols, size_t r);
 // `count` values in [-1, 1) from `seed` alone (splitmix64): PowerSGD's first Q, the same on every
 // rank that gives the same seed.
 void Seeded(uint64_t seed, float* out, size_t count);

@@ -86,6 +86,7 @@ CompressedAllreduces::CompressedAllreduces(Executor& executor) : executor_(execu
   std::lock_guard<std::mutex> lock(carry.mu);
   if (!carry.on) return;
   carry.on = false;
+  adopted_ = true;
   residuals_ = std::move(carry.parked);
   carry.parked.clear();
   if (!residuals_.empty()) executor_.Residuals(residual_floats());
@@ -94,6 +95,9 @@ CompressedAllreduces::CompressedAllreduces(Executor& executor) : executor_(execu
 CompressedAllreduces::~CompressedAllreduces() {
   Carry& carry = TheCarry();
   std::lock_guard<std::mutex> lock(carry.mu);
+  // An engine that took residuals and never ran (its job failed to form, and the worker tries
+  // the next generation) hands them on as it got them.
+  if (adopted_ && !ran_) carry.on = true;
   if (!carry.on) return;
   for (auto& [key, residual] : residuals_) carry.parked.try_emplace(key, std::move(residual));
 }
@@ -166,6 +170,7 @@ void CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Response*>&
 
 absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Response*>& batch,
                                        int active) {
+  ran_ = true;
   const Compression compression = batch[0]->meta.compression;
   size_t total = 0;
   for (const Response* r : batch) total += r->meta.ElementCount();
@@ -237,7 +242,6 @@ void CarryCompressionResidualsOverReset() {
   engine::Carry& carry = engine::TheCarry();
   std::lock_guard<std::mutex> lock(carry.mu);
   carry.on = true;
-  carry.parked.clear();
 }
 
 }  // namespace ddp

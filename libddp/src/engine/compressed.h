@@ -18,7 +18,7 @@ namespace ddp::engine {
 
 class CompressedAllreduces {
  public:
-  // Starts with the residuals an engine left for it (CarryCompressionResidualsOverReset), if any.
+  // Starts with the residuals the engines before it left (CarryCompressionResidualsOverReset).
   explicit CompressedAllreduces(Executor& executor);
   // Leaves its residuals for the next engine when asked to.
   ~CompressedAllreduces();
@@ -55,6 +55,8 @@ class CompressedAllreduces {
   // PowerSGD: each matrix's last Q (its warm start), by "process set/tensor name#shape".
   absl::flat_hash_map<std::string, std::vector<float>> qs_;
   std::vector<float> p_, q_, mine_, approx_;
+  bool adopted_ = false;  // it started with carried residuals
+  bool ran_ = false;      // it has run a compressed allreduce
 };
 
 }  // namespace ddp::engine

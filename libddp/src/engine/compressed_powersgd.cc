@@ -62,7 +62,10 @@ std::vector<float*> CompressedAllreduces::LossTargets(ProcessSet& set,
   for (size_t b = 0; b < batch.size(); ++b) {
     if (ops[b] == nullptr) continue;
     std::vector<float>& residual = residuals_[Key(set, batch[b]->name)];
-    residual.resize(batch[b]->meta.ElementCount());  // a new size starts afresh: overwritten
+    // Overwritten by the step; zeros if it fails before (a new size never keeps old values).
+    if (residual.size() != batch[b]->meta.ElementCount()) {
+      residual.assign(batch[b]->meta.ElementCount(), 0.0f);
+    }
   }
   // Pointers once every entry exists (a later insertion may move the map's vectors, though not
   // their elements).
@@ -115,8 +118,14 @@ absl::Status CompressedAllreduces::LowRank(ProcessSet& set, const std::vector<Re
     compress::Reconstruct(data_.data() + m.offset, losses[m.response] + m.within,
                           p_.data() + m.p_at, mine_.data() + m.q_at, q_.data() + m.q_at, m.rows,
                           m.cols, r, approx_.data());
-    qs_[m.key].assign(q_.begin() + static_cast<std::ptrdiff_t>(m.q_at),
-                      q_.begin() + static_cast<std::ptrdiff_t>(m.q_at + m.cols * r));
+    // Q, the same on every rank, starts the next step; if it cannot (a zero or non-finite
+    // step), every rank alike starts the next from the seed.
+    if (compress::UsableWarmStart(q_.data() + m.q_at, m.cols, r)) {
+      qs_[m.key].assign(q_.begin() + static_cast<std::ptrdiff_t>(m.q_at),
+                        q_.begin() + static_cast<std::ptrdiff_t>(m.q_at + m.cols * r));
+    } else {
+      qs_.erase(m.key);
+    }
   }
   return absl::OkStatus();
 }
