@@ -384,19 +384,26 @@ def codec_of(compression, what: str) -> tuple[int, int]:
                     f".int8, .powersgd(rank=...)); got {compression!r}")
     return CODECS[name.lower()], int(rank)
 
-def codec_for(compression, shape, what: str) -> tuple[int, int]:
-    """codec_of(compression) for a tensor of `shape`, as the frameworks' optimizers reduce it: a
-    compressor that does not take the shape (PowerSGD: a tensor that is not a matrix its rank
-    allows, or whose shape is not fully known when a graph is built) goes uncompressed, as do
-    Horovod's compressors, which do their work outside the engine."""
+def engine_codec(compression, what: str) -> tuple[int, int]:
+    """codec_of(compression) for a compressor that runs in the engine; (0, 0) for None and for
+    Horovod's compressors, which do their work outside it."""
     if compression is None or getattr(compression, "codec", None) is None:
         return 0, 0
+    return codec_of(compression, what)
+
+
+def codec_for_gradient(compression, shape, what: str) -> tuple[int, int]:
+    """engine_codec(compression) for a gradient of `shape`, as the frameworks' optimizers reduce
+    it: a compressor that does not take the shape (PowerSGD: a tensor that is not a matrix its
+    rank allows, or whose shape is not fully known when a graph is built) sends it uncompressed."""
     takes = getattr(compression, "takes", None)
     if takes is not None:
+        if getattr(shape, "rank", 0) is None:  # a TensorShape of unknown rank
+            return 0, 0
         dims = list(shape)
         if any(d is None for d in dims) or not takes(dims):
             return 0, 0
-    return codec_of(compression, what)
+    return engine_codec(compression, what)
 
 
 class Ops:

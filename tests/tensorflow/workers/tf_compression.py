@@ -3,9 +3,9 @@
 """The engine's codecs from TensorFlow (docs/compression.md): allreduce and grouped_allreduce
 with Compression.bf16, .int8 and .powersgd, eager and in a tf.function, within the codec's error
 of the exact sum and bitwise identical on every rank; PowerSGD's rank-1 sum found exactly and a
-vector beside it sent uncompressed; the bytes counted by codec; Keras' DistributedOptimizer
-training with int8 and PowerSGD, the weights identical on every rank; integers refused naming the
-tensor. Prints "rank R: ok"."""
+vector beside it in the group sent uncompressed, a vector alone refused; the bytes counted by
+codec; Keras' DistributedOptimizer training with int8 and PowerSGD, the weights identical on
+every rank; integers refused naming the tensor. Prints "rank R: ok"."""
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -57,6 +57,14 @@ def allreduces(r, n):
     close("powersgd matrix", gm, want_m, 1e-3 * (1 + want_m))
     close("powersgd's uncompressed vector", gv, np.full(7, n * n / 2), 0.0)
 
+    # A direct call compresses as asked: PowerSGD on a vector is refused, naming it (the
+    # optimizers send such gradients uncompressed).
+    try:
+        hvd.allreduce(v, op=hvd.Sum, compression=hvd.Compression.powersgd(1), name="c.vector")
+        fail("powersgd on a vector was not refused")
+    except (hvd.DDPError, tf.errors.OpError) as e:
+        if "c.vector" not in str(e):
+            fail(f"powersgd on a vector: {e}")
     try:
         hvd.allreduce(tf.constant([1, 2, 3]), op=hvd.Sum, compression=hvd.Compression.int8,
                       name="c.ints")

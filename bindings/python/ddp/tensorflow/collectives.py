@@ -26,7 +26,9 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
                                  process_set, ignore_name_scope, "allreduce")
     tensor = tf.convert_to_tensor(tensor)
     compressed, ctx = (tensor, None) if compression is None else compression.compress(tensor)
-    codec, codec_rank = _ops.codec_for(compression, tensor.shape, "tensorflow.allreduce")
+    # A direct call compresses as asked (the engine refuses what PowerSGD cannot take, naming
+    # it); the optimizers and the tape pass only what the compressor takes (_reduce.py).
+    codec, codec_rank = _ops.engine_codec(compression, "tensorflow.allreduce")
     reduced = ops_lib.ddp_allreduce(
         compressed, name_of("allreduce", tensor, name, process_set, ignore_name_scope),
         reduce_op=code, prescale_factor=_ops.check_scale(prescale_factor, "allreduce", "prescale"),
@@ -59,8 +61,9 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                       op=None, prescale_factor=1.0, postscale_factor=1.0, name=None,
                       process_set=_ops.WORLD, ignore_name_scope=False):
     """allreduce of every tensor, negotiated and reduced as one unit (one per dtype, and with
-    PowerSGD one for the matrices it takes and one for the rest); sparse ones (tf.IndexedSlices)
-    allgathered as allreduce does them."""
+    PowerSGD one for the matrices it takes and one, uncompressed, for the rest, as the
+    optimizers reduce gradients); sparse ones (tf.IndexedSlices) allgathered as allreduce does
+    them."""
     del device_dense, device_sparse
     ready("grouped_allreduce")
     not_in_xla("grouped_allreduce")
@@ -79,7 +82,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                                        f"{group}.sparse.{i}", process_set, True,
                                        "grouped_allreduce")
         else:
-            codec = _ops.codec_for(compression, t.shape, "tensorflow.grouped_allreduce")
+            codec = _ops.codec_for_gradient(compression, t.shape, "tensorflow.grouped_allreduce")
             by_dtype.setdefault((t.dtype, codec), []).append(i)
     for k, ((_, (codec, codec_rank)), members) in enumerate(by_dtype.items()):
         pairs = [(tensors[i], None) if compression is None else compression.compress(tensors[i])
