@@ -392,18 +392,18 @@ def engine_codec(compression, what: str) -> tuple[int, int]:
     return codec_of(compression, what)
 
 
-def codec_for_gradient(compression, shape, what: str) -> tuple[int, int]:
-    """engine_codec(compression) for a gradient of `shape`, as the frameworks' optimizers reduce
-    it: a compressor that does not take the shape (PowerSGD: a tensor that is not a matrix its
-    rank allows, or whose shape is not fully known when a graph is built) sends it uncompressed."""
+def for_gradient(compression, shape):
+    """The compression a gradient of `shape` goes with, as the optimizers, the tape, the comm
+    hooks and grouped allreduces reduce gradients: a compressor that does not take the shape
+    (PowerSGD: a tensor that is not a matrix its rank allows, or whose shape is not fully known
+    when a graph is built) gives None (uncompressed); any other is used as it is."""
     takes = getattr(compression, "takes", None)
-    if takes is not None:
-        if getattr(shape, "rank", 0) is None:  # a TensorShape of unknown rank
-            return 0, 0
-        dims = list(shape)
-        if any(d is None for d in dims) or not takes(dims):
-            return 0, 0
-    return engine_codec(compression, what)
+    if takes is None:
+        return compression
+    if getattr(shape, "rank", 0) is None:  # a TensorShape of unknown rank
+        return None
+    dims = list(shape)
+    return compression if all(d is not None for d in dims) and takes(dims) else None
 
 
 class Ops:

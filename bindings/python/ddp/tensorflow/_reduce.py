@@ -80,15 +80,6 @@ def _reduce_gradients(grads, op, compression, sparse_as_dense, predivide, num_gr
     return list(reduce(list(grads)))
 
 
-def _for_gradient(compression, grad, what):
-    """The compression a gradient goes with: PowerSGD's only for the matrices it takes (the
-    others go uncompressed, as torch's DistributedOptimizer sends them)."""
-    if getattr(compression, "takes", None) is None:
-        return compression
-    return None if _ops.codec_for_gradient(compression, grad.shape, what) == (0, 0) \
-        else compression
-
-
 def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_groups, groups,
                      process_set, name, variables, what, scale):
     not_in_xla(what)
@@ -119,7 +110,7 @@ def _reduce_in_graph(grads, op, compression, sparse_as_dense, predivide, num_gro
     for i in dense:
         if i not in grouped:
             out[i] = allreduce(grads[i], op=op,
-                               compression=_for_gradient(compression, grads[i], what),
+                               compression=_ops.for_gradient(compression, grads[i].shape),
                                prescale_factor=pre,
                                postscale_factor=post, name=f"{name}.grad{i}",
                                process_set=process_set, ignore_name_scope=True)

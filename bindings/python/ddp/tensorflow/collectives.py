@@ -82,7 +82,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
                                        f"{group}.sparse.{i}", process_set, True,
                                        "grouped_allreduce")
         else:
-            codec = _ops.codec_for_gradient(compression, t.shape, "tensorflow.grouped_allreduce")
+            codec = _ops.engine_codec(_ops.for_gradient(compression, t.shape),
+                                      "tensorflow.grouped_allreduce")
             by_dtype.setdefault((t.dtype, codec), []).append(i)
     for k, ((_, (codec, codec_rank)), members) in enumerate(by_dtype.items()):
         pairs = [(tensors[i], None) if compression is None else compression.compress(tensors[i])

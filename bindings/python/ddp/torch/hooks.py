@@ -152,8 +152,7 @@ def powersgd_hook(state, bucket):
     of two or more dimensions whose rank allows it approximated with warm start and error
     feedback, the others averaged without compression."""
     compression = getattr(state, "compression", None) or powersgd(4)
-    return _reduce(state, bucket,
-                   lambda grad: compression if compression.takes(grad.shape) else None)
+    return _reduce(state, bucket, lambda grad: _ops.for_gradient(compression, grad.shape))
 
 
 __all__ = ["State", "PowerSGDState", "allreduce_hook", "bf16_hook", "fp16_hook", "int8_hook",

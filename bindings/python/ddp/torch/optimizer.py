@@ -237,10 +237,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def _codec_for(self, tensor):
         """The engine codec a gradient is reduced with: the compressor's if it runs in the engine
         and takes the tensor (PowerSGD: a matrix whose rank allows it), else None."""
-        if self._codec is None:
-            return None
-        takes = getattr(self._compression, "takes", None)
-        return self._compression if takes is None or takes(tensor.shape) else None
+        return None if self._codec is None else _ops.for_gradient(self._compression, tensor.shape)
 
     def _submit_group(self, members):
         """One grouped allreduce per dtype of the group's (compressed) gradients."""
