@@ -23,6 +23,7 @@ EFA). The parameter-server job (k8s/ps/, two Indexed Jobs) runs one namespace pe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import importlib.util
 import os
@@ -31,6 +32,7 @@ import re
 import secrets
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -171,12 +173,13 @@ def rehearse_lost_worker(job: dict, workdir: pathlib.Path, worker: int = 1,
                          after: str = "epoch  2", timeout: float = 600,
                          dockerfile: pathlib.Path = dc.ROOT / "k8s" / "image" / "Dockerfile.cpu"):
     """A node lost in the middle of a job: the launcher's command runs until its output shows
-    AFTER, then every process of worker WORKER's pod is killed (SIGKILL: as its node going,
-    its sockets closed by the kernel), and the launcher is waited for. Then what the operator
-    and the launcher Job do next (k8s/mpijob/base/common.yaml: the worker pod made again,
-    the launcher run again, backoffLimit 2): the same command once more, the worker's pod
-    empty. Returns (first exit status, its output, seconds from the kill to the launcher's
-    exit, the second run's CompletedProcess)."""
+    AFTER, then every process of worker WORKER's pod is stopped and killed (SIGSTOP to all,
+    then SIGKILL: as its node going at once, its sockets closed by the kernel), and the
+    launcher is waited for. Then what the operator and the launcher Job do next
+    (k8s/mpijob/base/common.yaml: the worker pod made again, the launcher run again,
+    backoffLimit 2): the same command once more, the worker's pod empty. Returns (first exit
+    status, its output, seconds from the kill to the launcher's exit, the second run's
+    CompletedProcess)."""
     why = netsim.available()
     if why:
         raise RuntimeError(f"network namespaces: {why}")
@@ -193,8 +196,13 @@ def rehearse_lost_worker(job: dict, workdir: pathlib.Path, worker: int = 1,
             if killed is None and after in line:
                 pids = subprocess.run(["ip", "netns", "pids", cluster.namespaces[1 + worker]],
                                       capture_output=True, text=True).stdout.split()
-                for pid in pids:
-                    subprocess.run(["kill", "-9", pid], capture_output=True)
+                # A node goes at once: every process frozen first (none can see another die
+                # and say so), then all killed. Killed one by one, a rank of that pod saw its
+                # neighbour's exit and aborted the job, naming it, before its own kill came.
+                for sig in (signal.SIGSTOP, signal.SIGKILL):
+                    for pid in pids:
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(int(pid), sig)
                 killed = time.monotonic()
                 lines.append(f"--- rehearsal: killed {len(pids)} processes of "
                              f"{view['pods'][1 + worker]}\n")

@@ -100,8 +100,8 @@ def test_the_parameter_server_job(tmp_path):
 
 
 def test_a_lost_worker_is_named_and_the_job_run_again_completes(tmp_path):
-    """A node lost mid-run (every process of worker 1's pod killed during epoch 2): the
-    launcher fails, the surviving ranks naming the lost ones and their pod, well within the
+    """A node lost mid-run (every process of worker 1's pod stopped, then killed, during epoch
+    2): the launcher fails, the surviving ranks naming the lost ones and their pod, within the
     job's DDP_TIMEOUT_SECONDS (a killed process's connections close: seconds; a node that goes
     silent is named at that timeout); then, as the MPI operator and the launcher Job do (the
     worker made again, the launcher retried: backoffLimit 2), the job runs again and reaches
