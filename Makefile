@@ -387,8 +387,8 @@ chaos: build  ## CHAOS_TRIALS random faults on simulated hosts (root)
 	$(VENV)/bin/python tests/chaos/chaos.py --trials $(CHAOS_TRIALS) --out benchmarks/results
 
 # Rewrites the seed corpora (tests/fuzz/corpus/) from libddp's encoders (tests/fuzz/make_seeds.cc).
-fuzz-seeds: fuzz-build
-	build-fuzz/bin/make_seeds tests/fuzz/corpus
+fuzz-seeds: build
+	$(BUILD)/bin/make_seeds tests/fuzz/corpus
 
 # -O1: TSan's checks are the same; its build is a third faster than at -O2.
 tsan: tsan-build

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "compress/codec.h"
 #include "ddp/errors.h"
 #include "ddp/ps.h"
 #include "ps/optimizer.h"
@@ -68,7 +69,8 @@ RequestHeader Op(ps::Op op, uint32_t partition, uint64_t seq, int64_t clock, uin
   h.partition = partition;
   h.seq = seq;
   h.clock = clock;
-  h.bytes = bytes;
+  h.bytes = bytes;  // a push's payload (read only where one is carried)
+  if (op == ps::Op::kPull || op == ps::Op::kPushPull) h.answer_bytes = bytes;
   return h;
 }
 
@@ -249,6 +251,73 @@ TEST(PsCore, BadRequestsAreAnsweredWithErrorsAndTheServerGoesOn) {
   core.Handle(0, 5, Op(ps::Op::kPull, 0, 0, 0, 16), nullptr, &out);
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(Floats(out[0]), (std::vector<float>{1, 2, 3, 4}));
+}
+
+// A key whose pushes travel int8 (ps.h, KeyOptions::compression): each push is decoded into the
+// float32 sum; a push of the raw size, and disagreeing or impossible codecs, are refused.
+TEST(PsCore, CompressedPushesAreDecodedIntoTheSumAndOddOnesRefused) {
+  ServerCore core(Config(2));
+  std::vector<Outgoing> out;
+  constexpr uint64_t kCount = 300;  // two int8 blocks, the second partial
+  const compress::Coder& int8 = *compress::CoderFor(Codec::kInt8);
+  std::vector<float> zeros(kCount, 0.0f);
+  for (int w = 0; w < 2; ++w) {
+    RequestHeader h = InitHeader(0, kCount, Consistency::kSync, -1, "sgd", w == 0);
+    h.config.codec = static_cast<uint8_t>(Codec::kInt8);
+    core.Handle(w, 0, h, reinterpret_cast<const char*>(zeros.data()), &out);
+  }
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(StatusOf(out[0]).ok() && StatusOf(out[1]).ok()) << StatusOf(out[1]);
+  std::vector<float> g0(kCount), g1(kCount), want(kCount), d0(kCount), d1(kCount);
+  std::vector<uint8_t> e0(int8.EncodedBytes(kCount)), e1(e0.size());
+  for (size_t i = 0; i < kCount; ++i) {
+    g0[i] = static_cast<float>(i % 17) * 0.25f - 2.0f;
+    g1[i] = static_cast<float>(i) * 1e-3f;
+  }
+  int8.Encode(g0.data(), kCount, e0.data());
+  int8.Encode(g1.data(), kCount, e1.data());
+  int8.Decode(e0.data(), kCount, d0.data());
+  int8.Decode(e1.data(), kCount, d1.data());
+  out.clear();
+  // The raw float32 size is not what an int8 push carries.
+  core.Handle(0, 1, Op(ps::Op::kPush, 0, 1, 0, kCount * 4),
+              reinterpret_cast<const char*>(g0.data()), &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(StatusOf(out[0]).message(),
+                                absl::StrCat("which takes ", e0.size(), " (int8)")))
+      << StatusOf(out[0]);
+  out.clear();
+  RequestHeader push = Op(ps::Op::kPushPull, 0, 1, 0, e0.size());
+  push.answer_bytes = kCount * 4;
+  core.Handle(0, 2, push, reinterpret_cast<const char*>(e0.data()), &out);
+  core.Handle(1, 1, push, reinterpret_cast<const char*>(e1.data()), &out);
+  ASSERT_EQ(out.size(), 2u);
+  for (const Outgoing& o : out) {
+    ASSERT_TRUE(StatusOf(o).ok()) << StatusOf(o);
+    const std::vector<float> got = Floats(o);
+    ASSERT_EQ(got.size(), kCount);
+    for (size_t i = 0; i < kCount; ++i) ASSERT_EQ(got[i], d0[i] + d1[i]) << i;
+  }
+  // Registered with another codec by a worker: refused, naming both.
+  out.clear();
+  RequestHeader other = InitHeader(0, kCount, Consistency::kSync, -1, "sgd", false);
+  other.config.codec = static_cast<uint8_t>(Codec::kBf16);
+  core.Handle(1, 2, other, nullptr, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(StatusOf(out[0]).message(), "compression int8 vs bf16"))
+      << StatusOf(out[0]);
+  // PowerSGD is no push codec; int8 takes float32 keys only.
+  RequestHeader powersgd = InitHeader(1, 4, Consistency::kSync, -1, "sgd", false);
+  powersgd.config.codec = static_cast<uint8_t>(Codec::kPowerSgd);
+  EXPECT_FALSE(ps::CheckRequest(powersgd).ok());
+  out.clear();
+  RequestHeader doubles = InitHeader(1, 4, Consistency::kSync, -1, "sgd", false);
+  doubles.config.dtype = static_cast<uint8_t>(DataType::kFloat64);
+  doubles.config.codec = static_cast<uint8_t>(Codec::kInt8);
+  core.Handle(0, 3, doubles, nullptr, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(absl::StrContains(StatusOf(out[0]).message(), "need a float32 key, not f64"))
+      << StatusOf(out[0]);
 }
 
 TEST(PsCore, ARestoredServerEqualsTheCheckpointedOne) {

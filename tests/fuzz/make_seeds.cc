@@ -132,22 +132,27 @@ void Ps() {
   using namespace ddp::ps;
   const std::string value(16, '\0');
   std::string steps;
-  for (uint32_t p = 0; p < 2; ++p) {
+  // Partition 0 sync, 1 async, 2 sync with int8 pushes (4 values and their block's scale: 8
+  // bytes, decoded by the server).
+  constexpr uint32_t kInt8Partition = 2;
+  for (uint32_t p = 0; p < 3; ++p) {
     for (uint8_t w = 0; w < 3; ++w) {
       RequestHeader h = Init(p, p == 1, w == 0);
+      if (p == kInt8Partition) h.config.codec = static_cast<uint8_t>(ddp::Codec::kInt8);
       steps += std::string(1, static_cast<char>(w)) + Bytes(h) + (w == 0 ? value : "");
     }
   }
   for (uint64_t seq = 1; seq <= 2; ++seq) {
     for (uint8_t w = 0; w < 3; ++w) {
-      for (uint32_t p = 0; p < 2; ++p) {
+      for (uint32_t p = 0; p < 3; ++p) {
         RequestHeader h;
         h.op = static_cast<uint32_t>(Op::kPushPull);
         h.partition = p;
         h.seq = seq;
         h.clock = static_cast<int64_t>(seq);
-        h.bytes = 16;
-        steps += std::string(1, static_cast<char>(w)) + Bytes(h) + std::string(16, '\1');
+        h.bytes = p == kInt8Partition ? 8 : 16;
+        h.answer_bytes = 16;
+        steps += std::string(1, static_cast<char>(w)) + Bytes(h) + std::string(h.bytes, '\1');
       }
     }
   }

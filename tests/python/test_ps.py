@@ -51,6 +51,14 @@ def test_torch_sync_accumulates_backward_passes_then_equals_sgd(run_job):
 
 @pytest.mark.once
 @pytest.mark.torch
+def test_torch_int8_pushes_stay_near_sgd_with_the_same_weights_everywhere(run_job):
+    result = run_job(3, "ps_torch.py", "int8", launcher_args=("--servers", "1"))
+    digests = set(re.findall(r"digest (\S+)", result.stdout))
+    assert result.stdout.count(": ok") == 3 and len(digests) == 1, result.stdout
+
+
+@pytest.mark.once
+@pytest.mark.torch
 def test_torch_async_ends_with_the_same_weights_everywhere(run_job):
     result = run_job(3, "ps_torch.py", "async")  # colocated
     digests = set(re.findall(r"digest (\S+)", result.stdout))

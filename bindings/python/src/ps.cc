@@ -160,6 +160,8 @@ ddp::ps::KeyOptions KeyOptionsFrom(const py::dict& o) {
   opt.epsilon = o["eps"].cast<double>();
   opt.weight_decay = o["weight_decay"].cast<double>();
   opt.gradient_scale = o["gradient_scale"].cast<double>();
+  // Checked by Register (ddp.ps maps the names): an unknown value is named there.
+  options.compression = static_cast<ddp::Codec>(o["codec"].cast<uint8_t>());
   return options;
 }
 
@@ -204,6 +206,30 @@ py::dict PsServerStats() {
   return d;
 }
 
+// Per codec name: {"pushed": bytes its pushes carried, "decoded": the gradients' bytes}.
+py::dict PsWorkerStats() {
+  auto ps = CurrentPs("worker_stats");
+  const ddp::ps::WorkerStats s = ps->worker_stats();
+  py::dict pushed;
+  for (int c = 0; c < ddp::kNumCodecs; ++c) {
+    const auto i = static_cast<size_t>(c);
+    if (s.bytes_pushed_decoded[i] == 0) continue;
+    py::dict one;
+    one["pushed"] = s.bytes_pushed[i];
+    one["decoded"] = s.bytes_pushed_decoded[i];
+    pushed[py::str(std::string(ddp::CodecName(static_cast<ddp::Codec>(c))))] = one;
+  }
+  py::dict d;
+  d["push_bytes"] = pushed;
+  d["pushes"] = s.pushes;
+  d["bytes_pulled"] = s.bytes_pulled;
+  d["residual_floats"] = s.residual_floats;
+  d["requests_deferred"] = ps->requests_deferred();
+  d["servers_recovered"] = ps->servers_recovered();
+  d["pushes_lost"] = ps->pushes_lost();
+  return d;
+}
+
 }  // namespace
 
 void DefinePs(py::module_& m) {
@@ -215,6 +241,7 @@ void DefinePs(py::module_& m) {
   m.def("ps_register", &PsRegister);
   m.def("ps_submit", &PsSubmit);
   m.def("ps_server_stats", &PsServerStats);
+  m.def("ps_worker_stats", &PsWorkerStats);
   m.def("ps_server_bytes", [] { return CurrentPs("server_bytes")->ServerBytes(); });
   py::class_<PyPsHandle>(m, "PsHandle")
       .def("poll", &PyPsHandle::Poll)

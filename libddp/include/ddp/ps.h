@@ -28,6 +28,7 @@
 // the server and the rank responsible (ddp/errors.h).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -68,6 +69,12 @@ struct KeyOptions {
   // Async keys: -1 = unbounded; s >= 0 = bounded staleness s.
   int staleness = -1;
   OptimizerConfig optimizer;  // async keys
+  // The codec of this key's pushes (float32 keys): bf16, fp16 or int8, with error feedback
+  // (the residual of each partition kept by the worker and added to its next push); the server
+  // decodes each push into float32 before it sums or applies it. Pulls carry the value as it
+  // is. PowerSGD is refused: its factors are agreed among the workers by allreduces, and a
+  // server only sums. docs/compression.md.
+  Compression compression;
 };
 
 // A server-side optimizer for one partition (floating dtypes; f16 and bf16 arrive as f32).
@@ -163,6 +170,19 @@ struct ServerStats {
   int64_t rejoins = 0;
 };
 
+// What a worker has pushed and pulled (its payloads; a push sent again to a restarted server
+// counts once).
+struct WorkerStats {
+  // Per codec (index: ddp::Codec): the bytes its pushes carried (encoded), and the bytes of the
+  // gradients they encoded.
+  std::array<int64_t, kNumCodecs> bytes_pushed{};
+  std::array<int64_t, kNumCodecs> bytes_pushed_decoded{};
+  int64_t pushes = 0;  // partitions pushed
+  int64_t bytes_pulled = 0;
+  // Floats of error-feedback residual it holds (4 bytes each): compressed keys' partitions.
+  int64_t residual_floats = 0;
+};
+
 class ParameterServerImpl;
 
 class ParameterServer {
@@ -216,6 +236,7 @@ class ParameterServer {
   absl::Status Finish();
 
   ServerStats server_stats() const;
+  WorkerStats worker_stats() const;
   // Requests of this worker that waited for a server's credit (PsOptions::credit_bytes).
   int64_t requests_deferred() const;
   // Server restarts this worker recovered from, and its pushes that the restarted servers

@@ -63,7 +63,7 @@ void ParameterServerImpl::SendWaiting(int s) {
   const auto i = static_cast<size_t>(s);
   while (!waiting[i].empty()) {
     Waiting w = waiting[i].front();
-    const auto cost = static_cast<int64_t>(w.state->sent[w.slot].bytes);
+    const int64_t cost = Cost(w.state->sent[w.slot]);
     if (!HasCredit(i, cost)) break;
     waiting[i].pop_front();
     Send(w.state, w.slot, s, w.payload, w.out, cost);

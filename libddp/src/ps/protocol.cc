@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/comm_ids.h"
+#include "compress/codec.h"
 #include "ddp/errors.h"
 
 namespace ddp::ps {
@@ -47,11 +48,26 @@ absl::Status CheckRequest(const RequestHeader& h) {
   }
   // Counts, compared and subtracted as int64_t by the server: nothing a peer sends may overflow
   // them (found by tests/fuzz/fuzz_ps).
+  if (h.config.codec >= static_cast<uint8_t>(Codec::kPowerSgd)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown push codec ", h.config.codec, " (none, bf16, fp16 or int8)"));
+  }
   if (h.clock < 0 || h.seq > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
     return absl::InvalidArgumentError(
         absl::StrCat("request counters out of range (clock ", h.clock, ", push ", h.seq, ")"));
   }
   return absl::OkStatus();
+}
+
+uint64_t AnswerBytes(const RequestHeader& h) {
+  const auto op = static_cast<Op>(h.op);
+  return op == Op::kPull || op == Op::kPushPull ? h.answer_bytes : 0;
+}
+
+uint64_t PushBytes(DataType type, uint64_t count, uint8_t codec) {
+  const compress::Coder* coder = codec == 0 ? nullptr : compress::CoderFor(Codec{codec});
+  if (coder == nullptr) return count * DataTypeSize(type);
+  return coder->EncodedBytes(count);
 }
 
 bool CarriesPayload(const RequestHeader& h) {
@@ -110,6 +126,10 @@ std::string ConfigDifference(const PartitionConfig& a, const PartitionConfig& b)
                         DataTypeName(static_cast<DataType>(b.dtype)));
   }
   if (a.count != b.count) return absl::StrCat("element count ", a.count, " vs ", b.count);
+  if (a.codec != b.codec) {
+    return absl::StrCat("compression ", CodecName(Codec{a.codec}), " vs ",
+                        CodecName(Codec{b.codec}));
+  }
   if (a.consistency != b.consistency) return "consistency (sync vs async)";
   if (a.staleness != b.staleness) {
     return absl::StrCat("staleness ", a.staleness, " vs ", b.staleness);

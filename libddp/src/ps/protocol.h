@@ -45,7 +45,9 @@ struct PartitionConfig {
   uint8_t dtype = 0;
   uint8_t consistency = 0;
   uint8_t nesterov = 0;
-  uint8_t pad0 = 0;
+  // The codec of its pushes (ddp::Codec: none, bf16, fp16 or int8): a push's payload is the
+  // gradient encoded (docs/compression.md), which the server decodes into float32.
+  uint8_t codec = 0;
   int32_t staleness = -1;
   // Explicit, so that it is zero: an implicit hole here sent 4 bytes of the worker's stack to
   // the server with every init (and made tests/fuzz/make_seeds.cc's seeds differ run to run).
@@ -66,10 +68,11 @@ struct RequestHeader {
   uint32_t op = 0;
   uint32_t partition = 0;  // the partition's id (registration order over all keys)
   uint32_t flags = 0;
-  uint64_t seq = 0;        // pushes: this worker's push number for the partition (from 1)
-  int64_t clock = 0;       // pulls: sync, the version wanted; async, this worker's pushes
-  uint64_t bytes = 0;      // the payload's bytes (pushes, inits) or the answer's (pulls)
-  PartitionConfig config;  // inits
+  uint64_t seq = 0;           // pushes: this worker's push number for the partition (from 1)
+  int64_t clock = 0;          // pulls: sync, the version wanted; async, this worker's pushes
+  uint64_t bytes = 0;         // the payload's bytes (pushes, inits; a compressed push's fewer)
+  uint64_t answer_bytes = 0;  // pulls and push_pulls: the answer's payload (the value's bytes)
+  PartitionConfig config;     // inits
 };
 
 inline constexpr uint32_t kInitHasValue = 1;     // an init carrying the initial value
@@ -95,6 +98,10 @@ struct ResponseHeader {
 absl::Status CheckRequest(const RequestHeader& header);
 // Whether a request's payload (header.bytes bytes) follows it: pushes, and inits with a value.
 bool CarriesPayload(const RequestHeader& header);
+// The bytes of a request's answer payload: a pull's value (0 for the other ops).
+uint64_t AnswerBytes(const RequestHeader& header);
+// The bytes a push of `count` elements of `type` carries with `codec` (a codec only for float32).
+uint64_t PushBytes(DataType type, uint64_t count, uint8_t codec);
 absl::Status CheckResponse(const ResponseHeader& header);
 
 // The status a response carries, and back (the message truncated to fit).

@@ -147,6 +147,11 @@ int64_t ParameterServer::pushes_lost(int key) const {
   return most;
 }
 
+WorkerStats ParameterServer::worker_stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
 ServerStats ParameterServer::server_stats() const {
   return impl_->loop ? impl_->loop->stats() : ServerStats{};
 }

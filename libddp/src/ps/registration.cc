@@ -35,6 +35,7 @@ PartitionConfig RegisteredPartitionConfig(const std::string& name, int key_id, s
   c.consistency = static_cast<uint8_t>(key_options.consistency);
   c.staleness = async ? key_options.staleness : -1;
   c.count = count;
+  c.codec = static_cast<uint8_t>(key_options.compression.codec);
   if (async) {
     const OptimizerConfig& o = key_options.optimizer;
     std::memcpy(c.optimizer, o.name.data(), o.name.size());
@@ -99,6 +100,23 @@ absl::StatusOr<size_t> ParameterServerImpl::CheckKey(const std::string& name, Da
   if (key_options.optimizer.name.empty() ||
       key_options.optimizer.name.size() >= kOptimizerNameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("key '", name, "': bad optimizer name"));
+  }
+  const Compression& compression = key_options.compression;
+  if (compression.codec == Codec::kPowerSgd) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "key '", name,
+        "': PowerSGD cannot compress parameter-server pushes (its factors are agreed among the "
+        "workers by allreduces; a server only sums): use bf16, fp16 or int8"));
+  }
+  if (!IsValid(compression.codec) || compression.rank != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("key '", name, "': compression ",
+                                                   CompressionName(compression),
+                                                   " is not one of none, bf16, fp16, int8"));
+  }
+  if (!compression.none() && type != DataType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("key '", name, "': ", CompressionName(compression),
+                     " compression takes float32 keys, not ", DataTypeName(type)));
   }
   if (key_options.staleness < -1) {
     return absl::InvalidArgumentError(absl::StrCat("key '", name, "': staleness must be >= -1"));

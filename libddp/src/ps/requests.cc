@@ -61,7 +61,7 @@ void ParameterServerImpl::Post(const std::shared_ptr<HandleState>& state, size_t
   if (credit[static_cast<size_t>(s)] > 0) {
     const auto i = static_cast<size_t>(s);
     state->sent[slot].flags |= kWantsHeldNotice;
-    cost = static_cast<int64_t>(h.bytes);
+    cost = Cost(h);
     if (!waiting[i].empty() || !HasCredit(i, cost)) {
       waiting[i].push_back(Waiting{state, slot, payload, out});
       ++deferred_total;
@@ -118,7 +118,8 @@ void ParameterServerImpl::Send(const std::shared_ptr<HandleState>& state, size_t
   }
   add(std::move(answer));
   if (out != nullptr) {
-    add(t.Irecv(rank, Tag(req, Part::kResponsePayload), transport::Descriptor{}, out, h.bytes));
+    add(t.Irecv(rank, Tag(req, Part::kResponsePayload), transport::Descriptor{}, out,
+                AnswerBytes(h)));
   }
   add(t.Isend(rank, Tag(req, Part::kRequest), transport::Descriptor{}, &h, sizeof(h)));
   if (payload != nullptr) {

@@ -194,7 +194,7 @@ void ServerLoop::Dispatch(std::vector<Outgoing>* out) {
       LocalRequest& r = it->second;
       *r.response = o.header;
       if (o.has_payload && r.out != nullptr && o.payload != nullptr &&
-          o.payload->size() == r.header.bytes) {
+          o.payload->size() == AnswerBytes(r.header)) {
         std::memcpy(r.out, o.payload->data(), o.payload->size());
       }
       transport::RequestPtr done = r.done;

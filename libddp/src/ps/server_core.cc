@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status.h"
+#include "compress/codec.h"
 #include "ddp/errors.h"
 #include "ps/optimizer.h"
 #include "reduce/reduce.h"
@@ -18,6 +19,11 @@
 namespace ddp::ps {
 
 namespace {
+
+// A compressed partition's codec (null: its pushes carry the values as they are).
+const compress::Coder* CoderOf(const PartitionConfig& c) {
+  return c.codec == 0 ? nullptr : compress::CoderFor(Codec{c.codec});
+}
 
 bool Floating(DataType t) {
   return t == DataType::kFloat32 || t == DataType::kFloat64 || t == DataType::kFloat16 ||
@@ -38,6 +44,14 @@ std::string ServerCore::Name(int worker) const {
 ServerStats ServerCore::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;
+}
+
+const char* ServerCore::Decoded(const Partition& p, const char* payload) {
+  const compress::Coder* coder = CoderOf(p.config);
+  if (coder == nullptr) return payload;
+  decoded_.resize(p.config.count);
+  coder->Decode(reinterpret_cast<const uint8_t*>(payload), p.config.count, decoded_.data());
+  return reinterpret_cast<const char*>(decoded_.data());
 }
 
 std::vector<char>& ServerCore::Writable(Partition& p) {
@@ -73,6 +87,13 @@ absl::Status ServerCore::ConfigError(const PartitionConfig& c) const {
     return absl::InvalidArgumentError(absl::StrCat("partition ", c.part, " of ", c.parts));
   }
   if (c.consistency > 1) return absl::InvalidArgumentError("unknown consistency");
+  if (c.codec >= static_cast<uint8_t>(Codec::kPowerSgd)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown push codec ", c.codec));
+  }
+  if (c.codec != 0 && type != DataType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        CodecName(Codec{c.codec}), " pushes need a float32 key, not ", DataTypeName(type)));
+  }
   if (c.consistency == static_cast<uint8_t>(Consistency::kAsync)) {
     if (!Floating(type)) {
       return absl::InvalidArgumentError(
@@ -86,7 +107,7 @@ absl::Status ServerCore::ConfigError(const PartitionConfig& c) const {
 void ServerCore::Handle(int worker, uint64_t request, const RequestHeader& h, const char* payload,
                         std::vector<Outgoing>* out) {
   const auto op = static_cast<Op>(h.op);
-  const uint64_t pull_bytes = (op == Op::kPull || op == Op::kPushPull) ? h.bytes : 0;
+  const uint64_t pull_bytes = AnswerBytes(h);
   if (op == Op::kDone) {
     WorkerGone(worker, absl::OkStatus(), false, out);
     Outgoing o;
@@ -114,9 +135,9 @@ void ServerCore::Handle(int worker, uint64_t request, const RequestHeader& h, co
     if (!ApplyPush(worker, request, p, h, payload, op == Op::kPush, out)) return;
   }
   if (op == Op::kPull || op == Op::kPushPull) {
-    if (h.bytes != p.bytes) {
+    if (pull_bytes != p.bytes) {
       Fail(worker, request, pull_bytes,
-           absl::InvalidArgumentError(absl::StrCat("pull of ", h.bytes, " bytes of key '",
+           absl::InvalidArgumentError(absl::StrCat("pull of ", pull_bytes, " bytes of key '",
                                                    KeyName(p.config), "', which has ", p.bytes)),
            out);
       return;
@@ -132,7 +153,7 @@ void ServerCore::Handle(int worker, uint64_t request, const RequestHeader& h, co
     w.clock = op == Op::kPushPull
                   ? (sync ? static_cast<int64_t>(h.seq) : p.clock[static_cast<size_t>(worker)])
                   : h.clock;
-    w.bytes = h.bytes;
+    w.bytes = pull_bytes;
     w.since = absl::Now();
     if (Ready(p, w)) {
       Answer(p, w, out);
@@ -201,6 +222,11 @@ ServerCore::Partition* ServerCore::PartitionToInit(int worker, uint64_t request,
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.bytes_held += static_cast<int64_t>(bytes);
   } else {
+    if (p.restored && !p.registered) {
+      // How pushes travel is not the key's state: a job restored from a checkpoint may change
+      // it (its first registration here says how; the other workers' must agree).
+      p.config.codec = c.codec;
+    }
     const std::string diff = ConfigDifference(p.config, c);
     if (!diff.empty()) {
       Fail(worker, request, 0,
@@ -213,6 +239,7 @@ ServerCore::Partition* ServerCore::PartitionToInit(int worker, uint64_t request,
       return nullptr;
     }
   }
+  p.registered = true;
   return &p;
 }
 
@@ -264,13 +291,16 @@ bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const Req
                            const char* payload, bool answer_on_success,
                            std::vector<Outgoing>* out) {
   const auto op = static_cast<Op>(h.op);
-  const uint64_t pull_bytes = op == Op::kPushPull ? h.bytes : 0;
+  const uint64_t pull_bytes = op == Op::kPushPull ? AnswerBytes(h) : 0;
   const size_t w = static_cast<size_t>(worker);
   const bool sync = p.config.consistency == static_cast<uint8_t>(Consistency::kSync);
-  if (h.bytes != p.bytes) {
+  const uint64_t push_bytes = PushBytes(p.type, p.config.count, p.config.codec);
+  if (h.bytes != push_bytes) {
     Fail(worker, request, pull_bytes,
-         absl::InvalidArgumentError(absl::StrCat("push of ", h.bytes, " bytes to key '",
-                                                 KeyName(p.config), "', which has ", p.bytes)),
+         absl::InvalidArgumentError(absl::StrCat(
+             "push of ", h.bytes, " bytes to key '", KeyName(p.config), "', which takes ",
+             push_bytes,
+             p.config.codec != 0 ? absl::StrCat(" (", CodecName(Codec{p.config.codec}), ")") : "")),
          out);
     return false;
   }
@@ -286,7 +316,7 @@ bool ServerCore::ApplyPush(int worker, uint64_t request, Partition& p, const Req
     if (sync) {
       if (!AddToStep(worker, request, p, h, payload, pull_bytes, out)) return false;
     } else {
-      ApplyOptimizer(*p.optimizer, p.type, Writable(p).data(), payload, p.config.count);
+      ApplyOptimizer(*p.optimizer, p.type, Writable(p).data(), Decoded(p, payload), p.config.count);
       ++p.version;
       ++steps_;
     }
@@ -338,11 +368,20 @@ bool ServerCore::AddToStep(int worker, uint64_t request, Partition& p, const Req
     // in flight still holds it.
     if (p.spare != nullptr && p.spare.use_count() == 1 && p.spare->size() == p.bytes) {
       a.sum = std::move(p.spare);
-      std::memcpy(a.sum->data(), payload, p.bytes);
     } else {
-      a.sum = std::make_shared<std::vector<char>>(payload, payload + p.bytes);
+      a.sum = std::make_shared<std::vector<char>>(p.bytes);
+    }
+    if (const compress::Coder* coder = CoderOf(p.config)) {
+      coder->Decode(reinterpret_cast<const uint8_t*>(payload), p.config.count,
+                    reinterpret_cast<float*>(a.sum->data()));
+    } else {
+      std::memcpy(a.sum->data(), payload, p.bytes);
     }
     a.pushed.assign(workers_.size(), 0);
+  } else if (const compress::Coder* coder = CoderOf(p.config)) {
+    // Decoded straight into the sum (float32, in the order the pushes arrive).
+    coder->DecodeAdd(reinterpret_cast<const uint8_t*>(payload), p.config.count,
+                     reinterpret_cast<float*>(a.sum->data()));
   } else {
     reduce::Combine(p.type, ReduceOp::kSum, a.sum->data(), a.sum->data(), payload, p.config.count);
   }

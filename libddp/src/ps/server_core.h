@@ -117,7 +117,8 @@ class ServerCore {
     // steps the workers had completed, and the value is not the sum of the current version (that
     // sum died with the previous process) until the next step completes.
     bool value_lost = false;
-    bool rejoined = false;  // a worker registered it again with this restarted server
+    bool rejoined = false;    // a worker registered it again with this restarted server
+    bool registered = false;  // a worker's init has been accepted by this process
   };
   enum class WorkerState : uint8_t { kAlive, kDone, kFailed };
 
@@ -151,6 +152,9 @@ class ServerCore {
   void Fail(int worker, uint64_t request, uint64_t pull_bytes, const absl::Status& status,
             std::vector<Outgoing>* out) const;
   std::vector<char>& Writable(Partition& p);
+  // A push's gradient as the optimizer takes it: `payload` itself, or, for a compressed
+  // partition, its decoding (into decoded_, until the next call).
+  const char* Decoded(const Partition& p, const char* payload);
   int64_t MinLiveClock(const Partition& p) const;
   // The live workers `w` waits for.
   std::vector<int> Behind(const Partition& p, const Waiter& w) const;
@@ -163,6 +167,7 @@ class ServerCore {
 
   CoreConfig config_;
   std::map<uint32_t, Partition> parts_;
+  std::vector<float> decoded_;
   std::vector<WorkerState> workers_;
   absl::Status sync_failure_;  // a worker died with on_worker_loss = kFail
   int64_t steps_ = 0;          // versions advanced on this server

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/status.h"
 #include "common/thread_priority.h"
+#include "compress/codec.h"
 
 namespace ddp::ps {
 
@@ -181,6 +182,7 @@ Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void
   }
   const size_t n = key.parts.size();
   auto state = NewState(n);
+  if (pushes && !key.options.compression.none()) state->encoded.resize(n);
   for (size_t i = 0; i < n; ++i) {
     PartitionInfo& part = key.parts[i];
     RequestHeader& h = state->sent[i];
@@ -188,14 +190,53 @@ Handle ParameterServerImpl::Submit(int key_id, Op op, const void* gradient, void
     h.partition = part.id;
     if (pushes) h.seq = ++part.pushes;
     h.clock = static_cast<int64_t>(part.pushes);
-    h.bytes = part.bytes;
+    const char* payload = nullptr;
+    if (pushes) {
+      payload = PushPayload(key, part, static_cast<const char*>(gradient),
+                            state->encoded.empty() ? nullptr : &state->encoded[i]);
+      h.bytes = PushBytes(key.type, part.config.count, part.config.codec);
+    }
+    if (pulls) {
+      h.answer_bytes = part.bytes;
+      stats.bytes_pulled += static_cast<int64_t>(part.bytes);
+    }
     state->what.push_back(absl::StrCat(OpName(op), " of key '", key.name, "'",
                                        n > 1 ? absl::StrCat(" (partition ", i, " of ", n, ")") : "",
                                        " on ", ServerName(part.server)));
-    Post(state, i, part.server, pushes ? static_cast<const char*>(gradient) + part.offset : nullptr,
-         pulls ? static_cast<char*>(out) + part.offset : nullptr);
+    Post(state, i, part.server, payload, pulls ? static_cast<char*>(out) + part.offset : nullptr);
   }
   return Handle(std::move(state));
+}
+
+const char* ParameterServerImpl::PushPayload(const Key& key, PartitionInfo& part,
+                                             const char* gradient, std::vector<uint8_t>* encoded) {
+  const auto codec = static_cast<size_t>(key.options.compression.codec);
+  const size_t count = part.config.count;
+  ++stats.pushes;
+  stats.bytes_pushed_decoded[codec] += static_cast<int64_t>(part.bytes);
+  const char* raw = gradient + part.offset;
+  const compress::Coder* coder = compress::CoderFor(key.options.compression.codec);
+  if (encoded == nullptr || coder == nullptr) {
+    stats.bytes_pushed[codec] += static_cast<int64_t>(part.bytes);
+    return raw;
+  }
+  // Error feedback: this push encodes the gradient plus what the earlier ones lost, and its own
+  // loss becomes the residual.
+  if (part.residual.empty()) {
+    part.residual.assign(count, 0.0f);
+    stats.residual_floats += static_cast<int64_t>(count);
+  }
+  encode_from.resize(count);
+  const auto* g = reinterpret_cast<const float*>(raw);
+  float* r = part.residual.data();
+  for (size_t i = 0; i < count; ++i) {
+    encode_from[i] = g[i] + r[i];
+    r[i] = 0.0f;
+  }
+  encoded->resize(coder->EncodedBytes(count));
+  coder->Encode(encode_from.data(), count, encoded->data(), r);
+  stats.bytes_pushed[codec] += static_cast<int64_t>(encoded->size());
+  return reinterpret_cast<const char*>(encoded->data());
 }
 
 absl::Status ParameterServerImpl::Finish() {

@@ -5,6 +5,7 @@
 // (one operation in flight). Internal: ddp/ps.h is the public face.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -51,7 +52,10 @@ class HandleState : public std::enable_shared_from_this<HandleState> {
   std::unique_ptr<RequestHeader[]> sent;
   std::unique_ptr<ResponseHeader[]> answers;
   std::vector<std::string> what;  // per partition: "push of key 'w' (partition 1 of 2) on ..."
-  absl::Status failed;            // refused before anything was sent
+  // Per partition of a compressed key's push: the encoded gradient, sent (and sent again to a
+  // restarted server) from here.
+  std::vector<std::vector<uint8_t>> encoded;
+  absl::Status failed;  // refused before anything was sent
 
   std::mutex mu;
   std::condition_variable posted;  // signalled as the pacer posts this operation's requests
@@ -77,6 +81,9 @@ class ParameterServerImpl {
     size_t bytes = 0;
     uint64_t pushes = 0;     // this worker's pushes (the next push is pushes + 1)
     PartitionConfig config;  // as registered (sent again to a restarted server)
+    // A compressed key's error feedback: what this worker's pushes of it have lost so far to
+    // their encoding, added to the next push (one float per element, made at the first push).
+    std::vector<float> residual;
   };
   struct Key {
     std::string name;
@@ -115,6 +122,8 @@ class ParameterServerImpl {
   std::mutex mu;  // guards everything below
   std::vector<Key> keys;
   std::vector<int64_t> server_bytes;
+  WorkerStats stats;               // the byte counts (requests_deferred etc. are below)
+  std::vector<float> encode_from;  // a push's gradient plus its residual, as it is encoded
   uint32_t next_partition = 0;
   std::vector<uint64_t> next_request;  // per server
   bool finished = false;
@@ -147,6 +156,10 @@ class ParameterServerImpl {
   // Two requests may always be in flight at a server, whatever their size (one answered while the
   // next arrives); more while their bytes stay within the credit (many small keys).
   std::vector<int64_t> credit;  // per server; 0 = no limit
+  // What a request takes of its server's credit: the larger of its payload and its answer's.
+  static int64_t Cost(const RequestHeader& h) {
+    return static_cast<int64_t>(std::max(h.bytes, AnswerBytes(h)));
+  }
   bool HasCredit(size_t s, int64_t cost) const {
     return credited[s].size() < 2 || outstanding[s] + cost <= credit[s];
   }
@@ -207,6 +220,12 @@ class ParameterServerImpl {
   // A fresh operation of `n` requests.
   std::shared_ptr<HandleState> NewState(size_t n) const;
   Handle Submit(int key, Op op, const void* gradient, void* out);
+  // The payload of a push of `part` of `key` from `gradient` (the key's start): the gradient
+  // itself, or, for a compressed key, its encoding with the partition's residual added, into
+  // `encoded` (the residual then holds what this encoding lost). Counts the bytes. Caller
+  // holds mu.
+  const char* PushPayload(const Key& key, PartitionInfo& part, const char* gradient,
+                          std::vector<uint8_t>* encoded);
   absl::Status Finish();
 
   // registration.cc: a key's partitions, their servers, and the inits that register them.

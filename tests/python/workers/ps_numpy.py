@@ -6,6 +6,7 @@ import os
 
 import numpy as np
 
+import ddp
 import ddp.ps as ps
 
 ps.init()
@@ -39,12 +40,37 @@ ps.register("barrier", np.zeros(1, np.int32))
 ps.push_pull("barrier", np.ones(1, np.int32))
 assert np.all(ps.pull("counted") == 25 * n), ps.pull("counted")[:4]
 
+# Compressed pushes (by a name, as ddp.Compression, Horovod's fp16): with error feedback the sum of
+# the pulled sums stays within one step's loss per worker of the exact sum, however many steps.
+x = np.arange(1000) * 0.37
+for name, compression, loss in (("c.int8", ddp.Compression.int8, 5.1 / 254),
+                                ("c.fp16", ddp.Compression.fp16, 2.0 ** -9),
+                                ("c.bf16", "bf16", 2.0 ** -5)):
+    ps.register(name, np.zeros(1000, np.float32), compression=compression)
+    pulled, exact = np.zeros(1000), np.zeros(1000)
+    for step in range(10):
+        pulled += ps.push_pull(name, (np.sin(x + w + step) * 5).astype(np.float32))
+        exact += sum((np.sin(x + v + step) * 5).astype(np.float32) for v in range(n))
+    assert np.abs(pulled - exact).max() <= 1.5 * n * loss + 1e-3, (name, np.abs(pulled - exact))
+stats = ps.worker_stats()
+# One partition of 1000 values each: int8 is a byte per value and 4 scales of 4 bytes.
+assert stats["push_bytes"]["int8"] == {"pushed": 10 * 1016, "decoded": 10 * 4000}, stats
+assert stats["push_bytes"]["fp16"]["pushed"] == stats["push_bytes"]["bf16"]["pushed"] == 20000
+assert stats["residual_floats"] == 3000, stats
+
 # Mistakes are DDPErrors naming the key.
 for call, what in ((lambda: ps.pull("nope"), "no key 'nope'"),
                    (lambda: ps.push("counted", np.ones(3, np.float32)), "shape"),
                    (lambda: ps.register("counted", np.ones(3)), "registered already"),
                    (lambda: ps.register("ints", np.ones(3, np.int32), mode="async"),
-                    "floating dtype")):
+                    "floating dtype"),
+                   (lambda: ps.register("low", np.ones((4, 4), np.float32),
+                                        compression=ddp.Compression.powersgd(2)),
+                    "key 'low': PowerSGD cannot compress parameter-server pushes"),
+                   (lambda: ps.register("i8", np.ones(3, np.int32), compression="int8"),
+                    "int8 compression takes float32 keys"),
+                   (lambda: ps.register("z", np.ones(3, np.float32), compression="zip"),
+                    "compression must be None, one of")):
     try:
         call()
     except ps.DDPError as e:

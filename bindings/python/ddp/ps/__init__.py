@@ -21,6 +21,9 @@ others' only give the dtype and shape). Modes, stated precisely in docs/paramete
   a pull returns the latest value. ``staleness=s`` bounds how far a worker runs ahead of the
   slowest: after c pushes it pulls only once every live worker has pushed at least c - s times.
 
+Pushes may travel compressed (``register(..., compression=ddp.Compression.int8)``: bf16, fp16 or
+int8 in C++, with error feedback; docs/compression.md); ``worker_stats()`` counts their bytes.
+
 Roles: ``ddprun -np 4 --servers 2`` (or ``DDP_PS_SERVERS=2`` under mpirun: the last 2 ranks) starts
 server processes beside the workers; without it every rank is worker and server (colocated).
 """
@@ -29,9 +32,9 @@ from .._ddp import DDPError
 from .client import (Handle, finish, init, is_initialized, is_server, is_worker, num_servers,
                      num_workers, pull, pull_async, push, push_async, push_pull, push_pull_async,
                      rank, register, serve, server_bytes, server_index, server_stats, size,
-                     worker_index)
+                     worker_index, worker_stats)
 
 __all__ = ["init", "finish", "serve", "is_initialized", "is_worker", "is_server", "rank", "size",
            "worker_index", "server_index", "num_workers", "num_servers", "register", "push",
            "pull", "push_pull", "push_async", "pull_async", "push_pull_async", "Handle",
-           "server_stats", "server_bytes", "DDPError"]
+           "server_stats", "server_bytes", "worker_stats", "DDPError"]

@@ -98,12 +98,19 @@ def num_servers():
 
 
 def register(name, value, mode="sync", staleness=None, optimizer="sgd", lr=0.01, momentum=0.0,
-             nesterov=False, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, gradient_scale=1.0):
+             nesterov=False, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0, gradient_scale=1.0,
+             compression=None):
     """Registers key `name` with value's dtype and shape (worker 0's value is the initial one).
 
     Every worker registers the same keys in the same order with the same arguments. A key
     restored from a checkpoint (DDP_PS_CHECKPOINT_DIR) keeps the checkpoint's value. Returns
-    name."""
+    name.
+
+    compression (float32 keys): how pushes travel, encoded in C++ with error feedback (each
+    partition's residual kept by this worker and added to its next push): Compression.bf16,
+    Compression.int8, Horovod's Compression.fp16 (fp16 on the wire), or the names "bf16",
+    "fp16", "int8"; the servers decode each push into float32. Pulls carry the value as it is.
+    PowerSGD is refused (its factors are agreed among the workers; a server only sums)."""
     if mode not in ("sync", "async"):
         raise _ops.error(f"ddp.ps.register: mode must be 'sync' or 'async', not {mode!r}")
     if staleness is not None and (mode != "async" or int(staleness) < 0):
@@ -114,18 +121,26 @@ def register(name, value, mode="sync", staleness=None, optimizer="sgd", lr=0.01,
     return register_buffer(name, buf, buf.owner.dtype, mode=mode, staleness=staleness,
                             optimizer=optimizer, lr=lr, momentum=momentum, nesterov=nesterov,
                             betas=betas, eps=eps, weight_decay=weight_decay,
-                            gradient_scale=gradient_scale)
+                            gradient_scale=gradient_scale, compression=compression)
+
+
+def push_codec(compression, what):
+    """The engine codec a key's pushes travel with: register()'s `compression`."""
+    if getattr(compression, "__name__", "") == "FP16Compressor":  # Horovod's: fp16 on the wire
+        return _ops.CODECS["fp16"]
+    return _ops.codec_of(compression, what)[0]
 
 
 def register_buffer(name, buf, dtype, mode, staleness, optimizer, lr, momentum, nesterov, betas,
-                     eps, weight_decay, gradient_scale):
+                     eps, weight_decay, gradient_scale, compression=None):
     """register() on an already described buffer (ddp.torch's tensors come this way); `dtype`
     is what pull() allocates when given no `out`."""
     options = dict(mode=mode, staleness=-1 if staleness is None else int(staleness),
                    optimizer=str(optimizer), lr=float(lr), momentum=float(momentum),
                    nesterov=bool(nesterov), beta1=float(betas[0]), beta2=float(betas[1]),
                    eps=float(eps), weight_decay=float(weight_decay),
-                   gradient_scale=float(gradient_scale))
+                   gradient_scale=float(gradient_scale),
+                   codec=push_codec(compression, "ps.register"))
     key = _ddp.ps_register(name, buf.code, list(buf.shape), buf.address, options)
     _keys[name] = (key, buf.code, tuple(buf.shape), dtype)
     return name
@@ -225,6 +240,15 @@ def server_stats():
     """What this process's server has done (empty counts on a worker-only rank)."""
     _info("server_stats")
     return _ddp.ps_server_stats()
+
+
+def worker_stats():
+    """What this worker has pushed and pulled: "push_bytes" by codec ({"int8": {"pushed": bytes
+    its pushes carried, "decoded": the gradients' bytes}}), "pushes" (partitions pushed),
+    "bytes_pulled", "residual_floats" (error feedback's memory: 4 bytes each),
+    "requests_deferred", "servers_recovered", "pushes_lost"."""
+    _info("worker_stats")
+    return _ddp.ps_worker_stats()
 
 
 def server_bytes():

@@ -30,6 +30,8 @@ pulled parameters land in a buffer of their own and are copied in at step(), not
 may still read them.
 
 CUDA parameters are staged through pinned host memory (buffers per parameter, reused).
+compression=Compression.int8 (or .bf16, Horovod's .fp16) pushes float32 gradients encoded, with
+error feedback (ddp.ps.register).
 """
 
 import weakref
@@ -70,10 +72,12 @@ class ParameterServerOptimizer:
     named_parameters: (name, parameter) pairs (model.named_parameters()); without them the
     parameters are named by their order in the optimizer's groups. gradient_scale (async):
     the servers multiply each gradient by it first (e.g. 1/num_workers).
-    backward_passes_per_step: backward passes accumulated locally before a push (1)."""
+    backward_passes_per_step: backward passes accumulated locally before a push (1).
+    compression: how float32 gradients are pushed (ddp.ps.register's: Compression.bf16, .int8,
+    Horovod's .fp16, with error feedback; other dtypes go as they are)."""
 
     def __init__(self, optimizer, named_parameters=None, mode="sync", staleness=None,
-                 gradient_scale=1.0, backward_passes_per_step=1):
+                 gradient_scale=1.0, backward_passes_per_step=1, compression=None):
         if mode not in ("sync", "async"):
             raise error(f"ddp.torch.ParameterServerOptimizer: mode must be 'sync' or 'async', "
                         f"not {mode!r}")
@@ -117,7 +121,8 @@ class ParameterServerOptimizer:
                 buf = _TorchAdapter.describe(host, "ParameterServerOptimizer", key, True)
                 _ps.register_buffer(key, buf, None, mode=mode,
                                      staleness=staleness if mode == "async" else None,
-                                     **self._defaults(settings))
+                                     compression=compression if p.dtype == torch.float32
+                                     else None, **self._defaults(settings))
                 # Every worker starts from worker 0's values (or the checkpoint's).
                 self._pull(key, p, pinned)
                 self._index[id(p)] = len(self._params)
