@@ -371,6 +371,36 @@ TEST(PsCore, ARestoredServerEqualsTheCheckpointedOne) {
   std::filesystem::remove_all(dir, ignored);
 }
 
+// How pushes travel is not a key's state: a job restored from a checkpoint may register its key
+// with a codec the checkpointing job did not use; the first registration says which, and a
+// worker that disagrees with it is refused.
+TEST(PsCore, ARestoredKeyTakesTheCodecItIsRegisteredWith) {
+  const ScratchDir scratch;
+  ps::CoreConfig c = Config(2);
+  c.checkpoint_dir = scratch.path();
+  ServerCore a(c);
+  InitAll(a, 2, 4, Consistency::kSync, -1, "sgd", {1, 2, 3, 4});
+  ASSERT_TRUE(a.WriteCheckpoint().ok());
+  ServerCore b(c);
+  ASSERT_TRUE(b.Restore().ok());
+  std::vector<Outgoing> out;
+  for (int w = 0; w < 2; ++w) {
+    RequestHeader h = InitHeader(0, 4, Consistency::kSync, -1, "sgd", false);
+    h.config.codec = static_cast<uint8_t>(w == 0 ? Codec::kBf16 : Codec::kNone);
+    b.Handle(w, 0, h, nullptr, &out);
+  }
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_TRUE(StatusOf(out[0]).ok()) << StatusOf(out[0]);
+  EXPECT_TRUE(absl::StrContains(StatusOf(out[1]).message(), "compression bf16 vs none"))
+      << StatusOf(out[1]);
+  // Its pushes are bf16 now: 2 bytes a value.
+  out.clear();
+  const std::vector<uint16_t> half = {0x3f80, 0x4000, 0x4040, 0x4080};  // 1, 2, 3, 4
+  b.Handle(0, 1, Op(ps::Op::kPush, 0, 1, 0, 8), reinterpret_cast<const char*>(half.data()), &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(StatusOf(out[0]).ok()) << StatusOf(out[0]);
+}
+
 // An optimizer's saved state, a checkpoint's bytes: the step, the sizes of its two arrays, the
 // arrays. State that does not fit the partition is refused.
 TEST(PsOptimizer, SavedStateIsTheStepTheSizesAndTheArrays) {
