@@ -14,6 +14,7 @@
 #include "collectives/collectives.h"
 #include "common/status.h"
 #include "compress/codec.h"
+#include "nccl/device.h"
 #include "reduce/epilogue.h"
 #include "reduce/reduce.h"
 
@@ -112,8 +113,28 @@ size_t CompressedAllreduces::residual_floats() const {
   return n;
 }
 
-void CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Response*>& batch,
-                                std::vector<LocalOp*>& ops) {
+const void* CompressedAllreduces::HostInput(const LocalOp& op, size_t k, size_t bytes,
+                                            absl::Status* status) {
+  if (op.meta.device != kCudaMemory) return op.inputs[k];
+  staging_.resize(bytes);
+  *status = nccl::CopyToHostWhenReady(staging_.data(), op.inputs[k], bytes, op.ready);
+  return staging_.data();
+}
+
+absl::Status CompressedAllreduces::Output(const LocalOp& op, size_t k, DataType type,
+                                          const float* y, size_t count) {
+  if (op.meta.device != kCudaMemory) {
+    FromFloats(type, y, op.outputs[k], count);
+    return absl::OkStatus();
+  }
+  const size_t bytes = count * DataTypeSize(type);
+  staging_.resize(bytes);
+  FromFloats(type, y, staging_.data(), count);
+  return nccl::CopyToDevice(op.outputs[k], staging_.data(), bytes);
+}
+
+absl::Status CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Response*>& batch,
+                                        std::vector<LocalOp*>& ops) {
   const DataType type = batch[0]->meta.type;
   size_t offset = 0;
   for (const Response* r : batch) {
@@ -129,7 +150,10 @@ void CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Response*>& b
     size_t at = 0;
     for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
       const size_t count = ElementCount(r->meta.shapes[k]);
-      ToFloats(type, local->inputs[k], x + at, count, r->meta.prescale);
+      absl::Status copied;
+      const void* in = HostInput(*local, k, count * DataTypeSize(type), &copied);
+      if (!copied.ok()) return Annotate(copied, absl::StrCat("CUDA tensor '", r->name, "'"));
+      ToFloats(type, in, x + at, count, r->meta.prescale);
       at += count;
     }
     auto it = residuals_.find(Key(set, r->name));
@@ -138,10 +162,12 @@ void CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Response*>& b
     }
     offset += n;
   }
+  return absl::OkStatus();
 }
 
-void CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Response*>& batch,
-                                  const std::vector<LocalOp*>& ops, int active, bool keep_lost) {
+absl::Status CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Response*>& batch,
+                                          const std::vector<LocalOp*>& ops, int active,
+                                          bool keep_lost) {
   const DataType type = batch[0]->meta.type;
   size_t offset = 0;
   for (size_t b = 0; b < batch.size(); ++b) {
@@ -160,12 +186,14 @@ void CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Response*>&
       size_t at = 0;
       for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
         const size_t count = ElementCount(r->meta.shapes[k]);
-        FromFloats(type, y + at, ops[b]->outputs[k], count);
+        const absl::Status out = Output(*ops[b], k, type, y + at, count);
+        if (!out.ok()) return Annotate(out, absl::StrCat("CUDA tensor '", r->name, "'"));
         at += count;
       }
     }
     offset += n;
   }
+  return absl::OkStatus();
 }
 
 absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Response*>& batch,
@@ -183,16 +211,18 @@ absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Respon
   }
   const int64_t t0 = executor_.Now();
   std::vector<LocalOp*> ops;
-  Pack(set, batch, ops);
+  absl::Status s = Pack(set, batch, ops);
   const int64_t t1 = executor_.Now();
   const uint64_t sent = set.comm->bytes_sent();
   const uint64_t received = set.comm->bytes_received();
   std::optional<reduce::CombineTimer> timer;
   if (executor_.timing()) timer.emplace();
-  absl::Status s = absl::OkStatus();
-  if (low_rank) {
+  const compress::Coder* coder = compress::CoderFor(compression.codec);
+  if (!s.ok()) {
+    // a CUDA input that could not be read: the batch fails as it is
+  } else if (low_rank) {
     s = LowRank(set, batch, ops, compression.rank);
-  } else if (const compress::Coder* coder = compress::CoderFor(compression.codec)) {
+  } else if (coder != nullptr) {
     s = collectives::CompressedAllreduce(*set.comm, data_.data(), total, *coder, lost_.data());
   } else {
     s = absl::InternalError("a compressed allreduce without a codec");
@@ -205,7 +235,8 @@ absl::Status CompressedAllreduces::Run(ProcessSet& set, const std::vector<Respon
   const uint64_t in = set.comm->bytes_received() - received;
   executor_.Wire(compression, out, in);
   const int64_t t2 = executor_.Now();
-  Unpack(set, batch, ops, active, !low_rank);
+  s = Unpack(set, batch, ops, active, !low_rank);
+  if (!s.ok()) return Annotate(s, absl::StrCat("allreduce of ", TensorNames(batch)));
   executor_.Residuals(residual_floats());
   const int64_t t3 = executor_.Now();
   const std::string codec_name(CompressionName(compression));

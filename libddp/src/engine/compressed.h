@@ -33,7 +33,14 @@ class CompressedAllreduces {
   // residuals_'s key of a tensor: "process set/name".
   static std::string Key(const ProcessSet& set, const std::string& name);
   // The batch end to end in data_ as float32: each tensor prescaled, plus its residual.
-  void Pack(ProcessSet& set, const std::vector<Response*>& batch, std::vector<LocalOp*>& ops);
+  absl::Status Pack(ProcessSet& set, const std::vector<Response*>& batch,
+                    std::vector<LocalOp*>& ops);
+  // Input k of `op` in host memory: itself, or, for a CUDA tensor, a copy in staging_ once its
+  // producer's stream has reached the submission (`status` says how the copy went).
+  const void* HostInput(const LocalOp& op, size_t k, size_t bytes, absl::Status* status);
+  // `count` float32 results into output k of `op` as its dtype (a CUDA tensor's through
+  // staging_, copied to the device before this returns).
+  absl::Status Output(const LocalOp& op, size_t k, DataType type, const float* y, size_t count);
   // PowerSGD of data_'s matrices (each tensor shape: its first dimension by the rest) at `rank`:
   // data_ becomes the approximation of their sum, each tensor's residual what this rank's
   // approximation lost (compressed_powersgd.cc).
@@ -44,12 +51,13 @@ class CompressedAllreduces {
                                   const std::vector<LocalOp*>& ops);
   // The result into each tensor's output; with `keep_lost`, its share of lost_ kept as its
   // residual (the elementwise codecs; PowerSGD writes the residuals itself).
-  void Unpack(ProcessSet& set, const std::vector<Response*>& batch,
-              const std::vector<LocalOp*>& ops, int active, bool keep_lost);
+  absl::Status Unpack(ProcessSet& set, const std::vector<Response*>& batch,
+                      const std::vector<LocalOp*>& ops, int active, bool keep_lost);
 
   Executor& executor_;
   std::vector<float> data_;
   std::vector<float> lost_;
+  std::vector<char> staging_;  // a CUDA tensor's input or output on its way through the host
   // By "process set/tensor name": what the last encodings of it lost (reset on a size change).
   absl::flat_hash_map<std::string, std::vector<float>> residuals_;
   // PowerSGD: each matrix's last Q (its warm start), by "process set/tensor name#shape".

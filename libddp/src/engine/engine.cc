@@ -69,7 +69,7 @@ std::string Codes(int count, absl::string_view (*name)(Enum)) {
 // What an allreduce with `compression` takes (codec.h's codecs are for floating-point values,
 // summed).
 absl::Status CheckCompression(absl::FunctionRef<std::string()> what, DataType type, ReduceOp op,
-                              Compression compression, const Device& device) {
+                              Compression compression) {
   if (compression == Codec::kNone) return absl::OkStatus();
   if (!IsValid(compression.codec)) {
     return absl::InvalidArgumentError(
@@ -91,12 +91,6 @@ absl::Status CheckCompression(absl::FunctionRef<std::string()> what, DataType ty
   if (op != ReduceOp::kSum && op != ReduceOp::kAverage) {
     return absl::InvalidArgumentError(absl::StrCat(
         what(), ": ", codec, " compression sums (sum or average), not ", ReduceOpName(op)));
-  }
-  if (device.is_cuda()) {
-    return absl::UnimplementedError(absl::StrCat(
-        what(), ": ", codec,
-        " compression of CUDA tensors is not built yet: copy it to the CPU, or submit it "
-        "without compression (docs/compression.md)"));
   }
   return absl::OkStatus();
 }
@@ -379,7 +373,7 @@ Handle EngineImpl::SubmitOne(OpKind kind, std::string name, const void* input, v
   // The operations that split or concatenate along the first dimension need one.
   const bool needs_first_dim = kind != OpKind::kAllreduce && kind != OpKind::kBroadcast;
   absl::Status s = CheckCommon(what, type, op);
-  if (s.ok()) s = CheckCompression(what, type, op, compression, device);
+  if (s.ok()) s = CheckCompression(what, type, op, compression);
   if (s.ok()) s = CheckShape(what, shape, type, needs_first_dim);
   if (s.ok()) s = CheckLowRank(what, shape, compression);
   // Allreduce writes its output where its input is non-empty; an `into` call wherever its result
@@ -430,7 +424,7 @@ Handle EngineImpl::GroupedAllreduceAsync(std::string group, std::vector<GroupMem
   const std::string what = absl::StrCat("grouped allreduce '", group, "'");
   auto whole = [&what] { return what; };
   absl::Status s = CheckCommon(whole, type, op);
-  if (s.ok()) s = CheckCompression(whole, type, op, compression, device);
+  if (s.ok()) s = CheckCompression(whole, type, op, compression);
   if (s.ok() && members.empty()) s = absl::InvalidArgumentError(what + ": no members");
   auto op_ = std::make_unique<LocalOp>();
   op_->meta = TensorMeta{OpKind::kAllreduce, type, op, -1, kCpuMemory, prescale, postscale, {}};

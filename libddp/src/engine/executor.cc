@@ -81,7 +81,10 @@ absl::Status Executor::Execute(ProcessSet& set, std::vector<Response>& responses
       Finish(set, r.name, r.error);
       continue;
     }
-    DeviceOperations* ops = operations_[DeviceIndex(r.meta.device)].get();
+    // Compressed allreduces run on the host (CUDA tensors staged through host memory:
+    // compressed.h), their codecs on the CPU.
+    const bool on_host = r.meta.kind == OpKind::kAllreduce && !r.meta.compression.none();
+    DeviceOperations* ops = operations_[DeviceIndex(on_host ? kCpuMemory : r.meta.device)].get();
     if (ops == nullptr) {
       Finish(set, r.name, absl::UnimplementedError("no operations for this memory"));
       continue;

@@ -129,9 +129,14 @@ inline constexpr Backoff::Policy kDevicePollBackoff{0, 50, absl::Microseconds(20
 // Makes `stream` (a cudaStream_t; null: the legacy default one) wait for `done` (no-op for null).
 absl::Status StreamWait(const DonePtr& done, void* stream);
 
-// For tests and benchmarks: plain device memory and copies (synchronous).
+// Plain device memory and synchronous copies (on the legacy default stream of the device that
+// owns the device pointer): for tests and benchmarks, and for the engine's compressed
+// allreduces of CUDA tensors, staged through host memory (engine/compressed.h).
 absl::StatusOr<std::shared_ptr<void>> DeviceAlloc(int device, size_t bytes);
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
 absl::Status CopyToHost(void* dst, const void* src, size_t bytes);
+// CopyToHost once `ready` (a submission's RecordReady; null: at once) has completed: the host
+// waits for the tensor's producer on its stream, then copies.
+absl::Status CopyToHostWhenReady(void* dst, const void* src, size_t bytes, const ReadyPtr& ready);
 
 }  // namespace ddp::nccl

@@ -12,9 +12,10 @@ Each bucket is averaged over the DDP model's process group by the engine, with i
 feedback kept by bucket (and, for PowerSGD, by gradient) across iterations: allreduce_hook (no
 compression), bf16_hook, fp16_hook, int8_hook (the bucket's buffer encoded as a whole) and
 powersgd_hook (each gradient of two or more dimensions whose rank allows it approximated at the
-state's rank; the others without compression). CUDA buckets are staged through host memory (the
-engine's codecs run on the CPU). The state's `process_group` is the DDP model's (None: the
-default group), which must run on the "ddp" backend."""
+state's rank; the others without compression). CUDA buckets go to the engine as they are: it
+stages them through host memory once their stream has produced them (its codecs run on the
+CPU), and an uncompressed one is reduced by NCCL. The state's `process_group` is the DDP
+model's (None: the default group), which must run on the "ddp" backend."""
 from __future__ import annotations
 
 import queue
@@ -90,10 +91,7 @@ def _reduce(state, bucket, compression_of):
     """Averages the bucket's gradients in the engine, each with compression_of(tensor) (None:
     without), in at most two grouped allreduces (one per compression); a future of the buffer."""
     buffer = bucket.buffer()
-    staged = buffer.device.type != "cpu"
-    work_buffer = buffer.to("cpu") if staged else buffer
-    grads = ([work_buffer] if compression_of is None else
-             _split(work_buffer, bucket.gradients()) if staged else bucket.gradients())
+    grads = [buffer] if compression_of is None else bucket.gradients()
     process_set = _process_set(state)
     groups: dict = {}
     for grad in grads:
@@ -110,22 +108,11 @@ def _reduce(state, bucket, compression_of):
         try:
             for handle in handles:
                 handle.wait()
-            if staged:
-                buffer.copy_(work_buffer)
             future.set_result(buffer)
         except BaseException as e:  # noqa: BLE001 - the future carries it to DDP
             future.set_exception(e)
     _completer.submit(finish)
     return future
-
-
-def _split(flat, like):
-    """Views of FLAT shaped as the tensors LIKE, end to end (a staged bucket's gradients)."""
-    out, at = [], 0
-    for t in like:
-        out.append(flat[at:at + t.numel()].view(t.shape))
-        at += t.numel()
-    return out
 
 
 def _whole(compression):
