@@ -147,18 +147,26 @@ absl::Status CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Respo
       offset += n;
       continue;
     }
+    auto it = residuals_.find(Key(set, r->name));
+    const float* residual =
+        it != residuals_.end() && it->second.size() == n ? it->second.data() : nullptr;
     size_t at = 0;
     for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
       const size_t count = ElementCount(r->meta.shapes[k]);
       absl::Status copied;
       const void* in = HostInput(*local, k, count * DataTypeSize(type), &copied);
       if (!copied.ok()) return Annotate(copied, absl::StrCat("CUDA tensor '", r->name, "'"));
-      ToFloats(type, in, x + at, count, r->meta.prescale);
+      if (type == DataType::kFloat32 && r->meta.prescale == 1.0 && residual != nullptr) {
+        // The common case in one pass over memory: the gradient plus its residual.
+        const auto* g = static_cast<const float*>(in);
+        for (size_t i = 0; i < count; ++i) x[at + i] = g[i] + residual[at + i];
+      } else {
+        ToFloats(type, in, x + at, count, r->meta.prescale);
+        if (residual != nullptr) {
+          for (size_t i = 0; i < count; ++i) x[at + i] += residual[at + i];
+        }
+      }
       at += count;
-    }
-    auto it = residuals_.find(Key(set, r->name));
-    if (it != residuals_.end() && it->second.size() == n) {
-      for (size_t i = 0; i < n; ++i) x[i] += it->second[i];
     }
     offset += n;
   }
@@ -182,12 +190,21 @@ absl::Status CompressedAllreduces::Unpack(ProcessSet& set, const std::vector<Res
             lost_.begin() + static_cast<std::ptrdiff_t>(offset + n));
       }
       float* y = data_.data() + offset;
-      reduce::Epilogue::For(r->meta.op, active, r->meta.postscale).Apply(DataType::kFloat32, y, n);
+      const reduce::Epilogue epilogue =
+          reduce::Epilogue::For(r->meta.op, active, r->meta.postscale);
+      // float32 in host memory: the epilogue writes the outputs (one pass); else it finishes y,
+      // which is then converted or copied out.
+      const bool direct = type == DataType::kFloat32 && ops[b]->meta.device != kCudaMemory;
+      if (!direct) epilogue.Apply(DataType::kFloat32, y, n);
       size_t at = 0;
       for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
         const size_t count = ElementCount(r->meta.shapes[k]);
-        const absl::Status out = Output(*ops[b], k, type, y + at, count);
-        if (!out.ok()) return Annotate(out, absl::StrCat("CUDA tensor '", r->name, "'"));
+        if (direct) {
+          epilogue.Apply(DataType::kFloat32, ops[b]->outputs[k], y + at, count);
+        } else {
+          const absl::Status out = Output(*ops[b], k, type, y + at, count);
+          if (!out.ok()) return Annotate(out, absl::StrCat("CUDA tensor '", r->name, "'"));
+        }
         at += count;
       }
     }
