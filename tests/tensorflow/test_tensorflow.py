@@ -9,13 +9,15 @@ import re
 import pytest
 
 
-@pytest.mark.parametrize("np", [1, 2, 3])
+# 1 rank alone and 3: the ops' binding does not change with the count (the engine's collectives
+# on 2 ranks are the C++ conformance suite's; a run at 2 took half a minute of make test's).
+@pytest.mark.parametrize("np", [1, 3])
 def test_every_op_and_dtype_matches_numpy_eager_and_in_tf_function(run_job, np):
     result = run_job(np, "tf_ops.py")
     assert result.stdout.count(": ok") == np
 
 
-# 3 ranks (2 are Horovod's own suite's, make horovod-suite-tf, and tf_ops.py's here).
+# 3 ranks (2 are Horovod's own suite's, make horovod-suite-tf).
 @pytest.mark.parametrize("np", [3])
 def test_gradients_follow_horovods_rules(run_job, np):
     result = run_job(np, "tf_grads.py")
