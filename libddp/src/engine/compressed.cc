@@ -14,6 +14,7 @@
 #include "collectives/collectives.h"
 #include "common/status.h"
 #include "compress/codec.h"
+#include "engine/operations.h"
 #include "nccl/device.h"
 #include "reduce/epilogue.h"
 #include "reduce/reduce.h"
@@ -82,7 +83,8 @@ Carry& TheCarry() {
 
 }  // namespace
 
-CompressedAllreduces::CompressedAllreduces(Executor& executor) : executor_(executor) {
+CompressedAllreduces::CompressedAllreduces(Executor& executor, CudaBackend& cuda)
+    : executor_(executor), cuda_(cuda) {
   Carry& carry = TheCarry();
   std::lock_guard<std::mutex> lock(carry.mu);
   if (!carry.on) return;
@@ -117,7 +119,9 @@ const void* CompressedAllreduces::HostInput(const LocalOp& op, size_t k, size_t 
                                             absl::Status* status) {
   if (op.meta.device != kCudaMemory) return op.inputs[k];
   staging_.resize(bytes);
-  *status = nccl::CopyToHostWhenReady(staging_.data(), op.inputs[k], bytes, op.ready);
+  absl::StatusOr<std::shared_ptr<nccl::Backend>> backend = cuda_.Get();
+  *status = backend.ok() ? (*backend)->StageOut(staging_.data(), op.inputs[k], bytes, op.ready)
+                         : backend.status();
   return staging_.data();
 }
 
@@ -127,10 +131,12 @@ absl::Status CompressedAllreduces::Output(const LocalOp& op, size_t k, DataType 
     FromFloats(type, y, op.outputs[k], count);
     return absl::OkStatus();
   }
+  DDP_ASSIGN_OR_RETURN(std::shared_ptr<nccl::Backend> backend, cuda_.Get());
   const size_t bytes = count * DataTypeSize(type);
+  if (type == DataType::kFloat32) return backend->StageIn(op.outputs[k], y, bytes);
   staging_.resize(bytes);
   FromFloats(type, y, staging_.data(), count);
-  return nccl::CopyToDevice(op.outputs[k], staging_.data(), bytes);
+  return backend->StageIn(op.outputs[k], staging_.data(), bytes);
 }
 
 absl::Status CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Response*>& batch,

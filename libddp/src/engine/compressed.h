@@ -16,10 +16,13 @@
 
 namespace ddp::engine {
 
+class CudaBackend;  // operations.h
+
 class CompressedAllreduces {
  public:
   // Starts with the residuals the engines before it left (CarryCompressionResidualsOverReset).
-  explicit CompressedAllreduces(Executor& executor);
+  // CUDA tensors are staged through host memory by `cuda`'s backend.
+  CompressedAllreduces(Executor& executor, CudaBackend& cuda);
   // Leaves its residuals for the next engine when asked to.
   ~CompressedAllreduces();
   CompressedAllreduces(const CompressedAllreduces&) = delete;
@@ -55,6 +58,7 @@ class CompressedAllreduces {
                       const std::vector<LocalOp*>& ops, int active, bool keep_lost);
 
   Executor& executor_;
+  CudaBackend& cuda_;
   std::vector<float> data_;
   std::vector<float> lost_;
   std::vector<char> staging_;  // a CUDA tensor's input or output on its way through the host

@@ -63,8 +63,8 @@ using reduce::Epilogue;
 
 class CpuOperations final : public DeviceOperations {
  public:
-  CpuOperations(Executor& executor, std::string transport_name)
-      : executor_(executor), transport_(std::move(transport_name)), compressed_(executor) {}
+  CpuOperations(Executor& executor, std::string transport_name, CudaBackend& cuda)
+      : executor_(executor), transport_(std::move(transport_name)), compressed_(executor, cuda) {}
 
   absl::Status Allreduce(ProcessSet& set, const std::vector<Response*>& batch,
                          int active) override {
@@ -409,9 +409,9 @@ void* CpuOperations::OutputFor(const LocalOp& op, size_t bytes, absl::Status* mi
 
 }  // namespace
 
-std::unique_ptr<DeviceOperations> MakeCpuOperations(Executor& executor,
-                                                    std::string transport_name) {
-  return std::make_unique<CpuOperations>(executor, std::move(transport_name));
+std::unique_ptr<DeviceOperations> MakeCpuOperations(Executor& executor, std::string transport_name,
+                                                    CudaBackend& cuda) {
+  return std::make_unique<CpuOperations>(executor, std::move(transport_name), cuda);
 }
 
 }  // namespace ddp::engine

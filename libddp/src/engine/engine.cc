@@ -259,7 +259,7 @@ absl::Status EngineImpl::Start() {
                                  });
   executor_->SetOperations(
       kCpuMemory,
-      MakeCpuOperations(*executor_, transport_ != nullptr ? transport_->name() : "none"));
+      MakeCpuOperations(*executor_, transport_ != nullptr ? transport_->name() : "none", cuda_));
   executor_->SetOperations(kCudaMemory, MakeCudaOperations(*executor_, cuda_));
   next_cycle_ = absl::Now();
   thread_ = std::thread([this] { Loop(); });

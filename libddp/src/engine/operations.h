@@ -14,7 +14,11 @@
 
 namespace ddp::engine {
 
-std::unique_ptr<DeviceOperations> MakeCpuOperations(Executor& executor, std::string transport_name);
+class CudaBackend;
+// The operations on host memory; compressed allreduces of CUDA tensors too, staged through host
+// memory by `cuda`'s backend (compressed.h).
+std::unique_ptr<DeviceOperations> MakeCpuOperations(Executor& executor, std::string transport_name,
+                                                    CudaBackend& cuda);
 
 // The NCCL backend, created by the first CUDA submission (or a joined rank's first CUDA
 // collective); its creation error is kept and given to every later CUDA submission. Thread-safe:

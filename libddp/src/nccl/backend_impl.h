@@ -117,8 +117,15 @@ class NcclBackend final : public Backend {
                                               ReduceOp op, double prescale, double postscale,
                                               int active, const ReadyPtr& ready) override;
   int device() const override { return device_.load(); }
+  absl::Status StageOut(void* host, const void* device, size_t bytes,
+                        const ReadyPtr& ready) override;
+  absl::Status StageIn(void* device, const void* host, size_t bytes) override;
 
  private:
+  // staging.cc: the copy stream and its event (made on first use), and a host wait for an event
+  // that polls the job's health and the deadline.
+  absl::Status PrepareCopies();
+  absl::Status AwaitEvent(cudaEvent_t event, absl::string_view what);
   // The engine thread's device, stream and done event (the first call fixes them).
   absl::Status Prepare();
   absl::StatusOr<Comm*> Begin(int set, const char* what);
@@ -167,6 +174,8 @@ class NcclBackend final : public Backend {
   bool prepared_ = false;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t done_ = nullptr;
+  cudaStream_t copy_stream_ = nullptr;  // staged copies (StageOut, StageIn)
+  cudaEvent_t copied_ = nullptr;
   std::map<int, Comm> comms_;
   void* fusion_ = nullptr;
   size_t fusion_bytes_ = 0;

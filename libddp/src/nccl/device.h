@@ -95,6 +95,15 @@ class Backend {
                                             DataType type, ReduceOp op, int active) = 0;
   virtual absl::Status Broadcast(int set, void* buffer, size_t count, DataType type, int root,
                                  const ReadyPtr& ready) = 0;
+  // --- engine thread: a CUDA tensor staged through host memory (the engine's compressed
+  // allreduces run their codecs on the CPU). On a stream of the backend's own for copies (it
+  // waits for no other work on the device): once `ready` (the submission's event on the
+  // producer's stream) has completed, `bytes` from the device to `host`; and back. Each returns
+  // once its copy is complete (so a handle that finishes after StageIn has its result in place
+  // for any stream), polling as the collectives do: the job's health, DDP_TIMEOUT_SECONDS.
+  virtual absl::Status StageOut(void* host, const void* device, size_t bytes,
+                                const ReadyPtr& ready) = 0;
+  virtual absl::Status StageIn(void* device, const void* host, size_t bytes) = 0;
   // Device memory owned by the returned pointer (null when empty).
   using DeviceBuffer = std::shared_ptr<void>;
   // Rank i's `counts[i]` elements, concatenated in rank order.
@@ -129,14 +138,9 @@ inline constexpr Backoff::Policy kDevicePollBackoff{0, 50, absl::Microseconds(20
 // Makes `stream` (a cudaStream_t; null: the legacy default one) wait for `done` (no-op for null).
 absl::Status StreamWait(const DonePtr& done, void* stream);
 
-// Plain device memory and synchronous copies (on the legacy default stream of the device that
-// owns the device pointer): for tests and benchmarks, and for the engine's compressed
-// allreduces of CUDA tensors, staged through host memory (engine/compressed.h).
+// For tests and benchmarks: plain device memory and copies (synchronous).
 absl::StatusOr<std::shared_ptr<void>> DeviceAlloc(int device, size_t bytes);
 absl::Status CopyToDevice(void* dst, const void* src, size_t bytes);
 absl::Status CopyToHost(void* dst, const void* src, size_t bytes);
-// CopyToHost once `ready` (a submission's RecordReady; null: at once) has completed: the host
-// waits for the tensor's producer on its stream, then copies.
-absl::Status CopyToHostWhenReady(void* dst, const void* src, size_t bytes, const ReadyPtr& ready);
 
 }  // namespace ddp::nccl

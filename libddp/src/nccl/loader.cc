@@ -61,9 +61,4 @@ absl::Status CopyToHost(void* dst, const void* src, size_t bytes) {
   return Plugin().api->to_host(dst, src, bytes);
 }
 
-absl::Status CopyToHostWhenReady(void* dst, const void* src, size_t bytes, const ReadyPtr& ready) {
-  if (!Built()) return Missing();
-  return Plugin().api->to_host_when_ready(dst, src, bytes, ready.get());
-}
-
 }  // namespace ddp::nccl

@@ -64,6 +64,8 @@ NcclBackend::~NcclBackend() {
   if (fusion_ != nullptr) cudaFree(fusion_);
   if (done_ != nullptr) cudaEventDestroy(done_);
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (copied_ != nullptr) cudaEventDestroy(copied_);
+  if (copy_stream_ != nullptr) cudaStreamDestroy(copy_stream_);
 }
 
 absl::StatusOr<ReadyPtr> NcclBackend::RecordReady(int device, void* stream, bool stream_ordered) {

@@ -90,14 +90,6 @@ absl::Status ToHost(void* dst, const void* src, size_t bytes) {
   return Copy(dst, src, bytes, cudaMemcpyDeviceToHost, src, "copying to the host");
 }
 
-absl::Status ToHostWhenReady(void* dst, const void* src, size_t bytes, const ReadyEvent* ready) {
-  if (ready != nullptr && ready->event != nullptr) {
-    DeviceScope scope(ready->device);
-    DDP_CUDA_CHECK(cudaEventSynchronize(ready->event), "waiting for the tensor's producer");
-  }
-  return ToHost(dst, src, bytes);
-}
-
 bool DoneOnDevice(const DoneEvent& done) {
   return done.failed.load(std::memory_order_acquire) ||
          cudaEventQuery(done.event) != cudaErrorNotReady;
@@ -111,8 +103,8 @@ absl::Status StreamWait(const DoneEvent& done, void* stream) {
   return absl::OkStatus();
 }
 
-constexpr PluginApi kApi = {kPluginAbi, CountDevices, Version,         Create,       Alloc,
-                            ToDevice,   ToHost,       ToHostWhenReady, DoneOnDevice, StreamWait};
+constexpr PluginApi kApi = {kPluginAbi, CountDevices, Version,      Create,    Alloc,
+                            ToDevice,   ToHost,       DoneOnDevice, StreamWait};
 
 }  // namespace
 }  // namespace ddp::nccl

@@ -14,7 +14,7 @@
 
 namespace ddp::nccl {
 
-inline constexpr int kPluginAbi = 3;
+inline constexpr int kPluginAbi = 3;  // 3: Backend::StageOut, StageIn
 
 struct PluginApi {
   int abi;
@@ -24,8 +24,6 @@ struct PluginApi {
   absl::StatusOr<std::shared_ptr<void>> (*alloc)(int device, size_t bytes);
   absl::Status (*to_device)(void* dst, const void* src, size_t bytes);
   absl::Status (*to_host)(void* dst, const void* src, size_t bytes);
-  absl::Status (*to_host_when_ready)(void* dst, const void* src, size_t bytes,
-                                     const ReadyEvent* ready);
   bool (*done_on_device)(const DoneEvent& done);
   absl::Status (*stream_wait)(const DoneEvent& done, void* stream);
 };

@@ -366,16 +366,18 @@ bool ServerCore::AddToStep(int worker, uint64_t request, Partition& p, const Req
   if (a.sum == nullptr) {
     // The first push of the step: its sum starts as a copy, into the spare value if no answer
     // in flight still holds it.
+    const compress::Coder* coder = CoderOf(p.config);
     if (p.spare != nullptr && p.spare.use_count() == 1 && p.spare->size() == p.bytes) {
       a.sum = std::move(p.spare);
+      if (coder == nullptr) std::memcpy(a.sum->data(), payload, p.bytes);
+    } else if (coder == nullptr) {
+      a.sum = std::make_shared<std::vector<char>>(payload, payload + p.bytes);
     } else {
       a.sum = std::make_shared<std::vector<char>>(p.bytes);
     }
-    if (const compress::Coder* coder = CoderOf(p.config)) {
+    if (coder != nullptr) {
       coder->Decode(reinterpret_cast<const uint8_t*>(payload), p.config.count,
                     reinterpret_cast<float*>(a.sum->data()));
-    } else {
-      std::memcpy(a.sum->data(), payload, p.bytes);
     }
     a.pushed.assign(workers_.size(), 0);
   } else if (const compress::Coder* coder = CoderOf(p.config)) {

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from .. import _ops
 from .._compression import powersgd
-from .c10d.groups import BY_TORCH_NAME
+from .c10d.groups import BY_TORCH_NAME, callers_stream
 from .functions import _torch
 
 
@@ -102,13 +102,19 @@ def _reduce(state, bucket, compression_of):
         name = f"ddp.comm_hook.bucket{bucket.index()}.{i}"
         handles.append(_torch.grouped_allreduce_async_(members, name, _ops.Average, 1.0, 1.0,
                                                        process_set, compression=codec))
-    future: torch.futures.Future = torch.futures.Future()
+    # A CUDA bucket: the finisher thread waits on the stream that made the gradients (its own
+    # would be the default one), and the future is CUDA-aware, so that DDP reading the result on
+    # any stream is ordered after the allreduce.
+    on_callers_stream = callers_stream(buffer)
+    future: torch.futures.Future = (torch.futures.Future(devices=[buffer.device])
+                                    if buffer.is_cuda else torch.futures.Future())
 
     def finish():
         try:
-            for handle in handles:
-                handle.wait()
-            future.set_result(buffer)
+            with on_callers_stream():
+                for handle in handles:
+                    handle.wait()
+                future.set_result(buffer)
         except BaseException as e:  # noqa: BLE001 - the future carries it to DDP
             future.set_exception(e)
     _completer.submit(finish)
