@@ -53,10 +53,6 @@ constexpr CompressedKey kKeys[] = {
     {"fp16", Codec::kFp16, 500, ps::Consistency::kAsync, 8.0f / 4096},
 };
 
-absl::Status Check(bool ok, const std::string& what) {
-  return ok ? absl::OkStatus() : absl::InternalError(what);
-}
-
 // Every step's pulled sum within the workers' step errors of the exact sum; over the run, the
 // sum of what was pulled within one step's error of the sum of the gradients (error feedback:
 // what a push loses goes with the next).
@@ -113,11 +109,11 @@ absl::Status TrainCompressed(ps::ParameterServer& ps) {
       }
       // Each worker's push: its gradient plus its residual, each within a step's error.
       const float bound = 2.0f * static_cast<float>(workers) * kKeys[k].step_error + 1e-4f;
-      DDP_RETURN_IF_ERROR(Check(worst <= bound, absl::StrCat(kKeys[k].name, " step ", step,
-                                                             ": off by ", worst, " > ", bound)));
+      DDP_RETURN_IF_ERROR(Expect(worst <= bound, absl::StrCat(kKeys[k].name, " step ", step,
+                                                              ": off by ", worst, " > ", bound)));
     }
   }
-  DDP_RETURN_IF_ERROR(Check(lossy, "no pulled sum differed from the exact one: not encoded?"));
+  DDP_RETURN_IF_ERROR(Expect(lossy, "no pulled sum differed from the exact one: not encoded?"));
   std::vector<float> value(kKeys[2].count);
   DDP_RETURN_IF_ERROR(ps.Pull(ids[2], value.data()).Wait());
   pulled_total[2] = value;
@@ -129,7 +125,7 @@ absl::Status TrainCompressed(ps::ParameterServer& ps) {
     // Error feedback: the run's error is what the residuals hold at its end (one step's loss
     // per worker), and the float32 sums' own rounding of totals near 30 * 7 * workers.
     const float bound = 1.5f * static_cast<float>(workers) * kKeys[k].step_error + 2e-3f;
-    DDP_RETURN_IF_ERROR(Check(
+    DDP_RETURN_IF_ERROR(Expect(
         worst <= bound,
         absl::StrCat(kKeys[k].name, " over ", kSteps, " steps: off by ", worst, " > ", bound)));
   }
@@ -141,14 +137,14 @@ absl::Status TrainCompressed(ps::ParameterServer& ps) {
     for (size_t at = 0; at < k.count; at += 1024)
       encoded += coder.EncodedBytes(std::min<size_t>(1024, k.count - at));
     const auto c = static_cast<size_t>(k.codec);
-    DDP_RETURN_IF_ERROR(
-        Check(stats.bytes_pushed[c] == static_cast<int64_t>(kSteps * encoded) &&
-                  stats.bytes_pushed_decoded[c] == static_cast<int64_t>(kSteps * k.count * 4),
-              absl::StrCat(k.name, ": ", stats.bytes_pushed[c], " bytes pushed (", kSteps * encoded,
-                           " expected), ", stats.bytes_pushed_decoded[c], " decoded")));
+    DDP_RETURN_IF_ERROR(Expect(
+        stats.bytes_pushed[c] == static_cast<int64_t>(kSteps * encoded) &&
+            stats.bytes_pushed_decoded[c] == static_cast<int64_t>(kSteps * k.count * 4),
+        absl::StrCat(k.name, ": ", stats.bytes_pushed[c], " bytes pushed (", kSteps * encoded,
+                     " expected), ", stats.bytes_pushed_decoded[c], " decoded")));
   }
-  DDP_RETURN_IF_ERROR(Check(stats.residual_floats == 4500,
-                            absl::StrCat(stats.residual_floats, " residual floats, not 4500")));
+  DDP_RETURN_IF_ERROR(Expect(stats.residual_floats == 4500,
+                             absl::StrCat(stats.residual_floats, " residual floats, not 4500")));
   return ps.Finish();
 }
 
@@ -193,24 +189,24 @@ TEST(PsCompressionRefusals, DisagreeingCodecsPowerSgdAndIntegersAreNamed) {
           absl::StrContains(m, absl::StrCat("worker ", w, " (rank ", w)) &&
           absl::StrContains(m, w == 0 ? "compression none vs int8" : "compression int8 vs none");
       const bool left = w == 1 && absl::StrContains(m, "which gives it, is gone");
-      DDP_RETURN_IF_ERROR(Check(refused || left, key.status().ToString()));
+      DDP_RETURN_IF_ERROR(Expect(refused || left, key.status().ToString()));
       if (refused) std::printf("@@refused@@\n");
     }
     ps::KeyOptions powersgd;
     powersgd.compression = Compression::PowerSgd(2);
     auto low_rank = ps.Register("m", DataType::kFloat32, shape, zeros.data(), powersgd);
     DDP_RETURN_IF_ERROR(
-        Check(!low_rank.ok() && absl::StrContains(low_rank.status().message(),
-                                                  "PowerSGD cannot compress parameter-server"),
-              absl::StrCat("PowerSGD: ", low_rank.status().ToString())));
+        Expect(!low_rank.ok() && absl::StrContains(low_rank.status().message(),
+                                                   "PowerSGD cannot compress parameter-server"),
+               absl::StrCat("PowerSGD: ", low_rank.status().ToString())));
     ps::KeyOptions int8;
     int8.compression = Codec::kInt8;
     std::vector<int32_t> ints(64, 0);
     auto integers = ps.Register("i", DataType::kInt32, shape, ints.data(), int8);
     DDP_RETURN_IF_ERROR(
-        Check(!integers.ok() && absl::StrContains(integers.status().message(),
-                                                  "int8 compression takes float32 keys, not i32"),
-              absl::StrCat("int32: ", integers.status().ToString())));
+        Expect(!integers.ok() && absl::StrContains(integers.status().message(),
+                                                   "int8 compression takes float32 keys, not i32"),
+               absl::StrCat("int32: ", integers.status().ToString())));
     std::fflush(stdout);
     return ps.Finish();
   });

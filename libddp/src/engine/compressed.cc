@@ -23,7 +23,7 @@ namespace ddp::engine {
 namespace {
 
 // `count` values of `type` (floating point) as float32, times `scale`.
-void ToFloats(DataType type, const void* in, float* out, size_t count, double scale) {
+void ToFloatsScaled(DataType type, const void* in, float* out, size_t count, double scale) {
   switch (type) {
     case DataType::kFloat32:
       std::memcpy(out, in, count * sizeof(float));
@@ -45,6 +45,21 @@ void ToFloats(DataType type, const void* in, float* out, size_t count, double sc
   if (scale != 1.0) {
     const auto f = static_cast<float>(scale);
     for (size_t i = 0; i < count; ++i) out[i] *= f;
+  }
+}
+
+// `count` values of `type` (floating point) as float32, times `scale`, plus `residual` where it is
+// not null (float32 unscaled, the common case: one pass over memory).
+void ToFloats(DataType type, const void* in, float* out, size_t count, double scale,
+              const float* residual) {
+  if (type == DataType::kFloat32 && scale == 1.0 && residual != nullptr) {
+    const auto* g = static_cast<const float*>(in);
+    for (size_t i = 0; i < count; ++i) out[i] = g[i] + residual[i];
+    return;
+  }
+  ToFloatsScaled(type, in, out, count, scale);
+  if (residual != nullptr) {
+    for (size_t i = 0; i < count; ++i) out[i] += residual[i];
   }
 }
 
@@ -115,14 +130,13 @@ size_t CompressedAllreduces::residual_floats() const {
   return n;
 }
 
-const void* CompressedAllreduces::HostInput(const LocalOp& op, size_t k, size_t bytes,
-                                            absl::Status* status) {
+absl::StatusOr<const void*> CompressedAllreduces::HostInput(const LocalOp& op, size_t k,
+                                                            size_t bytes) {
   if (op.meta.device != kCudaMemory) return op.inputs[k];
+  DDP_ASSIGN_OR_RETURN(std::shared_ptr<nccl::Backend> backend, cuda_.Get());
   staging_.resize(bytes);
-  absl::StatusOr<std::shared_ptr<nccl::Backend>> backend = cuda_.Get();
-  *status = backend.ok() ? (*backend)->StageOut(staging_.data(), op.inputs[k], bytes, op.ready)
-                         : backend.status();
-  return staging_.data();
+  DDP_RETURN_IF_ERROR(backend->StageOut(staging_.data(), op.inputs[k], bytes, op.ready));
+  return static_cast<const void*>(staging_.data());
 }
 
 absl::Status CompressedAllreduces::Output(const LocalOp& op, size_t k, DataType type,
@@ -159,19 +173,10 @@ absl::Status CompressedAllreduces::Pack(ProcessSet& set, const std::vector<Respo
     size_t at = 0;
     for (size_t k = 0; k < r->meta.shapes.size(); ++k) {
       const size_t count = ElementCount(r->meta.shapes[k]);
-      absl::Status copied;
-      const void* in = HostInput(*local, k, count * DataTypeSize(type), &copied);
-      if (!copied.ok()) return Annotate(copied, absl::StrCat("CUDA tensor '", r->name, "'"));
-      if (type == DataType::kFloat32 && r->meta.prescale == 1.0 && residual != nullptr) {
-        // The common case in one pass over memory: the gradient plus its residual.
-        const auto* g = static_cast<const float*>(in);
-        for (size_t i = 0; i < count; ++i) x[at + i] = g[i] + residual[at + i];
-      } else {
-        ToFloats(type, in, x + at, count, r->meta.prescale);
-        if (residual != nullptr) {
-          for (size_t i = 0; i < count; ++i) x[at + i] += residual[at + i];
-        }
-      }
+      absl::StatusOr<const void*> in = HostInput(*local, k, count * DataTypeSize(type));
+      if (!in.ok()) return Annotate(in.status(), absl::StrCat("CUDA tensor '", r->name, "'"));
+      ToFloats(type, *in, x + at, count, r->meta.prescale,
+               residual == nullptr ? nullptr : residual + at);
       at += count;
     }
     offset += n;

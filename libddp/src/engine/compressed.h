@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "engine/executor.h"
 #include "engine/state.h"
 
@@ -39,8 +40,8 @@ class CompressedAllreduces {
   absl::Status Pack(ProcessSet& set, const std::vector<Response*>& batch,
                     std::vector<LocalOp*>& ops);
   // Input k of `op` in host memory: itself, or, for a CUDA tensor, a copy in staging_ once its
-  // producer's stream has reached the submission (`status` says how the copy went).
-  const void* HostInput(const LocalOp& op, size_t k, size_t bytes, absl::Status* status);
+  // producer's stream has reached the submission.
+  absl::StatusOr<const void*> HostInput(const LocalOp& op, size_t k, size_t bytes);
   // `count` float32 results into output k of `op` as its dtype (a CUDA tensor's through
   // staging_, copied to the device before this returns).
   absl::Status Output(const LocalOp& op, size_t k, DataType type, const float* y, size_t count);
