@@ -147,10 +147,10 @@ $(TORCH2_VENV)/.ok: bindings/python/requirements-torch2.txt
 	$(TORCH2_VENV)/bin/pip install -q --no-compile -r bindings/python/requirements-torch2.txt
 	touch $@
 
-# The frameworks that take a backend name (Lightning, DeepSpeed, Accelerate) and the cluster
-# engines (Ray, PySpark) in .venv-torch2, for tests/python/test_{frameworks,ray,spark}.py and the
-# examples; torch and numpy held where requirements-torch2.txt puts them. About 40 s.
-torch2-frameworks: $(TORCH2_VENV)/.frameworks-ok  ## Lightning, DeepSpeed, Accelerate, Ray, PySpark into .venv-torch2
+# The frameworks that take a backend name (Lightning, DeepSpeed, Accelerate), torchft, the
+# cluster engines (Ray, PySpark) in .venv-torch2, for tests/python/test_{frameworks,ray,spark,
+# torchft}.py and the examples; torch and numpy held where requirements-torch2.txt puts them. About 40 s.
+torch2-frameworks: $(TORCH2_VENV)/.frameworks-ok  ## Lightning, DeepSpeed, Accelerate, Ray, PySpark, torchft into .venv-torch2
 $(TORCH2_VENV)/.frameworks-ok: $(TORCH2_VENV)/.ok bindings/python/requirements-frameworks.txt
 	$(TORCH2_VENV)/bin/pip install -q --no-compile --no-build-isolation \
 	  -c bindings/python/requirements-torch2.txt -r bindings/python/requirements-frameworks.txt

@@ -48,6 +48,8 @@ def needs(name: str):
         return "Ray is not installed here (make torch2-frameworks: test-torch2 imports these)"
     if name.startswith("ddp.spark") and importlib.util.find_spec("pyspark") is None:
         return "PySpark is not installed here (make torch2-frameworks: test-torch2 imports these)"
+    if name == "ddp.torch.torchft" and importlib.util.find_spec("torchft") is None:
+        return "torchft is not installed here (make torch2-frameworks: test-torch2 imports it)"
     if name.endswith("__main__"):
         return "runs the command it belongs to"
     return None
@@ -131,10 +133,12 @@ def test_every_init_says_what_its_folder_is_and_only_re_exports(path):
 
 
 @pytest.mark.parametrize("api,module,package", [("ddp.ray", "ray", "'ray[train]'"),
-                                                ("ddp.spark", "pyspark", "pyspark")])
-def test_ray_and_spark_missing_say_what_to_install(api, module, package, ddp_env):
-    """Importing ddp.ray without Ray (or ddp.spark without PySpark) names what to install,
-    whether or not this environment has it (the test hides it)."""
+                                                ("ddp.spark", "pyspark", "pyspark"),
+                                                ("ddp.torch.torchft", "torchft", "torchft")])
+def test_ray_spark_and_torchft_missing_say_what_to_install(api, module, package, ddp_env):
+    """Importing ddp.ray without Ray (ddp.spark without PySpark, ddp.torch.torchft without
+    torchft) names what to install, whether or not this environment has it (the test hides
+    it)."""
     code = f"import sys; sys.modules[{module!r}] = None; import {api}"
     done = subprocess.run([sys.executable, "-c", code], env=ddp_env, capture_output=True,
                           text=True, timeout=120)

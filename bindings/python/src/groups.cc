@@ -75,6 +75,15 @@ void GroupShutdown(int id) {
   context.reset();  // joins the group's engine thread and closes its connections
 }
 
+// Fails everything pending in the group here and tells its peers why (their operations fail
+// naming this rank); the group stays until group_shutdown. A group already gone is left alone.
+void GroupAbort(int id, const std::string& reason) {
+  std::shared_ptr<ddp::Context> context = GroupOrNull(id);
+  if (context == nullptr) return;
+  ReleaseGil release;
+  context->Abort(absl::AbortedError(reason));
+}
+
 }  // namespace
 
 std::shared_ptr<ddp::Context> GroupOrNull(int id) {
@@ -98,6 +107,13 @@ void DefineGroups(py::module_& m) {
         "environment's). Returns its id, which operations take as their process_set.");
   m.def("group_shutdown", &GroupShutdown, py::arg("group"),
         "Leaves a group (its pending operations fail); safe to call twice.");
+  m.def("group_abort", &GroupAbort, py::arg("group"), py::arg("reason"),
+        "Fails the group's pending and later operations on this rank and tells its peers "
+        "`reason`; group_shutdown still leaves it. Safe on a group already shut down.");
+  m.def(
+      "group_check", [](int id) { ThrowIfError(Group(id)->health()); }, py::arg("group"),
+      "Raises the error that broke the group (a peer lost, stalled or aborted: DDPError naming "
+      "its ranks); returns None while the group can run operations.");
   m.def(
       "group_rank", [](int id) { return Group(id)->rank(); }, py::arg("group"));
   m.def(

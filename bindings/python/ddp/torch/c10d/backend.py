@@ -29,9 +29,9 @@ if hasattr(_C, "Backend"):
         supports_coalescing = False
         supports_splitting = False
 
-        def __init__(self, store, rank, size, timeout):
+        def __init__(self, store, rank, size, timeout, own_job=False):
             _C.Backend.__init__(self, rank, size)
-            self._start(store, rank, size, timeout, any_source=False)
+            self._start(store, rank, size, timeout, any_source=False, own_job=own_job)
 
 
 class _Forwarded(Operations):
@@ -40,8 +40,8 @@ class _Forwarded(Operations):
 
     _engine_completes = True
 
-    def __init__(self, store, rank, size, timeout):
-        self._start(store, rank, size, timeout, any_source=True)
+    def __init__(self, store, rank, size, timeout, own_job=False):
+        self._start(store, rank, size, timeout, any_source=True, own_job=own_job)
 
 
 class ProcessGroupDDP(Operations, dist.ProcessGroup):
@@ -125,19 +125,22 @@ def _python_only():
                       stacklevel=3)
 
 
+def _forwarding(ops, rank, size, timeout):
+    """The C++ Backend over `ops`; its completers end with the interpreter (_shutdown)."""
+    end = _native.module.end_completions
+    if end not in _shutdown._native_ends:  # noqa: SLF001 - this package's own
+        _shutdown._native_ends.append(end)  # noqa: SLF001
+    return _native.module.ForwardingBackend(ops, rank, size, timeout)
+
+
 def create_extended(options, backend_options=None):  # noqa: ARG001 - torch's signature
     """torch 2's creator (extended API): the C++ Backend (the module built for this torch) over
     the Python operations; without that module, a Backend written in Python or, where torch
     cannot make one from Python, a ProcessGroup of its own (as on torch 1.13)."""
     global _backend_constructible
     args = (options.store, options.group_rank, options.group_size, options.timeout)
-    forwarding = getattr(_native.module, "ForwardingBackend", None)
-    if forwarding is not None:
-        end = _native.module.end_completions
-        if end not in _shutdown._native_ends:  # noqa: SLF001 - this package's own
-            _shutdown._native_ends.append(end)  # noqa: SLF001
-        backend = forwarding(_Forwarded(*args), options.group_rank, options.group_size,
-                             options.timeout)
+    if hasattr(_native.module, "ForwardingBackend"):
+        backend = _forwarding(_Forwarded(*args), *args[1:])
         # A group of ddp alone gets the group named "ddp"; in a group of several backends
         # ("cpu:ddp,cuda:nccl") torch registers this one beside the others.
         return _named_group(options, backend) if _ddp_alone(options) else backend
@@ -150,6 +153,30 @@ def create_extended(options, backend_options=None):  # noqa: ARG001 - torch's si
                 raise
             _backend_constructible = False
     return ProcessGroupDDP(*args)
+
+
+def own_group(store, rank, size, timeout):
+    """torch 2: a torch ProcessGroup (named "ddp") on a libddp job of its own among the ranks that
+    make it through `store`, outside torch's registry of groups and beside whatever else this
+    process runs (torch.distributed's default group, other such groups, other ranks' in threads
+    of the same process): what a reconfigurable group (torchft's, ddp/torch/torchft.py) makes at
+    each reconfiguration. Returns (the group, its operations: health(), abort(), shutdown())."""
+    if not hasattr(_C, "Backend"):
+        raise RuntimeError(f"torch.distributed backend 'ddp': a group of its own needs torch 2 "
+                           f"(this is torch {torch.__version__})")
+    if hasattr(_native.module, "ForwardingBackend"):
+        ops = _Forwarded(store, rank, size, timeout, own_job=True)
+        backend = _forwarding(ops, rank, size, timeout)
+        group = _native.module.NamedProcessGroup(store, rank, size)
+    else:
+        _python_only()
+        ops = backend = BackendDDP(store, rank, size, timeout, own_job=True)
+        group = dist.ProcessGroup(store, rank, size)
+    kind = dist.ProcessGroup.BackendType.CUSTOM
+    group._set_default_backend(kind)  # noqa: SLF001 - torch's own set-up of a group
+    for device in ("cpu", "cuda"):
+        group._register_backend(torch.device(device), kind, backend)  # noqa: SLF001
+    return group, ops
 
 
 def register():

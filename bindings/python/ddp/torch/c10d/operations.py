@@ -68,16 +68,17 @@ class Operations(Reductions, Gathers, Exchanges):
     """The operations, shared by the torch 2 Backend and the torch 1.13 ProcessGroup
     (backend.py)."""
 
-    def _start(self, store, rank, size, timeout, any_source):
+    def _start(self, store, rank, size, timeout, any_source, own_job=False):
         """The default group runs on libddp's job (joined here through torch's store unless
         ddp.init() joined it); every later group (new_group) on a group of its own, a libddp job
-        among its members alone (as Gloo gives each process group its own connections).
-        `any_source`: whether torch can ask this backend's Work for a recv's sender (torch 1.13,
-        and torch 2 through the C++ Backend): then recv from any source is served, and every
-        send announces itself for it (groups.PointToPoint)."""
+        among its members alone (as Gloo gives each process group its own connections), as does
+        every group made with `own_job` (backend.own_group: torchft's, re-formed at each quorum,
+        whatever else the process runs). `any_source`: whether torch can ask this backend's Work
+        for a recv's sender (torch 1.13, and torch 2 through the C++ Backend): then recv from any
+        source is served, and every send announces itself for it (groups.PointToPoint)."""
         self._rank, self._size, self._any_source = rank, size, any_source
         self._store, self._monitored = store, 0
-        if not _ddp.is_initialized() or not dist.is_initialized():
+        if not own_job and (not _ddp.is_initialized() or not dist.is_initialized()):
             _groups.join_default(store, rank, size, timeout)
             self._set, name = _ops.WORLD, "default"
         else:
@@ -141,6 +142,28 @@ class Operations(Reductions, Gathers, Exchanges):
         _monitored.run(self._store, self._rank, self._size, number,
                        opts if opts is not None else timedelta(minutes=30), wait_all_ranks,
                        BackendError)
+
+    def health(self):
+        """None while the group can run operations; else the error that broke it (torch's
+        backend error naming the ranks): an operation's, or what the group's liveness found
+        between operations (a peer's closed connection, missed heartbeats, a peer's abort)."""
+        if self._finisher.failed is not None:
+            return self._finisher.failed
+        if self._set == _ops.WORLD:
+            return None
+        try:
+            _ddp.group_check(self._set)
+        except _ddp.DDPError as e:
+            return _error(e)
+        return None
+
+    def abort(self, reason):
+        """Fails the group's pending and later operations here, tells its peers `reason` (their
+        operations fail naming this rank, at once), and leaves the group (a group of its own; the
+        default group's job is the process's, left by ddp.shutdown())."""
+        if self._set != _ops.WORLD:
+            _ddp.group_abort(self._set, reason)
+        self.shutdown()
 
     def shutdown(self):
         self._finisher.stop()
