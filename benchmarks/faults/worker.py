@@ -81,8 +81,16 @@ def accuracy(model, x, y):
 def torchrun_main(args, model, opt, data):
     """DDP under torchrun: every (re)start resumes from rank 0's last checkpoint."""
     (x, y), (xt, yt) = data
-    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
-    rank, size = dist.get_rank(), dist.get_world_size()
+    # Each restart's keys apart in the agent's store: without it a restarted rank can read the
+    # address a rank of the killed attempt left there and fail to connect (Gloo's
+    # connectFullMesh), attempt after attempt (seen with torch 2.15).
+    rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = dist.PrefixStore(f"attempt{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}",
+                             dist.TCPStore(os.environ["MASTER_ADDR"],
+                                           int(os.environ["MASTER_PORT"]), size, False,
+                                           timeout=timedelta(seconds=args.timeout)))
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=size,
+                            timeout=timedelta(seconds=args.timeout))
     path = os.path.join(args.checkpoint_dir, "checkpoint.pt")
     step = 0
     if os.path.exists(path):
@@ -140,7 +148,7 @@ def torchft_main(args, model, opt, data):
             opt.zero_grad()
             manager.start_quorum()
             F.cross_entropy(ddp_model(xb), yb).backward()
-            error = manager.errored()
+            error = manager.errored() or pg.errored()
             if manager.should_commit():
                 opt.step()
                 if not started:

@@ -53,6 +53,8 @@ def parse():
     p.add_argument("--freeze-at-step", type=int, default=None,
                    help="stop this process (SIGSTOP) at that step, once in its quorum and before "
                         "its allreduce: a hung replica, to try the failure path with (kill it)")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                   help="DDP's gradient buckets (smaller: more allreduces a step)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args()
 
@@ -81,10 +83,10 @@ def main():
                       state_dict=state_dict, replica_id=f"digits_{args.replica_id}",
                       store_addr="localhost", store_port=store.port, rank=0, world_size=1,
                       lighthouse_addr=args.lighthouse, timeout=timeout, quorum_timeout=timeout)
-    ddp_model = DistributedDataParallel(manager, model)
+    ddp_model = DistributedDataParallel(manager, model, bucket_cap_mb=args.bucket_cap_mb)
     who = f"replica {args.replica_id}"
     try:
-        train(args, who, manager, ddp_model, opt, x_train, y_train)
+        train(args, who, manager, pg, ddp_model, opt, x_train, y_train)
         model.eval()
         with torch.no_grad():
             accuracy = float((model(x_test).argmax(1) == y_test).float().mean())
@@ -95,7 +97,7 @@ def main():
         manager.shutdown(wait=False)
 
 
-def train(args, who, manager, ddp_model, opt, x, y):
+def train(args, who, manager, pg, ddp_model, opt, x, y):
     quorum = None
     while manager.current_step() < args.steps:
         step = manager.current_step()
@@ -109,11 +111,11 @@ def train(args, who, manager, ddp_model, opt, x, y):
             print(f"{who}: frozen at step {step} at {time.time():.3f}", flush=True)
             os.kill(os.getpid(), signal.SIGSTOP)
         loss.backward()
-        error = manager.errored()
+        error = manager.errored() or pg.errored()  # the group's failures reach pg.errored()
         if manager.should_commit():
             opt.step()
         else:
-            cause = error.original_exception if error is not None else "too few replicas"
+            cause = getattr(error, "original_exception", error) or "too few replicas"
             print(f"{who}: step {step} discarded at {time.time():.3f}: {cause}", flush=True)
         if quorum != manager.num_participants():
             quorum = manager.num_participants()

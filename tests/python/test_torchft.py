@@ -134,7 +134,9 @@ class _Replica:
 
 
 def test_a_replica_killed_in_an_allreduce_is_named_at_once_and_replaced(ddp_env, tmp_path):
-    """Two replicas train the digits CNN with torchft on libddp (a group timeout of 300 s). One
+    """Two replicas train the digits CNN with torchft on libddp (a group timeout of 300 s; the
+    gradients in several buckets, so that the survivor's step fails in its first and its later
+    ones are refused at the call). One
     stops itself (SIGSTOP) in a step's quorum before its allreduce (the other now waits for it
     there), and is killed (SIGKILL): the
     survivor's step fails naming the dead rank long before the timeout (libddp sees its process
@@ -151,6 +153,7 @@ def test_a_replica_killed_in_an_allreduce_is_named_at_once_and_replaced(ddp_env,
         start = time.time()
         deadline = start + 240
         args = (lighthouse.address(), ddp_env, 400, str(tmp_path))
+        args = (*args, "--bucket-cap-mb", "0.1")
         replicas = [_Replica(0, *args), _Replica(1, *args, "--freeze-at-step", "100")]
         survivor, victim = replicas
         victim.wait_for(r"frozen at step", deadline)  # in the step's quorum, before its allreduce

@@ -21,9 +21,11 @@ from ..run.cluster import require
 
 require("torchft", "torchft", "ddp.torch.torchft")
 
+import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torchft.process_group import ProcessGroupWrapper  # noqa: E402 - after the check
 
+from .. import _ddp  # noqa: E402
 from .c10d import backend as _backend  # noqa: E402
 
 __all__ = ["ProcessGroupDDP"]
@@ -47,6 +49,17 @@ class ProcessGroupDDP(ProcessGroupWrapper):
 
     def _wrap_work(self, work, opts):
         return _Noted(work, self)
+
+    def _operation(self, name, *args, **kwargs):
+        """ProcessGroupWrapper's `name` (its profiler context, _wrap_work); a failure of the
+        group at the call (a group an earlier operation found broken raises there) is noted and
+        given a Work that is done, as a failure after the call is: torchft's Manager meets
+        neither until should_commit() asks errored(). Bad input still raises."""
+        try:
+            return getattr(ProcessGroupWrapper, name)(self, *args, **kwargs)
+        except _ddp.DDPError as e:
+            self._note(e)
+            return _Noted(None, self)
 
     def _note(self, error: Exception) -> None:
         if self._error is None:
@@ -83,18 +96,40 @@ class ProcessGroupDDP(ProcessGroupWrapper):
         return "torchft-ddp"
 
 
+# The operations torchft's wrapper forwards, each through ProcessGroupDDP._operation.
+_OPERATIONS = ("allgather", "allgather_into_tensor_coalesced", "allreduce", "allreduce_coalesced",
+               "alltoall_base", "barrier", "broadcast", "recv", "reduce_scatter",
+               "reduce_scatter_tensor_coalesced", "send")
+
+
+def _forwarding(name):
+    def operation(self, *args, **kwargs):
+        return self._operation(name, *args, **kwargs)
+    operation.__name__ = operation.__qualname__ = name
+    operation.__doc__ = getattr(ProcessGroupWrapper, name).__doc__
+    return operation
+
+
+for _name in _OPERATIONS:
+    setattr(ProcessGroupDDP, _name, _forwarding(_name))
+
+
 class _Noted(dist._Work):  # noqa: SLF001 - torch's Work, as torchft's own wrappers subclass it
-    """An operation's Work as torchft's Manager expects it: wait() does not raise; a failure is
-    noted for errored() (torchft's Manager then discards the step and re-forms the quorum) and
-    stays in the future, where the Manager's chain turns it into its default result. torchft's
-    DDP comm hook waits for its allreduce and then reads the future's chain, which a raising
-    wait() would leave unbuilt."""
+    """An operation's Work as torchft's Manager expects it: a failure reaches errored() alone
+    (torchft's Manager asks it in should_commit(), then discards the step and re-forms the
+    quorum). wait() does not raise, and the future completes with None instead of the error:
+    torchft 0.2.0's DDP comm hook reads the future chain that its Manager builds after wait(),
+    which a raising wait() leaves unbuilt (an AssertionError), and a Manager that heard of the
+    error mid-step hands the step's next bucket a Work without that chain (an AttributeError):
+    either would end the replica. `work` None: the operation failed at the call."""
 
     def __init__(self, work, group: ProcessGroupDDP) -> None:
         super().__init__()
         self._work, self._group = work, group
 
     def wait(self, timeout=None) -> bool:
+        if self._work is None:
+            return False
         try:
             return self._work.wait() if timeout is None else self._work.wait(timeout)
         except Exception as e:  # noqa: BLE001 - every failure is the group's, for errored()
@@ -102,13 +137,27 @@ class _Noted(dist._Work):  # noqa: SLF001 - torch's Work, as torchft's own wrapp
             return False
 
     def get_future(self):
-        return self._work.get_future()
+        if self._work is None:
+            done = torch.futures.Future()
+            done.set_result(None)
+            return done
+        group = self._group
+
+        def settled(fut):
+            try:
+                return fut.value()
+            except Exception as e:  # noqa: BLE001 - every failure is the group's
+                group._note(e)  # noqa: SLF001 - its own group
+                return None
+        return self._work.get_future().then(settled)
 
     def is_completed(self) -> bool:
-        return self._work.is_completed()
+        return self._work is None or self._work.is_completed()
 
     def block_current_stream(self, timeout=None) -> None:
-        self._work.block_current_stream()
+        if self._work is not None:
+            self._work.block_current_stream()
 
     def synchronize(self) -> None:
-        self._work.synchronize()
+        if self._work is not None:
+            self._work.synchronize()
