@@ -18,6 +18,7 @@ import sys
 
 import pytest
 
+from frameworks_needed import missing
 from test_launchers import _clean, _torch_major
 
 pytestmark = pytest.mark.torch
@@ -31,11 +32,9 @@ def _need(module):
         return
     why = (f"{module} is not installed in {sys.prefix} (make torch2-frameworks installs it into "
            f".venv-torch2)")
-    if os.environ.get("DDP_REQUIRE_FRAMEWORKS") == "1":
-        pytest.fail(why + "; DDP_REQUIRE_FRAMEWORKS=1")
-    if _torch_major() < 2:
+    if _torch_major() < 2 and os.environ.get("DDP_REQUIRE_FRAMEWORKS") != "1":
         pytest.skip(f"{module} is tested on PyTorch 2 (make test-torch2): " + why)
-    pytest.skip(why)
+    missing(why)
 
 
 def _run(command, ddp_env, tmp_path, timeout=300):

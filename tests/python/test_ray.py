@@ -8,7 +8,6 @@ TorchConfig(backend="ddp") and the digits examples through both (examples/ray/).
 
 On PyTorch 2 (.venv-torch2, where `make torch2-frameworks` installs Ray; DDP_REQUIRE_FRAMEWORKS=1
 there makes its absence a failure). Needs root for `unshare --uts`."""
-import importlib.util
 import os
 import pathlib
 import re
@@ -24,6 +23,7 @@ import time
 import pytest
 
 from cluster_fixtures import marker, probe_module, stop_marked
+from frameworks_needed import need
 
 pytestmark = pytest.mark.torch
 HOST2 = "ddp-ray-node-2"
@@ -31,12 +31,7 @@ EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples" / "ray"
 
 
 def _need_ray():
-    if importlib.util.find_spec("ray") is not None:
-        return
-    why = f"ray is not installed in {sys.prefix} (make torch2-frameworks installs it)"
-    if os.environ.get("DDP_REQUIRE_FRAMEWORKS") == "1":
-        pytest.fail(why + "; DDP_REQUIRE_FRAMEWORKS=1")
-    pytest.skip(why)
+    need("ray")
 
 
 def _free_port():

@@ -18,6 +18,7 @@ import threading
 import pytest
 
 from cluster_fixtures import probe_module
+from frameworks_needed import missing
 
 pytestmark = pytest.mark.torch
 MASTER = "local-cluster[2,2,1024]"
@@ -30,11 +31,8 @@ def _need_spark():
         why = f"pyspark is not installed in {sys.prefix} (make torch2-frameworks installs it)"
     elif shutil.which("java") is None:
         why = "no java on PATH (make deps installs Debian's OpenJDK 17)"
-    if why is None:
-        return
-    if os.environ.get("DDP_REQUIRE_FRAMEWORKS") == "1":
-        pytest.fail(why + "; DDP_REQUIRE_FRAMEWORKS=1")
-    pytest.skip(why)
+    if why is not None:
+        missing(why)
 
 
 def _work_dir():

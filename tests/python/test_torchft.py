@@ -8,7 +8,6 @@ trains on alone, and whose replacement takes the state from the survivor.
 
 On PyTorch 2 (.venv-torch2, where `make torch2-frameworks` installs torchft;
 DDP_REQUIRE_FRAMEWORKS=1 there makes its absence a failure)."""
-import importlib.util
 import os
 import pathlib
 import re
@@ -19,6 +18,8 @@ import threading
 import time
 
 import pytest
+
+from frameworks_needed import need
 
 pytestmark = pytest.mark.torch
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "pytorch" / "torchft_digits.py"
@@ -53,12 +54,7 @@ sys.exit(0 if run.result.wasSuccessful() else 1)
 
 
 def _need_torchft():
-    if importlib.util.find_spec("torchft") is not None:
-        return
-    why = f"torchft is not installed in {sys.prefix} (make torch2-frameworks installs it)"
-    if os.environ.get("DDP_REQUIRE_FRAMEWORKS") == "1":
-        pytest.fail(why + "; DDP_REQUIRE_FRAMEWORKS=1")
-    pytest.skip(why)
+    need("torchft")
 
 
 @pytest.mark.parametrize("modules,at_least", [
