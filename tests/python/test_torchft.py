@@ -100,24 +100,28 @@ class _Replica:
             with self._lock:
                 self.lines.append((time.time(), line.rstrip("\n")))
 
+    def _find(self, pattern, since):
+        with self._lock:
+            for at, line in self.lines:
+                found = re.search(pattern, line)
+                if found and at >= since:
+                    return at, found
+        return None
+
     def wait_for(self, pattern, deadline, since=0.0):
         """The first line matching `pattern` that arrived after `since`, as (time, match)."""
+        found = None
         while time.time() < deadline:
-            with self._lock:
-                for at, line in self.lines:
-                    found = re.search(pattern, line)
-                    if found and at >= since:
-                        return at, found
-            if self.proc.poll() is not None:
+            exited = self.proc.poll() is not None
+            if exited:
                 time.sleep(0.5)  # the reader's last lines
-                with self._lock:
-                    for at, line in self.lines:
-                        found = re.search(pattern, line)
-                        if found and at >= since:
-                            return at, found
+            found = self._find(pattern, since)
+            if found or exited:
                 break
             time.sleep(0.05)
-        raise AssertionError(f"no line like {pattern!r}:\n{self.output()[-6000:]}")
+        if not found:
+            raise AssertionError(f"no line like {pattern!r}:\n{self.output()[-6000:]}")
+        return found
 
     def output(self):
         with self._lock:

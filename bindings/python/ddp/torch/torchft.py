@@ -74,7 +74,7 @@ class ProcessGroupDDP(ProcessGroupWrapper):
             reason = f"replica {self._replica_id} (rank {self._rank}) aborted the process group"
             if self._quorum_id is not None:
                 reason += f" of quorum {self._quorum_id}"
-            if errored:
+            if errored and self._error is None:
                 self._error = ops.health() or RuntimeError(reason)
             ops.abort(reason)
         super().abort(errored=errored)
