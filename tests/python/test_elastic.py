@@ -66,7 +66,9 @@ def test_below_min_np_the_driver_waits_for_hosts_then_stops_the_job(run_job):
                   launcher_args=("--min-np", "2", "--elastic-timeout", "3"))
     assert job.returncode == 1, job.stdout + job.stderr
     assert "1 worker left, fewer than --min-np 2: waiting up to 3 s" in job.stderr, job.stderr
-    assert "stopping the job: 1 worker for 3 s (--elastic-timeout)" in job.stderr, job.stderr
+    assert "stopping the job: 1 worker for 3 s (--elastic-timeout), fewer than --min-np 2, " \
+        "since worker localhost:1 (rank 1, host localhost) exited with status 1" in job.stderr, \
+        job.stderr
     assert not finished(job.stdout), job.stdout
 
 
@@ -95,12 +97,32 @@ def test_outside_elastic_mode_the_same_script_trains_once(run_job):
      "--blacklist-cooldown-range needs 0 < LOW <= HIGH (got 5 1)"),
     (["--min-np", "2", "--timeline-filename", "t.json", "true"], "with {rank}"),
     (["true"], "-np N is required"),
+    (["--min-np", "2", "--max-restarts", "-1", "true"], "--max-restarts must be >= 0 (got -1)"),
 ])
 def test_elastic_arguments_are_checked(argv, message, capsys):
     from ddp import run
 
     assert run.main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, expected", [
+    # torchrun's elastic form, from one ddprun: MIN x L to MAX x L workers.
+    (["--nnodes", "2:4", "--nproc-per-node", "2"], (True, 4, 4, 8, 0)),
+    (["--nnodes", "1:3", "--max-restarts", "2"], (True, 1, 1, 3, 2)),
+    (["--nnodes", "1:1", "--nproc-per-node", "2"], (False, 2, None, None, 3)),
+    # --max-restarts alone makes a job of -np elastic, its size fixed; with servers, it counts
+    # a server's restarts (a static job).
+    (["-np", "3", "--max-restarts", "1"], (True, 3, 3, None, 1)),
+    (["-np", "2", "--servers", "1", "--restart-servers", "--max-restarts", "1"],
+     (False, 3, None, None, 1)),
+    (["--min-np", "2", "--max-np", "4"], (True, 2, 2, 4, 0)),
+])
+def test_torchrun_elastic_flags_map_onto_the_elastic_job(argv, expected):
+    from ddp.run.args import parse_args
+
+    args = parse_args([*argv, "true"])
+    assert (args.elastic, args.np, args.min_np, args.max_np, args.max_restarts) == expected
 
 
 def test_the_discovery_script_output_is_parsed():

@@ -328,7 +328,11 @@ def test_ssh_port_and_identity_reach_ssh_and_remote_ranks_output_is_filed(
      "-np 4 and --nproc-per-node 2 disagree"),
     (["--nproc-per-node", "0"], "--nproc-per-node must be at least 1"),
     (["--nproc-per-node", "2", "-H", "a:2"], "with -H give -np N"),
-    (["--nnodes", "1:4", "--nproc-per-node", "2"], "a range of nodes"),
+    (["--nnodes", "4:1", "--nproc-per-node", "2"], "'4:1': MIN is above MAX"),
+    (["--nnodes", "1:4", "--nproc-per-node", "2", "--node-rank", "0"],
+     "--nnodes 1:4 is elastic mode, run from one ddprun for the whole job: it takes no "
+     "--node-rank"),
+    (["--nnodes", "1:4", "--min-np", "2"], "it takes no --min-np"),
     (["--nnodes", "two", "-np", "2"], "is not a number of nodes"),
     (["--nnodes", "2", "--nproc-per-node", "2", "--node-rank", "0"],
      "--nnodes 2 needs node 0's address: --master-addr"),

@@ -80,6 +80,8 @@ class _Membership:
         said if no generation comes."""
         deadline = time.monotonic() + self.timeout()
         want = self.generation + 1
+        if not self.member:  # a replacement is formed into the job once it is here
+            self.client().add(f"elastic/ready/{self.id}", 1)
         while True:
             left = deadline - time.monotonic()
             if left <= 0:

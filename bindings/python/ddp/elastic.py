@@ -35,8 +35,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import sys
 
-from . import _ddp, _generations, _job
+from . import _ddp, _generations, _job, _ops
 from ._ddp import DDPError, DDPValueError
 from ._generations import enabled, generation
 from ._objects import broadcast_object
@@ -139,9 +140,10 @@ class ObjectState(State):
 
 
 def run_fn(func, reset):
-    """Horovod's run_fn: `func(state, ...)` run until it returns, through failures (DDPError:
-    restore, reset, sync) and added hosts (HostsUpdatedInterrupt: reset, sync unless skipped).
-    A bad argument (DDPValueError) is the program's error, raised as it comes."""
+    """Horovod's run_fn: `func(state, ...)` run until it returns, through failures of the job
+    (job_broke: restore, reset, sync) and added hosts (HostsUpdatedInterrupt: reset, sync unless
+    skipped). A bad argument (DDPValueError), and any error while the job is sound, is the
+    program's, raised as it comes."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
@@ -151,19 +153,43 @@ def run_fn(func, reset):
                 if not skip_sync:
                     state.sync()
                 return func(state, *args, **kwargs)
-            except DDPValueError:
-                raise
-            except DDPError:
-                if not enabled():
-                    raise  # a plain launch: no driver forms another job
-                state.restore()
-                skip_sync = False
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
+            except DDPValueError:
+                raise
+            except Exception as e:
+                if not enabled() or not job_broke(e):
+                    raise  # a plain launch (no driver forms another job), or the program's own
+                _say_failure(e)
+                state.restore()
+                skip_sync = False
             reset()
             state.on_reset()
 
     return wrapper
+
+
+def job_broke(error: BaseException) -> bool:
+    """Whether ERROR is the failure of libddp's job (what `run` recovers from): libddp's own
+    DDPError, or any error (torch.distributed's backend error, a DDP reducer's) raised while the
+    job is broken: a peer lost, stalled or aborted, as the job's liveness found."""
+    if isinstance(error, DDPError):
+        return not isinstance(error, DDPValueError)
+    if not _ddp.is_initialized():
+        return False
+    try:
+        _ddp.group_check(_ops.WORLD)
+    except DDPError:
+        return True
+    return False
+
+
+def _say_failure(error: BaseException) -> None:
+    """One line on stderr: what failed, and that the job goes back to its last commit."""
+    first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    print(f"ddp elastic: rank {_ddp.rank()} of generation {generation()}: the job failed "
+          f"({first}); back to the last commit, re-forming without the lost workers",
+          file=sys.stderr, flush=True)
 
 
 def reset_job():

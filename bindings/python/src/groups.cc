@@ -111,9 +111,15 @@ void DefineGroups(py::module_& m) {
         "Fails the group's pending and later operations on this rank and tells its peers "
         "`reason`; group_shutdown still leaves it. Safe on a group already shut down.");
   m.def(
-      "group_check", [](int id) { ThrowIfError(Group(id)->health()); }, py::arg("group"),
-      "Raises the error that broke the group (a peer lost, stalled or aborted: DDPError naming "
-      "its ranks); returns None while the group can run operations.");
+      "group_check",
+      [](int id) {
+        // A process set of the job (WORLD among them) asks the job itself.
+        ThrowIfError(ContextFor("group_check", &id)->health());
+      },
+      py::arg("group"),
+      "Raises the error that broke the group, or the process's job for a process set id (a peer "
+      "lost, stalled or aborted: DDPError naming its ranks); returns None while it can run "
+      "operations.");
   m.def(
       "group_rank", [](int id) { return Group(id)->rank(); }, py::arg("group"));
   m.def(

@@ -10,7 +10,7 @@ import os
 import sys
 
 from .hosts import parse_hostfile, parse_hosts, place
-from .nodes import add_node_flags, check_nodes, resolve_count, torchrun_flags
+from .nodes import add_node_flags, check_nodes, elastic_nodes, resolve_count, torchrun_flags
 
 
 def _number(minimum: float, strict: bool = False):
@@ -85,8 +85,11 @@ def _add_server_flags(add) -> None:
         "rejoins the running job, the workers register with it again and training goes on. "
         "The job runs over TCP (DDP_TRANSPORT=tcp), and the workers wait up to "
         "DDP_PS_SERVER_RESTART_SECONDS (default 120) for the new process")
-    add("--max-restarts", type=int, default=3, metavar="N",
-        help="with --restart-servers: restarts allowed per server (default 3)")
+    add("--max-restarts", type=int, metavar="N",
+        help="torchrun's: in elastic mode (alone, it makes a job of -np elastic), a failed "
+        "worker is replaced on its slot, N times in the job (default 0: left out, as "
+        "horovodrun); the others go on without waiting, and the new one joins at their next "
+        "commit. With --restart-servers: restarts allowed per server (default 3)")
 
 
 def _add_engine_flags(add) -> None:
@@ -239,8 +242,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.command = args.command[1:]
     if not args.command:
         parser.error("missing COMMAND: the program each rank runs")
+    if isinstance(args.nnodes, tuple):
+        elastic_nodes(parser, args)
     args.elastic = (args.min_np is not None or args.max_np is not None or
-                    bool(args.host_discovery_script))
+                    bool(args.host_discovery_script) or
+                    (args.max_restarts is not None and not args.servers))
     if args.elastic:
         _check_elastic(parser, args)
     else:
@@ -280,8 +286,10 @@ def _check_servers(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
                      "DDP_PS_SERVERS under a per-node launch")
     if args.restart_servers and not args.servers:
         parser.error("--restart-servers restarts parameter servers: give --servers K too")
-    if args.max_restarts < 0:
+    if args.max_restarts is not None and args.max_restarts < 0:
         parser.error(f"--max-restarts must be >= 0 (got {args.max_restarts})")
+    if args.max_restarts is None:
+        args.max_restarts = 0 if args.elastic else 3
     if args.restart_servers and os.environ.get("DDP_TRANSPORT", "auto") not in ("auto", "tcp"):
         parser.error(f"--restart-servers needs DDP_TRANSPORT=tcp (a restarted server rejoins over "
                      f"TCP), not {os.environ['DDP_TRANSPORT']}")

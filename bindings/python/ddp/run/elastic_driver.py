@@ -12,6 +12,10 @@ generation's ranks to meet at, published in the driver's own store (ddp/elastic.
   Horovod's blacklist: for good, or for --blacklist-cooldown-range's while, run/blacklist.py),
   and the driver forms a generation of the others; they learn of the failure from libddp (a
   DDPError naming it), put their state back to the last commit and join.
+- With --max-restarts N, a failed worker is replaced instead (N times in the job, torchrun's
+  flag): a new worker starts on its slot at once, the others go on in a generation without it,
+  and once the new one has reached init() a generation is formed with it, which the running
+  workers join at their next commit (as added hosts'), so no one waits for a process starting.
 - A host the script no longer lists has its workers stopped, and a generation is formed without
   them.
 - A host that appears gets workers (up to --max-np) and a generation is formed with them; the
@@ -47,6 +51,8 @@ from .procs import describe, sweep_shm
 RETIRE_SECONDS = 5.0
 # How long after a worker ends the driver waits for others to end with it (Driver._next_event).
 SETTLE_SECONDS = 0.25
+# How often the driver looks whether a replacement has reached init() (Driver._admit).
+ADMIT_SECONDS = 0.1
 
 
 def elastic_worker_env(base: Mapping[str, str], args: Any, addr: str, token: str,
@@ -80,6 +86,9 @@ class Worker:
         self.rank: int | None = None  # in the newest generation that has it
         self.status: int | None = None  # its exit status once it ended
         self.stopping = False  # the driver asked it to stop (its host left, or the job ended)
+        # A replacement (--max-restarts) until it reaches init(): in no generation before then,
+        # so the running workers never wait for a process still starting.
+        self.joining = False
 
     def describe(self) -> str:
         rank = f"rank {self.rank}, " if self.rank is not None else ""
@@ -98,7 +107,7 @@ class Driver:
     WORKER: type[Worker] = Worker  # what it makes of each worker (a subclass may add to it)
     # The settings as its user gives them, in what it says.
     FLAGS = {"min_np": "--min-np", "elastic_timeout": "--elastic-timeout",
-             "reset_limit": "--reset-limit"}
+             "reset_limit": "--reset-limit", "max_restarts": "--max-restarts"}
 
     def __init__(self, args, out, err, token: str):
         self.args, self.out, self.err, self.token = args, out, err, token
@@ -111,6 +120,7 @@ class Driver:
         self.generation = -1
         self.updates = 0
         self.resets = 0
+        self.restarts = 0  # replacements started for failed workers (--max-restarts)
         self.finishing = False  # a worker returned: the job is ending, no more generations
         self.code: int | None = None  # the job's exit status once decided
         self.failure_code: int | None = None  # of a failure after the job began to end
@@ -119,6 +129,7 @@ class Driver:
         self.retiring: list[tuple[float, Any]] = []  # (when to close, a superseded store)
         self.bind, self.addr = LOOPBACK, LOOPBACK
         self.short_since: float | None = None  # when the workers fell below --min-np
+        self.short_why = ""  # the failure (or leaving) that took them below it
         self.observers: Any = None  # ddprun's (run/observe.py); a subclass (Ray's) has none
         self.store: Any = None  # the driver's own store (_ddp.StoreServer) and its client
         self.client: Any = None
@@ -149,9 +160,14 @@ class Driver:
     def running(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.status is None]
 
-    def members(self) -> list[Worker]:
-        """The workers a generation is formed of: running and not being stopped."""
+    def occupying(self) -> list[Worker]:
+        """The workers that hold a slot: running and not being stopped."""
         return [w for w in self.running() if not w.stopping]
+
+    def members(self) -> list[Worker]:
+        """The workers a generation is formed of: holding a slot, and not a replacement still
+        starting."""
+        return [w for w in self.occupying() if not w.joining]
 
     def fill(self) -> list[Worker]:
         """Starts workers on the free slots of usable hosts, up to --max-np; returns them."""
@@ -160,9 +176,9 @@ class Driver:
         for host, slots in self.hosts.items():
             if host in self.blacklist:
                 continue
-            used = {w.slot for w in self.members() if w.host == host}
+            used = {w.slot for w in self.occupying() if w.host == host}
             for slot in range(slots):
-                if limit is not None and len(self.members()) >= limit:
+                if limit is not None and len(self.occupying()) >= limit:
                     return started
                 if slot in used:
                     continue
@@ -401,8 +417,11 @@ class Driver:
                                  self.short_since is not None):
             timeout_at = next_discovery if grace_until is None else min(next_discovery,
                                                                         grace_until)
+            if self._joining():
+                timeout_at = min(timeout_at, time.monotonic() + ADMIT_SECONDS)
             kind = self._next_event(timeout_at)
             self._retire()
+            self._admit()
             if grace_until is not None and time.monotonic() >= grace_until:
                 for worker in self.running():
                     self.stop(worker, signal.SIGKILL)
@@ -476,10 +495,44 @@ class Driver:
             self.say(f"{worker.describe()} {self.ended(worker, status)} after the job began "
                      "to end")
             return None
-        cooldown = self.blacklist.add(worker.host)
-        self.say(f"{worker.describe()} {self.ended(worker, status)}; host {worker.host} gets "
-                 "no new workers" + ("" if cooldown is None else f" for {cooldown:.1f} s"))
-        return f"{worker.describe()} {self.ended(worker, status)}"
+        ended = self.ended(worker, status) + (" before it joined the job" if worker.joining
+                                              else "")
+        if self.restarts < (getattr(self.args, "max_restarts", None) or 0):
+            self._replace(worker, ended)
+        else:
+            cooldown = self.blacklist.add(worker.host)
+            self.say(f"{worker.describe()} {ended}; host {worker.host} gets no new workers" +
+                     ("" if cooldown is None else f" for {cooldown:.1f} s"))
+        if worker.joining:
+            return None  # in no generation: no one waits for it
+        return f"{worker.describe()} {ended}"
+
+    def _replace(self, worker: Worker, ended: str) -> None:
+        """Starts a worker on the failed one's slot (--max-restarts): it joins the job once it
+        has reached init() (_admit), the running ones at their next commit."""
+        self.restarts += 1
+        self.say(f"{worker.describe()} {ended}; starting a replacement on its slot (restart "
+                 f"{self.restarts} of {self.args.max_restarts}, {self.FLAGS['max_restarts']})")
+        replacement = self.start(worker.host, worker.slot)
+        if replacement is not None:
+            replacement.joining = True
+
+    def _joining(self) -> list[Worker]:
+        return [w for w in self.occupying() if w.joining]
+
+    def _admit(self) -> None:
+        """Replacements that have reached init() (their "elastic/ready/ID" key) join: a
+        generation is formed with them, which the running workers join at their next commit
+        (as added hosts'), or, while the job is short of --min-np, _wait_for_hosts forms it."""
+        ready = [w for w in self._joining() if self.client.add(f"elastic/ready/{w.id}", 0) > 0]
+        for worker in ready:
+            worker.joining = False
+        if not ready or self.code is not None or self.finishing or self.short_since is not None:
+            return
+        self.updates += 1
+        names = ", ".join(w.id for w in ready)
+        if self.form(f"{len(ready)} replacement{'s' if len(ready) > 1 else ''} ready: {names}"):
+            self.client.add("elastic/updates", 1)  # the running ones join at their commit
 
     def _finish(self, worker: Worker) -> None:
         """A worker returned: training is over. The workers of its generation finish too; one
@@ -510,10 +563,11 @@ class Driver:
             return
         if self.short_since is None:
             self.short_since = time.monotonic()
+            self.short_why = why
             self.say(f"{_workers(len(self.members()))} left, fewer than "
                      f"{self.FLAGS['min_np']} {self.args.min_np}: waiting up to "
                      f"{self.args.elastic_timeout:g} s ({self.FLAGS['elastic_timeout']}) "
-                     "for hosts")
+                     f"for {'replacements' if self._joining() else 'hosts'}")
             # What the script gives now may already do.
             self.fill()
             if len(self.members()) >= self.args.min_np:
@@ -524,12 +578,12 @@ class Driver:
         self.fill()
         if len(self.members()) >= self.args.min_np:
             self.short_since = None
-            self.form("hosts came")
+            self.form(f"{self.FLAGS['min_np']} {self.args.min_np} reached again")
         elif self.short_since is not None and \
                 time.monotonic() - self.short_since > self.args.elastic_timeout:
             self.end(f"{_workers(len(self.members()))} for {self.args.elastic_timeout:g} s "
                      f"({self.FLAGS['elastic_timeout']}), fewer than {self.FLAGS['min_np']} "
-                     f"{self.args.min_np}")
+                     f"{self.args.min_np}, since {self.short_why}")
 
     def _rediscover(self) -> None:
         found = self.discover()

@@ -13,22 +13,45 @@ from .procs import count_ranks
 TORCHRUN_MASTER_PORT = 29500  # torchrun's --master-port when none is given
 
 
-def _node_count(text: str) -> int:
-    """--nnodes: K, or torchrun's MIN:MAX where MIN == MAX (a fixed number of nodes)."""
+def _node_count(text: str) -> int | tuple[int, int]:
+    """--nnodes: K (torchrun's K:K too), or torchrun's MIN:MAX with MIN < MAX (elastic mode:
+    elastic_nodes), as (MIN, MAX)."""
     low, colon, high = text.partition(":")
     try:
         first, last = int(low), int(high) if colon else int(low)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a number of nodes (K, or MIN:MAX as torchrun takes it)") from None
-    if first != last:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is a range of nodes, torchrun's elastic mode, which ddprun does not take: "
-            "give one number (ddprun's elastic mode is --min-np/--max-np with "
-            "--host-discovery-script)")
     if first < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1")
-    return first
+    if first > last:
+        raise argparse.ArgumentTypeError(f"{text!r}: MIN is above MAX")
+    return first if first == last else (first, last)
+
+
+def elastic_nodes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """torchrun's --nnodes MIN:MAX, on the one ddprun that runs an elastic job: MIN x L to
+    MAX x L workers (--min-np/--max-np; L: --nproc-per-node, default 1, also the slots of a host
+    the discovery script lists without them)."""
+    low, high = args.nnodes
+    per_node = args.nproc_per_node or 1
+    for flag, given in (("--min-np", args.min_np is not None),
+                        ("--max-np", args.max_np is not None),
+                        ("--node-rank", args.node_rank is not None),
+                        ("--rendezvous", bool(args.rendezvous)),
+                        ("--master-addr", args.master_addr is not None),
+                        ("--master-port", args.master_port is not None),
+                        ("--standalone", args.standalone)):
+        if given:
+            parser.error(f"--nnodes {low}:{high} is elastic mode, run from one ddprun for the "
+                         f"whole job: it takes no {flag} (several hosts: -H/--hostfile or "
+                         "--host-discovery-script)")
+    if per_node < 1:
+        parser.error(f"--nproc-per-node must be at least 1 (got {per_node})")
+    args.min_np, args.max_np = low * per_node, high * per_node
+    if args.slots is None and args.host_discovery_script:
+        args.slots = per_node
+    args.nnodes = args.nproc_per_node = None
 
 
 def _port(text: str) -> int:
@@ -41,7 +64,9 @@ def add_node_flags(parser: argparse.ArgumentParser) -> None:
     nodes = parser.add_argument_group(
         "one ddprun per node (as torchrun; torchrun's flags are taken, underscores too)")
     nodes.add_argument("--nnodes", type=_node_count, metavar="K",
-                       help="number of nodes in the job (torchrun's 'K:K' too; not a range)")
+                       help="number of nodes in the job (torchrun's 'K:K' too); torchrun's "
+                       "MIN:MAX is elastic mode from this one ddprun: --min-np MIN x L, "
+                       "--max-np MAX x L (L: --nproc-per-node)")
     nodes.add_argument("--node-rank", "--node_rank", dest="node_rank", type=int, metavar="I",
                        help="this node's index, 0..K-1; node 0 hosts the rendezvous store")
     nodes.add_argument("--rendezvous", metavar="HOST:PORT",

@@ -2,7 +2,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """Elastic training for PyTorch, Horovod's `horovod.torch.elastic`: `run`, `TorchState`,
 `ElasticSampler` (and `State`, `ObjectState`, `HostsUpdatedInterrupt`). How the job re-forms is
-told in `ddp.elastic`; launch with `ddprun --min-np/--max-np/--host-discovery-script`."""
+told in `ddp.elastic`; launch with `ddprun --min-np/--max-np/--host-discovery-script` (or
+torchrun's `--nnodes MIN:MAX`, with `--max-restarts N` to replace failed workers).
+
+The same `run` recovers a torch.distributed script in the job's own processes: with the default
+group on the `ddp` backend (`init_process_group("ddp", init_method="ddp://")`), a failure that
+broke the job (torch's backend error, DDP's) puts the state back to its last commit, destroys the
+default group, joins the job's next generation and makes the default group again on it (the
+survivors' new ranks and size), then brings every worker to rank 0's state. DDP is rebuilt by
+the function itself: wrap the model in it at the top of the decorated function, which runs again
+after every reset (docs/pytorch-distributed.md, "In-job recovery")."""
 from __future__ import annotations
 
 import copy
@@ -10,12 +19,14 @@ import math
 import random
 
 import torch
+import torch.distributed as dist
 import torch.utils.data
 
 from .. import elastic as _elastic
 from .. import rank, size
 from .._objects import broadcast_object
 from ..elastic import HostsUpdatedInterrupt, ObjectState, State, generation, run_fn
+from .c10d.operations import NAME
 from .optimizer import broadcast_optimizer_state, broadcast_parameters
 
 
@@ -25,9 +36,27 @@ def _broadcast_object(obj):
 
 def run(func):
     """Decorates `func(state, ...)` to run elastically: after a failure the state is put back to
-    its last commit(), the job re-formed without the failed workers and every worker's state
-    brought to rank 0's; after added hosts, the job re-formed with them."""
-    return run_fn(func, _elastic.reset_job)
+    its last commit(), the job re-formed without the failed workers (torch.distributed's default
+    group with it, when it runs on `ddp`) and every worker's state brought to rank 0's; after added
+    hosts or a replacement, the job re-formed with them."""
+    return run_fn(func, reset_job)
+
+
+def _default_group_on_ddp() -> bool:
+    return (dist.is_available() and dist.is_initialized() and
+            str(dist.get_backend()) == NAME)
+
+
+def reset_job():
+    """ddp.elastic's reset, with torch.distributed's default group made again on the new
+    generation when it ran on `ddp` (a default group on another backend is left as it is: it
+    cannot follow the job's re-forming, as Horovod's elastic mode leaves it)."""
+    remake = _default_group_on_ddp()
+    if remake:
+        dist.destroy_process_group()
+    _elastic.reset_job()
+    if remake:
+        dist.init_process_group(NAME, init_method="ddp://")
 
 
 class ElasticSampler(torch.utils.data.Sampler):
