@@ -15,10 +15,14 @@ The job (worker.py): the digits CNN or a 1.1M-parameter MLP with the DDP API, tr
                     restarts every rank, which resume from the checkpoint)
     torchft-gloo    torchft (Lighthouse here, 4 replicas of one rank) on its ProcessGroupGloo
     torchft-ddp     torchft on libddp's ddp.torch.torchft.ProcessGroupDDP
+    ddp-elastic     libddp's in-job recovery: ddprun --nnodes 1:4 --max-restarts, the default
+                    group on `ddp`, ddp.torch.elastic.run with a commit every 5 steps (the
+                    survivors go on in their processes; ddprun starts a replacement, which joins
+                    at a commit with a live peer's state)
 
-libddp's own in-job recovery for torch.distributed scripts is not built: it has no row. A killed
-torchft replica is started again at once with the same id (it takes the state from a live one); a
-replica that exits before the end by itself is started again too, and counted as a crash.
+A killed torchft replica is started again at once with the same id (it takes the state from a
+live one); a replica that exits before the end by itself is started again too, and counted as a
+crash. A killed ddp-elastic worker is replaced by ddprun.
 
 Reported per configuration: goodput (committed steps at the end against the fault-free run's),
 detection (kill to the first sign a survivor noticed: a discarded step or a smaller quorum, or
@@ -45,7 +49,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 WORKER = os.path.join(HERE, "worker.py")
-CONFIGS = ("torchrun-gloo", "torchft-gloo", "torchft-ddp")
+CONFIGS = ("torchrun-gloo", "torchft-gloo", "torchft-ddp", "ddp-elastic")
 
 
 class Proc:
@@ -95,6 +99,8 @@ def _events(procs):
     out = []
     for proc in procs:
         for _, line in proc.lines:
+            if line.startswith("[") and "] " in line:  # ddprun's "[worker] " prefix
+                line = line.split("] ", 1)[1]
             words = line.split(" ", 4)
             if len(words) >= 3 and words[0] in ("S", "D", "R", "F"):
                 try:
@@ -128,6 +134,28 @@ def run_torchrun(args, model, faults, rng, env):
     events = _events([agent])
     noticed = [t for t, line in agent.lines if "failed (exitcode" in line]  # the agent's word
     return _summary(events, kills, noticed, crashes=[])
+
+
+def run_elastic(args, model, faults, rng, env):
+    until = time.time() + args.duration
+    argv = [sys.executable, "-m", "ddp.run", "--nnodes", f"1:{args.ranks}", "--max-restarts",
+            "1000", sys.executable, WORKER, "--mode", "elastic", "--model", model, "--until",
+            str(until)]
+    driver = Proc(argv, env, "ddprun")
+    kills = []
+    next_kill = time.time() + args.kill_every
+    while driver.p.poll() is None and time.time() < until + 120:
+        if faults and time.time() >= next_kill and time.time() < until - 1:
+            workers = _children(driver.p.pid)
+            if workers:
+                os.kill(rng.choice(sorted(workers)), signal.SIGKILL)
+                kills.append(time.time())
+            next_kill += args.kill_every
+        time.sleep(0.05)
+    driver.kill()
+    crashes = [line.strip()[:160] for _, line in driver.lines
+               if "Traceback" in line or "exited with status" in line]
+    return _summary(_events([driver]), kills, None, crashes)
 
 
 def run_torchft(args, model, backend, faults, rng, env):
@@ -240,8 +268,7 @@ def main() -> int:
             f"`{' '.join([os.path.relpath(sys.argv[0], ROOT)] + sys.argv[1:])}` at {commit}, "
             f"on {platform.node()} ({os.cpu_count()} cores), {args.ranks} ranks, "
             f"{args.duration:.0f} s of training per run, a rank killed every "
-            f"{args.kill_every:.0f} s (seed {args.seed}). libddp's in-job recovery for "
-            "torch.distributed scripts is not built: no row.", ""]
+            f"{args.kill_every:.0f} s (seed {args.seed}).", ""]
     lines = list(head)
     for model in args.models.split(","):
         results = {}
@@ -251,6 +278,8 @@ def main() -> int:
                 rng = random.Random(args.seed)
                 if config == "torchrun-gloo":
                     r = run_torchrun(args, model, faults, rng, env)
+                elif config == "ddp-elastic":
+                    r = run_elastic(args, model, faults, rng, env)
                 else:
                     r = run_torchft(args, model, config.split("-")[1], faults, rng, env)
                 print(f"{model} {config} faults={faults}: {r}", flush=True)

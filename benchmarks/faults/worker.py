@@ -9,10 +9,13 @@ MLP, trained with the DDP API until a wall-clock time, its progress printed as i
     --mode torchft --backend gloo|ddp  one replica of a torchft job (torchft's DDP and Manager),
                                      its process group torchft's ProcessGroupGloo or libddp's
                                      ddp.torch.torchft.ProcessGroupDDP
+    --mode elastic                   DDP on torch.distributed's default group on `ddp` under
+                                     ddprun --nnodes 1:N --max-restarts: libddp's in-job recovery
+                                     (ddp.torch.elastic.run), a commit every --commit-every steps
 
 Lines (the driver reads them; times are time.time()):
     S <step> <time> <participants>   a committed step (torchrun: rank 0 only)
-    D <step> <time> <error>          a step discarded (torchft)
+    D <step> <time> <error>          a step discarded (torchft, elastic)
     R <step> <time>                  started, or restarted, from <step>
     F <step> <time> <accuracy>       the end: the step reached and the test accuracy
 """
@@ -48,7 +51,7 @@ class MLP(torch.nn.Module):
 
 def parse():
     p = argparse.ArgumentParser()
-    p.add_argument("--mode", choices=("torchrun", "torchft"), required=True)
+    p.add_argument("--mode", choices=("torchrun", "torchft", "elastic"), required=True)
     p.add_argument("--backend", choices=("gloo", "ddp"), default="gloo")
     p.add_argument("--model", choices=("cnn", "mlp"), default="cnn")
     p.add_argument("--until", type=float, required=True, help="the end, as time.time()")
@@ -59,6 +62,7 @@ def parse():
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--commit-every", type=int, default=5)
     return p.parse_args()
 
 
@@ -165,6 +169,46 @@ def torchft_main(args, model, opt, data):
         manager.shutdown(wait=False)
 
 
+def elastic_main(args, model, opt, data):
+    """libddp's in-job recovery: the survivors of a kill go back to the last commit and re-form
+    the default group in their processes; a replacement joins at a commit with a peer's state."""
+    from ddp.torch import elastic
+    (x, y), (xt, yt) = data
+    dist.init_process_group("ddp", init_method="ddp://")
+    state = elastic.TorchState(model=model, optimizer=opt, step=0)
+
+    @elastic.run
+    def train(state):
+        ddp_model = torch.nn.parallel.DistributedDataParallel(model)
+        rank, size = dist.get_rank(), dist.get_world_size()
+        if rank == 0:
+            say("R", state.step, f"{time.time():.3f}")
+        while True:
+            try:
+                # Every rank stops at the same step: rank 0's clock decides.
+                stop = torch.tensor([float(time.time() >= args.until)])
+                dist.broadcast(stop, 0)
+                if stop.item():
+                    return
+                xb, yb = batch(x, y, rank, state.step, args.batch_size)
+                opt.zero_grad()
+                F.cross_entropy(ddp_model(xb), yb).backward()
+            except Exception as e:
+                say("D", state.step, f"{time.time():.3f}", str(e).splitlines()[0][:200])
+                raise
+            opt.step()
+            state.step += 1
+            if rank == 0:
+                say("S", state.step, f"{time.time():.3f}", size)
+            if state.step % args.commit_every == 0:
+                state.commit()
+
+    train(state)
+    if dist.get_rank() == 0:
+        say("F", state.step, f"{time.time():.3f}", f"{accuracy(model, xt, yt):.4f}")
+    dist.destroy_process_group()
+
+
 def main():
     args = parse()
     torch.set_num_threads(1)
@@ -172,7 +216,8 @@ def main():
     torch.manual_seed(0)
     model = Net() if args.model == "cnn" else MLP()
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    (torchrun_main if args.mode == "torchrun" else torchft_main)(args, model, opt, data)
+    run = {"torchrun": torchrun_main, "torchft": torchft_main, "elastic": elastic_main}
+    run[args.mode](args, model, opt, data)
 
 
 if __name__ == "__main__":
