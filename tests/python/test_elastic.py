@@ -149,3 +149,77 @@ def test_the_blacklist_leaves_a_host_out_for_good_or_for_a_growing_cooldown():
     assert "a" not in cooling and cooling.returned() == ["a"] and cooling.returned() == []
     assert cooling.add("a") == 5.0  # 2 * 2**1 + 1 = 5: within the range
     assert cooling.add("a") == 5.0  # 2 * 2**2 + 1 = 9, held to the highest
+
+
+def test_run_recovers_from_the_job_s_failures_and_raises_the_program_s(monkeypatch):
+    """ddp.elastic.run_fn's decisions, without a job: a DDPError (or any error while the job is
+    unsound) is the job's failure: restore, reset, sync, call again; a DDPValueError, or another
+    error while the job is sound, is raised; a reset that fails in a generation that broke is
+    tried again; outside elastic mode nothing is retried."""
+    from ddp import elastic
+    from ddp._ddp import DDPError, DDPValueError
+
+    class Recorded(elastic.ObjectState):
+        def __init__(self):
+            super().__init__(bcast_object=lambda o: o, get_rank=lambda: 0, step=0)
+            self.calls = []
+
+        def restore(self):
+            self.calls.append("restore")
+            super().restore()
+
+        def sync(self):
+            self.calls.append("sync")
+
+    def scripted(*outcomes):
+        outcomes = list(outcomes)
+
+        def func(state):
+            state.calls.append("call")
+            outcome = outcomes.pop(0)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        return func
+
+    unsound = [False]
+    monkeypatch.setattr(elastic, "_job_unsound", lambda: unsound[0])
+    monkeypatch.setenv("DDP_ELASTIC", "1")
+    resets = []
+    state = Recorded()
+    done = elastic.run_fn(scripted(DDPError("rank 2 lost"), "done"), lambda: resets.append(1))
+    assert done(state) == "done"
+    assert state.calls == ["sync", "call", "restore", "sync", "call"] and resets == [1]
+
+    # torch's backend error while the job is unsound: the job's; while it is sound: the program's.
+    unsound[0] = True
+    state = Recorded()
+    assert elastic.run_fn(scripted(RuntimeError("DistBackendError"), 7), lambda: None)(state) == 7
+    unsound[0] = False
+    with pytest.raises(KeyError):
+        elastic.run_fn(scripted(KeyError("bug")), lambda: None)(Recorded())
+    with pytest.raises(DDPValueError):
+        elastic.run_fn(scripted(DDPValueError("bad shape")), lambda: None)(Recorded())
+
+    # A reset that fails in a generation that broke as it formed is tried again; one that fails
+    # before joining any (the job ended) is raised.
+    tries = []
+
+    def flaky_reset():
+        tries.append(1)
+        if len(tries) == 1:
+            unsound[0] = True
+            raise RuntimeError("init_process_group: rank 1 lost")
+        unsound[0] = False
+    state = Recorded()
+    assert elastic.run_fn(scripted(DDPError("lost"), "ok"), flaky_reset)(state) == "ok"
+    assert len(tries) == 2
+
+    def ended():
+        raise DDPError("ddp elastic: the job ended: too few workers")
+    with pytest.raises(DDPError, match="the job ended"):
+        elastic.run_fn(scripted(DDPError("lost")), ended)(Recorded())
+
+    monkeypatch.delenv("DDP_ELASTIC")
+    with pytest.raises(DDPError, match="lost"):
+        elastic.run_fn(scripted(DDPError("lost")), lambda: None)(Recorded())

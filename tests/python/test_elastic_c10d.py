@@ -5,6 +5,7 @@ the `ddp` backend, launched elastic by ddprun): a killed rank's survivors re-for
 in their own processes and go on from the last commit, without a sample lost; with torchrun's
 --max-restarts a replacement starts on the lost slot and receives the state from a live peer
 (tests/python/workers/elastic_c10d.py)."""
+import pathlib
 import re
 
 import pytest
@@ -88,3 +89,20 @@ def test_a_fixed_size_job_waits_for_the_replacement_and_two_losses_at_once_re_fo
     check_trained_alike(done, job.stdout)
     assert re.search(r"generation 1: 2 workers \(worker localhost:[23] .* and 1 worker more\)",
                      job.stderr), job.stderr
+
+
+@pytest.mark.once
+@pytest.mark.torch
+def test_the_example_trains_to_its_accuracy_through_a_crash(run_job):
+    pytest.importorskip("sklearn")
+    example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "pytorch" / \
+        "elastic_digits.py"
+    job = run_job(3, example, "--epochs", "5", "--crash-at-epoch", "1", "--target-accuracy",
+                  "0.9", launcher_args=("--min-np", "2", "--max-np", "3"))
+    finals = re.findall(r"^\[localhost:\d\] rank (\d) of 2: final test accuracy ([\d.]+)%, "
+                        r"weights (\w+)$", job.stdout, re.M)
+    assert sorted(f[0] for f in finals) == ["0", "1"], job.stdout + job.stderr
+    assert len({f[2] for f in finals}) == 1, job.stdout
+    # The crash came in epoch 2's first batch: back to its start, committed at epoch 1's end.
+    assert "the job goes on with 2 workers, from epoch 2 batch 0" in job.stdout, job.stdout
+    assert "was killed by signal SIGKILL (9)" in job.stderr, job.stderr

@@ -123,6 +123,22 @@ class _Membership:
             os.environ["DDP_FLIGHT_RECORDER_DUMP"] = os.path.join(self.dump_folder,
                                                                   f"generation-{generation}")
 
+    def report(self, ranks: list[int]) -> None:
+        """Tells the driver which ranks of this worker's generation its failure names (keys
+        elastic/blamed/G/RANK, then elastic/reports/G): a worker whose process lives on, cut
+        off or frozen, is then stopped and left out (Driver._judge) instead of keeping the
+        others waiting for a generation only its exit would bring. Best effort: a driver out
+        of reach is this worker's own failure, which its next join meets."""
+        if self.generation < 0 or not ranks:
+            return
+        try:
+            client = self.client()
+            for rank in sorted(set(ranks)):
+                client.add(f"elastic/blamed/{self.generation}/{rank}", 1)
+            client.add(f"elastic/reports/{self.generation}", 1)
+        except DDPError:
+            pass
+
     def pending(self):
         """(the driver's update counter, whether only workers left) when it formed a generation
         newer than this one for the running workers to join; else None."""

@@ -161,9 +161,10 @@ def run_fn(func, reset):
                 if not enabled() or not job_broke(e):
                     raise  # a plain launch (no driver forms another job), or the program's own
                 _say_failure(e)
+                _generations.member().report(_blamed(e))
                 state.restore()
                 skip_sync = False
-            reset()
+            _reset_until_formed(reset)
             state.on_reset()
 
     return wrapper
@@ -175,6 +176,24 @@ def job_broke(error: BaseException) -> bool:
     job is broken: a peer lost, stalled or aborted, as the job's liveness found."""
     if isinstance(error, DDPError):
         return not isinstance(error, DDPValueError)
+    return _job_unsound()
+
+
+def _blamed(error: BaseException) -> list[int]:
+    """The ranks ERROR names as its cause: its own (`DDPError.ranks`, torch's backend error's),
+    else those of the error that broke the job."""
+    ranks = list(getattr(error, "ranks", None) or [])
+    if ranks or not _ddp.is_initialized():
+        return ranks
+    try:
+        _ddp.group_check(_ops.WORLD)
+    except DDPError as e:
+        return list(getattr(e, "ranks", None) or [])
+    return []
+
+
+def _job_unsound() -> bool:
+    """Whether this process is in a job that its liveness found broken."""
     if not _ddp.is_initialized():
         return False
     try:
@@ -184,12 +203,29 @@ def job_broke(error: BaseException) -> bool:
     return False
 
 
-def _say_failure(error: BaseException) -> None:
+def _say_failure(error: BaseException, during: str = "") -> None:
     """One line on stderr: what failed, and that the job goes back to its last commit."""
     first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    print(f"ddp elastic: rank {_ddp.rank()} of generation {generation()}: the job failed "
+    rank = _ddp.rank() if _ddp.is_initialized() else "?"
+    print(f"ddp elastic: rank {rank} of generation {generation()}: the job failed{during} "
           f"({first}); back to the last commit, re-forming without the lost workers",
           file=sys.stderr, flush=True)
+
+
+def _reset_until_formed(reset) -> None:
+    """RESET, again while it fails in a generation it joined that broke (a worker lost as the
+    default group is made on it: the driver forms one more without it). A generation that never
+    came, or the job's end, is raised (join's errors come before init: no job to be unsound)."""
+    while True:
+        try:
+            reset()
+            return
+        except DDPValueError:
+            raise
+        except Exception as e:
+            if not _job_unsound():
+                raise
+            _say_failure(e, " while re-forming")
 
 
 def reset_job():

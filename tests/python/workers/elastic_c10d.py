@@ -6,8 +6,10 @@ over the default group on the `ddp` backend), for tests/python/test_elastic_c10d
 A linear model wrapped in torch's DistributedDataParallel learns a fixed target from 96 samples,
 sharded with ElasticSampler, 4 epochs of batches of 4 per worker, committing after every batch.
 The state keeps the indices the job processed each epoch (torch.distributed.all_gather_object),
-so a test can check that no sample of an epoch was lost across a failure. argv[1]: the worker id
-(DDP_ELASTIC_ID) that SIGKILLs itself at epoch 1, batch 2 of its first life; argv[2], when
+so a test can check that no sample of an epoch was lost across a failure. argv[1]: the worker ids
+(DDP_ELASTIC_ID, comma-separated) that SIGKILL themselves at epoch 1, batch 2 of their first life
+(ID/cut: that worker takes its simulated host's link down instead, `ip link set eth0 down`, and
+trains on, test_chaos.py); argv[2], when
 given: the number of workers to wait for after the kill, committing until the replacement joins
 (else 2 workers would finish the few steps left before a new process has imported torch).
 
@@ -17,6 +19,7 @@ seen OK|..." (worlds: torch.distributed's world size at each call of the functio
 import hashlib
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -43,7 +46,7 @@ class Data(torch.utils.data.Dataset):
 
 
 def main():
-    victims = sys.argv[1].split(",")
+    victims = dict(v.partition("/")[::2] for v in sys.argv[1].split(","))
     wait_for = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     me = os.environ["DDP_ELASTIC_ID"]
     dist.init_process_group("ddp", init_method="ddp://")
@@ -67,7 +70,10 @@ def main():
             for x, y, index in loader:
                 if me in victims and state.epoch == 1 and state.batch == 2 and \
                         elastic.generation() == 0:
-                    os.kill(os.getpid(), signal.SIGKILL)
+                    if victims[me] == "cut":
+                        subprocess.run(["ip", "link", "set", "eth0", "down"], check=True)
+                    else:
+                        os.kill(os.getpid(), signal.SIGKILL)
                 if wait_for and elastic.generation() > 0 and dist.get_world_size() < wait_for:
                     deadline = time.monotonic() + 120
                     while time.monotonic() < deadline:  # the replacement joins at a commit
@@ -86,6 +92,7 @@ def main():
                 state.commit()
             state.batch = 0
             sampler.set_epoch(state.epoch + 1)
+            state.epoch += 1  # what a failure from here on comes back to
             state.commit()
 
     train(state)

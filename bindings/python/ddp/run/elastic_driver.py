@@ -12,6 +12,9 @@ generation's ranks to meet at, published in the driver's own store (ddp/elastic.
   Horovod's blacklist: for good, or for --blacklist-cooldown-range's while, run/blacklist.py),
   and the driver forms a generation of the others; they learn of the failure from libddp (a
   DDPError naming it), put their state back to the last commit and join.
+- A worker whose peers name it as their failure's cause while its process lives on (its host cut
+  off, the process frozen: an exit that comes late or never) is stopped and handled as failed:
+  the workers report the ranks their error blames to the driver's store.
 - With --max-restarts N, a failed worker is replaced instead (N times in the job, torchrun's
   flag): a new worker starts on its slot at once, the others go on in a generation without it,
   and once the new one has reached init() a generation is formed with it, which the running
@@ -53,6 +56,8 @@ RETIRE_SECONDS = 5.0
 SETTLE_SECONDS = 0.25
 # How often the driver looks whether a replacement has reached init() (Driver._admit).
 ADMIT_SECONDS = 0.1
+# How often it reads the workers' reports of a failed generation (Driver._judge).
+REPORT_SECONDS = 0.25
 
 
 def elastic_worker_env(base: Mapping[str, str], args: Any, addr: str, token: str,
@@ -121,6 +126,7 @@ class Driver:
         self.updates = 0
         self.resets = 0
         self.restarts = 0  # replacements started for failed workers (--max-restarts)
+        self.reports = 0  # the workers' failure reports of the newest generation, read so far
         self.finishing = False  # a worker returned: the job is ending, no more generations
         self.code: int | None = None  # the job's exit status once decided
         self.failure_code: int | None = None  # of a failure after the job began to end
@@ -284,6 +290,7 @@ class Driver:
         ranked = first + rest
         server = _ddp().StoreServer(self.bind, 0, self.token)
         self.generation += 1
+        self.reports = 0
         for rank, worker in enumerate(ranked):
             worker.rank = rank
         plan = {"generation": self.generation, "port": server.port,
@@ -417,11 +424,12 @@ class Driver:
                                  self.short_since is not None):
             timeout_at = next_discovery if grace_until is None else min(next_discovery,
                                                                         grace_until)
-            if self._joining():
-                timeout_at = min(timeout_at, time.monotonic() + ADMIT_SECONDS)
+            timeout_at = min(timeout_at, time.monotonic() + (
+                ADMIT_SECONDS if self._joining() else REPORT_SECONDS))
             kind = self._next_event(timeout_at)
             self._retire()
             self._admit()
+            self._judge()
             if grace_until is not None and time.monotonic() >= grace_until:
                 for worker in self.running():
                     self.stop(worker, signal.SIGKILL)
@@ -497,15 +505,19 @@ class Driver:
             return None
         ended = self.ended(worker, status) + (" before it joined the job" if worker.joining
                                               else "")
+        self._handle_failed(worker, ended)
+        if worker.joining:
+            return None  # in no generation: no one waits for it
+        return f"{worker.describe()} {ended}"
+
+    def _handle_failed(self, worker: Worker, ended: str) -> None:
+        """A failed worker is replaced (--max-restarts) or its host left out (the blacklist)."""
         if self.restarts < (getattr(self.args, "max_restarts", None) or 0):
             self._replace(worker, ended)
         else:
             cooldown = self.blacklist.add(worker.host)
             self.say(f"{worker.describe()} {ended}; host {worker.host} gets no new workers" +
                      ("" if cooldown is None else f" for {cooldown:.1f} s"))
-        if worker.joining:
-            return None  # in no generation: no one waits for it
-        return f"{worker.describe()} {ended}"
 
     def _replace(self, worker: Worker, ended: str) -> None:
         """Starts a worker on the failed one's slot (--max-restarts): it joins the job once it
@@ -516,6 +528,32 @@ class Driver:
         replacement = self.start(worker.host, worker.slot)
         if replacement is not None:
             replacement.joining = True
+
+    def _judge(self) -> None:
+        """Reads the newest generation's failure reports (ddp/_generations.py, report): a worker
+        its peers name as the cause whose process lives on (a host cut off, a frozen process,
+        whose exit would come late or never) is stopped and the generation formed without it,
+        as for a failure; one that has exited is left to its exit's event."""
+        if self.client is None or self.code is not None or self.finishing or \
+                self.generation < 0:
+            return
+        generation = self.generation
+        reports = self.client.add(f"elastic/reports/{generation}", 0)
+        if reports <= self.reports:
+            return
+        self.reports = reports
+        culprits = [w for w in self.members() if w.rank is not None and
+                    w.proc is not None and w.proc.poll() is None and
+                    self.client.add(f"elastic/blamed/{generation}/{w.rank}", 0) > 0]
+        for worker in culprits:
+            self.stop(worker)  # a remote one through its agent, which stops its rank
+            ended = f"was named by its peers as the cause of generation {generation}'s failure"
+            self.last_failure = self.last_failure or 1
+            self._handle_failed(worker, ended)
+        if culprits:
+            more = len(culprits) - 1
+            self._reform(f"{culprits[0].describe()} stopped" +
+                         (f", and {_workers(more)} more" if more else ""))
 
     def _joining(self) -> list[Worker]:
         return [w for w in self.occupying() if w.joining]

@@ -47,15 +47,21 @@ def _default_group_on_ddp() -> bool:
             str(dist.get_backend()) == NAME)
 
 
+# Whether the default group ran on `ddp` at a reset: made again at every later one, also after a
+# reset that failed before it could make it (ddp.elastic tries the reset again).
+_remake = False
+
+
 def reset_job():
     """ddp.elastic's reset, with torch.distributed's default group made again on the new
     generation when it ran on `ddp` (a default group on another backend is left as it is: it
     cannot follow the job's re-forming, as Horovod's elastic mode leaves it)."""
-    remake = _default_group_on_ddp()
-    if remake:
+    global _remake
+    if _default_group_on_ddp():
+        _remake = True
         dist.destroy_process_group()
     _elastic.reset_job()
-    if remake:
+    if _remake:
         dist.init_process_group(NAME, init_method="ddp://")
 
 
