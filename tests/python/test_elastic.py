@@ -223,3 +223,53 @@ def test_run_recovers_from_the_job_s_failures_and_raises_the_program_s(monkeypat
     monkeypatch.delenv("DDP_ELASTIC")
     with pytest.raises(DDPError, match="lost"):
         elastic.run_fn(scripted(DDPError("lost")), lambda: None)(Recorded())
+
+
+def test_a_zombie_or_gone_process_is_not_alive():
+    """The driver's check that a blamed worker still runs (Popen.poll() says None while the
+    driver's waiting thread holds the process)."""
+    import os
+    import subprocess
+    import time
+
+    from ddp.run.procs import alive
+
+    assert alive(os.getpid())
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while alive(child.pid) and time.monotonic() < deadline:
+        time.sleep(0.01)  # it exits, and stays a zombie until waited for
+    assert not alive(child.pid)
+    child.wait()
+    assert not alive(child.pid)
+
+
+def test_a_worker_of_an_old_generation_is_refused_naming_it(monkeypatch):
+    """A worker that comes back after the job re-formed without it (its host cut off, then
+    back) finds a newer generation that does not have it: refused, named, not joined."""
+    import json
+
+    from ddp import _ddp, _generations
+
+    token = "0123456789abcdef" * 2
+    server = _ddp.StoreServer("127.0.0.1", 0, token)
+    try:
+        client = _ddp.StoreClient("127.0.0.1", server.port, token, 10.0)
+        for generation, ranks in ((0, {"a:0": 0, "b:0": 1}), (1, {"b:0": 0})):
+            plan = {"generation": generation, "port": 1, "ranks": ranks,
+                    "hosts": ["h"] * len(ranks), "updates": 0}
+            client.set(f"elastic/generation/{generation}", json.dumps(plan).encode())
+        client.set("elastic/latest", b"1")
+        monkeypatch.setenv("DDP_ELASTIC", "1")
+        monkeypatch.setenv("DDP_ELASTIC_ID", "a:0")
+        monkeypatch.setenv("DDP_ELASTIC_PORT", str(server.port))
+        monkeypatch.setenv("DDP_JOB_TOKEN", token)
+        monkeypatch.setenv("DDP_RENDEZVOUS_ADDR", "127.0.0.1")
+        comeback = _generations._Membership()
+        comeback.generation, comeback.member = 0, True  # it was rank 0 of generation 0
+        with pytest.raises(_ddp.DDPError, match=r"worker a:0 is not in generation 1 of the job "
+                                                r"\(the driver stopped it or its host\)"):
+            comeback.join()
+        assert comeback.generation == 0  # nothing of generation 1 taken
+    finally:
+        server.close()

@@ -45,6 +45,11 @@ def test_a_killed_rank_s_survivors_re_form_the_default_group_in_their_own_proces
     assert len(failed) == 2, job.stderr
     assert "worker localhost:2 (rank 2, host localhost) was killed by signal SIGKILL (9); " \
         "host localhost gets no new workers" in job.stderr, job.stderr
+    # Where the epoch stood: 3 workers x 4 samples x 2 batches committed (the kill came at the
+    # third), the rest dealt out again.
+    assert "ddp elastic: epoch 1: 24 of 96 samples processed as of the last commit; the other " \
+        "72 (the lost workers' among them) are dealt out among 2 workers" in job.stderr, \
+        job.stderr
 
 
 @pytest.mark.torch
@@ -69,7 +74,7 @@ def test_max_restarts_replaces_the_lost_rank_which_gets_the_state_from_a_live_pe
 
 @pytest.mark.once
 @pytest.mark.torch
-def test_a_fixed_size_job_waits_for_the_replacement_and_two_losses_at_once_re_form_once(run_job):
+def test_a_fixed_size_job_waits_for_its_replacement_and_losses_together_or_in_turn(run_job):
     # -np 2 --max-restarts 1: torchrun's fixed size. The survivor waits in its process.
     job = run_job(2, WORKER, "localhost:1", launcher_args=("--max-restarts", "1"))
     done = finished(job.stdout)
@@ -89,6 +94,14 @@ def test_a_fixed_size_job_waits_for_the_replacement_and_two_losses_at_once_re_fo
     check_trained_alike(done, job.stdout)
     assert re.search(r"generation 1: 2 workers \(worker localhost:[23] .* and 1 worker more\)",
                      job.stderr), job.stderr
+    # A second loss at the first step after the job re-formed: one more re-forming.
+    job = run_job(4, WORKER, "localhost:3,localhost:2@1", launcher_args=("--min-np", "2"))
+    done = finished(job.stdout)
+    assert set(done) == {"localhost:0", "localhost:1"}, job.stdout + job.stderr
+    for d in done.values():
+        # Generation 1 made no commit (its first step failed): its size is not in the state.
+        assert d[2:5] == (2, "4,2", "4,3,2"), job.stdout
+    check_trained_alike(done, job.stdout)
 
 
 @pytest.mark.once

@@ -28,6 +28,12 @@ again. When hosts are added, the driver starts workers there and forms a generat
 the running workers learn of it at their next `commit()` (or `check_host_updates()`): all of them
 raise HostsUpdatedInterrupt there, together, and join it without losing any work.
 
+A failure is libddp's DDPError, or any error raised while the job is broken (torch.distributed's
+backend error, a DDP reducer's: ddp.torch.elastic re-forms torch's default group on `ddp` too);
+each worker reports the ranks it blames to the driver, which stops a blamed worker whose process
+lives on (a host cut off) instead of waiting for its exit. With ddprun's --max-restarts a failed
+worker is replaced, and its replacement joins at a commit, as an added host's workers do.
+
 Outside elastic mode (a plain launch) `run` gives one try: a DDPError is raised as it comes, as
 there is no driver to form another job.
 """

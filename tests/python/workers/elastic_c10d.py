@@ -7,11 +7,12 @@ A linear model wrapped in torch's DistributedDataParallel learns a fixed target 
 sharded with ElasticSampler, 4 epochs of batches of 4 per worker, committing after every batch.
 The state keeps the indices the job processed each epoch (torch.distributed.all_gather_object),
 so a test can check that no sample of an epoch was lost across a failure. argv[1]: the worker ids
-(DDP_ELASTIC_ID, comma-separated) that SIGKILL themselves at epoch 1, batch 2 of their first life
-(ID/cut: that worker takes its simulated host's link down instead, `ip link set eth0 down`, and
-trains on, test_chaos.py); argv[2], when
-given: the number of workers to wait for after the kill, committing until the replacement joins
-(else 2 workers would finish the few steps left before a new process has imported torch).
+(DDP_ELASTIC_ID, comma-separated) that SIGKILL themselves at epoch 1, batch 2 of the job's first
+generation (ID/cut: that worker takes its simulated host's link down instead, `ip link set eth0
+down`, and trains on, test_chaos.py; ID@G: in generation G, at the first step after the job
+re-formed, back at that batch); argv[2], when given: the number of workers to wait for after
+the kill, committing until the replacement joins (else 2 workers would finish the few steps left
+before a new process has imported torch).
 
 Every worker prints "done rank R size S generation G sizes A,B,... worlds A,B,... checksum C
 seen OK|..." (worlds: torch.distributed's world size at each call of the function).
@@ -46,7 +47,11 @@ class Data(torch.utils.data.Dataset):
 
 
 def main():
-    victims = dict(v.partition("/")[::2] for v in sys.argv[1].split(","))
+    victims = {}  # worker id -> (how, the generation it fails in)
+    for spec in sys.argv[1].split(","):
+        spec, _, when = spec.partition("@")
+        wid, _, how = spec.partition("/")
+        victims[wid] = (how, int(when or 0))
     wait_for = int(sys.argv[2]) if len(sys.argv) > 2 else 0
     me = os.environ["DDP_ELASTIC_ID"]
     dist.init_process_group("ddp", init_method="ddp://")
@@ -69,8 +74,8 @@ def main():
         for state.epoch in range(state.epoch, EPOCHS):
             for x, y, index in loader:
                 if me in victims and state.epoch == 1 and state.batch == 2 and \
-                        elastic.generation() == 0:
-                    if victims[me] == "cut":
+                        elastic.generation() == victims[me][1]:
+                    if victims[me][0] == "cut":
                         subprocess.run(["ip", "link", "set", "eth0", "down"], check=True)
                     else:
                         os.kill(os.getpid(), signal.SIGKILL)

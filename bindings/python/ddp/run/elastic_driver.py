@@ -48,7 +48,7 @@ from .hosts import LOOPBACK, address_toward, is_local
 from .job import GRACE_SECONDS
 from .observe import Observers
 from .output import copy_lines
-from .procs import describe, sweep_shm
+from .procs import alive, describe, sweep_shm
 
 # How long a superseded generation's store stays open (Driver.form says why).
 RETIRE_SECONDS = 5.0
@@ -543,7 +543,7 @@ class Driver:
             return
         self.reports = reports
         culprits = [w for w in self.members() if w.rank is not None and
-                    w.proc is not None and w.proc.poll() is None and
+                    w.proc is not None and alive(w.proc.pid) and
                     self.client.add(f"elastic/blamed/{generation}/{w.rank}", 0) > 0]
         for worker in culprits:
             self.stop(worker)  # a remote one through its agent, which stops its rank

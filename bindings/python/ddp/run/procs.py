@@ -25,6 +25,16 @@ def count_ranks(count: int) -> str:
     return f"{count} rank" if count == 1 else f"{count} ranks"
 
 
+def alive(pid: int) -> bool:
+    """Whether process PID still runs: not gone, not a zombie waiting to be reaped (what
+    Popen.poll() cannot tell while another thread waits for the process)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 def _start_time(pid: int) -> int:
     """The kernel's start time of a process (field 22 of /proc/PID/stat), 0 if unknown."""
     try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import math
 import random
+import sys
 
 import torch
 import torch.distributed as dist
@@ -216,6 +217,20 @@ class TorchState(ObjectState):
         for handler in self._handlers.values():
             handler.sync()
         super().sync()
+
+    def reset(self):
+        """After the job re-formed: rank 0 says where each ElasticSampler's epoch stands, so a
+        run says what became of the lost workers' samples (dealt out again, none skipped)."""
+        if rank() != 0:
+            return
+        for handler in self._handlers.values():
+            if isinstance(handler, _SamplerHandler):
+                sampler = handler.value
+                total = len(sampler.dataset)
+                print(f"ddp elastic: epoch {sampler.epoch}: {sampler.processed_num} of {total} "
+                      f"samples processed as of the last commit; the other "
+                      f"{max(total - sampler.processed_num, 0)} (the lost workers' among them) "
+                      f"are dealt out among {size()} workers", file=sys.stderr, flush=True)
 
     def __setattr__(self, name, value):
         handlers = self.__dict__.get("_handlers", {})
