@@ -110,6 +110,24 @@ def _events(procs):
     return sorted(out, key=lambda e: e[0])
 
 
+def _kill_children(launcher, args, faults, rng, until):
+    """Until LAUNCHER ends (or 2 minutes past UNTIL), SIGKILLs one of its children (the worker
+    processes it started, which it replaces) every --kill-every seconds; returns the kills'
+    times. The launcher is killed at the end."""
+    kills = []
+    next_kill = time.time() + args.kill_every
+    while launcher.p.poll() is None and time.time() < until + 120:
+        if faults and time.time() >= next_kill and time.time() < until - 1:
+            workers = _children(launcher.p.pid)
+            if workers:
+                os.kill(rng.choice(sorted(workers)), signal.SIGKILL)
+                kills.append(time.time())
+            next_kill += args.kill_every
+        time.sleep(0.05)
+    launcher.kill()
+    return kills
+
+
 def run_torchrun(args, model, faults, rng, env):
     until = time.time() + args.duration
     ckpt = tempfile.mkdtemp(prefix="goodput-ckpt-")
@@ -119,18 +137,7 @@ def run_torchrun(args, model, faults, rng, env):
             "--backend", "gloo", "--model", model, "--until", str(until),
             "--checkpoint-dir", ckpt]
     agent = Proc(argv, env, "torchrun")
-    kills = []
-    next_kill = time.time() + args.kill_every
-    while agent.p.poll() is None and time.time() < until + 120:
-        if faults and time.time() >= next_kill and time.time() < until - 1:
-            workers = _children(agent.p.pid)
-            if workers:
-                victim = rng.choice(sorted(workers))
-                os.kill(victim, signal.SIGKILL)
-                kills.append(time.time())
-            next_kill += args.kill_every
-        time.sleep(0.05)
-    agent.kill()
+    kills = _kill_children(agent, args, faults, rng, until)
     events = _events([agent])
     noticed = [t for t, line in agent.lines if "failed (exitcode" in line]  # the agent's word
     return _summary(events, kills, noticed, crashes=[])
@@ -142,17 +149,7 @@ def run_elastic(args, model, faults, rng, env):
             "1000", sys.executable, WORKER, "--mode", "elastic", "--model", model, "--until",
             str(until)]
     driver = Proc(argv, env, "ddprun")
-    kills = []
-    next_kill = time.time() + args.kill_every
-    while driver.p.poll() is None and time.time() < until + 120:
-        if faults and time.time() >= next_kill and time.time() < until - 1:
-            workers = _children(driver.p.pid)
-            if workers:
-                os.kill(rng.choice(sorted(workers)), signal.SIGKILL)
-                kills.append(time.time())
-            next_kill += args.kill_every
-        time.sleep(0.05)
-    driver.kill()
+    kills = _kill_children(driver, args, faults, rng, until)
     crashes = [line.strip()[:160] for _, line in driver.lines
                if "Traceback" in line or "exited with status" in line]
     return _summary(_events([driver]), kills, None, crashes)

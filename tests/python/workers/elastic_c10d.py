@@ -28,22 +28,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from elastic_torch import BATCH, EPOCHS, Data, seen_all  # the Horovod-API twin's data
+
 from ddp.torch import elastic
-
-SAMPLES, BATCH, EPOCHS = 96, 4, 4
-
-
-class Data(torch.utils.data.Dataset):
-    def __init__(self):
-        g = torch.Generator().manual_seed(0)
-        self.x = torch.randn(SAMPLES, 8, generator=g)
-        self.y = self.x @ torch.arange(1.0, 9.0).unsqueeze(1)
-
-    def __len__(self):
-        return SAMPLES
-
-    def __getitem__(self, i):
-        return self.x[i], self.y[i], i
 
 
 def main():
@@ -103,12 +90,7 @@ def main():
     train(state)
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     checksum = hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16]
-    seen = "OK"
-    for epoch, indices in enumerate(state.seen):
-        missing = set(range(SAMPLES)) - set(indices)
-        if missing:
-            seen = f"epoch {epoch} missed {sorted(missing)}"
-            break
+    seen = seen_all(state.seen)
     print(f"done rank {dist.get_rank()} size {dist.get_world_size()} generation "
           f"{elastic.generation()} sizes {','.join(map(str, state.sizes))} worlds "
           f"{','.join(map(str, worlds))} checksum {checksum} seen {seen}", flush=True)

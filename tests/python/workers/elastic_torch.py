@@ -44,6 +44,16 @@ class Data(torch.utils.data.Dataset):
         return self.x[i], self.y[i], i
 
 
+def seen_all(seen):
+    """"OK" when every sample of every epoch is in SEEN (a list of index lists per epoch), else
+    the first epoch's missing ones."""
+    for epoch, indices in enumerate(seen):
+        missing = set(range(SAMPLES)) - set(indices)
+        if missing:
+            return f"epoch {epoch} missed {sorted(missing)}"
+    return "OK"
+
+
 def main():
     scenario = sys.argv[1]
     me = os.environ.get("DDP_ELASTIC_ID", "")  # none in a plain launch
@@ -115,13 +125,7 @@ def main():
     train(state)
     weights = torch.cat([p.detach().flatten() for p in model.parameters()])
     checksum = hashlib.sha256(weights.numpy().tobytes()).hexdigest()[:16]
-    seen = "OK"
-    if hvd.rank() == 0:
-        for epoch, indices in enumerate(state.seen):
-            missing = set(range(SAMPLES)) - set(indices)
-            if missing:
-                seen = f"epoch {epoch} missed {sorted(missing)}"
-                break
+    seen = seen_all(state.seen) if hvd.rank() == 0 else "OK"
     print(f"done rank {hvd.rank()} size {hvd.size()} generation {hvd.elastic.generation()} "
           f"sizes {','.join(map(str, state.sizes))} resets {resets} checksum {checksum} "
           f"seen {seen}", flush=True)
