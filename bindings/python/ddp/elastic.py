@@ -189,24 +189,25 @@ def _blamed(error: BaseException) -> list[int]:
     """The ranks ERROR names as its cause: its own (`DDPError.ranks`, torch's backend error's),
     else those of the error that broke the job."""
     ranks = list(getattr(error, "ranks", None) or [])
-    if ranks or not _ddp.is_initialized():
-        return ranks
+    broke = None if ranks else _job_error()
+    return ranks or list(getattr(broke, "ranks", None) or [])
+
+
+def _job_error() -> DDPError | None:
+    """The error that broke this process's job, as its liveness found it; None while it is
+    sound (or there is none)."""
+    if not _ddp.is_initialized():
+        return None
     try:
         _ddp.group_check(_ops.WORLD)
     except DDPError as e:
-        return list(getattr(e, "ranks", None) or [])
-    return []
+        return e
+    return None
 
 
 def _job_unsound() -> bool:
     """Whether this process is in a job that its liveness found broken."""
-    if not _ddp.is_initialized():
-        return False
-    try:
-        _ddp.group_check(_ops.WORLD)
-    except DDPError:
-        return True
-    return False
+    return _job_error() is not None
 
 
 def _say_failure(error: BaseException, during: str = "") -> None:

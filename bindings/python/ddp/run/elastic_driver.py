@@ -567,10 +567,16 @@ class Driver:
             worker.joining = False
         if not ready or self.code is not None or self.finishing or self.short_since is not None:
             return
-        self.updates += 1
         names = ", ".join(w.id for w in ready)
-        if self.form(f"{len(ready)} replacement{'s' if len(ready) > 1 else ''} ready: {names}"):
-            self.client.add("elastic/updates", 1)  # the running ones join at their commit
+        self._form_for_running(f"{len(ready)} replacement{'s' if len(ready) > 1 else ''} "
+                               f"ready: {names}")
+
+    def _form_for_running(self, why: str) -> None:
+        """A generation with newcomers, which the running workers join at their next commit
+        (the update counter they read there)."""
+        self.updates += 1
+        if self.form(why):
+            self.client.add("elastic/updates", 1)
 
     def _finish(self, worker: Worker) -> None:
         """A worker returned: training is over. The workers of its generation finish too; one
@@ -644,10 +650,8 @@ class Driver:
             return  # _wait_for_hosts fills and forms
         added = self.fill()
         if added:
-            self.updates += 1
             names = sorted({w.host for w in added})
-            if self.form(f"{len(added)} new on {', '.join(names)}"):
-                self.client.add("elastic/updates", 1)  # the running ones join at their commit
+            self._form_for_running(f"{len(added)} new on {', '.join(names)}")
         elif removed:
             self._reform(f"{len(removed)} stopped as their host left")
 
